@@ -1,0 +1,76 @@
+//! Flags every binary shares; each also reads an environment variable.
+
+use std::{net::SocketAddr, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human readable lines.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+/// Flags shared by every binary (flatten into the binary's own `Args`).
+#[derive(Clone, Debug, Args)]
+pub struct CommonArgs {
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Run only while holding a coordination.k8s.io Lease, so that replicas > 1
+    /// is safe.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "crossplane-system")]
+    pub leader_election_namespace: String,
+
+    /// How long a Lease is held without renewal before another replica may
+    /// take it over.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub leader_election_lease_duration: Duration,
+
+    /// This replica's identity in the Lease (defaults to the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// Log format: text or json.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Upper bound of reconciles per second per controller.
+    #[arg(long, env = "MAX_RECONCILE_RATE", default_value_t = 50)]
+    pub max_reconcile_rate: u32,
+
+    /// How many objects each controller reconciles at once.
+    #[arg(long, env = "CONCURRENCY", default_value_t = 8)]
+    pub concurrency: u16,
+
+    /// How often to observe external state that is polled rather than watched.
+    #[arg(long, env = "POLL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub poll_interval: Duration,
+
+    /// How often every object is reconciled even when nothing changed.
+    #[arg(long, env = "SYNC_INTERVAL", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub sync_interval: Duration,
+}
+
+impl CommonArgs {
+    /// This replica's identity: --identity, else the host name, else a fixed
+    /// fallback (two replicas must then be given identities explicitly).
+    pub fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "crossplane-rs".to_owned())
+    }
+}

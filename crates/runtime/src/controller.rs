@@ -1,0 +1,241 @@
+//! The harness every binary runs in: CRD check, metrics/health server, leader
+//! election, graceful shutdown; and instrumentation shared by controllers.
+
+use std::{fmt::Debug, hash::Hash, sync::Arc, time::Instant};
+
+use futures::StreamExt;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    discovery::ApiResource,
+    runtime::{
+        Controller,
+        controller::{Action, Config as ControllerConfig},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tokio::{net::TcpListener, sync::watch};
+
+use crate::{args::CommonArgs, crds, leader, metrics::Metrics, server};
+
+/// Why a binary stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Metrics could not be registered.
+    #[error("failed to register metrics")]
+    Metrics(#[from] prometheus::Error),
+    /// A CRD is missing.
+    #[error(transparent)]
+    Crds(#[from] crds::CrdError),
+    /// The HTTP server could not bind.
+    #[error(
+        "failed to listen on {addr} for /metrics, /healthz and /readyz (is the port taken? set --metrics-addr)"
+    )]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP server failed.
+    #[error("the metrics server failed")]
+    Serve(#[source] std::io::Error),
+    /// Leader election failed.
+    #[error(transparent)]
+    Leader(#[from] leader::LeaderError),
+    /// No client for the control cluster.
+    #[error("cannot build a client for the control cluster (set KUBECONFIG, or run in a pod)")]
+    Client(#[source] kube::Error),
+}
+
+/// What a binary's controllers share.
+#[derive(Clone)]
+pub struct Runtime {
+    /// Binary name, e.g. "scheduler".
+    pub binary: &'static str,
+    /// Client for the control cluster.
+    pub client: Client,
+    /// Common flags.
+    pub args: CommonArgs,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Readiness.
+    pub health: server::Health,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Runtime {
+    /// Sets up metrics, the control-cluster client (from KUBECONFIG or the
+    /// pod's service account; its requests are counted as cluster "control")
+    /// and the shutdown signal (SIGTERM or Ctrl-C).
+    pub async fn new(binary: &'static str, args: CommonArgs) -> Result<Self, RunError> {
+        let metrics = Metrics::new()?;
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
+        let client = crate::remote::counted_client(config, "control", &metrics).map_err(RunError::Client)?;
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown signal received; stopping");
+            let _ = tx.send(true);
+        });
+        Ok(Self {
+            binary,
+            client,
+            args,
+            metrics,
+            health: server::Health::default(),
+            shutdown: rx,
+        })
+    }
+
+    /// The field manager this binary applies with.
+    pub fn field_manager(&self) -> String {
+        format!("crossplane-rs/{}", self.binary)
+    }
+
+    /// Resolves when the binary is asked to stop.
+    pub fn shutdown(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.shutdown.clone();
+        async move {
+            while !*rx.borrow_and_update() {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Checks the CRDs, starts the HTTP server, then runs `work` (under leader
+    /// election when asked) until shutdown.
+    pub async fn run<W>(self, kinds: &[ApiResource], work: W) -> Result<(), RunError>
+    where
+        W: Future<Output = ()>,
+    {
+        crds::require(&self.client, kinds).await?;
+        let addr = self.args.metrics_addr;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| RunError::Bind { addr, source })?;
+        tracing::info!(binary = self.binary, %addr, "serving /metrics, /healthz and /readyz");
+        let server = tokio::spawn(server::serve(
+            listener,
+            self.metrics.clone(),
+            self.health.clone(),
+            self.shutdown(),
+        ));
+        self.health.set_ready(true);
+        let result = leader::run(
+            self.client.clone(),
+            &self.args,
+            self.binary,
+            &self.metrics,
+            work,
+            self.shutdown(),
+        )
+        .await;
+        self.health.set_ready(false);
+        server.abort();
+        result.map_err(RunError::from)
+    }
+
+    /// Controller config from the flags.
+    pub fn controller_config(&self) -> ControllerConfig {
+        ControllerConfig::default().concurrency(self.args.concurrency)
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Records one reconcile in the common metrics: in-flight, duration, result.
+pub async fn instrument<T, E>(
+    metrics: &Metrics,
+    controller: &str,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let in_flight = metrics.in_flight.with_label_values(&[controller]);
+    in_flight.inc();
+    let start = Instant::now();
+    let result = fut.await;
+    in_flight.dec();
+    metrics
+        .reconcile_duration
+        .with_label_values(&[controller])
+        .observe(start.elapsed().as_secs_f64());
+    let outcome = if result.is_ok() { "success" } else { "error" };
+    metrics
+        .reconciles
+        .with_label_values(&[controller, outcome])
+        .inc();
+    result
+}
+
+/// An observe-only controller: watches every object of kind `K`, counts and
+/// logs what it sees. Binaries whose reconcile logic has not landed run this,
+/// so that their wiring (watch, RBAC, metrics, leader election) is exercised.
+pub async fn observe<K>(rt: Runtime, controller: &'static str)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin,
+{
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    rt.metrics.init_controller(controller);
+    let api: Api<K> = Api::all(rt.client.clone());
+    let ctx = Arc::new(rt.clone());
+    let controller_obj = Controller::new(api, watcher::Config::default());
+    let store = controller_obj.store();
+    controller_obj
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown())
+        .run(
+            move |obj: Arc<K>, ctx: Arc<Runtime>| {
+                let store = store.clone();
+                async move {
+                    let metrics = ctx.metrics.clone();
+                    instrument(&metrics, controller, async {
+                        metrics
+                            .pending
+                            .with_label_values(&[controller])
+                            .set(store.state().len() as i64);
+                        tracing::debug!(controller, name = %obj.name_any(), "observed");
+                        Ok::<_, Never>(Action::requeue(ctx.args.sync_interval))
+                    })
+                    .await
+                }
+            },
+            |_obj, _err: &Never, ctx: Arc<Runtime>| Action::requeue(ctx.args.poll_interval),
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+/// The erased ApiResource of a CRD type, for [`Runtime::run`]'s CRD check.
+pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}

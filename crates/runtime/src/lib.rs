@@ -1,0 +1,27 @@
+//! Shared controller plumbing for the crossplane-rs binaries: start-up flags,
+//! logging, the metrics/health server, leader election, conditions, events,
+//! remote-cluster clients and server-side apply. No controller logic lives
+//! here: a controller's decisions belong to its own crate.
+
+pub mod args;
+pub mod conditions;
+pub mod controller;
+pub mod crds;
+pub mod events;
+pub mod leader;
+pub mod metrics;
+pub mod remote;
+pub mod server;
+pub mod ssa;
+pub mod telemetry;
+
+pub use args::CommonArgs;
+pub use metrics::Metrics;
+
+/// Process start-up shared by every binary: selects rustls' crypto provider
+/// (kube's rustls feature leaves it open) and installs logging.
+pub fn init_process(format: args::LogFormat) {
+    // Err means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    telemetry::init(format);
+}

@@ -1,0 +1,129 @@
+//! The metrics every controller exports, with the same names in every binary.
+//! Labels are bounded: controller and kind names, results, error categories,
+//! verbs and cluster keys; never object names or error strings.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Prefix of every metric name.
+pub const PREFIX: &str = "crossplane_rs";
+
+/// Shared metrics; cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles by controller and result (success, error, requeue).
+    pub reconciles: IntCounterVec,
+    /// Reconcile duration by controller.
+    pub reconcile_duration: HistogramVec,
+    /// Reconciles in flight by controller.
+    pub in_flight: IntGaugeVec,
+    /// Objects known to the controller's cache and waiting or being worked on.
+    pub pending: IntGaugeVec,
+    /// Reconcile errors by controller and category.
+    pub errors: IntCounterVec,
+    /// Requests to Kubernetes API servers by cluster ("control" for the
+    /// control cluster, else the remote cluster's name) and verb.
+    pub api_requests: IntCounterVec,
+    /// 1 while this replica holds its leader-election Lease (or runs without one).
+    pub leader: IntGauge,
+}
+
+impl Metrics {
+    /// Registers the common metrics with a new registry.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}_reconcile_total"),
+                "Reconciles by controller and result.",
+            ),
+            &["controller", "result"],
+        )?;
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                format!("{PREFIX}_reconcile_duration_seconds"),
+                "Time spent in one reconcile, by controller.",
+            )
+            .buckets(vec![
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["controller"],
+        )?;
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                format!("{PREFIX}_reconcile_in_flight"),
+                "Reconciles running now, by controller.",
+            ),
+            &["controller"],
+        )?;
+        let pending = IntGaugeVec::new(
+            Opts::new(
+                format!("{PREFIX}_objects_pending"),
+                "Objects in the controller's cache, by controller.",
+            ),
+            &["controller"],
+        )?;
+        let errors = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}_reconcile_errors_total"),
+                "Reconcile errors by controller and category.",
+            ),
+            &["controller", "category"],
+        )?;
+        let api_requests = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}_kube_api_requests_total"),
+                "Requests sent to Kubernetes API servers, by cluster (control or a remote cluster's name) and verb.",
+            ),
+            &["cluster", "verb"],
+        )?;
+        let leader = IntGauge::new(
+            format!("{PREFIX}_leader"),
+            "1 while this replica is the leader (or runs without leader election).",
+        )?;
+        registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(reconcile_duration.clone()))?;
+        registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(pending.clone()))?;
+        registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(api_requests.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
+        Ok(Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            in_flight,
+            pending,
+            errors,
+            api_requests,
+            leader,
+        })
+    }
+
+    /// The registry, for a controller's own metrics.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Prometheus text exposition of every registered metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for the text format.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// Makes every per-controller series exist at zero, so dashboards and
+    /// tests see them before the first reconcile.
+    pub fn init_controller(&self, controller: &str) {
+        for result in ["success", "error"] {
+            self.reconciles.with_label_values(&[controller, result]);
+        }
+        self.reconcile_duration.with_label_values(&[controller]);
+        self.in_flight.with_label_values(&[controller]);
+        self.pending.with_label_values(&[controller]);
+    }
+}

@@ -1,0 +1,50 @@
+//! Server-side apply helpers: one field manager per binary, forced apply so
+//! that a controller owns the fields it sets, status through its subresource.
+
+use kube::{
+    Api, Resource,
+    api::{Patch, PatchParams},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+/// Apply parameters for a field manager (forced: the controller is the
+/// authority for the fields it sets).
+pub fn params(field_manager: &str) -> PatchParams {
+    PatchParams::apply(field_manager).force()
+}
+
+/// Applies `object` (a full or partial object with apiVersion and kind) to
+/// the object called `name`.
+pub async fn apply<K, T>(
+    api: &Api<K>,
+    name: &str,
+    object: &T,
+    field_manager: &str,
+) -> kube::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    T: Serialize + std::fmt::Debug,
+{
+    api.patch(name, &params(field_manager), &Patch::Apply(object))
+        .await
+}
+
+/// Applies the status subresource of the object called `name`. `status` is
+/// the object's `status` value; apiVersion and kind are added here.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: serde_json::Value,
+    field_manager: &str,
+) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let body = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
+        .await
+}

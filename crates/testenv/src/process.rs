@@ -1,0 +1,325 @@
+//! Starting etcd, the two kube-apiservers and their controller managers.
+
+use std::{
+    fs,
+    io::Write as _,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::cluster::Cluster;
+
+/// The admin token both apiservers accept (a static token file, member of
+/// system:masters). Test clusters only; never used outside them.
+const ADMIN_TOKEN: &str = "crossplane-rs-test-admin";
+
+/// Owns the started processes; a watchdog stops them (and removes their data)
+/// when the test process exits, however it exits.
+pub(crate) struct Processes {
+    children: Vec<(String, Child)>,
+    dir: PathBuf,
+}
+
+impl Processes {
+    fn spawn(&mut self, name: &str, bin: &Path, args: &[String]) -> anyhow::Result<()> {
+        if !bin.exists() {
+            bail!(
+                "{} is missing: run `hack/build-binaries.sh` first (the README's test command does), or set CROSSPLANE_RS_BIN",
+                bin.display()
+            );
+        }
+        let log = fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", bin.display()))?;
+        let mut pids = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir.join("pids"))?;
+        writeln!(pids, "{}", child.id())?;
+        self.children.push((name.to_owned(), child));
+        Ok(())
+    }
+
+    /// Fails naming the process and the end of its log when one has exited.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log =
+                    fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!(
+                    "{name} exited ({status}); the end of its log:\n{}",
+                    tail.join("\n")
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .context("finding a free port")?
+        .local_addr()?
+        .port())
+}
+
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("{what}: cannot run {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A CA, a serving certificate for 127.0.0.1 and a service-account key, made
+/// with the openssl CLI.
+fn make_pki(dir: &Path) -> anyhow::Result<()> {
+    let d = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    run(
+        Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+            ])
+            .args([
+                "-keyout",
+                &d("ca.key"),
+                "-out",
+                &d("ca.crt"),
+                "-subj",
+                "/CN=crossplane-rs-test-ca",
+            ]),
+        "creating the test CA with openssl (is openssl installed?)",
+    )?;
+    run(
+        Command::new("openssl")
+            .args(["req", "-newkey", "rsa:2048", "-nodes"])
+            .args([
+                "-keyout",
+                &d("serving.key"),
+                "-out",
+                &d("serving.csr"),
+                "-subj",
+                "/CN=kube-apiserver",
+            ]),
+        "creating the serving key",
+    )?;
+    fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )?;
+    run(
+        Command::new("openssl")
+            .args(["x509", "-req", "-days", "3650", "-in", &d("serving.csr")])
+            .args([
+                "-CA",
+                &d("ca.crt"),
+                "-CAkey",
+                &d("ca.key"),
+                "-CAcreateserial",
+            ])
+            .args(["-out", &d("serving.crt"), "-extfile", &d("san.ext")]),
+        "signing the serving certificate",
+    )?;
+    run(
+        Command::new("openssl").args(["genrsa", "-out", &d("sa.key"), "2048"]),
+        "creating the service-account key",
+    )?;
+    fs::write(
+        dir.join("tokens.csv"),
+        format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n"),
+    )?;
+    Ok(())
+}
+
+fn kubeconfig(name: &str, port: u16, ca_pem: &[u8]) -> String {
+    use base64_lite::encode;
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: admin\ncurrent-context: {name}\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\n",
+        ca = encode(ca_pem)
+    )
+}
+
+/// Starts everything and returns the two clusters once both answer /readyz.
+pub(crate) fn start(bin: &Path) -> anyhow::Result<(Cluster, Cluster, Processes)> {
+    let dir = tempfile::Builder::new()
+        .prefix("crossplane-rs-testenv-")
+        .tempdir()?
+        .keep();
+    let mut procs = Processes {
+        children: Vec::new(),
+        dir: dir.clone(),
+    };
+    make_pki(&dir)?;
+    start_watchdog(&dir)?;
+    let d = |f: &str| dir.join(f).to_string_lossy().into_owned();
+
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let etcd_url = format!("http://127.0.0.1:{client_port}");
+    procs.spawn(
+        "etcd",
+        &bin.join("etcd"),
+        &[
+            format!("--data-dir={}", d("etcd")),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+            // Test data is thrown away: skip fsync, it dominates etcd latency.
+            "--unsafe-no-fsync=true".to_owned(),
+            "--log-level=warn".to_owned(),
+        ],
+    )?;
+
+    let kubectl = bin.join("kubectl");
+    let ca_pem = fs::read(dir.join("ca.crt"))?;
+    let mut clusters = Vec::new();
+    for name in ["control", "remote"] {
+        let port = free_port()?;
+        procs.spawn(
+            &format!("kube-apiserver-{name}"),
+            &bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                format!("--etcd-prefix=/registry-{name}"),
+                "--bind-address=127.0.0.1".to_owned(),
+                "--advertise-address=127.0.0.1".to_owned(),
+                format!("--secure-port={port}"),
+                format!("--cert-dir={}", d(&format!("certs-{name}"))),
+                format!("--tls-cert-file={}", d("serving.crt")),
+                format!("--tls-private-key-file={}", d("serving.key")),
+                format!("--client-ca-file={}", d("ca.crt")),
+                format!("--token-auth-file={}", d("tokens.csv")),
+                "--authorization-mode=RBAC".to_owned(),
+                format!("--service-account-key-file={}", d("sa.key")),
+                format!("--service-account-signing-key-file={}", d("sa.key")),
+                "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
+                "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+                "--profiling=false".to_owned(),
+            ],
+        )?;
+        let path = dir.join(format!("{name}.kubeconfig"));
+        fs::write(&path, kubeconfig(name, port, &ca_pem))?;
+        clusters.push((name, path));
+    }
+    let mut ready = Vec::new();
+    for (name, path) in clusters {
+        let cluster = Cluster::new(name, path, kubectl.clone())?;
+        // The first start of an apiserver on a cold machine can take a while.
+        cluster.wait_ready(Duration::from_secs(90), || procs.check_alive())?;
+        ready.push(cluster);
+    }
+    for cluster in &ready {
+        let port = free_port()?;
+        procs.spawn(
+            &format!("kube-controller-manager-{}", cluster.name),
+            &bin.join("kube-controller-manager"),
+            &[
+                format!("--kubeconfig={}", cluster.kubeconfig_path.display()),
+                "--leader-elect=false".to_owned(),
+                "--controllers=*".to_owned(),
+                format!("--service-account-private-key-file={}", d("sa.key")),
+                format!("--root-ca-file={}", d("ca.crt")),
+                "--bind-address=127.0.0.1".to_owned(),
+                format!("--secure-port={port}"),
+                // Garbage collection and namespace cleanup should be prompt in tests.
+                "--concurrent-gc-syncs=10".to_owned(),
+                "--namespace-sync-period=10s".to_owned(),
+            ],
+        )?;
+    }
+    procs.check_alive()?;
+    let mut it = ready.into_iter();
+    let (Some(control), Some(remote)) = (it.next(), it.next()) else {
+        bail!("internal: two clusters expected");
+    };
+    Ok((control, remote, procs))
+}
+
+/// A shell loop that waits for this test process to exit, then stops every
+/// pid listed in `dir/pids` and removes `dir`.
+fn start_watchdog(dir: &Path) -> anyhow::Result<()> {
+    let script = r#"
+while kill -0 "$1" 2>/dev/null; do sleep 1; done
+pids=$(cat "$2/pids" 2>/dev/null)
+[ -n "$pids" ] && kill $pids 2>/dev/null
+sleep 3
+[ -n "$pids" ] && kill -9 $pids 2>/dev/null
+rm -rf "$2"
+"#;
+    Command::new("sh")
+        .args([
+            "-c",
+            script,
+            "watchdog",
+            &std::process::id().to_string(),
+            &dir.to_string_lossy(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the test-environment watchdog")?;
+    Ok(())
+}
+
+/// Minimal standard base64 (no dependency for one call).
+mod base64_lite {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn encode(input: &[u8]) -> String {
+        let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+        for chunk in input.chunks(3) {
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(char::from(TABLE[((n >> (18 - 6 * i)) & 63) as usize]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn encodes_like_rfc_4648() {
+            assert_eq!(super::encode(b"f"), "Zg==");
+            assert_eq!(super::encode(b"fo"), "Zm8=");
+            assert_eq!(super::encode(b"foobar"), "Zm9vYmFy");
+        }
+    }
+}

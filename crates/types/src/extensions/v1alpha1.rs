@@ -1,0 +1,212 @@
+//! `extensions.crossplane.io/v1alpha1`: ExtensionRequest and Extension
+//! (seed 001, Stacks).
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Condition, TypedReference, conditions_schema, opaque_object_schema};
+
+/// Desired state of an ExtensionRequest.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "An ExtensionRequest asks the package manager to install a Stack, named either by its package or by a CRD it owns.",
+    group = "extensions.crossplane.io",
+    version = "v1alpha1",
+    kind = "ExtensionRequest",
+    namespaced,
+    status = "ExtensionRequestStatus",
+    shortname = "extreq",
+    category = "crossplane",
+    printcolumn = r#"{"name":"PACKAGE","type":"string","jsonPath":".spec.package"}"#,
+    printcolumn = r#"{"name":"CRD","type":"string","jsonPath":".spec.crd"}"#,
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"SOURCE","type":"string","jsonPath":".spec.source","priority":1}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.package) != has(self.crd)",
+    "message": "set exactly one of spec.package (e.g. redis:v0.1.0) or spec.crd (e.g. redisclusters.cache.crossplane.io/v1alpha1)"
+}]))]
+pub struct ExtensionRequestSpec {
+    /// Source is the registry to pull the package from. Defaults to the
+    /// package manager's default registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Package to install, as name:tag (for example redis:v0.1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<String>,
+    /// CRD whose owning package to install, as <plural>.<group>/<version>
+    /// (for example redisclusters.cache.crossplane.io/v1alpha1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crd: Option<String>,
+}
+
+/// Observed state of an ExtensionRequest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionRequestStatus {
+    /// Conditions of the request: Ready once the Stack is installed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// ExtensionRecord is the Extension created for the installed Stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension_record: Option<TypedReference>,
+}
+
+/// Desired state of an Extension.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "An Extension records an installed Stack: its metadata, the CRDs it owns and depends on, its controller and the permissions that controller needs.",
+    group = "extensions.crossplane.io",
+    version = "v1alpha1",
+    kind = "Extension",
+    namespaced,
+    status = "ExtensionStatus",
+    shortname = "ext",
+    category = "crossplane",
+    printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"TITLE","type":"string","jsonPath":".spec.title","priority":1}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionSpec {
+    /// CRDs this Stack owns and depends on.
+    #[serde(
+        default,
+        rename = "customresourcedefinitions",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub custom_resource_definitions: Option<CrdRefs>,
+    /// Human readable title of the Stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Markdown description of the Stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Version of the Stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Icons of the Stack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub icons: Vec<Icon>,
+    /// Maintainers of the Stack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintainers: Vec<Contributor>,
+    /// Owners of the Stack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owners: Vec<Contributor>,
+    /// Human readable company name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub company: Option<String>,
+    /// Keywords that describe the Stack and help search indexing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keywords: Vec<String>,
+    /// Links to more information about the Stack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<Link>,
+    /// License of the Stack, as an SPDX name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub license: Option<String>,
+    /// Controller is the implementation of the Stack run in the control
+    /// cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<ControllerSpec>,
+    /// Permissions the Stack's controller needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionsSpec>,
+}
+
+/// CRDs a Stack owns and depends on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CrdRefs {
+    /// CRDs this Stack defines; by convention bundled in the same package.
+    #[serde(default)]
+    pub owns: Vec<CrdRef>,
+    /// CRDs this Stack requires; they drive dependency resolution.
+    #[serde(default)]
+    pub depends_on: Vec<CrdRef>,
+}
+
+/// A CRD named by kind and apiVersion.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CrdRef {
+    /// Kind of the CRD's resources.
+    pub kind: String,
+    /// APIVersion (group/version) of the CRD's resources.
+    pub api_version: String,
+}
+
+/// An icon.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Icon {
+    /// Base64 encoded image data.
+    #[serde(default)]
+    pub base64data: String,
+    /// Media type of the image, for example image/png.
+    #[serde(default)]
+    pub mediatype: String,
+}
+
+/// A person.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Contributor {
+    /// Name of the person.
+    #[serde(default)]
+    pub name: String,
+    /// Email of the person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+}
+
+/// A link.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Link {
+    /// What the link points to.
+    #[serde(default)]
+    pub description: String,
+    /// The URL.
+    pub url: String,
+}
+
+/// How a Stack's controller runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ControllerSpec {
+    /// Deployment that runs the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<ControllerDeployment>,
+}
+
+/// A Deployment that runs a Stack's controller.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ControllerDeployment {
+    /// Name of the Deployment.
+    pub name: String,
+    /// Spec of the Deployment (an apps/v1 DeploymentSpec).
+    #[schemars(schema_with = "opaque_object_schema")]
+    pub spec: serde_json::Value,
+}
+
+/// Permissions a Stack's controller needs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionsSpec {
+    /// RBAC policy rules granted to the controller's service account.
+    #[serde(default)]
+    pub rules: Vec<PolicyRule>,
+}
+
+/// Observed state of an Extension.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtensionStatus {
+    /// Conditions of the Extension.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}

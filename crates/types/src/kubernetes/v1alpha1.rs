@@ -1,0 +1,311 @@
+//! `kubernetes.crossplane.io/v1alpha1`: Object, ProviderConfig and
+//! ProviderConfigUsage (seeds 002 and 003).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{
+    Condition, DeletionPolicy, NamedReference, SecretKeySelector, SecretReference, TypedReference,
+    conditions_schema, embedded_object_schema,
+};
+
+/// Desired state of an Object.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "An Object manages one arbitrary Kubernetes object (its manifest) in the local cluster or a remote one, as its ProviderConfig says.",
+    group = "kubernetes.crossplane.io",
+    version = "v1alpha1",
+    kind = "Object",
+    status = "ObjectStatus",
+    category = "crossplane",
+    category = "managed",
+    category = "kubernetes",
+    printcolumn = r#"{"name":"KIND","type":"string","jsonPath":".spec.forProvider.manifest.kind"}"#,
+    printcolumn = r#"{"name":"TARGET-NAME","type":"string","jsonPath":".spec.forProvider.manifest.metadata.name"}"#,
+    printcolumn = r#"{"name":"TARGET-NAMESPACE","type":"string","jsonPath":".spec.forProvider.manifest.metadata.namespace"}"#,
+    printcolumn = r#"{"name":"PROVIDERCONFIG","type":"string","jsonPath":".spec.providerConfigRef.name"}"#,
+    printcolumn = r#"{"name":"SYNCED","type":"string","jsonPath":".status.conditions[?(@.type=='Synced')].status"}"#,
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectSpec {
+    /// ForProvider holds the desired state of the managed object.
+    pub for_provider: ObjectParameters,
+
+    /// ManagementPolicy says what the provider may do to the managed object:
+    /// Default (observe, create, update, delete), ObserveCreateUpdate (never
+    /// delete), ObserveDelete (never create or update) or Observe (read only).
+    #[serde(default)]
+    pub management_policy: ManagementPolicy,
+
+    /// DeletionPolicy says whether the managed object is deleted (Delete) or
+    /// left in place (Orphan) when this Object is deleted. Orphan always wins;
+    /// with Delete, the management policy must also allow deletion.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+
+    /// ProviderConfigRef names the ProviderConfig that says which cluster the
+    /// managed object lives in and how to reach it. Defaults to "default".
+    #[serde(default)]
+    pub provider_config_ref: NamedReference,
+
+    /// References to other objects in the control cluster, resolved in order
+    /// before anything is done to the managed object. A fromObject reference
+    /// copies a value into the manifest; a dependsOn reference only orders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<Reference>,
+
+    /// WriteConnectionSecretToRef names the Secret that connection details are
+    /// published to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_connection_secret_to_ref: Option<SecretReference>,
+
+    /// ConnectionDetails lists values read from objects in the target cluster
+    /// (for example a Secret's data key or a status field) and published to
+    /// the connection Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connection_details: Vec<ConnectionDetail>,
+
+    /// Readiness says how the Object's Ready condition is derived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+}
+
+/// The desired state of the managed object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectParameters {
+    /// Manifest of the managed object: any kind the target cluster knows.
+    /// metadata.name defaults to the Object's name (or its
+    /// crossplane.io/external-name annotation).
+    #[schemars(schema_with = "embedded_object_schema")]
+    pub manifest: serde_json::Value,
+}
+
+/// What the provider may do to the managed object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ManagementPolicy {
+    /// Observe, create, update and delete.
+    #[default]
+    Default,
+    /// Observe, create and update; never delete.
+    ObserveCreateUpdate,
+    /// Observe and delete; never create or update.
+    ObserveDelete,
+    /// Only observe.
+    Observe,
+}
+
+/// A reference to another object, resolved before the managed object is
+/// touched. Exactly one of dependsOn and fromObject is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.dependsOn) != has(self.fromObject)",
+        "message": "set exactly one of dependsOn (order only) or fromObject (copy a value)"
+    },
+    {
+        "rule": "!has(self.fromObject) || has(self.toFieldPath)",
+        "message": "a fromObject reference needs toFieldPath: the field of this Object the value is written to"
+    }
+]))]
+pub struct Reference {
+    /// DependsOn orders this Object after the referenced object without
+    /// copying any value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<DependsOn>,
+    /// FromObject copies the value at its fieldPath into toFieldPath.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_object: Option<FromObject>,
+    /// ToFieldPath is the path in this Object the value is written to, for
+    /// example spec.forProvider.manifest.metadata.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_field_path: Option<String>,
+}
+
+/// An object this Object depends on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DependsOn {
+    /// APIVersion of the referenced object.
+    pub api_version: String,
+    /// Kind of the referenced object.
+    pub kind: String,
+    /// Name of the referenced object.
+    pub name: String,
+    /// Namespace of the referenced object; empty for cluster-scoped kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// An object a value is read from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromObject {
+    /// APIVersion of the referenced object.
+    pub api_version: String,
+    /// Kind of the referenced object.
+    pub kind: String,
+    /// Name of the referenced object.
+    pub name: String,
+    /// Namespace of the referenced object; empty for cluster-scoped kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// FieldPath of the value in the referenced object, for example
+    /// status.atProvider.manifest.status.currentCSV.
+    pub field_path: String,
+}
+
+/// A connection detail read from an object in the target cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionDetail {
+    /// APIVersion of the object the value is read from.
+    pub api_version: String,
+    /// Kind of the object the value is read from.
+    pub kind: String,
+    /// Name of the object the value is read from.
+    pub name: String,
+    /// Namespace of the object the value is read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// FieldPath of the value, for example data.password or status.host.
+    pub field_path: String,
+    /// ToConnectionSecretKey is the key it is published under.
+    pub to_connection_secret_key: String,
+}
+
+/// How an Object's Ready condition is derived.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    /// Policy: SuccessfulCreate (Ready once the object exists),
+    /// DeriveFromObject (Ready when the object's Ready condition is True) or
+    /// AllTrue (Ready when every condition of the object is True).
+    #[serde(default)]
+    pub policy: ReadinessPolicy,
+}
+
+/// How readiness is derived from the managed object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ReadinessPolicy {
+    /// Ready as soon as the object was created or observed.
+    #[default]
+    SuccessfulCreate,
+    /// Ready when the object's own Ready condition is True.
+    DeriveFromObject,
+    /// Ready when every condition of the object is True.
+    AllTrue,
+}
+
+/// Observed state of an Object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStatus {
+    /// Conditions of the Object: Synced and Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// AtProvider is the observed state of the managed object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_provider: Option<ObjectObservation>,
+}
+
+/// The observed managed object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectObservation {
+    /// Manifest is the live object, status included. A Secret's data is
+    /// redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "embedded_object_schema")]
+    pub manifest: Option<serde_json::Value>,
+}
+
+/// Desired state of a ProviderConfig.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "A ProviderConfig says which cluster Objects that use it manage their objects in, and with which credentials.",
+    group = "kubernetes.crossplane.io",
+    version = "v1alpha1",
+    kind = "ProviderConfig",
+    status = "ProviderConfigStatus",
+    category = "crossplane",
+    category = "provider",
+    category = "kubernetes",
+    printcolumn = r#"{"name":"SOURCE","type":"string","jsonPath":".spec.credentials.source"}"#,
+    printcolumn = r#"{"name":"USERS","type":"integer","jsonPath":".status.users"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigSpec {
+    /// Credentials used to reach the target cluster.
+    pub credentials: ProviderCredentials,
+}
+
+/// Credentials for the target cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.source != 'Secret' || has(self.secretRef)",
+    "message": "credentials.source Secret needs credentials.secretRef naming the Secret key that holds a kubeconfig"
+}]))]
+pub struct ProviderCredentials {
+    /// Source of the credentials: Secret (a kubeconfig in a Secret key) or
+    /// InjectedIdentity (the provider's own in-cluster identity, so the target
+    /// is the control cluster).
+    pub source: CredentialsSource,
+    /// SecretRef selects the Secret key holding a kubeconfig, when source is
+    /// Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeySelector>,
+}
+
+/// Where credentials come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum CredentialsSource {
+    /// A kubeconfig held in a Secret.
+    #[default]
+    Secret,
+    /// The provider's own in-cluster identity.
+    InjectedIdentity,
+}
+
+/// Observed state of a ProviderConfig.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigStatus {
+    /// Conditions of the ProviderConfig.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Users is the number of Objects using this ProviderConfig.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<i64>,
+}
+
+/// Desired state of a ProviderConfigUsage.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "A ProviderConfigUsage records that an Object uses a ProviderConfig, so the ProviderConfig cannot be deleted while it is in use.",
+    group = "kubernetes.crossplane.io",
+    version = "v1alpha1",
+    kind = "ProviderConfigUsage",
+    category = "crossplane",
+    category = "provider",
+    category = "kubernetes",
+    printcolumn = r#"{"name":"CONFIG-NAME","type":"string","jsonPath":".spec.providerConfigRef.name"}"#,
+    printcolumn = r#"{"name":"RESOURCE-KIND","type":"string","jsonPath":".spec.resourceRef.kind"}"#,
+    printcolumn = r#"{"name":"RESOURCE-NAME","type":"string","jsonPath":".spec.resourceRef.name"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigUsageSpec {
+    /// ProviderConfigRef names the ProviderConfig in use.
+    pub provider_config_ref: NamedReference,
+    /// ResourceRef is the Object using it.
+    pub resource_ref: TypedReference,
+}

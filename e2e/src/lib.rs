@@ -1,0 +1,158 @@
+//! Helpers for the end-to-end tests in tests/: running this workspace's
+//! binaries against the test control plane, waiting for conditions, reading
+//! their HTTP endpoints.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+/// A running binary of this workspace; killed when dropped (also when a test
+/// panics).
+pub struct Running {
+    /// The process.
+    pub child: Child,
+    /// Its /metrics, /healthz, /readyz address.
+    pub addr: SocketAddr,
+    /// Which binary.
+    pub name: String,
+    log: std::path::PathBuf,
+}
+
+impl Running {
+    /// Starts `name` against the cluster whose kubeconfig is `kubeconfig`, with
+    /// `--metrics-addr` on a free port and the extra `args`.
+    pub fn start(name: &str, kubeconfig: &Path, args: &[&str]) -> Self {
+        let bin = testenv::workspace_binary(name);
+        assert!(
+            bin.exists(),
+            "{} is missing: build the binaries first (`cargo build --bins`; the README's test command does)",
+            bin.display()
+        );
+        let addr = free_addr();
+        let log = std::env::temp_dir().join(format!("{}.log", testenv::unique_name(name)));
+        let out = std::fs::File::create(&log).expect("create log file");
+        let child = Command::new(&bin)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .arg(format!("--metrics-addr={addr}"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("clone log handle"))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        Self {
+            child,
+            addr,
+            name: name.to_owned(),
+            log,
+        }
+    }
+
+    /// What the binary has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until /healthz answers 200, failing with the binary's log.
+    pub async fn wait_healthy(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited ({status}) before becoming healthy; log:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            if let Some((200, _)) = http_get(self.addr, "/healthz") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not healthy within {timeout:?}; log:\n{}",
+                self.name,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The body of GET /metrics.
+    pub fn metrics(&self) -> String {
+        match http_get(self.addr, "/metrics") {
+            Some((200, body)) => body,
+            other => panic!("{}: GET /metrics answered {other:?}", self.name),
+        }
+    }
+
+    /// Kills the process at once (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A free loopback address.
+pub fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local addr")
+}
+
+/// A minimal HTTP/1.0 GET: (status, body), or None when nothing answers.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Polls `check` until it returns Some, failing with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Reads a YAML file of the repository (relative to its root) as JSON
+/// documents.
+pub fn yaml_documents(relative: &str) -> Vec<serde_json::Value> {
+    let path = testenv::repo_root().join(relative);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}

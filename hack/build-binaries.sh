@@ -1,0 +1,450 @@
+#!/usr/bin/env bash
+# Builds the pinned upstream binaries the crossplane-rs tests run against
+# (etcd, kube-apiserver, kube-controller-manager, kubectl, registry) from source
+# via the Go module proxy, once per version, into a cache outside the repo.
+#
+#   hack/build-binaries.sh            # prints CROSSPLANE_RS_BIN=<dir> as its last stdout line
+#
+# Versions come from hack/versions.env. Layout of the cache
+# (${CROSSPLANE_RS_CACHE:-$HOME/.cache/crossplane-rs}):
+#
+#   kubernetes-<ver>/{kube-apiserver,kube-controller-manager,kubectl}
+#   etcd-<ver>/etcd
+#   registry-<ver>/registry
+#   bin/<name> -> ../<component>-<ver>/<name>    (rewritten on every run)
+#   work/      throwaway Go modules used for the builds
+#   logs/      full output of every go / apt invocation
+#
+# Binaries that already exist are not rebuilt, so a warm run takes seconds
+# and needs neither Go nor the network. Progress goes to stderr.
+#
+# Environment knobs:
+#   CROSSPLANE_RS_CACHE           cache root (default $HOME/.cache/crossplane-rs)
+#   CROSSPLANE_RS_FETCH_TIMEOUT   seconds per download/resolve step (default 1800)
+#   CROSSPLANE_RS_BUILD_TIMEOUT   seconds per `go build` (default 3600)
+#   CROSSPLANE_RS_LOCK_TIMEOUT    seconds to wait for a concurrent run (default 7200)
+#   GOPROXY, GOMODCACHE, GOCACHE  honoured as usual
+set -euo pipefail
+
+PROG=build-binaries
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------
+# Versions and settings
+# ---------------------------------------------------------------------------
+[[ -r "$HACK_DIR/versions.env" ]] || die "cannot read $HACK_DIR/versions.env"
+# shellcheck source=versions.env
+source "$HACK_DIR/versions.env"
+for var in KUBERNETES_VERSION ETCD_VERSION REGISTRY_VERSION; do
+  [[ -n "${!var:-}" ]] || die "$var is not set in $HACK_DIR/versions.env"
+done
+
+if [[ -z "${CROSSPLANE_RS_CACHE:-}" && -z "${HOME:-}" ]]; then
+  die "neither CROSSPLANE_RS_CACHE nor HOME is set — cannot pick a cache directory"
+fi
+CACHE="${CROSSPLANE_RS_CACHE:-$HOME/.cache/crossplane-rs}"
+mkdir -p "$CACHE" || die "cannot create cache directory $CACHE"
+CACHE="$(cd "$CACHE" && pwd -P)"
+
+FETCH_TIMEOUT="${CROSSPLANE_RS_FETCH_TIMEOUT:-1800}"
+BUILD_TIMEOUT="${CROSSPLANE_RS_BUILD_TIMEOUT:-3600}"
+LOCK_TIMEOUT="${CROSSPLANE_RS_LOCK_TIMEOUT:-7200}"
+
+for tool in flock timeout; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool not found on PATH — install util-linux/coreutils"
+done
+
+# ---------------------------------------------------------------------------
+# Process / cleanup handling
+# ---------------------------------------------------------------------------
+CHILD=""          # pid of the currently running background job
+CHILD_SIG=INT     # signal that stops it (see run_bg)
+TMP_PATHS=()      # partial outputs to remove on exit
+
+cleanup() {
+  local p
+  for p in "${TMP_PATHS[@]+"${TMP_PATHS[@]}"}"; do rm -rf -- "$p"; done
+  # go leaves its $WORK dir behind when interrupted; keep those in the cache.
+  [[ -n "${GO_READY:-}" ]] && rm -rf -- "$CACHE/work/.gotmp"
+  return 0
+}
+on_signal() {
+  log "interrupted by SIG$1 — stopping"
+  if [[ -n "$CHILD" ]]; then kill -"$CHILD_SIG" "$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
+  exit 130
+}
+trap cleanup EXIT
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
+
+fmt_secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+# run_bg <timeout-secs> <stdout-file> <stderr-file> <cmd...>
+# Runs cmd under `timeout` as a background job and waits for it, so that the
+# INT/TERM/HUP traps above can stop it: they send SIGINT to timeout, which
+# forwards it to the command's whole process group (timeout gives it its own).
+# On expiry timeout also sends SIGINT, then SIGKILL 30s later. Returns cmd's status.
+run_bg() {
+  local secs="$1" out="$2" err="$3" rc=0
+  shift 3
+  timeout -s INT --kill-after=30 "$secs" "$@" >>"$out" 2>>"$err" </dev/null &
+  CHILD=$! CHILD_SIG=INT
+  wait "$CHILD" || rc=$?
+  CHILD=""
+  return "$rc"
+}
+
+# run_logged <what> <timeout-secs> <logfile> <cmd...>
+# Runs cmd with a timeout, stdout+stderr appended to logfile. On failure prints
+# the tail of the log and then one line naming the step and the reason, and exits.
+run_logged() {
+  local what="$1" secs="$2" logf="$3" rc=0 reason
+  shift 3
+  { printf '### %s\n### %s\n' "$(date -u +%FT%TZ)" "$*"; } >>"$logf"
+  run_bg "$secs" "$logf" "$logf" "$@" || rc=$?
+  ((rc == 0)) && return 0
+  if ((rc == 124 || rc == 137)); then
+    die "$what timed out after ${secs}s (full log: $logf)"
+  fi
+  tail -n 15 "$logf" | sed 's/^/  | /' >&2
+  reason="$(grep -v '^[[:space:]]*$' "$logf" | grep -v '^###' | tail -n 1 | cut -c1-400)"
+  die "$what failed (exit $rc): ${reason:-no output} (full log: $logf)"
+}
+
+# ---------------------------------------------------------------------------
+# Go helpers
+# ---------------------------------------------------------------------------
+GO_READY=""
+need_go() {
+  [[ -n "$GO_READY" ]] && return 0
+  command -v go >/dev/null 2>&1 ||
+    die "go not found on PATH — install Go (>= the 'go' line of https://proxy.golang.org/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.mod, 1.26 for v1.36)"
+  # Deterministic, self-contained go environment: never switch toolchains
+  # behind the user's back, ignore any go.work, no cgo (upstream release builds
+  # of these binaries are static too).
+  export GOTOOLCHAIN=local GOWORK=off GO111MODULE=on CGO_ENABLED=0 GIT_TERMINAL_PROMPT=0
+  export GOFLAGS=""
+  # go's temporary build dirs; wiped on exit (we hold the cache lock).
+  export GOTMPDIR="$CACHE/work/.gotmp"
+  rm -rf -- "$GOTMPDIR"; mkdir -p "$GOTMPDIR"
+  go env GOVERSION >/dev/null 2>&1 || die "'go env GOVERSION' failed — is the Go installation broken? ($(command -v go))"
+  GO_READY=1
+}
+
+# require_go <min-version-from-go.mod> <who-needs-it>
+require_go() {
+  local need="$1" who="$2" have
+  have="$(go env GOVERSION)"
+  have="${have#go}"; have="${have%% *}"; have="${have%%-*}"
+  if [[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n 1)" != "$need" ]]; then
+    die "$who requires Go >= $need but $(command -v go) is go$have (GOTOOLCHAIN=local) — install Go >= $need"
+  fi
+}
+
+# mod_download <module> <version> <logfile>
+# Fetches module@version into the module cache. Sets MOD_GOMOD (path of its
+# go.mod), MOD_TIME (commit time, RFC3339) and MOD_COMMIT (VCS hash or "").
+mod_download() {
+  local mod="$1" ver="$2" logf="$3" json err info
+  local jsonf="$CACHE/work/.download/$$.json" rc=0
+  mkdir -p "$CACHE/work/.download"
+  : >"$logf"; : >"$jsonf"
+  TMP_PATHS+=("$jsonf")
+  run_bg "$FETCH_TIMEOUT" "$jsonf" "$logf" env -C "$CACHE/work/.download" go mod download -json "$mod@$ver" || rc=$?
+  json="$(cat "$jsonf")"
+  if ((rc != 0)); then
+    printf '%s\n' "$json" >>"$logf"
+    ((rc == 124 || rc == 137)) && die "fetching $mod $ver from the Go module proxy timed out after ${FETCH_TIMEOUT}s (GOPROXY=$(go env GOPROXY))"
+    err="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' | head -n 1)"
+    [[ -n "$err" ]] || err="$(grep -v '^[[:space:]]*$' "$logf" | tail -n 1)"
+    err="$(printf '%s' "$err" | sed 's/\\[nt]/ /g; s/[[:space:]]\{1,\}/ /g')"  # JSON escapes → one line
+    die "fetching $mod $ver from the Go module proxy failed: ${err:-exit $rc} (GOPROXY=$(go env GOPROXY); log: $logf)"
+  fi
+  printf '%s\n' "$json" >>"$logf"
+  MOD_GOMOD="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' | head -n 1)"
+  info="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Info": "\(.*\)",\{0,1\}$/\1/p' | head -n 1)"
+  MOD_COMMIT="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Hash": "\([0-9a-f]*\)",\{0,1\}$/\1/p' | head -n 1)"
+  [[ -n "$MOD_GOMOD" && -r "$MOD_GOMOD" ]] || die "fetching $mod $ver: go mod download did not report a go.mod file (log: $logf)"
+  MOD_TIME=""
+  if [[ -n "$info" && -r "$info" ]]; then
+    MOD_TIME="$(sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' "$info" | head -n 1)"
+  fi
+  # Prefer the hash recorded in the .info file (go mod download -json only
+  # reports Origin when it fetched it just now).
+  if [[ -z "$MOD_COMMIT" && -n "$info" && -r "$info" ]]; then
+    MOD_COMMIT="$(sed -n 's/.*"Hash": *"\([0-9a-f]*\)".*/\1/p' "$info" | head -n 1)"
+  fi
+  return 0
+}
+
+# go_line <go.mod>: the `go` directive
+go_line() { awk '$1 == "go" { print $2; exit }' "$1"; }
+
+# godebug_lines <go.mod>: the godebug directives, verbatim
+godebug_lines() {
+  awk '/^godebug[[:space:]]*\(/ { blk = 1; print; next }
+       blk { print; if ($0 ~ /^\)/) blk = 0; next }
+       /^godebug[[:space:]]/ { print }' "$1"
+}
+
+# remote_replaces <go.mod>: replace directives whose target is another module
+# (not a local path) — those are lost when the module is a dependency, so the
+# throwaway module has to repeat them. Printed as "old => new ver" lines.
+remote_replaces() {
+  awk '/^replace[[:space:]]*\(/ { blk = 1; next }
+       blk && /^\)/ { blk = 0; next }
+       /^replace[[:space:]]/ { sub(/^replace[[:space:]]+/, ""); line = 1 }
+       blk || line {
+         line = 0
+         for (i = 1; i <= NF; i++) if ($i == "=>") break
+         if (i > NF) next
+         tgt = $(i + 1)
+         if (tgt ~ /^\.\.?\// || tgt ~ /^\//) next
+         print
+       }' "$1"
+}
+
+# build_in_throwaway_module <component> <module> <version> <ldflags> <extra go.mod text> <bin=pkg>...
+# Builds main packages of <module>@<version> that cannot be `go install`ed
+# (because their go.mod has replace directives) from a generated module that
+# requires it. Missing binaries only; each is written atomically.
+build_in_throwaway_module() {
+  local component="$1" mod="$2" ver="$3" ldflags="$4" extra="$5"
+  shift 5
+  local dir="$CACHE/$component-$ver" work="$CACHE/work/$component-$ver"
+  local logs="$CACHE/logs" spec bin pkg t0 tmp
+  local -a missing=() pkgs=()
+  for spec in "$@"; do
+    bin="${spec%%=*}"; pkg="${spec#*=}"
+    if [[ -x "$dir/$bin" ]]; then
+      log "$bin $ver: cached ($dir/$bin)"
+    else
+      missing+=("$spec"); pkgs+=("$pkg")
+    fi
+  done
+  ((${#missing[@]} > 0)) || return 0
+
+  mkdir -p "$dir" "$work" "$logs"
+  cat >"$work/go.mod" <<EOF
+// Generated by crossplane-rs hack/build-binaries.sh — throwaway module used
+// only to build $mod $ver. Safe to delete.
+module crossplane-rs.invalid/build/$component
+
+go $GO_DIRECTIVE
+$GODEBUG_DIRECTIVES
+
+require $mod $ver
+$extra
+EOF
+  # No packages of its own; keep the module well-formed for `go list`.
+  printf 'package build\n' >"$work/doc.go"
+
+  : >"$logs/$component-$ver-resolve.log"
+  log "$component $ver: resolving dependencies of ${pkgs[*]} (downloads on a cold module cache)…"
+  t0=$SECONDS
+  run_logged "resolving the dependencies of $mod $ver via the Go module proxy" \
+    "$FETCH_TIMEOUT" "$logs/$component-$ver-resolve.log" \
+    env -C "$work" GOFLAGS=-mod=mod go list -deps -f '{{.ImportPath}}' "${pkgs[@]}"
+  log "$component $ver: dependencies resolved in $(fmt_secs $((SECONDS - t0)))"
+
+  for spec in "${missing[@]}"; do
+    bin="${spec%%=*}"; pkg="${spec#*=}"
+    tmp="$dir/.$bin.tmp.$$"
+    TMP_PATHS+=("$tmp")
+    log "$bin $ver: building $pkg (minutes on a cold Go build cache)…"
+    t0=$SECONDS
+    : >"$logs/$bin-$ver-build.log"
+    run_logged "building $bin $ver (go build $pkg)" \
+      "$BUILD_TIMEOUT" "$logs/$bin-$ver-build.log" \
+      env -C "$work" GOFLAGS="-mod=mod -buildvcs=false" \
+      go build -trimpath -ldflags "-s -w $ldflags" -o "$tmp" "$pkg"
+    mv -f "$tmp" "$dir/$bin"
+    log "$bin $ver: built in $(fmt_secs $((SECONDS - t0))) → $dir/$bin"
+  done
+}
+
+# ---------------------------------------------------------------------------
+# Components
+# ---------------------------------------------------------------------------
+K8S_BINS=(kube-apiserver kube-controller-manager kubectl)
+
+all_present() { # <dir> <bin>...
+  local d="$1" b; shift
+  for b in "$@"; do [[ -x "$d/$b" ]] || return 1; done
+}
+
+build_kubernetes() {
+  local ver="$KUBERNETES_VERSION" dir="$CACHE/kubernetes-$KUBERNETES_VERSION"
+  if all_present "$dir" "${K8S_BINS[@]}"; then
+    log "kubernetes $ver: cached (${K8S_BINS[*]})"; return 0
+  fi
+  [[ "$ver" =~ ^v1\.([0-9]+)\.([0-9]+.*)$ ]] ||
+    die "KUBERNETES_VERSION=$ver does not look like v1.<minor>.<patch>"
+  local minor="${BASH_REMATCH[1]}" staging_ver="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
+  need_go
+  mkdir -p "$CACHE/logs"
+  log "kubernetes $ver: fetching k8s.io/kubernetes from the Go module proxy…"
+  mod_download k8s.io/kubernetes "$ver" "$CACHE/logs/kubernetes-$ver-download.log"
+  GO_DIRECTIVE="$(go_line "$MOD_GOMOD")"
+  [[ -n "$GO_DIRECTIVE" ]] || die "k8s.io/kubernetes $ver: no 'go' directive in $MOD_GOMOD"
+  require_go "$GO_DIRECTIVE" "k8s.io/kubernetes $ver"
+  GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
+
+  # k8s.io/kubernetes requires its staging repos at v0.0.0 and replaces them
+  # with ./staging/src/... — which only works inside its own repo. Point every
+  # one of them at the published v0.<minor>.<patch> tag instead.
+  local staging
+  staging="$(awk '$1 == "require" { $1 = ""; $0 = $0 }
+                  $1 ~ /^k8s\.io\// && $2 == "v0.0.0" { print $1 }' "$MOD_GOMOD" | sort -u)"
+  [[ -n "$staging" ]] || die "k8s.io/kubernetes $ver: found no k8s.io/* modules required at v0.0.0 in $MOD_GOMOD — has the layout changed?"
+  local extra m
+  extra="replace ("$'\n'
+  for m in $staging; do extra+=$'\t'"$m => $m $staging_ver"$'\n'; done
+  while IFS= read -r m; do [[ -n "$m" ]] && extra+=$'\t'"$m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+  extra+=")"
+  log "kubernetes $ver: $(wc -w <<<"$staging") staging modules pinned to $staging_ver"
+
+  # Same version stamping as kubernetes' hack/lib/version.sh, so that
+  # `kubectl version` and the apiserver's /version report $ver.
+  local ld="" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$ver -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    # The proxy has no commit hash for k8s.io/kubernetes; an empty gitCommit
+    # beats the literal "$Format:%H$" placeholder.
+    ld+=" -X $p.gitCommit=$MOD_COMMIT"
+    [[ -n "$MOD_TIME" ]] && ld+=" -X $p.buildDate=$MOD_TIME"
+  done
+
+  local -a specs=()
+  for m in "${K8S_BINS[@]}"; do specs+=("$m=k8s.io/kubernetes/cmd/$m"); done
+  build_in_throwaway_module kubernetes k8s.io/kubernetes "$ver" "$ld" "$extra" "${specs[@]}"
+}
+
+build_etcd() {
+  local ver="$ETCD_VERSION" dir="$CACHE/etcd-$ETCD_VERSION"
+  if all_present "$dir" etcd; then log "etcd $ver: cached"; return 0; fi
+  need_go
+  mkdir -p "$CACHE/logs"
+  # go.etcd.io/etcd/server/v3 is the etcd main package (server/main.go). Its
+  # go.mod replaces the sibling etcd modules with ../ paths, so it cannot be
+  # `go install`ed; the sibling modules are required at the same version anyway.
+  log "etcd $ver: fetching go.etcd.io/etcd/server/v3 from the Go module proxy…"
+  mod_download go.etcd.io/etcd/server/v3 "$ver" "$CACHE/logs/etcd-$ver-download.log"
+  GO_DIRECTIVE="$(go_line "$MOD_GOMOD")"
+  [[ -n "$GO_DIRECTIVE" ]] || die "go.etcd.io/etcd/server/v3 $ver: no 'go' directive in $MOD_GOMOD"
+  require_go "$GO_DIRECTIVE" "go.etcd.io/etcd/server/v3 $ver"
+  GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
+  local extra="" m
+  while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+  local ld=""
+  [[ -n "$MOD_COMMIT" ]] && ld="-X go.etcd.io/etcd/api/v3/version.GitSHA=${MOD_COMMIT:0:7}"
+  build_in_throwaway_module etcd go.etcd.io/etcd/server/v3 "$ver" "$ld" "$extra" \
+    "etcd=go.etcd.io/etcd/server/v3"
+}
+
+REGISTRY_TARGET=""  # what bin/registry points at
+build_registry() {
+  local ver="$REGISTRY_VERSION" dir="$CACHE/registry-$REGISTRY_VERSION"
+  local mod=github.com/distribution/distribution/v3 logs="$CACHE/logs"
+  if all_present "$dir" registry; then
+    log "registry $ver: cached"; REGISTRY_TARGET="../registry-$ver/registry"; return 0
+  fi
+  mkdir -p "$dir" "$logs"
+  # Try the source build in a subshell so that a failure (die) falls back to
+  # Debian's docker-registry package instead of aborting the whole script. It
+  # runs as a background job with its own traps so signals still stop it.
+  local rc=0 t0=$SECONDS
+  (
+    TMP_PATHS=(); CHILD=""
+    trap cleanup EXIT
+    trap 'on_signal TERM' TERM
+    trap 'on_signal HUP' HUP
+    need_go
+    log "registry $ver: fetching $mod from the Go module proxy…"
+    mod_download "$mod" "$ver" "$logs/registry-$ver-download.log"
+    require_go "$(go_line "$MOD_GOMOD")" "$mod $ver"
+    ld="-s -w -X $mod/version.version=$ver -X $mod/version.mainpkg=$mod"
+    [[ -n "$MOD_COMMIT" ]] && ld+=" -X $mod/version.revision=$MOD_COMMIT"
+    gobin="$dir/.gobin.tmp.$BASHPID"
+    TMP_PATHS+=("$gobin")
+    mkdir -p "$gobin"
+    log "registry $ver: building $mod/cmd/registry (go install)…"
+    # go install pkg@version builds outside any module and honours the
+    # module's own go.mod (distribution has no replace directives).
+    : >"$logs/registry-$ver-build.log"
+    run_logged "building registry $ver (go install $mod/cmd/registry@$ver)" \
+      "$BUILD_TIMEOUT" "$logs/registry-$ver-build.log" \
+      env -C "$CACHE/work/.download" GOBIN="$gobin" GOFLAGS=-buildvcs=false \
+      go install -trimpath -ldflags "$ld" "$mod/cmd/registry@$ver"
+    mv -f "$gobin/registry" "$dir/registry"
+  ) &
+  CHILD=$! CHILD_SIG=TERM  # background subshells ignore SIGINT; its TERM trap forwards
+  wait "$CHILD" || rc=$?
+  CHILD=""
+  if ((rc == 0)); then
+    log "registry $ver: built in $(fmt_secs $((SECONDS - t0))) → $dir/registry"
+    REGISTRY_TARGET="../registry-$ver/registry"
+    return 0
+  fi
+  ((rc >= 128)) && exit "$rc"
+
+  log "registry $ver: source build failed (see above) — falling back to Debian's docker-registry package"
+  if [[ ! -x /usr/bin/docker-registry ]]; then
+    command -v apt-get >/dev/null 2>&1 ||
+      die "registry: building $mod $ver failed and apt-get is not available for the docker-registry fallback"
+    [[ "$(id -u)" == 0 ]] ||
+      die "registry: building $mod $ver failed; fallback needs root to run 'apt-get install docker-registry' — run that yourself or fix the build"
+    log "registry: apt-get install docker-registry…"
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry)
+    if ! run_bg "$FETCH_TIMEOUT" "$logs/registry-apt.log" "$logs/registry-apt.log" "${apt[@]}"; then
+      run_logged "registry fallback: apt-get update" "$FETCH_TIMEOUT" "$logs/registry-apt.log" apt-get update
+      run_logged "registry fallback: apt-get install docker-registry" "$FETCH_TIMEOUT" "$logs/registry-apt.log" "${apt[@]}"
+    fi
+  fi
+  [[ -x /usr/bin/docker-registry ]] || die "registry fallback: /usr/bin/docker-registry missing after apt-get install"
+  log "registry: WARNING using /usr/bin/docker-registry (Debian), not $mod $ver"
+  REGISTRY_TARGET=/usr/bin/docker-registry
+}
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+exec 9>"$CACHE/.lock"
+if ! flock -n 9; then
+  log "another build-binaries run holds $CACHE/.lock — waiting up to ${LOCK_TIMEOUT}s…"
+  flock -w "$LOCK_TIMEOUT" 9 || die "timed out after ${LOCK_TIMEOUT}s waiting for $CACHE/.lock (is another build stuck?)"
+fi
+mkdir -p "$CACHE/work" "$CACHE/logs"
+
+T_START=$SECONDS
+log "cache: $CACHE (kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION)"
+build_etcd
+build_kubernetes
+build_registry
+
+# (Re)create bin/ — each link is replaced atomically so concurrent readers
+# never see a missing file; anything else in bin/ is removed.
+declare -A LINKS=(
+  [etcd]="../etcd-$ETCD_VERSION/etcd"
+  [kube-apiserver]="../kubernetes-$KUBERNETES_VERSION/kube-apiserver"
+  [kube-controller-manager]="../kubernetes-$KUBERNETES_VERSION/kube-controller-manager"
+  [kubectl]="../kubernetes-$KUBERNETES_VERSION/kubectl"
+  [registry]="$REGISTRY_TARGET"
+)
+mkdir -p "$CACHE/bin"
+for name in "${!LINKS[@]}"; do
+  ln -sfn "${LINKS[$name]}" "$CACHE/bin/.$name.tmp"
+  mv -Tf "$CACHE/bin/.$name.tmp" "$CACHE/bin/$name"
+  [[ -x "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not an executable (cache corrupted? delete $CACHE and rerun)"
+done
+for f in "$CACHE/bin"/* "$CACHE/bin"/.[!.]*; do
+  [[ -e "$f" || -L "$f" ]] || continue
+  [[ -n "${LINKS[$(basename "$f")]+x}" ]] || rm -f -- "$f"
+done
+
+log "done in $(fmt_secs $((SECONDS - T_START)))"
+echo "CROSSPLANE_RS_BIN=$CACHE/bin"
