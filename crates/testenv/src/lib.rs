@@ -29,6 +29,16 @@ pub struct ControlPlane {
     _guard: Option<process::Processes>,
 }
 
+/// Starts a fresh control plane (not shared): for the `controlplane` binary
+/// that the README's run command uses. Everything stops when the returned
+/// guard is dropped or the process exits.
+pub fn start_local() -> anyhow::Result<(ControlPlane, PathBuf)> {
+    let (control, remote, guard) = process::start(&bin_dir()?)?;
+    control.install_crds()?;
+    let dir = guard.dir().to_path_buf();
+    Ok((ControlPlane { control, remote, _guard: Some(guard) }, dir))
+}
+
 static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 
 /// The control plane of this test binary, started on first call. Panics with
