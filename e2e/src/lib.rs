@@ -2,6 +2,10 @@
 //! binaries against the test control plane, waiting for conditions, reading
 //! their HTTP endpoints.
 
+// Test support: failing a test loudly, with what went wrong, is this crate's
+// job, so it panics where production code would return errors.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},

@@ -703,12 +703,15 @@ async fn the_kustomize_deployment_renders_and_applies() {
         let can = |args: &[&str]| {
             let mut all = vec!["auth", "can-i", "--as", sa.as_str()];
             all.extend_from_slice(args);
-            let out = control.kubectl(&all);
-            eprintln!("kubectl {}: {} {}", all.join(" "), stdout(&out).trim(), stderr(&out).trim());
-            stdout(&out).trim() == "yes"
+            stdout(&control.kubectl(&all)).trim() == "yes"
         };
         assert!(
-            can(&["update", &format!("leases/crossplane-rs-{name}"), "-n", "crossplane-system"]),
+            can(&[
+                "update",
+                &format!("leases/crossplane-rs-{name}"),
+                "-n",
+                "crossplane-system"
+            ]),
             "{name} cannot hold its Lease"
         );
         assert!(

@@ -92,13 +92,13 @@ where
     let result = tokio::select! {
         () = work => Ok(()),
         () = &mut shutdown => Ok(()),
-        lost = async {
+        () = async {
             loop {
                 if leading.changed().await.is_err() || !*leading.borrow_and_update() {
                     return;
                 }
             }
-        } => { let _ = lost; Err(LeaderError::Lost(name.clone())) }
+        } => Err(LeaderError::Lost(name.clone())),
     };
     metrics.leader.set(0);
     // Dropping the receiver makes the manager release the Lease, so a standby

@@ -334,11 +334,7 @@ fn is_collection(path: &str) -> bool {
         Some(&"apis") => parts.get(3..),
         _ => return false,
     };
-    match rest {
-        Some([_res]) => true,
-        Some(["namespaces", _ns, _res]) => true,
-        _ => false,
-    }
+    matches!(rest, Some([_res] | ["namespaces", _, _res]))
 }
 
 #[cfg(test)]

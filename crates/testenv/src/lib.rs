@@ -10,6 +10,10 @@
 //! `CROSSPLANE_RS_REMOTE_KUBECONFIG`) set, the tests use those clusters
 //! instead of starting their own.
 
+// Test support: failing a test loudly, with what went wrong, is this crate's
+// job, so it panics where production code would return errors.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
 mod cluster;
 mod process;
 
@@ -36,7 +40,14 @@ pub fn start_local() -> anyhow::Result<(ControlPlane, PathBuf)> {
     let (control, remote, guard) = process::start(&bin_dir()?)?;
     control.install_crds()?;
     let dir = guard.dir().to_path_buf();
-    Ok((ControlPlane { control, remote, _guard: Some(guard) }, dir))
+    Ok((
+        ControlPlane {
+            control,
+            remote,
+            _guard: Some(guard),
+        },
+        dir,
+    ))
 }
 
 static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();

@@ -21,11 +21,18 @@ fn main() -> anyhow::Result<()> {
     let (plane, data) = testenv::start_local()?;
     for cluster in [&plane.control, &plane.remote] {
         let path = dir.join(format!("{}.kubeconfig", cluster.name));
-        std::fs::write(&path, &cluster.kubeconfig).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, &cluster.kubeconfig)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     std::fs::write(dir.join("ready"), format!("{}\n", data.display()))?;
-    println!("control plane ready: kubeconfigs in {} (logs in {})", dir.display(), data.display());
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    println!(
+        "control plane ready: kubeconfigs in {} (logs in {})",
+        dir.display(),
+        data.display()
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
