@@ -31,5 +31,14 @@ step "tests (unit, crds/ up to date, e2e against real API servers)"
 # Each test binary starts one control plane; its tests share it and run in
 # parallel, each in its own namespace. They mostly wait on API servers, so
 # more threads than cores is right.
-cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-6}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-6}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run (cargo's own last line belongs to
+# whichever target ran last, often one without tests).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 step "done"
+exit "$status"
