@@ -1,15 +1,16 @@
-//! `application-controller`: Turns scheduled KubernetesApplications into KubernetesApplicationResources.
-//!
-//! Observe-only for now: it watches its kinds, serves metrics and health, and
-//! takes its Lease when asked; its reconcile logic lands in a later change.
+//! `application-controller`: turns each scheduled KubernetesApplication into
+//! one KubernetesApplicationResource per template and reports the
+//! application's state.
+
+mod controller;
+mod desired;
 
 use clap::Parser;
 use runtime::{
     CommonArgs,
-    controller::{Runtime, api_resource, observe},
+    controller::{Runtime, api_resource},
 };
-use types::workload::v1alpha1::KubernetesApplication;
-use types::workload::v1alpha1::KubernetesApplicationResource;
+use types::workload::v1alpha1::{KubernetesApplication, KubernetesApplicationResource};
 
 const BINARY: &str = "application-controller";
 
@@ -30,18 +31,7 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesApplication>(),
         api_resource::<KubernetesApplicationResource>(),
     ];
-    let work = {
-        let rt = rt.clone();
-        async move {
-            tokio::join!(
-                observe::<KubernetesApplication>(rt.clone(), "kubernetesapplication"),
-                observe::<KubernetesApplicationResource>(
-                    rt.clone(),
-                    "kubernetesapplicationresource"
-                ),
-            );
-        }
-    };
-    rt.run(&kinds, work).await?;
+    let controller = controller::controller(&rt);
+    rt.run(&kinds, controller).await?;
     Ok(())
 }

@@ -1,12 +1,16 @@
-//! `resource-controller`: Submits KubernetesApplicationResources to their remote clusters.
-//!
-//! Observe-only for now: it watches its kinds, serves metrics and health, and
-//! takes its Lease when asked; its reconcile logic lands in a later change.
+//! `resource-controller`: submits each scheduled
+//! KubernetesApplicationResource's templated object and Secrets to its remote
+//! cluster and reports the remote object's status.
+
+mod controller;
+mod remote_object;
+
+use std::time::Duration;
 
 use clap::Parser;
 use runtime::{
     CommonArgs,
-    controller::{Runtime, api_resource, observe},
+    controller::{Runtime, api_resource},
 };
 use types::workload::v1alpha1::KubernetesApplicationResource;
 
@@ -18,6 +22,12 @@ const BINARY: &str = "resource-controller";
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// How long a deleted resource keeps trying to remove its remote objects
+    /// from a cluster that does not answer before it leaves them in place
+    /// (with a Warning event) and goes.
+    #[arg(long, env = "REMOTE_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    remote_deletion_timeout: Duration,
 }
 
 #[tokio::main]
@@ -26,15 +36,7 @@ async fn main() -> anyhow::Result<()> {
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [api_resource::<KubernetesApplicationResource>()];
-    let work = {
-        let rt = rt.clone();
-        async move {
-            tokio::join!(observe::<KubernetesApplicationResource>(
-                rt.clone(),
-                "kubernetesapplicationresource"
-            ),);
-        }
-    };
-    rt.run(&kinds, work).await?;
+    let controller = controller::controller(&rt, args.remote_deletion_timeout)?;
+    rt.run(&kinds, controller).await?;
     Ok(())
 }

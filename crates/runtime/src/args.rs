@@ -54,6 +54,11 @@ pub struct CommonArgs {
     #[arg(long, env = "POLL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
 
+    /// Watch only this namespace (namespaced kinds); all namespaces when
+    /// unset.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+
     /// How often every object is reconciled even when nothing changed.
     #[arg(long, env = "SYNC_INTERVAL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub sync_interval: Duration,

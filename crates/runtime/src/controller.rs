@@ -98,7 +98,7 @@ impl Runtime {
     }
 
     /// Resolves when the binary is asked to stop.
-    pub fn shutdown(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn shutdown(&self) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut rx = self.shutdown.clone();
         async move {
             while !*rx.borrow_and_update() {
@@ -140,6 +140,19 @@ impl Runtime {
         self.health.set_ready(false);
         server.abort();
         result.map_err(RunError::from)
+    }
+
+    /// The Api for a namespaced kind: one namespace with --watch-namespace,
+    /// else all.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.args.watch_namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
     }
 
     /// Controller config from the flags.
@@ -239,4 +252,75 @@ where
 /// The erased ApiResource of a CRD type, for [`Runtime::run`]'s CRD check.
 pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
+}
+
+/// What every reconcile shares for reporting: the event reporter and the
+/// per-object backoff.
+#[derive(Clone)]
+pub struct Reporting {
+    /// Controller name (metric label, event reporter).
+    pub controller: &'static str,
+    /// Events.
+    pub events: crate::events::EventReporter,
+    /// Per-object backoff.
+    pub backoff: crate::backoff::Backoff,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+impl Reporting {
+    /// Reporting for one controller of a binary.
+    pub fn new(rt: &Runtime, controller: &'static str) -> Self {
+        rt.metrics.init_controller(controller);
+        Self {
+            controller,
+            events: crate::events::EventReporter::new(
+                rt.client.clone(),
+                &format!("crossplane-rs/{}", rt.binary),
+                rt.args.identity(),
+                rt.metrics.clone(),
+            ),
+            backoff: crate::backoff::Backoff::default(),
+            metrics: rt.metrics.clone(),
+        }
+    }
+
+    /// Runs one reconcile of `obj`: metrics; on failure a log line, a Warning
+    /// event and the error metric; the backoff count is reset on success.
+    pub async fn reconcile<K, E>(
+        &self,
+        obj: &K,
+        fut: impl Future<Output = Result<Action, E>>,
+    ) -> Result<Action, E>
+    where
+        K: Resource<DynamicType = ()>,
+        E: crate::events::ReconcileError,
+    {
+        let key = key_of(obj);
+        let result = instrument(&self.metrics, self.controller, fut).await;
+        match &result {
+            Ok(_) => self.backoff.succeeded(&key),
+            Err(e) => {
+                let oref = obj.object_ref(&());
+                self.events.report_error(&oref, e).await;
+            }
+        }
+        result
+    }
+
+    /// The error policy: retry this object after its backoff delay.
+    pub fn retry<K: Resource>(&self, obj: &K) -> Action {
+        Action::requeue(self.backoff.failed(&key_of(obj)))
+    }
+}
+
+fn key_of<K: Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    meta.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        )
+    })
 }

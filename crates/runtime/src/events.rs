@@ -73,9 +73,17 @@ impl EventReporter {
     /// Reports a failed reconcile: a log line, a Warning event whose reason is
     /// the category and whose note is the error's source chain, and the error
     /// metric.
-    pub async fn report_error(&self, object: &ObjectReference, error: &dyn ReconcileError) {
+    pub fn report_error<'a>(
+        &'a self,
+        object: &'a ObjectReference,
+        error: &dyn ReconcileError,
+    ) -> impl Future<Output = ()> + Send + 'a {
         let note = error_chain(error);
         let category = error.category();
+        self.report(object, category, note)
+    }
+
+    async fn report(&self, object: &ObjectReference, category: &'static str, note: String) {
         tracing::warn!(controller = %self.controller, category, error = %note, "reconcile failed");
         self.metrics
             .errors

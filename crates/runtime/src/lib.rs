@@ -4,10 +4,12 @@
 //! here: a controller's decisions belong to its own crate.
 
 pub mod args;
+pub mod backoff;
 pub mod conditions;
 pub mod controller;
 pub mod crds;
 pub mod events;
+pub mod finalizers;
 pub mod leader;
 pub mod metrics;
 pub mod remote;

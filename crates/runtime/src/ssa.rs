@@ -48,3 +48,27 @@ where
     api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
         .await
 }
+
+/// Applies the status subresource only if the object is still at
+/// `resource_version`: a 409 means someone else changed it first and the
+/// caller must look again (used where a decision must never be overwritten,
+/// such as a scheduling decision).
+pub async fn apply_status_at<K>(
+    api: &Api<K>,
+    name: &str,
+    resource_version: &str,
+    status: serde_json::Value,
+    field_manager: &str,
+) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let body = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"resourceVersion": resource_version},
+        "status": status,
+    });
+    api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
+        .await
+}

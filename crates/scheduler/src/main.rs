@@ -1,15 +1,19 @@
-//! `scheduler`: Places KubernetesApplications onto KubernetesClusters.
-//!
-//! Observe-only for now: it watches its kinds, serves metrics and health, and
-//! takes its Lease when asked; its reconcile logic lands in a later change.
+//! `scheduler`: keeps each KubernetesCluster's Ready condition and places
+//! each unscheduled KubernetesApplication onto a Ready cluster that matches
+//! its clusterSelector.
+
+mod applications;
+mod clusters;
+mod placement;
+mod selector;
 
 use clap::Parser;
 use runtime::{
     CommonArgs,
-    controller::{Runtime, api_resource, observe},
+    controller::{Runtime, api_resource},
+    remote::RemoteClients,
 };
-use types::compute::v1alpha1::KubernetesCluster;
-use types::workload::v1alpha1::KubernetesApplication;
+use types::{compute::v1alpha1::KubernetesCluster, workload::v1alpha1::KubernetesApplication};
 
 const BINARY: &str = "scheduler";
 
@@ -30,15 +34,13 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesApplication>(),
         api_resource::<KubernetesCluster>(),
     ];
-    let work = {
-        let rt = rt.clone();
-        async move {
-            tokio::join!(
-                observe::<KubernetesApplication>(rt.clone(), "kubernetesapplication"),
-                observe::<KubernetesCluster>(rt.clone(), "kubernetescluster"),
-            );
-        }
-    };
-    rt.run(&kinds, work).await?;
+    let remote = RemoteClients::new(rt.metrics.clone());
+    let (clusters, cluster_store) = clusters::controller(&rt, remote);
+    let applications = applications::controller(&rt, cluster_store)?;
+    rt.clone()
+        .run(&kinds, async move {
+            tokio::join!(clusters, applications);
+        })
+        .await?;
     Ok(())
 }

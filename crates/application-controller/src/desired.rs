@@ -1,0 +1,225 @@
+//! What an application wants: one KubernetesApplicationResource per
+//! template, and what its status says. Pure functions of the application and
+//! the resources that exist.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use types::workload::v1alpha1::{
+    KubernetesApplication, KubernetesApplicationResource, KubernetesApplicationResourceState,
+    KubernetesApplicationState,
+};
+
+/// The KubernetesApplicationResource one template asks for, as a
+/// server-side-apply body, or why the template cannot be used.
+pub fn resource_for(
+    app: &KubernetesApplication,
+    index: usize,
+    cluster: &str,
+) -> Result<(String, Value), String> {
+    let template = &app.spec.resource_templates[index];
+    let name = template
+        .metadata
+        .name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            format!("spec.resourceTemplates[{index}].metadata.name is required: name the resource")
+        })?;
+    let owner = json!({
+        "apiVersion": KubernetesApplication::api_version(&()),
+        "kind": KubernetesApplication::kind(&()),
+        "name": app.name_any(),
+        "uid": app.uid().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    });
+    let mut metadata = json!({
+        "name": name,
+        // The template's namespace is ignored: resources live with their
+        // application, as ReplicaSets do with Deployments.
+        "namespace": app.namespace().unwrap_or_default(),
+        "ownerReferences": [owner],
+    });
+    if let Some(labels) = &template.metadata.labels {
+        metadata["labels"] = json!(labels);
+    }
+    if let Some(annotations) = &template.metadata.annotations {
+        metadata["annotations"] = json!(annotations);
+    }
+    let mut spec = json!({
+        "template": template.spec.template,
+        "clusterRef": {"name": cluster},
+    });
+    if !template.spec.secrets.is_empty() {
+        spec["secrets"] = json!(template.spec.secrets);
+    }
+    Ok((
+        name,
+        json!({
+            "apiVersion": KubernetesApplicationResource::api_version(&()),
+            "kind": KubernetesApplicationResource::kind(&()),
+            "metadata": metadata,
+            "spec": spec,
+        }),
+    ))
+}
+
+/// Whether `res` is controlled by `app`.
+pub fn controlled_by(res: &KubernetesApplicationResource, app: &KubernetesApplication) -> bool {
+    controller_of(res).is_some_and(|o| Some(&o.uid) == app.uid().as_ref())
+}
+
+/// The controller owner reference of `res`, if any.
+pub fn controller_of(
+    res: &KubernetesApplicationResource,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    res.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+/// Whether the existing resource already is what `desired` asks for (so
+/// applying it would change nothing and can be skipped).
+pub fn up_to_date(existing: &KubernetesApplicationResource, desired: &Value) -> bool {
+    let Ok(spec) = serde_json::to_value(&existing.spec) else {
+        return false;
+    };
+    let subset = |want: &Value, have: Option<&BTreeMap<String, String>>| match want.as_object() {
+        None => true,
+        Some(w) => w
+            .iter()
+            .all(|(k, v)| have.and_then(|h| h.get(k)).map(|s| json!(s)) == Some(v.clone())),
+    };
+    spec == desired["spec"]
+        && subset(
+            &desired["metadata"]["labels"],
+            existing.metadata.labels.as_ref(),
+        )
+        && subset(
+            &desired["metadata"]["annotations"],
+            existing.metadata.annotations.as_ref(),
+        )
+}
+
+/// Names of resources controlled by the application that no template asks
+/// for any more.
+pub fn stale<'a>(
+    owned: impl Iterator<Item = &'a KubernetesApplicationResource>,
+    wanted: &BTreeSet<String>,
+) -> Vec<String> {
+    owned
+        .map(ResourceExt::name_any)
+        .filter(|n| !wanted.contains(n))
+        .collect()
+}
+
+/// The application's state from its resources' states.
+pub fn state(desired: usize, submitted: usize, failed: usize) -> KubernetesApplicationState {
+    if submitted == desired {
+        KubernetesApplicationState::Submitted
+    } else if submitted > 0 {
+        KubernetesApplicationState::PartiallySubmitted
+    } else if failed > 0 {
+        KubernetesApplicationState::Failed
+    } else {
+        KubernetesApplicationState::Scheduled
+    }
+}
+
+/// Whether a resource counts as submitted.
+pub fn submitted(res: &KubernetesApplicationResource) -> bool {
+    res.status.as_ref().and_then(|s| s.state) == Some(KubernetesApplicationResourceState::Submitted)
+}
+
+/// Whether a resource failed.
+pub fn failed(res: &KubernetesApplicationResource) -> bool {
+    res.status.as_ref().and_then(|s| s.state) == Some(KubernetesApplicationResourceState::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use types::workload::v1alpha1::KubernetesApplicationSpec;
+
+    use super::*;
+
+    fn app() -> KubernetesApplication {
+        let spec: KubernetesApplicationSpec = serde_json::from_value(json!({
+            "resourceTemplates": [
+                {"metadata": {"name": "ns", "namespace": "elsewhere", "labels": {"app": "demo"}},
+                 "spec": {"template": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "wordpress"}}}},
+                {"metadata": {"name": "dep"},
+                 "spec": {"secrets": [{"name": "sql"}],
+                          "template": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "wordpress", "namespace": "wordpress"}}}},
+                {"metadata": {}, "spec": {"template": {"kind": "ConfigMap"}}}
+            ]
+        }))
+        .unwrap();
+        let mut app = KubernetesApplication::new("demo", spec);
+        app.metadata.namespace = Some("complex".into());
+        app.metadata.uid = Some("uid-1".into());
+        app
+    }
+
+    #[test]
+    fn a_resource_lives_in_the_applications_namespace_whatever_the_template_says() {
+        let (name, body) = resource_for(&app(), 0, "c1").unwrap();
+        assert_eq!(name, "ns");
+        assert_eq!(body["metadata"]["namespace"], "complex");
+        assert_eq!(body["metadata"]["labels"]["app"], "demo");
+    }
+
+    #[test]
+    fn a_resource_is_controlled_by_its_application_and_sent_to_its_cluster() {
+        let (_, body) = resource_for(&app(), 1, "c1").unwrap();
+        let owner = &body["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["uid"], "uid-1");
+        assert_eq!(owner["controller"], true);
+        assert_eq!(owner["kind"], "KubernetesApplication");
+        assert_eq!(body["spec"]["clusterRef"]["name"], "c1");
+        assert_eq!(body["spec"]["secrets"][0]["name"], "sql");
+        assert_eq!(body["spec"]["template"]["kind"], "Deployment");
+    }
+
+    #[test]
+    fn a_template_without_a_name_says_which_one() {
+        let err = resource_for(&app(), 2, "c1").unwrap_err();
+        assert_eq!(
+            err,
+            "spec.resourceTemplates[2].metadata.name is required: name the resource"
+        );
+    }
+
+    #[test]
+    fn an_existing_resource_that_matches_needs_no_write() {
+        let (_, body) = resource_for(&app(), 1, "c1").unwrap();
+        let mut res: KubernetesApplicationResource = serde_json::from_value(body.clone()).unwrap();
+        assert!(up_to_date(&res, &body));
+        res.spec.secrets.clear();
+        assert!(!up_to_date(&res, &body));
+    }
+
+    #[test]
+    fn states_follow_the_counts() {
+        assert_eq!(state(3, 3, 0), KubernetesApplicationState::Submitted);
+        assert_eq!(
+            state(3, 2, 1),
+            KubernetesApplicationState::PartiallySubmitted
+        );
+        assert_eq!(state(3, 0, 1), KubernetesApplicationState::Failed);
+        assert_eq!(state(3, 0, 0), KubernetesApplicationState::Scheduled);
+    }
+
+    #[test]
+    fn resources_no_template_asks_for_are_stale() {
+        let (_, a) = resource_for(&app(), 0, "c").unwrap();
+        let (_, b) = resource_for(&app(), 1, "c").unwrap();
+        let owned: Vec<KubernetesApplicationResource> = vec![
+            serde_json::from_value(a).unwrap(),
+            serde_json::from_value(b).unwrap(),
+        ];
+        let wanted: BTreeSet<String> = ["ns".to_owned()].into();
+        assert_eq!(stale(owned.iter(), &wanted), vec!["dep".to_owned()]);
+    }
+}

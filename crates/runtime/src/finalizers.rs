@@ -1,0 +1,90 @@
+//! Adding and removing a finalizer with a JSON Patch that first tests the
+//! list it read, so a concurrent change (another controller's finalizer)
+//! fails with a conflict instead of being overwritten.
+//!
+//! NB: kube's `runtime::finalizer` helper removes the finalizer as soon as
+//! cleanup returns Ok, and can only wait by returning an error. Controllers
+//! whose cleanup waits on other objects (children with finalizers of their
+//! own) use these two functions so that waiting is not reported as failure.
+
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde::de::DeserializeOwned;
+
+fn patch(current: &[String], next: Vec<String>) -> serde_json::Value {
+    if current.is_empty() {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": next},
+        ])
+    } else {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "replace", "path": "/metadata/finalizers", "value": next},
+        ])
+    }
+}
+
+/// Adds `finalizer` to `obj` unless present.
+pub async fn add<K>(api: &Api<K>, obj: &K, finalizer: &str) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let current = obj.finalizers().to_vec();
+    if current.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let mut next = current.clone();
+    next.push(finalizer.to_owned());
+    let p: json_patch::Patch =
+        serde_json::from_value(patch(&current, next)).map_err(kube::Error::SerdeError)?;
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(p),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes `finalizer` from `obj` if present.
+pub async fn remove<K>(api: &Api<K>, obj: &K, finalizer: &str) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let current = obj.finalizers().to_vec();
+    if !current.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let next: Vec<String> = current
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    let p: json_patch::Patch =
+        serde_json::from_value(patch(&current, next)).map_err(kube::Error::SerdeError)?;
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(p),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Already gone: nothing left to finalize.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `obj` carries `finalizer`.
+pub fn has<K: Resource>(obj: &K, finalizer: &str) -> bool {
+    obj.meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == finalizer)
+}
