@@ -1,0 +1,1202 @@
+//! Seed 000 end to end: KubernetesApplications applied to the control cluster
+//! are scheduled, split into KubernetesApplicationResources and delivered to
+//! the remote cluster; their state is visible from the control cluster.
+
+// Test helpers fail the test loudly, with what went wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use e2e::{Running, wait_for};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, Event, Namespace, Secret, Service},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+use types::workload::v1alpha1::{
+    ANNOTATION_RESOURCE_UID, KubernetesApplication, KubernetesApplicationResource,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The three workload controllers, watching one namespace.
+struct Controllers {
+    scheduler: Running,
+    application: Running,
+    resource: Running,
+    ns: String,
+}
+
+impl Controllers {
+    async fn start(ns: &str) -> Self {
+        let mut c = Self {
+            scheduler: start("scheduler", ns),
+            application: start("application-controller", ns),
+            resource: start("resource-controller", ns),
+            ns: ns.to_owned(),
+        };
+        for r in [&mut c.scheduler, &mut c.application, &mut c.resource] {
+            r.wait_healthy(Duration::from_secs(30)).await;
+        }
+        c
+    }
+}
+
+fn start(name: &str, ns: &str) -> Running {
+    let kubeconfig = &testenv::control_plane().control.kubeconfig_path;
+    let mut args = vec!["--watch-namespace", ns, "--poll-interval", "1s"];
+    if name == "resource-controller" {
+        args.extend(["--remote-deletion-timeout", "15s"]);
+    }
+    Running::start(name, kubeconfig, &args)
+}
+
+async fn clients() -> (Client, Client) {
+    let plane = testenv::control_plane();
+    (plane.control.client().await, plane.remote.client().await)
+}
+
+fn ssa() -> PatchParams {
+    PatchParams::apply("e2e-test").force()
+}
+
+/// Creates a connection Secret (with `kubeconfig`) and a KubernetesCluster.
+async fn cluster(client: &Client, ns: &str, name: &str, labels: Value, kubeconfig: Option<&str>) {
+    if let Some(kc) = kubeconfig {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-kubeconfig"), "namespace": ns},
+            "stringData": {"kubeconfig": kc},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    let kc = json!({
+        "apiVersion": "compute.crossplane.io/v1alpha1",
+        "kind": "KubernetesCluster",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"connectionSecretRef": {"name": format!("{name}-kubeconfig")}},
+    });
+    apply_json(client, ns, "kubernetesclusters", &kc).await;
+}
+
+async fn apply_json(client: &Client, ns: &str, plural: &str, body: &Value) {
+    let (group, version) = body["apiVersion"]
+        .as_str()
+        .unwrap()
+        .split_once('/')
+        .unwrap();
+    let ar = kube::discovery::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: body["apiVersion"].as_str().unwrap().into(),
+        kind: body["kind"].as_str().unwrap().into(),
+        plural: plural.into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    api.patch(
+        body["metadata"]["name"].as_str().unwrap(),
+        &ssa(),
+        &Patch::Apply(body),
+    )
+    .await
+    .unwrap();
+}
+
+async fn apply_app(client: &Client, ns: &str, body: Value) {
+    apply_json(client, ns, "kubernetesapplications", &body).await;
+}
+
+fn app(name: &str, ns: &str, selector: Value, templates: Value) -> Value {
+    json!({
+        "apiVersion": "workload.crossplane.io/v1alpha1",
+        "kind": "KubernetesApplication",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterSelector": selector, "resourceTemplates": templates},
+    })
+}
+
+fn configmap_template(resource: &str, remote_ns: &str, remote_name: &str, data: Value) -> Value {
+    json!({
+        "metadata": {"name": resource, "labels": {"test": "e2e"}},
+        "spec": {"template": {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": remote_name, "namespace": remote_ns},
+            "data": data,
+        }},
+    })
+}
+
+async fn get_app(client: &Client, ns: &str, name: &str) -> Option<KubernetesApplication> {
+    Api::<KubernetesApplication>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn get_res(client: &Client, ns: &str, name: &str) -> Option<KubernetesApplicationResource> {
+    Api::<KubernetesApplicationResource>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+fn state_of_app(app: &KubernetesApplication) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.state)
+        .map(|s| format!("{s:?}"))
+        .unwrap_or_default()
+}
+
+fn state_of_res(res: &KubernetesApplicationResource) -> String {
+    res.status
+        .as_ref()
+        .and_then(|s| s.state)
+        .map(|s| format!("{s:?}"))
+        .unwrap_or_default()
+}
+
+fn condition<'a>(
+    conds: &'a [types::common::Condition],
+    t: &str,
+) -> Option<&'a types::common::Condition> {
+    conds.iter().find(|c| c.type_ == t)
+}
+
+async fn wait_app_state(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    state: &str,
+) -> KubernetesApplication {
+    wait_for(
+        WAIT,
+        &format!("application {ns}/{name} to be {state}"),
+        || async {
+            get_app(client, ns, name)
+                .await
+                .filter(|a| state_of_app(a) == state)
+        },
+    )
+    .await
+}
+
+async fn wait_res_state(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    state: &str,
+) -> KubernetesApplicationResource {
+    wait_for(
+        WAIT,
+        &format!("resource {ns}/{name} to be {state}"),
+        || async {
+            get_res(client, ns, name)
+                .await
+                .filter(|r| state_of_res(r) == state)
+        },
+    )
+    .await
+}
+
+fn synced_message(res: &KubernetesApplicationResource) -> String {
+    res.status
+        .as_ref()
+        .and_then(|s| condition(&s.conditions, "Synced"))
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+async fn remote_ns(remote: &Client, prefix: &str) -> String {
+    testenv::control_plane()
+        .remote
+        .namespace(remote, prefix)
+        .await
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[tokio::test]
+async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_up() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    // The seed's application, applied verbatim, lives in namespace complex.
+    let _ = plane.control.kubectl(&["create", "namespace", "complex"]);
+    let controllers = Controllers::start("complex").await;
+    let out = plane.control.kubectl(&[
+        "-n",
+        "complex",
+        "create",
+        "secret",
+        "generic",
+        "wordpress-demo-cluster",
+        &format!(
+            "--from-file=kubeconfig={}",
+            plane.remote.kubeconfig_path.display()
+        ),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in [
+        "examples/wordpress-demo/cluster.yaml",
+        "examples/wordpress-demo/sql-secret.yaml",
+        "examples/seeds/000-wordpress-demo.yaml",
+    ] {
+        let out = plane.control.kubectl(&[
+            "apply",
+            "-f",
+            &testenv::repo_root().join(file).to_string_lossy(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let app = wait_app_state(&client, "complex", "wordpress-demo", "Submitted").await;
+    let status = app.status.unwrap();
+    assert_eq!(status.desired_resources, Some(3));
+    assert_eq!(status.submitted_resources, Some(3));
+    assert_eq!(status.cluster_ref.unwrap().name, "wordpress-demo-cluster");
+
+    // The remote cluster has the namespace, Deployment and Service, each
+    // annotated with the UID of the resource that templated it.
+    let uid = |name: &str| {
+        let client = client.clone();
+        let name = name.to_owned();
+        async move {
+            get_res(&client, "complex", &name)
+                .await
+                .unwrap()
+                .uid()
+                .unwrap()
+        }
+    };
+    let ns = Api::<Namespace>::all(remote.clone())
+        .get("wordpress")
+        .await
+        .unwrap();
+    assert_eq!(
+        ns.annotations()[ANNOTATION_RESOURCE_UID],
+        uid("wordpress-demo-namespace").await
+    );
+    let dep = Api::<Deployment>::namespaced(remote.clone(), "wordpress")
+        .get("wordpress")
+        .await
+        .unwrap();
+    assert_eq!(
+        dep.annotations()[ANNOTATION_RESOURCE_UID],
+        uid("wordpress-demo-deployment").await
+    );
+    let svc = Api::<Service>::namespaced(remote.clone(), "wordpress")
+        .get("wordpress")
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.annotations()[ANNOTATION_RESOURCE_UID],
+        uid("wordpress-demo-service").await
+    );
+
+    // kubectl on the control cluster shows the seed's columns.
+    let out = plane.control.kubectl(&[
+        "-n",
+        "complex",
+        "get",
+        "kubernetesapplication",
+        "wordpress-demo",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        words(lines[0]),
+        ["NAME", "CLUSTER", "STATUS", "DESIRED", "SUBMITTED"]
+    );
+    assert_eq!(
+        words(lines[1]),
+        [
+            "wordpress-demo",
+            "wordpress-demo-cluster",
+            "Submitted",
+            "3",
+            "3"
+        ]
+    );
+    let out = plane.control.kubectl(&[
+        "-n",
+        "complex",
+        "get",
+        "kubernetesapplicationresource",
+        "--selector",
+        "app=wordpress-demo",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = text.lines().map(words).collect();
+    assert_eq!(
+        rows[0],
+        [
+            "NAME",
+            "TEMPLATE-KIND",
+            "TEMPLATE-NAME",
+            "CLUSTER",
+            "STATUS"
+        ]
+    );
+    assert_eq!(
+        rows[1],
+        [
+            "wordpress-demo-deployment",
+            "Deployment",
+            "wordpress",
+            "wordpress-demo-cluster",
+            "Submitted"
+        ]
+    );
+    assert_eq!(
+        rows[2],
+        [
+            "wordpress-demo-namespace",
+            "Namespace",
+            "wordpress",
+            "wordpress-demo-cluster",
+            "Submitted"
+        ]
+    );
+    assert_eq!(
+        rows[3],
+        [
+            "wordpress-demo-service",
+            "Service",
+            "wordpress",
+            "wordpress-demo-cluster",
+            "Submitted"
+        ]
+    );
+
+    // status.remote of the Deployment resource is the remote Deployment's status.
+    let res = wait_for(
+        WAIT,
+        "status.remote to match the remote Deployment's status",
+        || async {
+            let res = get_res(&client, "complex", "wordpress-demo-deployment").await?;
+            let live = Api::<Deployment>::namespaced(remote.clone(), "wordpress")
+                .get("wordpress")
+                .await
+                .ok()?;
+            let remote_status = serde_json::to_value(live.status?).ok()?;
+            (res.status.as_ref()?.remote.as_ref()? == &remote_status).then_some(res)
+        },
+    )
+    .await;
+    assert!(
+        res.status
+            .unwrap()
+            .remote
+            .unwrap()
+            .get("observedGeneration")
+            .is_some()
+    );
+
+    // Editing the template's spec flows to the resource, the remote object,
+    // and the remote object's new status back into status.remote.
+    let out = plane.control.kubectl(&[
+        "-n", "complex", "patch", "kubernetesapplication", "wordpress-demo", "--type=json",
+        "-p", r#"[{"op":"add","path":"/spec/resourceTemplates/1/spec/template/spec/replicas","value":3}]"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(
+        WAIT,
+        "the remote Deployment to want 3 replicas and status.remote to show it",
+        || async {
+            let live = Api::<Deployment>::namespaced(remote.clone(), "wordpress")
+                .get("wordpress")
+                .await
+                .ok()?;
+            let res = get_res(&client, "complex", "wordpress-demo-deployment").await?;
+            let remote_status = res.status?.remote?;
+            (live.spec?.replicas == Some(3) && remote_status["replicas"] == 3).then_some(())
+        },
+    )
+    .await;
+
+    // The sql Secret is propagated, and follows local changes.
+    let remote_secrets = Api::<Secret>::namespaced(remote.clone(), "wordpress");
+    let propagated = wait_for(
+        WAIT,
+        "wordpress-demo-deployment-sql in the remote cluster",
+        || async {
+            remote_secrets
+                .get_opt("wordpress-demo-deployment-sql")
+                .await
+                .ok()
+                .flatten()
+        },
+    )
+    .await;
+    assert_eq!(
+        propagated.annotations()[ANNOTATION_RESOURCE_UID],
+        uid("wordpress-demo-deployment").await
+    );
+    assert_eq!(propagated.data.unwrap()["username"].0, b"wordpress");
+    Api::<Secret>::namespaced(client.clone(), "complex")
+        .patch(
+            "sql",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": "rotated"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        WAIT,
+        "the rotated password to reach the remote copy",
+        || async {
+            let s = remote_secrets
+                .get_opt("wordpress-demo-deployment-sql")
+                .await
+                .ok()
+                .flatten()?;
+            (s.data?.get("password")?.0 == b"rotated").then_some(())
+        },
+    )
+    .await;
+
+    // Ready reflects remote health: no nodes here, so the Deployment is not
+    // available and the application says so.
+    let app = get_app(&client, "complex", "wordpress-demo").await.unwrap();
+    let ready = condition(&app.status.as_ref().unwrap().conditions, "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready
+            .message
+            .unwrap()
+            .contains("wordpress-demo-deployment: Deployment is not available")
+    );
+
+    // Metrics: a placement, a submit latency, remote calls by cluster.
+    let metrics = controllers.scheduler.metrics();
+    assert!(
+        metrics.contains("crossplane_rs_placements_total{result=\"scheduled\"} 1"),
+        "{metrics}"
+    );
+    let metrics = controllers.resource.metrics();
+    assert!(
+        metrics.contains("crossplane_rs_submit_latency_seconds_count 3"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("crossplane_rs_kube_api_requests_total{cluster=\"complex/wordpress-demo-cluster\",verb=\"patch\"}"), "{metrics}");
+
+    // Deleting the application leaves nothing in the remote cluster.
+    Api::<KubernetesApplication>::namespaced(client.clone(), "complex")
+        .delete("wordpress-demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        WAIT,
+        "the application and its resources to be gone",
+        || async {
+            let apps = get_app(&client, "complex", "wordpress-demo").await;
+            let res = Api::<KubernetesApplicationResource>::namespaced(client.clone(), "complex")
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            (apps.is_none() && res.items.is_empty()).then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        WAIT,
+        "namespace wordpress to be gone from the remote cluster",
+        || async {
+            Api::<Namespace>::all(remote.clone())
+                .get_opt("wordpress")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    drop(controllers);
+}
+
+#[tokio::test]
+async fn no_matching_cluster_is_pending_until_a_ready_one_appears() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "pending").await;
+    let rns = remote_ns(&remote, "pending").await;
+    let _c = Controllers::start(&ns).await;
+    // A cluster without its Secret and one with a broken kubeconfig: both
+    // match, neither is Ready, neither is chosen.
+    cluster(
+        &client,
+        &ns,
+        "no-secret",
+        json!({"env": "prod", "tier": "gold"}),
+        None,
+    )
+    .await;
+    cluster(
+        &client,
+        &ns,
+        "bad-kubeconfig",
+        json!({"env": "prod", "tier": "gold"}),
+        Some("this is not a kubeconfig"),
+    )
+    .await;
+    cluster(
+        &client,
+        &ns,
+        "other",
+        json!({"env": "dev"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let selector = json!({"matchLabels": {"env": "prod"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]});
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "web",
+            &ns,
+            selector,
+            json!([configmap_template(
+                "web-config",
+                &rns,
+                "web",
+                json!({"a": "1"})
+            )]),
+        ),
+    )
+    .await;
+
+    let pending = wait_for(
+        WAIT,
+        "the Pending message to name both unready clusters",
+        || async {
+            let a = get_app(&client, &ns, "web").await?;
+            let msg = condition(&a.status.as_ref()?.conditions, "Scheduled")?
+                .message
+                .clone()?;
+            (state_of_app(&a) == "Pending" && msg.contains("not Ready")).then_some(msg)
+        },
+    )
+    .await;
+    assert!(
+        pending.contains("matches clusterSelector env=prod,tier in (gold)"),
+        "{pending}"
+    );
+    assert!(pending.contains("other: labels do not match"), "{pending}");
+    assert!(
+        pending.contains("no-secret: not Ready (connection Secret"),
+        "{pending}"
+    );
+    assert!(pending.contains("bad-kubeconfig: not Ready ("), "{pending}");
+    for (name, needle) in [
+        ("no-secret", "not found: create it"),
+        ("bad-kubeconfig", "does not hold a valid kubeconfig"),
+    ] {
+        let out = plane.control.kubectl(&[
+            "-n",
+            &ns,
+            "get",
+            "kubernetescluster",
+            name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].message}",
+        ]);
+        let msg = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            msg.contains(needle),
+            "{name}'s Ready message should say {needle:?}: {msg}"
+        );
+    }
+
+    // A matching Ready cluster appears: scheduled at once.
+    cluster(
+        &client,
+        &ns,
+        "gold",
+        json!({"env": "prod", "tier": "gold"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let a = wait_app_state(&client, &ns, "web", "Submitted").await;
+    assert_eq!(a.status.unwrap().cluster_ref.unwrap().name, "gold");
+    let cm = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+        .get("web")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["a"], "1");
+
+    // Spread: a second application goes to the emptier matching cluster,
+    // ties broken by name; a scheduled application never moves.
+    cluster(
+        &client,
+        &ns,
+        "gold-b",
+        json!({"env": "prod", "tier": "gold"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    wait_for(WAIT, "gold-b to be Ready", || async {
+        let out = plane.control.kubectl(&[
+            "-n",
+            &ns,
+            "get",
+            "kubernetescluster",
+            "gold-b",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+        ]);
+        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+    })
+    .await;
+    let sel = json!({"matchLabels": {"tier": "gold"}});
+    apply_app(&client, &ns, app("second", &ns, sel.clone(), json!([]))).await;
+    let second = wait_app_state(&client, &ns, "second", "Submitted").await;
+    assert_eq!(second.status.unwrap().cluster_ref.unwrap().name, "gold-b");
+    assert_eq!(
+        get_app(&client, &ns, "web")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .cluster_ref
+            .unwrap()
+            .name,
+        "gold"
+    );
+}
+
+#[tokio::test]
+async fn conflicts_are_reported_and_the_first_owner_is_untouched() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "conflict").await;
+    let rns = remote_ns(&remote, "conflict").await;
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let sel = json!({"matchLabels": {"c": "1"}});
+
+    // Two applications templating a resource with the same name.
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "first",
+            &ns,
+            sel.clone(),
+            json!([configmap_template(
+                "shared",
+                &rns,
+                "shared",
+                json!({"owner": "first"})
+            )]),
+        ),
+    )
+    .await;
+    wait_app_state(&client, &ns, "first", "Submitted").await;
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "second",
+            &ns,
+            sel.clone(),
+            json!([configmap_template(
+                "shared",
+                &rns,
+                "other",
+                json!({"owner": "second"})
+            )]),
+        ),
+    )
+    .await;
+    let msg = wait_for(
+        WAIT,
+        "the second application to report the conflict",
+        || async {
+            let a = get_app(&client, &ns, "second").await?;
+            let c = condition(&a.status.as_ref()?.conditions, "Synced")?;
+            (c.status == "False").then(|| c.message.clone().unwrap_or_default())
+        },
+    )
+    .await;
+    assert!(msg.contains(&format!("KubernetesApplicationResource {ns}/shared already exists and is controlled by KubernetesApplication first")), "{msg}");
+    let shared = get_res(&client, &ns, "shared").await.unwrap();
+    assert_eq!(shared.owner_references()[0].name, "first");
+    assert_eq!(shared.spec.template["data"]["owner"], "first");
+    assert!(
+        Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .get_opt("other")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Two resources templating the same remote object.
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "third",
+            &ns,
+            sel.clone(),
+            json!([configmap_template(
+                "third-cm",
+                &rns,
+                "shared",
+                json!({"owner": "third"})
+            )]),
+        ),
+    )
+    .await;
+    let third = wait_res_state(&client, &ns, "third-cm", "Failed").await;
+    let msg = synced_message(&third);
+    assert!(msg.contains(&format!("ConfigMap {rns}/shared already exists in cluster {ns}/target and is not controlled by this resource")), "{msg}");
+    let cm = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+        .get("shared")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.as_ref().unwrap()["owner"], "first");
+    assert_eq!(
+        cm.annotations()[ANNOTATION_RESOURCE_UID],
+        shared.uid().unwrap()
+    );
+    // An event says so too.
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RemoteObjectConflict")),
+        "no RemoteObjectConflict event"
+    );
+
+    // A remote object created by someone else is never touched either.
+    let foreign: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "foreign", "namespace": rns}, "data": {"owner": "someone"}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "fourth",
+            &ns,
+            sel,
+            json!([configmap_template(
+                "fourth-cm",
+                &rns,
+                "foreign",
+                json!({"owner": "fourth"})
+            )]),
+        ),
+    )
+    .await;
+    let fourth = wait_res_state(&client, &ns, "fourth-cm", "Failed").await;
+    assert!(
+        synced_message(&fourth).contains(&format!("has no {ANNOTATION_RESOURCE_UID} annotation"))
+    );
+    let cm = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+        .get("foreign")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["owner"], "someone");
+    // Deleting the resource that lost must not delete what is not its own.
+    Api::<KubernetesApplication>::namespaced(client.clone(), &ns)
+        .delete("fourth", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(WAIT, "application fourth to be gone", || async {
+        get_app(&client, &ns, "fourth")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .get_opt("foreign")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn removing_a_template_deletes_its_resource_and_remote_object() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "remove").await;
+    let rns = remote_ns(&remote, "remove").await;
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let sel = json!({"matchLabels": {"c": "1"}});
+    let a = configmap_template("keep", &rns, "keep", json!({"x": "1"}));
+    let b = configmap_template("drop", &rns, "drop", json!({"x": "2"}));
+    apply_app(
+        &client,
+        &ns,
+        app("app", &ns, sel.clone(), json!([a.clone(), b])),
+    )
+    .await;
+    wait_app_state(&client, &ns, "app", "Submitted").await;
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns);
+    assert!(cms.get_opt("drop").await.unwrap().is_some());
+    apply_app(&client, &ns, app("app", &ns, sel, json!([a]))).await;
+    wait_for(
+        WAIT,
+        "the dropped resource and its remote ConfigMap to be gone",
+        || async {
+            let res = get_res(&client, &ns, "drop").await;
+            let cm = cms.get_opt("drop").await.ok()?;
+            (res.is_none() && cm.is_none()).then_some(())
+        },
+    )
+    .await;
+    let a = wait_for(WAIT, "DESIRED 1 SUBMITTED 1", || async {
+        let a = get_app(&client, &ns, "app").await?;
+        let s = a.status.clone()?;
+        (s.desired_resources == Some(1) && s.submitted_resources == Some(1)).then_some(a)
+    })
+    .await;
+    assert_eq!(state_of_app(&a), "Submitted");
+    assert!(cms.get_opt("keep").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_bad_template_fails_alone_and_a_missing_namespace_converges() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "bad").await;
+    let rns = remote_ns(&remote, "bad").await;
+    let late = testenv::unique_name("late");
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let templates = json!([
+        configmap_template("good", &rns, "good", json!({"x": "1"})),
+        {"metadata": {"name": "no-kind"}, "spec": {"template": {"apiVersion": "v1", "metadata": {"name": "x", "namespace": rns}}}},
+        {"metadata": {"name": "unknown-kind"}, "spec": {"template": {"apiVersion": "widgets.example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": rns}}}},
+        configmap_template("late-ns", &late, "late", json!({"x": "2"})),
+    ]);
+    apply_app(
+        &client,
+        &ns,
+        app("mixed", &ns, json!({"matchLabels": {"c": "1"}}), templates),
+    )
+    .await;
+
+    let no_kind = wait_res_state(&client, &ns, "no-kind", "Failed").await;
+    assert!(
+        synced_message(&no_kind).contains("spec.template has no kind: set the kind"),
+        "{}",
+        synced_message(&no_kind)
+    );
+    let unknown = wait_res_state(&client, &ns, "unknown-kind", "Failed").await;
+    assert!(
+        synced_message(&unknown)
+            .contains("does not serve kind Widget in apiVersion widgets.example.org/v1"),
+        "{}",
+        synced_message(&unknown)
+    );
+    let late_res = wait_res_state(&client, &ns, "late-ns", "Failed").await;
+    assert!(
+        synced_message(&late_res).contains("its namespace does not exist there yet"),
+        "{}",
+        synced_message(&late_res)
+    );
+    wait_res_state(&client, &ns, "good", "Submitted").await;
+    let a = wait_app_state(&client, &ns, "mixed", "PartiallySubmitted").await;
+    assert_eq!(a.status.as_ref().unwrap().desired_resources, Some(4));
+    assert_eq!(a.status.as_ref().unwrap().submitted_resources, Some(1));
+
+    // Retries back off: after a while the failing resource has been tried a
+    // handful of times, not hundreds.
+    let failures = |name: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            Api::<Event>::namespaced(client, &ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.involved_object.name.as_deref() == Some(name)
+                        && e.reason.as_deref() == Some("InvalidTemplate")
+                })
+                .map(|e| e.count.unwrap_or(1) + e.series.and_then(|s| s.count).unwrap_or(0))
+                .sum::<i32>()
+        }
+    };
+    let before = failures("no-kind").await;
+    assert!(before >= 1, "a Warning event names the failure");
+    tokio::time::sleep(Duration::from_secs(6)).await; // observing a rate needs elapsed time
+    let after = failures("no-kind").await;
+    assert!(
+        after - before <= 4,
+        "retries must back off: {before} -> {after} events in 6s"
+    );
+
+    // The namespace appears: the resource converges on its own.
+    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": late}})).unwrap();
+    Api::<Namespace>::all(remote.clone())
+        .create(&PostParams::default(), &nsobj)
+        .await
+        .unwrap();
+    wait_res_state(&client, &ns, "late-ns", "Submitted").await;
+    let a = wait_for(WAIT, "SUBMITTED 2", || async {
+        let a = get_app(&client, &ns, "mixed").await?;
+        (a.status.as_ref()?.submitted_resources == Some(2)).then_some(a)
+    })
+    .await;
+    assert_eq!(state_of_app(&a), "PartiallySubmitted");
+}
+
+#[tokio::test]
+async fn deleting_after_the_cluster_secret_is_gone_orphans_with_an_event_instead_of_hanging() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "orphan").await;
+    let rns = remote_ns(&remote, "orphan").await;
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "app",
+            &ns,
+            json!({"matchLabels": {"c": "1"}}),
+            json!([configmap_template("cm", &rns, "cm", json!({"x": "1"}))]),
+        ),
+    )
+    .await;
+    wait_app_state(&client, &ns, "app", "Submitted").await;
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .delete("target-kubeconfig", &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<KubernetesApplication>::namespaced(client.clone(), &ns)
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(WAIT, "the application to be gone", || async {
+        get_app(&client, &ns, "app").await.is_none().then_some(())
+    })
+    .await;
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let orphaned = events
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("RemoteObjectsOrphaned"))
+        .expect("a RemoteObjectsOrphaned event");
+    assert!(
+        orphaned
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("connection Secret"),
+        "{:?}",
+        orphaned.message
+    );
+    // Orphaned, as the event says: the remote object is still there.
+    assert!(
+        Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .get_opt("cm")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn killing_each_controller_midway_converges_without_duplicates_or_orphans() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "chaos").await;
+    let rns = remote_ns(&remote, "chaos").await;
+    let mut c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let templates: Vec<Value> = (0..6)
+        .map(|i| {
+            configmap_template(
+                &format!("cm-{i}"),
+                &rns,
+                &format!("cm-{i}"),
+                json!({"i": i.to_string()}),
+            )
+        })
+        .collect();
+    // The scheduler dies right after placing the application.
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "app",
+            &ns,
+            json!({"matchLabels": {"c": "1"}}),
+            json!(templates),
+        ),
+    )
+    .await;
+    wait_for(WAIT, "the application to be scheduled", || async {
+        get_app(&client, &ns, "app")
+            .await?
+            .status?
+            .cluster_ref
+            .map(|_| ())
+    })
+    .await;
+    c.scheduler.kill();
+    // The application controller dies as soon as the first resource exists.
+    wait_for(WAIT, "a first resource", || async {
+        get_res(&client, &ns, "cm-0").await.map(|_| ())
+    })
+    .await;
+    c.application.kill();
+    // The resource controller dies after the first submit.
+    wait_for(WAIT, "a first remote object", || async {
+        let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        cms.items
+            .iter()
+            .any(|cm| cm.annotations().contains_key(ANNOTATION_RESOURCE_UID))
+            .then_some(())
+    })
+    .await;
+    c.resource.kill();
+    // A second matching cluster appears while the scheduler is down: the
+    // restarted scheduler must not move the application.
+    cluster(
+        &client,
+        &ns,
+        "another",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    c.scheduler = start("scheduler", &c.ns);
+    c.application = start("application-controller", &c.ns);
+    c.resource = start("resource-controller", &c.ns);
+    let a = wait_app_state(&client, &ns, "app", "Submitted").await;
+    assert_eq!(
+        a.status.unwrap().cluster_ref.unwrap().name,
+        "target",
+        "a scheduled application never moves"
+    );
+    let resources = Api::<KubernetesApplicationResource>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(resources.items.len(), 6);
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let ours: Vec<_> = cms
+        .items
+        .iter()
+        .filter(|cm| cm.annotations().contains_key(ANNOTATION_RESOURCE_UID))
+        .collect();
+    assert_eq!(
+        ours.len(),
+        6,
+        "one remote object per template, no duplicates"
+    );
+    for cm in ours {
+        let res = resources
+            .items
+            .iter()
+            .find(|r| r.name_any() == cm.name_any())
+            .unwrap();
+        assert_eq!(
+            cm.annotations()[ANNOTATION_RESOURCE_UID],
+            res.uid().unwrap()
+        );
+    }
+    // And deleting converges too: nothing left behind.
+    Api::<KubernetesApplication>::namespaced(client.clone(), &ns)
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(WAIT, "every remote object to be gone", || async {
+        let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        cms.items
+            .iter()
+            .all(|cm| !cm.annotations().contains_key(ANNOTATION_RESOURCE_UID))
+            .then_some(())
+    })
+    .await;
+}
