@@ -41,7 +41,10 @@ impl Running {
         let out = std::fs::File::create(&log).expect("create log file");
         let child = Command::new(&bin)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("E2E_CONTROLLER_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .arg(format!("--metrics-addr={addr}"))
             .args(args)
             .stdin(Stdio::null())

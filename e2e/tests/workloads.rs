@@ -46,13 +46,56 @@ impl Controllers {
     }
 }
 
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        // A failing test shows what the controllers saw.
+        if std::thread::panicking() {
+            for r in [&self.scheduler, &self.application, &self.resource] {
+                eprintln!("----- {} log -----\n{}", r.name, r.log());
+            }
+        }
+    }
+}
+
 fn start(name: &str, ns: &str) -> Running {
-    let kubeconfig = &testenv::control_plane().control.kubeconfig_path;
+    let kubeconfig = impersonating_kubeconfig(name);
     let mut args = vec!["--watch-namespace", ns, "--poll-interval", "1s"];
     if name == "resource-controller" {
         args.extend(["--remote-deletion-timeout", "15s"]);
     }
-    Running::start(name, kubeconfig, &args)
+    Running::start(name, &kubeconfig, &args)
+}
+
+/// A kubeconfig for the control cluster that acts as the binary's own
+/// service account from deploy/ (whose RBAC is applied once per test
+/// binary): the controllers run with exactly the permissions they ship with.
+fn impersonating_kubeconfig(binary: &str) -> std::path::PathBuf {
+    static RBAC: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let control = &testenv::control_plane().control;
+    RBAC.get_or_init(|| {
+        let rendered = control
+            .kubectl_ok(&[
+                "kustomize",
+                &testenv::repo_root().join("deploy").to_string_lossy(),
+            ])
+            .unwrap();
+        let out = control.kubectl_stdin(
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            Some(&rendered),
+        );
+        assert!(
+            out.status.success(),
+            "applying deploy/: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let mut config: Value = serde_saphyr::from_str(&control.kubeconfig).unwrap();
+    for user in config["users"].as_array_mut().unwrap() {
+        user["user"]["as"] = json!(format!("system:serviceaccount:crossplane-system:{binary}"));
+    }
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name(binary)));
+    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+    path
 }
 
 async fn clients() -> (Client, Client) {

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     api::DeleteParams,
-    runtime::{Controller, controller::Action, reflector::Store, watcher},
+    runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
     conditions,
@@ -322,38 +322,29 @@ fn error_policy(app: Arc<KubernetesApplication>, _error: &Error, ctx: Arc<Ctx>) 
 
 /// The application controller; it also watches the resources it controls.
 pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
-    let resources_api = rt.api::<KubernetesApplicationResource>();
-    let ctrl = Controller::new(
-        rt.api::<KubernetesApplication>(),
+    // The resources are watched once: the reflector updates the store that
+    // reconciles read *before* it wakes the owning application, so a
+    // reconcile never sees a resource older than the change that woke it.
+    let (reader, writer) = kube::runtime::reflector::store();
+    let resources = watcher(
+        rt.api::<KubernetesApplicationResource>(),
         watcher::Config::default(),
     )
-    .owns(resources_api, watcher::Config::default());
-    // NB: `owns` keeps no store of its own; a reflector of the resources is
-    // what `owned()` reads.
-    let (reader, writer) = kube::runtime::reflector::store();
-    let reflector = kube::runtime::reflector(
-        writer,
-        watcher(
-            rt.api::<KubernetesApplicationResource>(),
-            watcher::Config::default(),
-        ),
-    )
-    .for_each(|_| futures::future::ready(()));
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
         resources: reader,
     });
-    let shutdown = rt.shutdown();
-    let run = ctrl
-        .with_config(rt.controller_config())
-        .graceful_shutdown_on(rt.shutdown())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()));
-    async move {
-        tokio::select! {
-            () = async { tokio::join!(run, reflector); } => {},
-            () = shutdown => {},
-        }
-    }
+    Controller::new(
+        rt.api::<KubernetesApplication>(),
+        watcher::Config::default(),
+    )
+    .owns_stream(resources)
+    .with_config(rt.controller_config())
+    .graceful_shutdown_on(rt.shutdown())
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
 }

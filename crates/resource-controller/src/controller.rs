@@ -141,6 +141,10 @@ pub struct Ctx {
     reporting: Reporting,
     remote: RemoteClients,
     submit_latency: Histogram,
+    /// UIDs whose submit latency was observed. NB: a reconcile can see a
+    /// cached object from before its own Submitted status write arrived, so
+    /// the previous state alone would count some resources twice.
+    observed: std::sync::Mutex<std::collections::HashSet<String>>,
     deletion_timeout: Duration,
 }
 
@@ -362,7 +366,11 @@ async fn reconcile(
                         Some(why) => conditions::unavailable(why.clone()),
                     };
                     let first = res.status.as_ref().and_then(|st| st.state)
-                        != Some(KubernetesApplicationResourceState::Submitted);
+                        != Some(KubernetesApplicationResourceState::Submitted)
+                        && ctx
+                            .observed
+                            .lock()
+                            .is_ok_and(|mut seen| seen.insert(res.uid().unwrap_or_default()));
                     write_status(
                         &ctx,
                         &api,
@@ -436,6 +444,9 @@ async fn cleanup(
             finalizers::remove(api, res, FINALIZER)
                 .await
                 .map_err(|e| Error::Write("the finalizer", e))?;
+            if let Ok(mut seen) = ctx.observed.lock() {
+                seen.remove(&res.uid().unwrap_or_default());
+            }
             Ok(Action::await_change())
         }
         Ok(false) => Ok(Action::requeue(DELETE_POLL)),
@@ -612,6 +623,7 @@ pub fn controller(
         reporting: Reporting::new(rt, CONTROLLER),
         remote: RemoteClients::new(rt.metrics.clone()),
         submit_latency,
+        observed: Default::default(),
         deletion_timeout,
     });
     Ok(ctrl

@@ -8,7 +8,10 @@ use std::{collections::HashMap, sync::Arc};
 use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
-    runtime::{Controller, controller::Action, reflector::ObjectRef, reflector::Store, watcher},
+    runtime::{
+        Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, reflector::Store,
+        watcher,
+    },
 };
 use prometheus::IntCounterVec;
 use runtime::{
@@ -214,11 +217,8 @@ fn error_policy(app: Arc<KubernetesApplication>, _error: &Error, ctx: Arc<Ctx>) 
     ctx.reporting.retry(app.as_ref())
 }
 
-/// The scheduling controller over the clusters cache.
-pub fn controller(
-    rt: &Runtime,
-    clusters: Store<KubernetesCluster>,
-) -> Result<impl Future<Output = ()>, prometheus::Error> {
+/// The scheduling controller.
+pub fn controller(rt: &Runtime) -> Result<impl Future<Output = ()> + use<>, prometheus::Error> {
     let placements = IntCounterVec::new(
         prometheus::Opts::new(
             "crossplane_rs_placements_total",
@@ -232,6 +232,14 @@ pub fn controller(
     for result in ["scheduled", "pending"] {
         placements.with_label_values(&[result]);
     }
+    // Clusters are watched through a reflector whose store the decisions
+    // read: it is updated before the watch wakes an application, so a
+    // decision never uses a cluster older than the change that woke it.
+    let (clusters, writer) = kube::runtime::reflector::store();
+    let cluster_events = watcher(rt.api::<KubernetesCluster>(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
     let ctrl = Controller::new(
         rt.api::<KubernetesApplication>(),
         watcher::Config::default(),
@@ -250,19 +258,15 @@ pub fn controller(
         .graceful_shutdown_on(rt.shutdown())
         // A cluster that appears, gains labels or becomes Ready may fit a
         // pending application at once.
-        .watches(
-            rt.api::<KubernetesCluster>(),
-            watcher::Config::default(),
-            move |cluster: KubernetesCluster| {
-                let ns = cluster.namespace();
-                pending
-                    .state()
-                    .into_iter()
-                    .filter(|a| a.namespace() == ns && scheduled_to(a).is_none())
-                    .map(|a| ObjectRef::from_obj(a.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(cluster_events, move |cluster: KubernetesCluster| {
+            let ns = cluster.namespace();
+            pending
+                .state()
+                .into_iter()
+                .filter(|a| a.namespace() == ns && scheduled_to(a).is_none())
+                .map(|a| ObjectRef::from_obj(a.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(())))
 }

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
-    runtime::{Controller, controller::Action, reflector::ObjectRef, reflector::Store, watcher},
+    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use runtime::{
     conditions,
@@ -147,15 +147,10 @@ fn error_policy(cluster: Arc<KubernetesCluster>, _error: &Error, ctx: Arc<Ctx>) 
     ctx.reporting.retry(cluster.as_ref())
 }
 
-/// The cluster controller, and the cache of clusters it keeps (the
-/// application scheduler reads it).
-pub fn controller(
-    rt: &Runtime,
-    remote: RemoteClients,
-) -> (impl Future<Output = ()>, Store<KubernetesCluster>) {
+/// The cluster readiness controller.
+pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = ()> + use<> {
     let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
-    let store = ctrl.store();
-    let by_secret = store.clone();
+    let by_secret = ctrl.store();
     let secrets: Api<Secret> = match &rt.args.watch_namespace {
         Some(ns) => Api::namespaced(rt.client.clone(), ns),
         None => Api::all(rt.client.clone()),
@@ -165,8 +160,7 @@ pub fn controller(
         remote,
         reporting: Reporting::new(rt, CONTROLLER),
     });
-    let fut = ctrl
-        .with_config(rt.controller_config())
+    ctrl.with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
         // A created, rotated or deleted connection Secret changes readiness.
         .watches(
@@ -184,6 +178,5 @@ pub fn controller(
             },
         )
         .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()));
-    (fut, store)
+        .for_each(|_| futures::future::ready(()))
 }

@@ -35,8 +35,8 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesCluster>(),
     ];
     let remote = RemoteClients::new(rt.metrics.clone());
-    let (clusters, cluster_store) = clusters::controller(&rt, remote);
-    let applications = applications::controller(&rt, cluster_store)?;
+    let clusters = clusters::controller(&rt, remote);
+    let applications = applications::controller(&rt)?;
     rt.clone()
         .run(&kinds, async move {
             tokio::join!(clusters, applications);
