@@ -71,6 +71,10 @@ for f in examples/seeds/*.yaml; do
   kubectl apply -f "$f"
 done
 
+say "waiting for wordpress-demo to be submitted to the remote cluster"
+kubectl -n complex wait kubernetesapplication/wordpress-demo \
+  --for=jsonpath='{.status.state}'=Submitted --timeout=120s
+
 say "kubectl get (control cluster)"
 kubectl -n complex get kubernetescluster
 kubectl -n complex get kubernetesapplication

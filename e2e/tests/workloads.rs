@@ -564,19 +564,30 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
         },
     )
     .await;
-    wait_for(
-        WAIT,
-        "namespace wordpress to be gone from the remote cluster",
-        || async {
-            Api::<Namespace>::all(remote.clone())
-                .get_opt("wordpress")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    // The application went only after everything it delivered was gone:
+    // no waiting here.
+    let remote_ns = Api::<Namespace>::all(remote.clone())
+        .get_opt("wordpress")
+        .await
+        .unwrap();
+    assert!(
+        remote_ns.is_none(),
+        "namespace wordpress outlived the application"
+    );
+    let leftovers = plane.remote.kubectl(&[
+        "get",
+        "deployments,services,secrets",
+        "-A",
+        "-o",
+        "name",
+        "--field-selector",
+        "metadata.namespace=wordpress",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&leftovers.stdout).trim(),
+        "",
+        "objects outlived the application"
+    );
     drop(controllers);
 }
 
