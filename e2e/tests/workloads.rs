@@ -1254,3 +1254,131 @@ async fn killing_each_controller_midway_converges_without_duplicates_or_orphans(
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_namespaced_template_without_a_namespace_lands_in_default() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "default-ns").await;
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let name = testenv::unique_name("no-namespace");
+    let template = json!({
+        "metadata": {"name": "cm"},
+        "spec": {"template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}},
+    });
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "app",
+            &ns,
+            json!({"matchLabels": {"c": "1"}}),
+            json!([template]),
+        ),
+    )
+    .await;
+    wait_app_state(&client, &ns, "app", "Submitted").await;
+    let cm = Api::<ConfigMap>::namespaced(remote.clone(), "default")
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["k"], "v");
+}
+
+#[tokio::test]
+async fn deleting_while_the_cluster_does_not_answer_orphans_after_the_deletion_timeout() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "unreachable").await;
+    let rns = remote_ns(&remote, "unreachable").await;
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "app",
+            &ns,
+            json!({"matchLabels": {"c": "1"}}),
+            json!([configmap_template("cm", &rns, "cm", json!({"x": "1"}))]),
+        ),
+    )
+    .await;
+    wait_app_state(&client, &ns, "app", "Submitted").await;
+    // The cluster stops answering: its kubeconfig now points at a closed port.
+    let dead = plane.remote.kubeconfig.replace(
+        &plane
+            .remote
+            .kubeconfig
+            .lines()
+            .find(|l| l.trim_start().starts_with("server:"))
+            .unwrap()
+            .to_owned(),
+        "    server: https://127.0.0.1:9",
+    );
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .patch(
+            "target-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"kubeconfig": dead}})),
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    Api::<KubernetesApplication>::namespaced(client.clone(), &ns)
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The tests run the resource-controller with --remote-deletion-timeout 15s.
+    wait_for(
+        Duration::from_secs(90),
+        "the application to be gone",
+        || async { get_app(&client, &ns, "app").await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(14),
+        "gave up before the deletion timeout: {:?}",
+        started.elapsed()
+    );
+    let events = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let orphaned = events
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("RemoteObjectsOrphaned"))
+        .expect("a RemoteObjectsOrphaned event");
+    assert!(
+        orphaned
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("could not be reached for 15s"),
+        "{:?}",
+        orphaned.message
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .get_opt("cm")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -188,11 +188,14 @@ struct Resolved {
 
 async fn resolve(remote: &RemoteCluster, template: &Value) -> Result<Resolved, Error> {
     let target = remote_object::target(template).map_err(Error::InvalidTemplate)?;
-    let (ar, caps): (ApiResource, _) =
-        remote
-            .resolve(&target.gvk)
-            .await
-            .map_err(|source| Error::KindNotServed {
+    let (ar, caps): (ApiResource, _) = match remote.resolve(&target.gvk).await {
+        Ok(found) => found,
+        // Only an answer that the kind is not there means "not served"; any
+        // other failure means the cluster did not answer (and a deletion must
+        // not conclude there is nothing to delete).
+        Err(source @ (kube::Error::Api(_) | kube::Error::Discovery(_))) if !matches!(&source, kube::Error::Api(s) if s.code != 404) =>
+        {
+            return Err(Error::KindNotServed {
                 cluster: remote.name.clone(),
                 kind: target.gvk.kind.clone(),
                 api_version: template["apiVersion"]
@@ -200,7 +203,16 @@ async fn resolve(remote: &RemoteCluster, template: &Value) -> Result<Resolved, E
                     .unwrap_or_default()
                     .to_owned(),
                 source,
-            })?;
+            });
+        }
+        Err(source) => {
+            return Err(remote_error(
+                format!("discovering kind {}", target.gvk.kind),
+                &remote.name,
+                source,
+            ));
+        }
+    };
     let namespace = remote_object::namespace_for(&target, caps.scope == Scope::Namespaced);
     let api = match &namespace {
         Some(ns) => Api::namespaced_with(remote.client.clone(), ns, &ar),
