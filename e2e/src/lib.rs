@@ -52,6 +52,20 @@ impl Running {
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        // Stop the binary when the test process exits, however it exits
+        // (a binary shared by a test file lives in a static, never dropped).
+        let _ = Command::new("sh")
+            .args([
+                "-c",
+                "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill \"$2\" 2>/dev/null",
+                "watchdog",
+                &std::process::id().to_string(),
+                &child.id().to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
         Self {
             child,
             addr,

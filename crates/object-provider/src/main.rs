@@ -1,16 +1,21 @@
-//! `object-provider`: Manages any Kubernetes manifest in a local or remote cluster through Objects.
-//!
-//! Observe-only for now: it watches its kinds, serves metrics and health, and
-//! takes its Lease when asked; its reconcile logic lands in a later change.
+//! `object-provider`: manages any Kubernetes manifest in the local or a
+//! remote cluster through Objects, with management policies, references and
+//! ordered uninstall.
+
+mod fieldpath;
+mod object;
+mod policy;
+mod providerconfig;
+mod references;
+
+use std::time::Duration;
 
 use clap::Parser;
 use runtime::{
     CommonArgs,
-    controller::{Runtime, api_resource, observe},
+    controller::{Runtime, api_resource},
 };
-use types::kubernetes::v1alpha1::Object;
-use types::kubernetes::v1alpha1::ProviderConfig;
-use types::kubernetes::v1alpha1::ProviderConfigUsage;
+use types::kubernetes::v1alpha1::{Object, ProviderConfig, ProviderConfigUsage};
 
 const BINARY: &str = "object-provider";
 
@@ -20,6 +25,12 @@ const BINARY: &str = "object-provider";
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// How long a deleted Object keeps trying to delete its managed object
+    /// from a target that does not answer before it leaves it in place (with
+    /// a Warning event) and goes.
+    #[arg(long, env = "DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    deletion_timeout: Duration,
 }
 
 #[tokio::main]
@@ -32,16 +43,12 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<ProviderConfig>(),
         api_resource::<ProviderConfigUsage>(),
     ];
-    let work = {
-        let rt = rt.clone();
-        async move {
-            tokio::join!(
-                observe::<Object>(rt.clone(), "object"),
-                observe::<ProviderConfig>(rt.clone(), "providerconfig"),
-                observe::<ProviderConfigUsage>(rt.clone(), "providerconfigusage"),
-            );
-        }
-    };
-    rt.run(&kinds, work).await?;
+    let objects = object::controller(&rt, args.deletion_timeout)?;
+    let configs = providerconfig::controller(&rt);
+    rt.clone()
+        .run(&kinds, async move {
+            tokio::join!(objects, configs);
+        })
+        .await?;
     Ok(())
 }

@@ -76,6 +76,16 @@ pub struct RemoteCluster {
 }
 
 impl RemoteCluster {
+    /// A cluster reached with an existing client (e.g. the control cluster
+    /// itself), with its own discovery cache.
+    pub fn new(client: Client, name: &str) -> Self {
+        Self {
+            client,
+            name: name.to_owned(),
+            discovery: Arc::default(),
+        }
+    }
+
     /// Resolves a kind served by this cluster, caching the answer. A miss is
     /// not cached, so a CRD installed later is found on the next try.
     pub async fn resolve(

@@ -1,0 +1,1001 @@
+//! The Object controller: resolves references against the control cluster,
+//! then observes, creates, updates or deletes the managed object in the
+//! target cluster as the management and deletion policies allow.
+//!
+//! Deletion policy when the target does not answer: retried with backoff
+//! for --deletion-timeout (default 5m) after the Object was deleted, then
+//! the managed object is left in place with a Warning event. A missing
+//! ProviderConfig or credentials Secret orphans at once (the target can never
+//! be reached again).
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PostParams},
+    discovery::Scope,
+    runtime::{Controller, controller::Action, reflector::Store, watcher},
+};
+use prometheus::{Histogram, IntCounter, IntGaugeVec};
+use runtime::{
+    conditions,
+    controller::{Reporting, Runtime},
+    events::{ReconcileError, error_chain},
+    finalizers,
+    remote::{RemoteClients, RemoteCluster, RemoteError},
+    ssa,
+};
+use serde_json::{Value, json};
+use types::{
+    common::{ANNOTATION_EXTERNAL_NAME, ANNOTATION_PAUSED},
+    kubernetes::v1alpha1::{
+        CredentialsSource, Object, ObjectStatus, ProviderConfig, ProviderConfigUsage,
+        ReadinessPolicy,
+    },
+};
+
+use crate::{fieldpath, policy, references};
+
+/// Name of this controller in metrics and events.
+pub const CONTROLLER: &str = "object";
+/// The finalizer every Object carries until its managed object is handled.
+pub const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
+/// How often a deletion in progress looks again.
+const DELETE_POLL: Duration = Duration::from_secs(2);
+
+/// Why reconciling an Object failed; each message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The ProviderConfig does not exist.
+    #[error("ProviderConfig {0} not found: create it, or set spec.providerConfigRef.name")]
+    ProviderConfigNotFound(String),
+    /// The credentials Secret does not exist.
+    #[error("credentials Secret {0} of ProviderConfig {1} not found: create it with a kubeconfig")]
+    CredentialsNotFound(String, String),
+    /// The kubeconfig is unusable.
+    #[error("cannot connect with ProviderConfig {0}")]
+    Connect(String, #[source] RemoteError),
+    /// The manifest is unusable.
+    #[error("{0}")]
+    InvalidManifest(String),
+    /// The target does not serve the manifest's kind.
+    #[error(
+        "the target cluster of ProviderConfig {config} does not serve kind {kind} in apiVersion {api_version}: install its CRD there, or fix spec.forProvider.manifest"
+    )]
+    KindNotServed {
+        /// ProviderConfig.
+        config: String,
+        /// Kind.
+        kind: String,
+        /// apiVersion.
+        api_version: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A reference is not resolvable yet (its object or field is missing).
+    #[error("reference {index} ({what}) cannot be resolved yet: {why}; waiting")]
+    ReferenceNotReady {
+        /// Position in spec.references.
+        index: usize,
+        /// The referenced object.
+        what: String,
+        /// Why.
+        why: String,
+    },
+    /// A reference is malformed.
+    #[error("reference {0}: {1}")]
+    InvalidReference(usize, String),
+    /// References form a cycle.
+    #[error("reference cycle: {0}: remove one of these references")]
+    Cycle(String),
+    /// The policy forbids what is needed.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// A request to the target failed.
+    #[error("{what} failed: {hint}")]
+    Target {
+        /// What was attempted.
+        what: String,
+        /// What to do.
+        hint: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A request to the control cluster failed.
+    #[error("failed to {0}")]
+    Control(String, #[source] kube::Error),
+    /// Serializing failed.
+    #[error("failed to serialize")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::ProviderConfigNotFound(_) => "ProviderConfigNotFound",
+            Error::CredentialsNotFound(..) => "CredentialsNotFound",
+            Error::Connect(..) => "CannotConnectToTarget",
+            Error::InvalidManifest(_) => "InvalidManifest",
+            Error::KindNotServed { .. } => "KindNotServed",
+            Error::ReferenceNotReady { .. } => "ReferenceNotResolved",
+            Error::InvalidReference(..) => "InvalidReference",
+            Error::Cycle(_) => "ReferenceCycle",
+            Error::NotAllowed(_) => "NotAllowedByPolicy",
+            Error::Target { .. } => "TargetRequestFailed",
+            Error::Control(..) => "ControlClusterRequestFailed",
+            Error::Serialize(_) => "CannotSerialize",
+        }
+    }
+}
+
+impl Error {
+    fn target_gone(&self) -> bool {
+        matches!(
+            self,
+            Error::ProviderConfigNotFound(_) | Error::CredentialsNotFound(..)
+        )
+    }
+}
+
+/// Shared by reconciles.
+pub struct Ctx {
+    rt: Runtime,
+    reporting: Reporting,
+    remote: RemoteClients,
+    local: RemoteCluster,
+    objects: Store<Object>,
+    deletion_timeout: Duration,
+    drift: IntCounter,
+    first_ready: Histogram,
+}
+
+fn target_error(what: String, source: kube::Error) -> Error {
+    let hint = match &source {
+        kube::Error::Api(s) if s.code == 404 && s.message.contains("namespaces") => {
+            "its namespace does not exist in the target yet; retrying".to_owned()
+        }
+        kube::Error::Api(s) => format!(
+            "the target refused it ({}): fix spec.forProvider.manifest",
+            s.message
+        ),
+        _ => "the target did not answer; retrying".to_owned(),
+    };
+    Error::Target { what, hint, source }
+}
+
+/// The target cluster of a ProviderConfig.
+async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
+    let name = &obj.spec.provider_config_ref.name;
+    let configs: Api<ProviderConfig> = Api::all(ctx.rt.client.clone());
+    let pc = configs
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::Control(format!("read ProviderConfig {name}"), e))?
+        .ok_or_else(|| Error::ProviderConfigNotFound(name.clone()))?;
+    match pc.spec.credentials.source {
+        CredentialsSource::InjectedIdentity => Ok(ctx.local.clone()),
+        CredentialsSource::Secret => {
+            let Some(sel) = &pc.spec.credentials.secret_ref else {
+                return Err(Error::CredentialsNotFound(
+                    "<unset>".to_owned(),
+                    name.clone(),
+                ));
+            };
+            let secrets: Api<Secret> = Api::namespaced(ctx.rt.client.clone(), &sel.namespace);
+            let secret = secrets
+                .get_opt(&sel.name)
+                .await
+                .map_err(|e| {
+                    Error::Control(format!("read Secret {}/{}", sel.namespace, sel.name), e)
+                })?
+                .ok_or_else(|| {
+                    Error::CredentialsNotFound(
+                        format!("{}/{}", sel.namespace, sel.name),
+                        name.clone(),
+                    )
+                })?;
+            ctx.remote
+                .for_secret(name, &secret, &sel.key)
+                .await
+                .map_err(|e| Error::Connect(name.clone(), e))
+        }
+    }
+}
+
+/// Records that `obj` uses its ProviderConfig (a ProviderConfigUsage named
+/// after the Object's UID, owned by the Object so it goes with it).
+async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
+    let uid = obj.uid().unwrap_or_default();
+    let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
+    let body = json!({
+        "apiVersion": "kubernetes.crossplane.io/v1alpha1",
+        "kind": "ProviderConfigUsage",
+        "metadata": {
+            "name": uid,
+            "labels": {"kubernetes.crossplane.io/provider-config": obj.spec.provider_config_ref.name},
+            "ownerReferences": [{
+                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+                "name": obj.name_any(), "uid": uid,
+            }],
+        },
+        "spec": {
+            "providerConfigRef": {"name": obj.spec.provider_config_ref.name},
+            "resourceRef": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": obj.name_any(), "uid": uid},
+        },
+    });
+    match usages
+        .create(&PostParams::default(), &serde_json::from_value(body)?)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(Error::Control(
+            "record the ProviderConfigUsage".to_owned(),
+            e,
+        )),
+    }
+}
+
+/// A kind resolved in a cluster, with the Api for one object of it.
+async fn api_for(
+    cluster: &RemoteCluster,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    config: &str,
+) -> Result<(Api<DynamicObject>, bool), Error> {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = match cluster.resolve(&gvk).await {
+        Ok(found) => found,
+        Err(source @ (kube::Error::Api(_) | kube::Error::Discovery(_))) if !matches!(&source, kube::Error::Api(s) if s.code != 404) =>
+        {
+            return Err(Error::KindNotServed {
+                config: config.to_owned(),
+                kind: kind.to_owned(),
+                api_version: api_version.to_owned(),
+                source,
+            });
+        }
+        Err(source) => return Err(target_error(format!("discovering kind {kind}"), source)),
+    };
+    let namespaced = caps.scope == Scope::Namespaced;
+    let api = match (namespaced, namespace) {
+        (true, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &ar),
+        (true, None) => Api::namespaced_with(cluster.client.clone(), "default", &ar),
+        (false, _) => Api::all_with(cluster.client.clone(), &ar),
+    };
+    Ok((api, namespaced))
+}
+
+/// Resolves spec.references in order against the control cluster and
+/// returns the Object with every fromObject value written at its
+/// toFieldPath, plus the referenced Objects (for uninstall ordering). When
+/// `installing`, a referenced Object must also be Ready; a deletion only
+/// needs the values to find what it created.
+async fn resolve_references(
+    ctx: &Ctx,
+    obj: &Object,
+    installing: bool,
+) -> Result<(Value, Vec<String>), Error> {
+    let mut doc = serde_json::to_value(obj)?;
+    let mut referenced = Vec::new();
+    // Cycles first: waiting on a cycle would wait forever.
+    let edges: BTreeMap<String, Vec<String>> = ctx
+        .objects
+        .state()
+        .iter()
+        .map(|o| {
+            (
+                o.name_any(),
+                o.spec
+                    .references
+                    .iter()
+                    .filter_map(references::object_target)
+                    .map(str::to_owned)
+                    .collect(),
+            )
+        })
+        .chain(std::iter::once((
+            obj.name_any(),
+            obj.spec
+                .references
+                .iter()
+                .filter_map(references::object_target)
+                .map(str::to_owned)
+                .collect(),
+        )))
+        .collect();
+    if let Some(cycle) = references::cycle_through(&obj.name_any(), &edges) {
+        return Err(Error::Cycle(cycle.join(" → ")));
+    }
+    for (index, r) in obj.spec.references.iter().enumerate() {
+        let (api_version, kind, name, namespace, field_path) = match (&r.from_object, &r.depends_on)
+        {
+            (Some(f), _) => (
+                &f.api_version,
+                &f.kind,
+                &f.name,
+                f.namespace.as_deref(),
+                Some(f.field_path.as_str()),
+            ),
+            (None, Some(d)) => (
+                &d.api_version,
+                &d.kind,
+                &d.name,
+                d.namespace.as_deref(),
+                None,
+            ),
+            (None, None) => {
+                return Err(Error::InvalidReference(
+                    index,
+                    "set dependsOn or fromObject".to_owned(),
+                ));
+            }
+        };
+        let what = match namespace {
+            Some(ns) => format!("{kind} {ns}/{name}"),
+            None => format!("{kind} {name}"),
+        };
+        let not_ready = |why: String| Error::ReferenceNotReady {
+            index,
+            what: what.clone(),
+            why,
+        };
+        let (api, _) = match api_for(&ctx.local, api_version, kind, namespace, "control").await {
+            Ok(a) => a,
+            Err(Error::KindNotServed { .. }) => {
+                return Err(not_ready(format!(
+                    "kind {kind} is not served by the control cluster"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(target) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Control(format!("read {what}"), e))?
+        else {
+            return Err(not_ready("it does not exist".to_owned()));
+        };
+        if references::object_target(r).is_some() {
+            // An Object is there for its dependents once it is Ready: this is
+            // what orders an install.
+            let ready = target
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .is_some_and(|c| c["status"] == "True");
+            if installing && !ready {
+                return Err(not_ready("that Object is not Ready yet".to_owned()));
+            }
+            referenced.push(name.clone());
+        }
+        if let Some(fp) = field_path {
+            let path = fieldpath::parse(fp).map_err(|e| {
+                Error::InvalidReference(index, format!("fromObject.fieldPath: {e}"))
+            })?;
+            let value = fieldpath::get(&serde_json::to_value(&target)?, &path)
+                .filter(|v| !v.is_null())
+                .cloned()
+                .ok_or_else(|| not_ready(format!("{fp} is not set yet")))?;
+            let to = r.to_field_path.as_deref().unwrap_or_default();
+            let to_path = fieldpath::parse(to)
+                .map_err(|e| Error::InvalidReference(index, format!("invalid toFieldPath: {e}")))?;
+            if !to.starts_with("spec.") {
+                return Err(Error::InvalidReference(
+                    index,
+                    format!(
+                        "invalid toFieldPath {to:?}: it must be under spec, e.g. spec.forProvider.manifest.metadata.name"
+                    ),
+                ));
+            }
+            fieldpath::set(&mut doc, &to_path, value).map_err(|e| {
+                Error::InvalidReference(index, format!("invalid toFieldPath {to:?}: {e}"))
+            })?;
+        }
+    }
+    Ok((doc, referenced))
+}
+
+/// The manifest to apply: resolved, named (external-name, else the Object's
+/// name), with type metadata checked.
+fn desired_manifest(obj: &Object, resolved: &Value) -> Result<Value, Error> {
+    let mut manifest = resolved["spec"]["forProvider"]["manifest"].clone();
+    if manifest["apiVersion"].as_str().is_none_or(str::is_empty) {
+        return Err(Error::InvalidManifest("spec.forProvider.manifest has no apiVersion: set the apiVersion of the managed object (e.g. v1)".to_owned()));
+    }
+    if manifest["kind"].as_str().is_none_or(str::is_empty) {
+        return Err(Error::InvalidManifest("spec.forProvider.manifest has no kind: set the kind of the managed object (e.g. ConfigMap)".to_owned()));
+    }
+    if manifest["metadata"]["name"]
+        .as_str()
+        .is_none_or(str::is_empty)
+    {
+        let name = obj
+            .annotations()
+            .get(ANNOTATION_EXTERNAL_NAME)
+            .cloned()
+            .unwrap_or_else(|| obj.name_any());
+        manifest["metadata"]["name"] = json!(name);
+    }
+    if let Some(m) = manifest.as_object_mut() {
+        m.remove("status");
+    }
+    Ok(manifest)
+}
+
+fn contains(have: &Value, want: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, v)| {
+            h.get(k).is_some_and(|hv| contains(hv, v)) || (v.is_null() && !h.contains_key(k))
+        }),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(wv, hv)| contains(hv, wv))
+        }
+        (w, h) => w == h,
+    }
+}
+
+/// The field manager of one Object: each Object owns its own fields.
+fn field_manager(obj: &Object) -> String {
+    format!("crossplane-rs/object/{}", obj.uid().unwrap_or_default())
+}
+
+struct Observed {
+    live: Option<Value>,
+    drifted: bool,
+}
+
+async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
+    record_usage(ctx, obj).await?;
+    let target = connect(ctx, obj).await?;
+    let (resolved, referenced) = resolve_references(ctx, obj, true).await?;
+    for name in &referenced {
+        add_referrer_finalizer(ctx, name, &obj.name_any()).await?;
+    }
+    let manifest = desired_manifest(obj, &resolved)?;
+    let name = manifest["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (api, namespaced) = api_for(
+        &target,
+        manifest["apiVersion"].as_str().unwrap_or_default(),
+        manifest["kind"].as_str().unwrap_or_default(),
+        manifest["metadata"]["namespace"].as_str(),
+        &obj.spec.provider_config_ref.name,
+    )
+    .await?;
+    let mut manifest = manifest;
+    if !namespaced && let Some(m) = manifest["metadata"].as_object_mut() {
+        m.remove("namespace");
+    }
+    let what = format!("{} {name}", manifest["kind"].as_str().unwrap_or_default());
+    let live = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| target_error(format!("reading {what}"), e))?;
+    let policy = obj.spec.management_policy;
+    match live {
+        None if !policy::can_create(policy) => Err(Error::NotAllowed(format!(
+            "{what} does not exist and managementPolicy {policy:?} does not allow creating it: create it there, or change the policy"
+        ))),
+        Some(l) if !policy::can_update(policy) => Ok(Observed {
+            live: Some(serde_json::to_value(l)?),
+            drifted: false,
+        }),
+        Some(l) if contains(&serde_json::to_value(&l)?, &manifest) => Ok(Observed {
+            live: Some(serde_json::to_value(l)?),
+            drifted: false,
+        }),
+        existing => {
+            // Someone changed a field this Object sets, although the Object
+            // itself did not change since it last synced: drift.
+            let drifted = existing.is_some()
+                && obj.status.as_ref().is_some_and(|s| s.at_provider.is_some())
+                && synced_generation(obj) == obj.metadata.generation;
+            let applied = api
+                .patch(
+                    &name,
+                    &ssa::params(&field_manager(obj)),
+                    &Patch::Apply(&manifest),
+                )
+                .await
+                .map_err(|e| target_error(format!("applying {what}"), e))?;
+            Ok(Observed {
+                live: Some(serde_json::to_value(applied)?),
+                drifted,
+            })
+        }
+    }
+}
+
+fn synced_generation(obj: &Object) -> Option<i64> {
+    obj.status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_SYNCED))
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.observed_generation)
+}
+
+async fn add_referrer_finalizer(ctx: &Ctx, referenced: &str, referrer: &str) -> Result<(), Error> {
+    let api: Api<Object> = Api::all(ctx.rt.client.clone());
+    let Some(target) = api
+        .get_opt(referenced)
+        .await
+        .map_err(|e| Error::Control(format!("read Object {referenced}"), e))?
+    else {
+        return Ok(());
+    };
+    finalizers::add(&api, &target, &references::finalizer_for(referrer))
+        .await
+        .map_err(|e| Error::Control(format!("add a finalizer to Object {referenced}"), e))
+}
+
+async fn remove_referrer_finalizers(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
+    let api: Api<Object> = Api::all(ctx.rt.client.clone());
+    for name in obj
+        .spec
+        .references
+        .iter()
+        .filter_map(references::object_target)
+    {
+        if let Some(target) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Control(format!("read Object {name}"), e))?
+        {
+            finalizers::remove(&api, &target, &references::finalizer_for(&obj.name_any()))
+                .await
+                .map_err(|e| Error::Control(format!("remove a finalizer from Object {name}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+async fn write_status(
+    ctx: &Ctx,
+    obj: &Object,
+    synced: types::common::Condition,
+    ready: types::common::Condition,
+    live: Option<Option<Value>>,
+) -> Result<bool, Error> {
+    let mut status: ObjectStatus = obj.status.clone().unwrap_or_default();
+    let now = conditions::now();
+    let mut synced = synced;
+    synced.observed_generation = obj.metadata.generation;
+    let mut changed = conditions::set(&mut status.conditions, synced, &now);
+    changed |= conditions::set(&mut status.conditions, ready, &now);
+    if let Some(live) = live {
+        let shown = live.map(|l| policy::for_status(&l));
+        if status
+            .at_provider
+            .as_ref()
+            .and_then(|a| a.manifest.as_ref())
+            != shown.as_ref()
+        {
+            status.at_provider =
+                Some(types::kubernetes::v1alpha1::ObjectObservation { manifest: shown });
+            changed = true;
+        }
+    }
+    if !changed {
+        return Ok(false);
+    }
+    let api: Api<Object> = Api::all(ctx.rt.client.clone());
+    ssa::apply_status(
+        &api,
+        &obj.name_any(),
+        serde_json::to_value(&status)?,
+        &ctx.rt.field_manager(),
+    )
+    .await
+    .map_err(|e| Error::Control("write Object status".to_owned(), e))?;
+    Ok(true)
+}
+
+fn jittered(d: Duration, obj: &Object) -> Duration {
+    // ±10%, stable per object, so resyncs of many Objects spread out.
+    let seed = obj
+        .uid()
+        .unwrap_or_default()
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let permille = 900 + (seed % 201);
+    d.mul_f64(permille as f64 / 1000.0)
+}
+
+async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let paused = obj
+        .annotations()
+        .get(ANNOTATION_PAUSED)
+        .is_some_and(|v| v == "true");
+    if paused {
+        let already = obj
+            .status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_SYNCED))
+            .is_some_and(|c| c.reason.as_deref() == Some(conditions::reason::RECONCILE_PAUSED));
+        if !already {
+            let ready = obj
+                .status
+                .as_ref()
+                .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY).cloned())
+                .unwrap_or_else(conditions::creating);
+            write_status(&ctx, &obj, conditions::reconcile_paused(), ready, None).await?;
+            let oref = obj.object_ref(&());
+            ctx.reporting
+                .events
+                .normal(
+                    &oref,
+                    "ReconcilePaused",
+                    "reconciling is paused by the crossplane.io/paused annotation".to_owned(),
+                )
+                .await;
+        }
+        return Ok(Action::await_change());
+    }
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    if deleting && !finalizers::has(obj.as_ref(), FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    ctx.reporting
+        .reconcile(obj.as_ref(), async {
+            let api: Api<Object> = Api::all(ctx.rt.client.clone());
+            if deleting {
+                return cleanup(&ctx, &api, &obj).await;
+            }
+            finalizers::add(&api, obj.as_ref(), FINALIZER).await.map_err(|e| Error::Control("add the finalizer".to_owned(), e))?;
+            match sync(&ctx, &obj).await {
+                Ok(observed) => {
+                    let live = observed.live.unwrap_or(Value::Null);
+                    let policy = obj.spec.readiness.as_ref().map(|r| r.policy).unwrap_or(ReadinessPolicy::SuccessfulCreate);
+                    let ready = match policy::unready(policy, &live) {
+                        None => conditions::available(),
+                        Some(why) => conditions::unavailable(why),
+                    };
+                    let was_ready = obj.status.as_ref().and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY)).is_some_and(|c| c.status == "True");
+                    let now_ready = ready.status == "True";
+                    write_status(&ctx, &obj, conditions::reconcile_success(), ready, Some(Some(live.clone()))).await?;
+                    publish_connection_details(&ctx, &obj, &live).await?;
+                    let oref = obj.object_ref(&());
+                    if observed.drifted {
+                        ctx.drift.inc();
+                        ctx.reporting.events.normal(&oref, "DriftCorrected", "the managed object was changed outside this Object; its fields were put back".to_owned()).await;
+                    }
+                    if now_ready && !was_ready && let Some(created) = obj.creation_timestamp() {
+                        let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - created.0.as_millisecond();
+                        ctx.first_ready.observe(ms.max(0) as f64 / 1000.0);
+                    }
+                    Ok(Action::requeue(jittered(ctx.rt.args.poll_interval, &obj)))
+                }
+                Err(e) => {
+                    let msg = error_chain(&e);
+                    let ready = obj
+                        .status
+                        .as_ref()
+                        .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY).cloned())
+                        .filter(|c| c.status == "True")
+                        .unwrap_or_else(|| conditions::unavailable(msg.clone()));
+                    write_status(&ctx, &obj, conditions::reconcile_error(msg), ready, None).await?;
+                    Err(e)
+                }
+            }
+        })
+        .await
+}
+
+/// Publishes spec.connectionDetails to spec.writeConnectionSecretToRef.
+async fn publish_connection_details(ctx: &Ctx, obj: &Object, _live: &Value) -> Result<(), Error> {
+    let Some(to) = &obj.spec.write_connection_secret_to_ref else {
+        return Ok(());
+    };
+    if obj.spec.connection_details.is_empty() {
+        return Ok(());
+    }
+    let target = connect(ctx, obj).await?;
+    let mut data = serde_json::Map::new();
+    for d in &obj.spec.connection_details {
+        let (api, _) = api_for(
+            &target,
+            &d.api_version,
+            &d.kind,
+            d.namespace.as_deref(),
+            &obj.spec.provider_config_ref.name,
+        )
+        .await?;
+        let Some(src) = api
+            .get_opt(&d.name)
+            .await
+            .map_err(|e| target_error(format!("reading {} {}", d.kind, d.name), e))?
+        else {
+            continue;
+        };
+        let path = fieldpath::parse(&d.field_path).map_err(Error::InvalidManifest)?;
+        let Some(value) = fieldpath::get(&serde_json::to_value(&src)?, &path).cloned() else {
+            continue;
+        };
+        // A Secret's data is already base64; anything else is encoded here.
+        let encoded = if d.kind == "Secret" && d.field_path.starts_with("data") {
+            value
+        } else {
+            let text = match value {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            json!(k8s_openapi::ByteString(text.into_bytes()))
+        };
+        data.insert(d.to_connection_secret_key.clone(), encoded);
+    }
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": to.name, "namespace": to.namespace,
+            "ownerReferences": [{"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": obj.name_any(), "uid": obj.uid().unwrap_or_default(), "controller": true}],
+        },
+        "type": "connection.crossplane.io/v1alpha1",
+        "data": data,
+    });
+    let secrets: Api<Secret> = Api::namespaced(ctx.rt.client.clone(), &to.namespace);
+    if let Some(current) = secrets
+        .get_opt(&to.name)
+        .await
+        .map_err(|e| Error::Control("read the connection Secret".to_owned(), e))?
+        && contains(&serde_json::to_value(current)?, &secret)
+    {
+        return Ok(());
+    }
+    secrets
+        .patch(
+            &to.name,
+            &ssa::params(&ctx.rt.field_manager()),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .map_err(|e| Error::Control("write the connection Secret".to_owned(), e))?;
+    Ok(())
+}
+
+async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, Error> {
+    // Referrers hold this Object until their own managed objects are gone.
+    if obj
+        .finalizers()
+        .iter()
+        .any(|f| f.starts_with(references::REFERRED_BY))
+    {
+        let ready = conditions::deleting();
+        write_status(ctx, obj, conditions::reconcile_success(), ready, None).await?;
+        return Ok(Action::requeue(DELETE_POLL));
+    }
+    let done = match delete_managed(ctx, obj).await {
+        Ok(done) => done,
+        Err(e) if e.target_gone() => {
+            orphan(ctx, obj, &error_chain(&e)).await;
+            true
+        }
+        Err(
+            e @ (Error::InvalidManifest(_)
+            | Error::KindNotServed { .. }
+            | Error::ReferenceNotReady { .. }
+            | Error::Cycle(_)
+            | Error::InvalidReference(..)),
+        ) => {
+            // Nothing was ever created from it.
+            tracing::info!(object = %obj.name_any(), reason = %error_chain(&e), "nothing to delete");
+            true
+        }
+        Err(e) => {
+            let since = obj
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| {
+                    k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond()
+                })
+                .unwrap_or(0);
+            if since >= ctx.deletion_timeout.as_millis() as i64 {
+                orphan(
+                    ctx,
+                    obj,
+                    &format!(
+                        "the target could not be reached for {:?}: {}",
+                        ctx.deletion_timeout,
+                        error_chain(&e)
+                    ),
+                )
+                .await;
+                true
+            } else {
+                return Err(e);
+            }
+        }
+    };
+    if !done {
+        return Ok(Action::requeue(DELETE_POLL));
+    }
+    remove_referrer_finalizers(ctx, obj).await?;
+    let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
+    match usages
+        .delete(&obj.uid().unwrap_or_default(), &DeleteParams::background())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            return Err(Error::Control(
+                "delete the ProviderConfigUsage".to_owned(),
+                e,
+            ));
+        }
+    }
+    finalizers::remove(api, obj, FINALIZER)
+        .await
+        .map_err(|e| Error::Control("remove the finalizer".to_owned(), e))?;
+    Ok(Action::await_change())
+}
+
+async fn orphan(ctx: &Ctx, obj: &Object, why: &str) {
+    let oref = obj.object_ref(&());
+    ctx.reporting
+        .events
+        .warning(
+            &oref,
+            "ManagedObjectOrphaned",
+            format!("left the managed object in place: {why}"),
+        )
+        .await;
+}
+
+/// Deletes the managed object when the policies allow. Ok(true) once it is
+/// gone (or must be left in place).
+async fn delete_managed(ctx: &Ctx, obj: &Object) -> Result<bool, Error> {
+    if !policy::can_delete(obj.spec.management_policy, obj.spec.deletion_policy) {
+        return Ok(true);
+    }
+    let target = connect(ctx, obj).await?;
+    let (resolved, _) = resolve_references(ctx, obj, false).await?;
+    let manifest = desired_manifest(obj, &resolved)?;
+    let name = manifest["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (api, _) = api_for(
+        &target,
+        manifest["apiVersion"].as_str().unwrap_or_default(),
+        manifest["kind"].as_str().unwrap_or_default(),
+        manifest["metadata"]["namespace"].as_str(),
+        &obj.spec.provider_config_ref.name,
+    )
+    .await?;
+    let what = format!("{} {name}", manifest["kind"].as_str().unwrap_or_default());
+    let Some(live) = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| target_error(format!("reading {what}"), e))?
+    else {
+        return Ok(true);
+    };
+    if live.metadata.deletion_timestamp.is_none() {
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(true),
+            Err(e) => return Err(target_error(format!("deleting {what}"), e)),
+        }
+    }
+    Ok(api
+        .get_opt(&name)
+        .await
+        .map_err(|e| target_error(format!("reading {what}"), e))?
+        .is_none())
+}
+
+fn error_policy(obj: Arc<Object>, _error: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.reporting.retry(obj.as_ref())
+}
+
+/// Updates the managed-objects gauge from the cache, by Synced and Ready.
+fn count_managed(objects: &Store<Object>, gauge: &IntGaugeVec) {
+    let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for s in ["True", "False", "Unknown"] {
+        for r in ["True", "False", "Unknown"] {
+            counts.insert((s.to_owned(), r.to_owned()), 0);
+        }
+    }
+    for o in objects.state() {
+        let get = |t: &str| {
+            o.status
+                .as_ref()
+                .and_then(|s| conditions::get(&s.conditions, t))
+                .map(|c| c.status.clone())
+                .unwrap_or_else(|| "Unknown".to_owned())
+        };
+        *counts
+            .entry((get(conditions::TYPE_SYNCED), get(conditions::TYPE_READY)))
+            .or_default() += 1;
+    }
+    for ((s, r), n) in counts {
+        gauge.with_label_values(&[&s, &r]).set(n);
+    }
+}
+
+/// The Object controller.
+pub fn controller(
+    rt: &Runtime,
+    deletion_timeout: Duration,
+) -> Result<impl Future<Output = ()> + use<>, prometheus::Error> {
+    let drift = IntCounter::new(
+        "crossplane_rs_drift_corrections_total",
+        "Managed objects changed outside their Object and put back.",
+    )?;
+    let first_ready = Histogram::with_opts(
+        prometheus::HistogramOpts::new(
+            "crossplane_rs_time_to_first_ready_seconds",
+            "Time from an Object's creation to its first Ready=True.",
+        )
+        .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0]),
+    )?;
+    let managed = IntGaugeVec::new(
+        prometheus::Opts::new(
+            "crossplane_rs_managed_objects",
+            "Objects by their Synced and Ready condition status.",
+        ),
+        &["synced", "ready"],
+    )?;
+    rt.metrics.registry().register(Box::new(drift.clone()))?;
+    rt.metrics
+        .registry()
+        .register(Box::new(first_ready.clone()))?;
+    rt.metrics.registry().register(Box::new(managed.clone()))?;
+    let ctrl = Controller::new(
+        Api::<Object>::all(rt.client.clone()),
+        watcher::Config::default(),
+    );
+    let objects = ctrl.store();
+    let ctx = Arc::new(Ctx {
+        rt: rt.clone(),
+        reporting: Reporting::new(rt, CONTROLLER),
+        remote: RemoteClients::new(rt.metrics.clone()),
+        local: RemoteCluster::new(rt.client.clone(), "control"),
+        objects: objects.clone(),
+        deletion_timeout,
+        drift,
+        first_ready,
+    });
+    // Referrers and referenced Objects wake each other: a referenced Object
+    // changes (its status gains the value a referrer waits for) or loses a
+    // referrer finalizer.
+    let referrers = objects.clone();
+    Ok(ctrl
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown())
+        .watches(
+            Api::<Object>::all(rt.client.clone()),
+            watcher::Config::default(),
+            move |changed: Object| {
+                let name = changed.name_any();
+                referrers
+                    .state()
+                    .into_iter()
+                    .filter(|o| {
+                        o.spec
+                            .references
+                            .iter()
+                            .filter_map(references::object_target)
+                            .any(|t| t == name)
+                    })
+                    .map(|o| kube::runtime::reflector::ObjectRef::from_obj(o.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(move |_| {
+            count_managed(&objects, &managed);
+            futures::future::ready(())
+        }))
+}

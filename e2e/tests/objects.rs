@@ -1,0 +1,925 @@
+//! Seeds 002 and 003: Objects manage any manifest in the remote or the
+//! control cluster, with management policies, references, ordered install
+//! and uninstall, pause, drift correction and connection details.
+
+// Test helpers fail the test loudly, with what went wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    sync::{Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+use e2e::{Running, wait_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    discovery::ApiResource,
+};
+use serde_json::{Value, json};
+use types::kubernetes::v1alpha1::{Object, ProviderConfig};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One object-provider for this test binary (Objects are cluster-scoped),
+/// with a ProviderConfig `remote` (the remote cluster's kubeconfig),
+/// `kubernetes-provider` (the seed's name, the same) and `local`
+/// (InjectedIdentity, the control cluster).
+fn provider() -> &'static Mutex<Running> {
+    static PROVIDER: OnceLock<Mutex<Running>> = OnceLock::new();
+    PROVIDER.get_or_init(|| {
+        let plane = testenv::control_plane();
+        let control = &plane.control;
+        let secret = control.kubectl_stdin(
+            &["-n", "default", "create", "secret", "generic", "remote-kubeconfig", "--from-file=kubeconfig=/dev/stdin", "--dry-run=client", "-o", "yaml"],
+            Some(&plane.remote.kubeconfig),
+        );
+        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&String::from_utf8_lossy(&secret.stdout)));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let configs = r#"
+apiVersion: kubernetes.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: remote}
+spec: {credentials: {source: Secret, secretRef: {namespace: default, name: remote-kubeconfig, key: kubeconfig}}}
+---
+apiVersion: kubernetes.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: kubernetes-provider}
+spec: {credentials: {source: Secret, secretRef: {namespace: default, name: remote-kubeconfig, key: kubeconfig}}}
+---
+apiVersion: kubernetes.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: default}
+spec: {credentials: {source: Secret, secretRef: {namespace: default, name: remote-kubeconfig, key: kubeconfig}}}
+---
+apiVersion: kubernetes.crossplane.io/v1alpha1
+kind: ProviderConfig
+metadata: {name: local}
+spec: {credentials: {source: InjectedIdentity}}
+"#;
+        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(configs));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let crds = testenv::repo_root().join("e2e/testdata/olm-crds.yaml");
+        let out = plane.remote.kubectl(&["apply", "-f", &crds.to_string_lossy()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = plane.remote.kubectl(&["wait", "--for=condition=Established", "-f", &crds.to_string_lossy()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let running = Running::start(
+            "object-provider",
+            &control.kubeconfig_path,
+            &["--poll-interval", "1s", "--deletion-timeout", "10s"],
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !matches!(e2e::http_get(running.addr, "/healthz"), Some((200, _))) {
+            assert!(Instant::now() < deadline, "object-provider not healthy: {}", running.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Mutex::new(running)
+    })
+}
+
+async fn clients() -> (Client, Client) {
+    provider();
+    let plane = testenv::control_plane();
+    (plane.control.client().await, plane.remote.client().await)
+}
+
+async fn apply_object(client: &Client, body: Value) {
+    let api: Api<Object> = Api::all(client.clone());
+    api.patch(
+        body["metadata"]["name"].as_str().unwrap(),
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying Object: {e}"));
+}
+
+fn object(name: &str, config: &str, manifest: Value, extra: Value) -> Value {
+    let mut spec =
+        json!({"forProvider": {"manifest": manifest}, "providerConfigRef": {"name": config}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    json!({"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "metadata": {"name": name}, "spec": spec})
+}
+
+fn configmap(name: &str, ns: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data})
+}
+
+async fn get_object(client: &Client, name: &str) -> Option<Object> {
+    Api::<Object>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+fn cond(o: &Object, t: &str) -> Option<(String, String, String)> {
+    o.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+async fn wait_ready(client: &Client, name: &str) -> Object {
+    let last = Mutex::new(String::new());
+    let found = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Some(o) = get_object(client, name).await {
+                *last.lock().unwrap() = format!("{:?}", o.status);
+                if cond(&o, "Synced").is_some_and(|c| c.0 == "True")
+                    && cond(&o, "Ready").is_some_and(|c| c.0 == "True")
+                {
+                    return o;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| {
+        panic!(
+            "Object {name} not Synced and Ready within {WAIT:?}; last status: {}",
+            last.lock().unwrap()
+        )
+    })
+}
+
+async fn wait_synced_false(client: &Client, name: &str, needle: &str) -> String {
+    wait_for(
+        WAIT,
+        &format!("Object {name} to be Synced=False saying {needle:?}"),
+        || async {
+            let o = get_object(client, name).await?;
+            let (status, _, msg) = cond(&o, "Synced")?;
+            (status == "False" && msg.contains(needle)).then_some(msg)
+        },
+    )
+    .await
+}
+
+async fn delete_object(client: &Client, name: &str) {
+    let _ = Api::<Object>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+async fn wait_object_gone(client: &Client, name: &str) {
+    wait_for(WAIT, &format!("Object {name} to be gone"), || async {
+        get_object(client, name).await.is_none().then_some(())
+    })
+    .await;
+}
+
+async fn remote_cm(remote: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(remote.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn test_ns(remote: &Client, prefix: &str) -> String {
+    testenv::control_plane()
+        .remote
+        .namespace(remote, prefix)
+        .await
+}
+
+#[tokio::test]
+async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_with_injected_identity()
+ {
+    let (client, remote) = clients().await;
+    let plane = testenv::control_plane();
+    let file = testenv::repo_root().join("examples/seeds/002-object-sample-namespace.yaml");
+    let out = plane
+        .control
+        .kubectl(&["apply", "-f", &file.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = wait_ready(&client, "sample-namespace").await;
+    // metadata.name defaults to the Object's name.
+    let ns = Api::<Namespace>::all(remote.clone())
+        .get("sample-namespace")
+        .await
+        .unwrap();
+    assert_eq!(ns.labels()["example"], "true");
+    let manifest = o.status.unwrap().at_provider.unwrap().manifest.unwrap();
+    assert_eq!(manifest["metadata"]["uid"], ns.uid().unwrap());
+    assert_eq!(
+        manifest["status"]["phase"], "Active",
+        "atProvider.manifest includes the live status"
+    );
+    let out = plane
+        .control
+        .kubectl(&["get", "object", "sample-namespace"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "KIND",
+            "TARGET-NAME",
+            "TARGET-NAMESPACE",
+            "PROVIDERCONFIG",
+            "SYNCED",
+            "READY",
+            "AGE"
+        ]
+    );
+    assert!(
+        text.contains("kubernetes-provider") && text.contains("True"),
+        "{text}"
+    );
+
+    // The same with InjectedIdentity: the control cluster itself.
+    let local_name = testenv::unique_name("injected");
+    apply_object(&client, object(&local_name, "local", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"labels": {"example": "true"}}}), json!({}))).await;
+    wait_ready(&client, &local_name).await;
+    assert!(
+        Api::<Namespace>::all(client.clone())
+            .get_opt(&local_name)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Usage is recorded.
+    let pc = Api::<ProviderConfig>::all(client.clone())
+        .get("local")
+        .await
+        .unwrap();
+    assert!(pc.status.unwrap().users.unwrap_or(0) >= 1);
+    delete_object(&client, &local_name).await;
+    wait_object_gone(&client, &local_name).await;
+}
+
+#[tokio::test]
+async fn every_row_of_the_management_policy_table_is_honoured() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "policy").await;
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
+    // (policy, deletionPolicy, may create/update, may delete)
+    let rows = [
+        ("Default", "Delete", true, true),
+        ("ObserveCreateUpdate", "Delete", true, false),
+        ("ObserveDelete", "Delete", false, true),
+        ("Observe", "Delete", false, false),
+        ("Default", "Orphan", true, false),
+        ("ObserveDelete", "Orphan", false, false),
+    ];
+    for (policy, deletion, create_update, delete) in rows {
+        let name = format!("{}-{}", policy.to_lowercase(), deletion.to_lowercase());
+        let obj_name = format!("{ns}-{name}");
+        if !create_update {
+            // Observe-only policies need the object to exist already.
+            let cm: ConfigMap =
+                serde_json::from_value(configmap(&name, &ns, json!({"v": "theirs"}))).unwrap();
+            cms.create(&PostParams::default(), &cm).await.unwrap();
+        }
+        let extra = json!({"managementPolicy": policy, "deletionPolicy": deletion});
+        apply_object(
+            &client,
+            object(
+                &obj_name,
+                "remote",
+                configmap(&name, &ns, json!({"v": "1"})),
+                extra.clone(),
+            ),
+        )
+        .await;
+        wait_ready(&client, &obj_name).await;
+        let live = remote_cm(&remote, &ns, &name).await.unwrap();
+        let expected = if create_update { "1" } else { "theirs" };
+        assert_eq!(
+            live.data.as_ref().unwrap()["v"],
+            expected,
+            "{policy}/{deletion}: create"
+        );
+        // An update to the manifest reaches the target only when allowed.
+        apply_object(
+            &client,
+            object(
+                &obj_name,
+                "remote",
+                configmap(&name, &ns, json!({"v": "2"})),
+                extra,
+            ),
+        )
+        .await;
+        if create_update {
+            wait_for(
+                WAIT,
+                &format!("{policy}: update to reach the target"),
+                || async {
+                    (remote_cm(&remote, &ns, &name).await?.data?.get("v")? == "2").then_some(())
+                },
+            )
+            .await;
+        } else {
+            // Give the provider several polls to (wrongly) write.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(
+                remote_cm(&remote, &ns, &name).await.unwrap().data.unwrap()["v"],
+                "theirs",
+                "{policy}: no update"
+            );
+        }
+        delete_object(&client, &obj_name).await;
+        wait_object_gone(&client, &obj_name).await;
+        let left = remote_cm(&remote, &ns, &name).await;
+        assert_eq!(
+            left.is_none(),
+            delete,
+            "{policy}/{deletion}: delete allowed = {delete}"
+        );
+    }
+    // Observe with nothing to observe says so.
+    apply_object(
+        &client,
+        object(
+            &format!("{ns}-observe-missing"),
+            "remote",
+            configmap("missing", &ns, json!({})),
+            json!({"managementPolicy": "Observe"}),
+        ),
+    )
+    .await;
+    wait_synced_false(
+        &client,
+        &format!("{ns}-observe-missing"),
+        "does not exist and managementPolicy Observe does not allow creating it",
+    )
+    .await;
+    assert!(remote_cm(&remote, &ns, "missing").await.is_none());
+    delete_object(&client, &format!("{ns}-observe-missing")).await;
+}
+
+#[tokio::test]
+async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_in_reverse() {
+    let (client, remote) = clients().await;
+    let plane = testenv::control_plane();
+    let _ = plane.remote.kubectl(&["create", "namespace", "operators"]);
+    let ar = |group: &str, kind: &str, plural: &str| ApiResource {
+        group: group.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{group}/v1alpha1"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let subs: Api<DynamicObject> = Api::namespaced_with(
+        remote.clone(),
+        "operators",
+        &ar("operators.coreos.com", "Subscription", "subscriptions"),
+    );
+    let csvs: Api<DynamicObject> = Api::namespaced_with(
+        remote.clone(),
+        "operators",
+        &ar(
+            "operators.coreos.com",
+            "ClusterServiceVersion",
+            "clusterserviceversions",
+        ),
+    );
+    let kongs: Api<DynamicObject> = Api::namespaced_with(
+        remote.clone(),
+        "operators",
+        &ar("charts.konghq.com", "Kong", "kongs"),
+    );
+    // A small OLM: a Subscription gets status.currentCSV and its CSV.
+    let olm = {
+        let (subs, csvs) = (subs.clone(), csvs.clone());
+        tokio::spawn(async move {
+            loop {
+                for sub in subs
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    if sub.data.pointer("/status/currentCSV").is_none()
+                        && sub.metadata.deletion_timestamp.is_none()
+                    {
+                        let patch = json!({"status": {"currentCSV": "kong.v0.10.0"}});
+                        let _ = subs
+                            .patch_status(
+                                &sub.name_any(),
+                                &PatchParams::default(),
+                                &Patch::Merge(&patch),
+                            )
+                            .await;
+                        let csv: DynamicObject = serde_json::from_value(json!({
+                            "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+                            "metadata": {"name": "kong.v0.10.0", "namespace": "operators"}, "spec": {"displayName": "Kong"},
+                        }))
+                        .unwrap();
+                        let _ = csvs.create(&PostParams::default(), &csv).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    // Applied all at once: the seed's csv-kong verbatim, with the
+    // Subscription and Kong Objects around it.
+    let sub_kong = object(
+        "sub-kong",
+        "default",
+        json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription", "metadata": {"name": "kong", "namespace": "operators"}, "spec": {"channel": "alpha", "name": "kong", "source": "operatorhubio-catalog"}}),
+        json!({}),
+    );
+    let kong = object(
+        "kong",
+        "default",
+        json!({"apiVersion": "charts.konghq.com/v1alpha1", "kind": "Kong", "metadata": {"name": "kong", "namespace": "operators"}, "spec": {"proxy": {"type": "NodePort"}}}),
+        json!({"references": [{"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": "csv-kong"}}]}),
+    );
+    apply_object(&client, kong).await;
+    let file = testenv::repo_root().join("examples/seeds/002-object-csv-kong-references.yaml");
+    let out = plane
+        .control
+        .kubectl(&["apply", "-f", &file.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    apply_object(&client, sub_kong).await;
+
+    // Install order: the Kong is created only after the CSV is observed.
+    let mut csv_seen = None;
+    let started = Instant::now();
+    let kong_seen = loop {
+        if csv_seen.is_none() && csvs.get_opt("kong.v0.10.0").await.unwrap().is_some() {
+            csv_seen = Some(started.elapsed());
+        }
+        if kongs.get_opt("kong").await.unwrap().is_some() {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < WAIT, "the Kong was never created");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        csv_seen.is_some_and(|c| c <= kong_seen),
+        "Kong created before its CSV: csv {csv_seen:?}, kong {kong_seen:?}"
+    );
+    // The CSV's name came through the reference.
+    let csv = wait_ready(&client, "csv-kong").await;
+    assert_eq!(
+        csv.status.unwrap().at_provider.unwrap().manifest.unwrap()["metadata"]["name"],
+        "kong.v0.10.0"
+    );
+    wait_ready(&client, "kong").await;
+    let sub = get_object(&client, "sub-kong").await.unwrap();
+    assert!(
+        sub.finalizers()
+            .iter()
+            .any(|f| f == "referred-by.kubernetes.crossplane.io/csv-kong"),
+        "{:?}",
+        sub.finalizers()
+    );
+
+    // Deleted all at once: they go in reverse order and nothing is left.
+    for name in ["sub-kong", "csv-kong", "kong"] {
+        delete_object(&client, name).await;
+    }
+    let mut gone: [Option<Duration>; 3] = [None; 3];
+    let started = Instant::now();
+    while gone.iter().any(Option::is_none) {
+        let present = [
+            kongs.get_opt("kong").await.unwrap().is_some(),
+            csvs.get_opt("kong.v0.10.0").await.unwrap().is_some(),
+            subs.get_opt("kong").await.unwrap().is_some(),
+        ];
+        for (i, p) in present.iter().enumerate() {
+            if !p && gone[i].is_none() {
+                gone[i] = Some(started.elapsed());
+            }
+        }
+        assert!(
+            started.elapsed() < WAIT,
+            "not everything was deleted: {gone:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    olm.abort();
+    assert!(
+        gone[0] <= gone[1] && gone[1] <= gone[2],
+        "uninstall order must be Kong, CSV, Subscription: {gone:?}"
+    );
+    for name in ["kong", "csv-kong", "sub-kong"] {
+        wait_object_gone(&client, name).await;
+    }
+}
+
+#[tokio::test]
+async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "ref").await;
+    let settings: ConfigMap = serde_json::from_value(configmap(
+        "common-settings",
+        "default",
+        json!({"region": "eu-west-1"}),
+    ))
+    .unwrap();
+    let local_cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let settings_name = testenv::unique_name("settings");
+    let mut settings = settings;
+    settings.metadata.name = Some(settings_name.clone());
+    local_cms
+        .create(&PostParams::default(), &settings)
+        .await
+        .unwrap();
+    let name = format!("{ns}-region");
+    apply_object(
+        &client,
+        object(
+            &name,
+            "remote",
+            configmap("app", &ns, json!({"fixed": "x"})),
+            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": settings_name, "namespace": "default", "fieldPath": "data.region"}, "toFieldPath": "spec.forProvider.manifest.data.region"}]}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &name).await;
+    assert_eq!(
+        remote_cm(&remote, &ns, "app").await.unwrap().data.unwrap()["region"],
+        "eu-west-1"
+    );
+    local_cms
+        .patch(
+            &settings_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"region": "us-east-2"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        WAIT,
+        "the new region to reach the managed object",
+        || async {
+            (remote_cm(&remote, &ns, "app").await?.data?.get("region")? == "us-east-2")
+                .then_some(())
+        },
+    )
+    .await;
+    delete_object(&client, &name).await;
+}
+
+#[tokio::test]
+async fn paused_objects_are_left_alone_and_drift_is_put_back() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "drift").await;
+    let name = format!("{ns}-drift");
+    apply_object(
+        &client,
+        object(
+            &name,
+            "remote",
+            configmap("cm", &ns, json!({"k": "mine"})),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &name).await;
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
+    // Someone edits a field the Object sets: put back, with an event.
+    cms.patch(
+        "cm",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "theirs"}})),
+    )
+    .await
+    .unwrap();
+    wait_for(WAIT, "the drift to be put back", || async {
+        (remote_cm(&remote, &ns, "cm").await?.data?.get("k")? == "mine").then_some(())
+    })
+    .await;
+    let events = Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("DriftCorrected")),
+        "a DriftCorrected event"
+    );
+
+    // Paused: Synced=False ReconcilePaused, and nothing is done.
+    Api::<Object>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"crossplane.io/paused": "true"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(WAIT, "ReconcilePaused", || async {
+        let o = get_object(&client, &name).await?;
+        (cond(&o, "Synced")?.1 == "ReconcilePaused").then_some(())
+    })
+    .await;
+    cms.patch(
+        "cm",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "paused-edit"}})),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await; // several poll intervals
+    assert_eq!(
+        remote_cm(&remote, &ns, "cm").await.unwrap().data.unwrap()["k"],
+        "paused-edit",
+        "a paused Object must not act"
+    );
+    // Deleting while paused does nothing either.
+    delete_object(&client, &name).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        get_object(&client, &name).await.is_some(),
+        "a paused Object is not finalized"
+    );
+    // Resuming: the deletion proceeds.
+    Api::<Object>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"crossplane.io/paused": null}}})),
+        )
+        .await
+        .unwrap();
+    wait_object_gone(&client, &name).await;
+    assert!(remote_cm(&remote, &ns, "cm").await.is_none());
+}
+
+#[tokio::test]
+async fn connection_details_are_published_and_secrets_are_redacted() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "conn").await;
+    let name = format!("{ns}-secret");
+    let conn = testenv::unique_name("conn");
+    apply_object(
+        &client,
+        object(
+            &name,
+            "remote",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": ns}, "stringData": {"password": "s3cr3t"}}),
+            json!({
+                "writeConnectionSecretToRef": {"name": conn, "namespace": "default"},
+                "connectionDetails": [{"apiVersion": "v1", "kind": "Secret", "name": "db", "namespace": ns, "fieldPath": "data.password", "toConnectionSecretKey": "password"}],
+            }),
+        ),
+    )
+    .await;
+    let o = wait_ready(&client, &name).await;
+    let manifest = o.status.unwrap().at_provider.unwrap().manifest.unwrap();
+    assert_eq!(manifest["data"]["password"], "REDACTED");
+    let published = wait_for(WAIT, "the connection Secret", || async {
+        Api::<Secret>::namespaced(client.clone(), "default")
+            .get_opt(&conn)
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    assert_eq!(published.data.unwrap()["password"].0, b"s3cr3t");
+    let log = provider().lock().unwrap().log();
+    assert!(
+        !log.contains("s3cr3t") && !log.contains("czNjcjN0"),
+        "a secret value reached the log"
+    );
+    delete_object(&client, &name).await;
+}
+
+#[tokio::test]
+async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "inuse").await;
+    let plane = testenv::control_plane();
+    let pc = testenv::unique_name("pc");
+    let out = plane.control.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!("apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: ProviderConfig\nmetadata: {{name: {pc}}}\nspec: {{credentials: {{source: Secret, secretRef: {{namespace: default, name: remote-kubeconfig, key: kubeconfig}}}}}}\n")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let name = format!("{ns}-user");
+    apply_object(
+        &client,
+        object(
+            &name,
+            &pc,
+            configmap("cm", &ns, json!({"a": "b"})),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &name).await;
+    let pcs = Api::<ProviderConfig>::all(client.clone());
+    pcs.delete(&pc, &DeleteParams::default()).await.unwrap();
+    let msg = wait_for(WAIT, "the ProviderConfig to say who uses it", || async {
+        let p = pcs.get_opt(&pc).await.ok()??;
+        p.status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "InUse")
+            .and_then(|c| c.message.clone())
+    })
+    .await;
+    assert!(
+        msg.contains(&format!("in use by 1 Objects: Object {name}")),
+        "{msg}"
+    );
+    assert!(
+        pcs.get_opt(&pc).await.unwrap().is_some(),
+        "deletion refused while in use"
+    );
+    delete_object(&client, &name).await;
+    wait_object_gone(&client, &name).await;
+    wait_for(WAIT, "the ProviderConfig to go once unused", || async {
+        pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_condition_that_says_what_to_fix() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "badobj").await;
+    let plane = testenv::control_plane();
+    let p = |s: &str| format!("{ns}-{s}");
+    apply_object(
+        &client,
+        object(
+            &p("no-kind"),
+            "remote",
+            json!({"apiVersion": "v1", "metadata": {"name": "x", "namespace": ns}}),
+            json!({}),
+        ),
+    )
+    .await;
+    apply_object(
+        &client,
+        object(
+            &p("no-apiversion"),
+            "remote",
+            json!({"kind": "ConfigMap", "metadata": {"name": "x", "namespace": ns}}),
+            json!({}),
+        ),
+    )
+    .await;
+    apply_object(&client, object(&p("unknown-kind"), "remote", json!({"apiVersion": "widgets.example.org/v1", "kind": "Widget", "metadata": {"name": "x", "namespace": ns}}), json!({}))).await;
+    apply_object(
+        &client,
+        object(
+            &p("no-config"),
+            "does-not-exist",
+            configmap("x", &ns, json!({})),
+            json!({}),
+        ),
+    )
+    .await;
+    apply_object(
+        &client,
+        object(
+            &p("bad-path"),
+            "remote",
+            configmap("y", &ns, json!({})),
+            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "Namespace", "name": "default", "fieldPath": "metadata.name"}, "toFieldPath": "spec..name"}]}),
+        ),
+    )
+    .await;
+    let cycle = |me: &str, other: &str| json!({"references": [{"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": other}}], "_": me});
+    for (me, other) in [(p("cycle-a"), p("cycle-b")), (p("cycle-b"), p("cycle-a"))] {
+        let mut extra = cycle(&me, &other);
+        extra.as_object_mut().unwrap().remove("_");
+        apply_object(
+            &client,
+            object(&me, "remote", configmap(&me, &ns, json!({})), extra),
+        )
+        .await;
+    }
+    // An unreadable kubeconfig and a target that does not answer.
+    let dead = plane.remote.kubeconfig.replace(
+        plane
+            .remote
+            .kubeconfig
+            .lines()
+            .find(|l| l.trim_start().starts_with("server:"))
+            .unwrap(),
+        "    server: https://127.0.0.1:9",
+    );
+    for (secret, content) in [
+        (p("garbage"), "not a kubeconfig".to_owned()),
+        (p("dead"), dead),
+    ] {
+        let s: Secret = serde_json::from_value(json!({"metadata": {"name": secret, "namespace": "default"}, "stringData": {"kubeconfig": content}})).unwrap();
+        Api::<Secret>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap();
+        let out = plane.control.kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!("apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: ProviderConfig\nmetadata: {{name: {secret}}}\nspec: {{credentials: {{source: Secret, secretRef: {{namespace: default, name: {secret}, key: kubeconfig}}}}}}\n")),
+        );
+        assert!(out.status.success());
+        apply_object(
+            &client,
+            object(
+                &format!("{secret}-user"),
+                &secret,
+                configmap("z", &ns, json!({})),
+                json!({}),
+            ),
+        )
+        .await;
+    }
+    let cases = [
+        (
+            p("no-kind"),
+            "spec.forProvider.manifest has no kind: set the kind",
+        ),
+        (
+            p("no-apiversion"),
+            "spec.forProvider.manifest has no apiVersion",
+        ),
+        (
+            p("unknown-kind"),
+            "does not serve kind Widget in apiVersion widgets.example.org/v1",
+        ),
+        (p("no-config"), "ProviderConfig does-not-exist not found"),
+        (p("bad-path"), "invalid toFieldPath"),
+        (p("cycle-a"), "reference cycle:"),
+        (
+            format!("{}-user", p("garbage")),
+            "does not hold a valid kubeconfig",
+        ),
+        (format!("{}-user", p("dead")), "did not answer"),
+    ];
+    for (name, needle) in &cases {
+        wait_synced_false(&client, name, needle).await;
+    }
+    // Backoff, not a hot loop: a failing Object is retried a few times.
+    let count = |name: String| {
+        let client = client.clone();
+        async move {
+            Api::<Event>::all(client)
+                .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|e| {
+                    e.count.unwrap_or(1) + e.series.as_ref().and_then(|s| s.count).unwrap_or(0)
+                })
+                .sum::<i32>()
+        }
+    };
+    let before = count(p("no-kind")).await;
+    tokio::time::sleep(Duration::from_secs(6)).await; // observing a rate needs elapsed time
+    let after = count(p("no-kind")).await;
+    assert!(
+        after - before <= 4,
+        "retries must back off: {before} -> {after} in 6s"
+    );
+    // The provider is still alive and well.
+    let provider = provider().lock().unwrap();
+    assert!(matches!(
+        e2e::http_get(provider.addr, "/healthz"),
+        Some((200, _))
+    ));
+    let metrics = provider.metrics();
+    assert!(
+        metrics.contains("crossplane_rs_managed_objects{ready="),
+        "{metrics}"
+    );
+    drop(provider);
+    // Bad Objects delete cleanly, and the one whose target does not answer
+    // is orphaned after the deletion timeout instead of hanging.
+    for (name, _) in &cases {
+        delete_object(&client, name).await;
+    }
+    delete_object(&client, &p("cycle-b")).await;
+    for (name, _) in &cases {
+        wait_object_gone(&client, name).await;
+    }
+}
