@@ -902,17 +902,15 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
         "retries must back off: {before} -> {after} in 6s"
     );
     // The provider is still alive and well.
-    let provider = provider().lock().unwrap();
-    assert!(matches!(
-        e2e::http_get(provider.addr, "/healthz"),
-        Some((200, _))
-    ));
-    let metrics = provider.metrics();
+    let (addr, metrics) = {
+        let provider = provider().lock().unwrap();
+        (provider.addr, provider.metrics())
+    };
+    assert!(matches!(e2e::http_get(addr, "/healthz"), Some((200, _))));
     assert!(
         metrics.contains("crossplane_rs_managed_objects{ready="),
         "{metrics}"
     );
-    drop(provider);
     // Bad Objects delete cleanly, and the one whose target does not answer
     // is orphaned after the deletion timeout instead of hanging.
     for (name, _) in &cases {

@@ -73,7 +73,7 @@ pub enum Error {
         api_version: String,
         /// Cause.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A reference is not resolvable yet (its object or field is missing).
     #[error("reference {index} ({what}) cannot be resolved yet: {why}; waiting")]
@@ -103,11 +103,11 @@ pub enum Error {
         hint: String,
         /// Cause.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A request to the control cluster failed.
     #[error("failed to {0}")]
-    Control(String, #[source] kube::Error),
+    Control(String, #[source] Box<kube::Error>),
     /// Serializing failed.
     #[error("failed to serialize")]
     Serialize(#[from] serde_json::Error),
@@ -164,7 +164,11 @@ fn target_error(what: String, source: kube::Error) -> Error {
         ),
         _ => "the target did not answer; retrying".to_owned(),
     };
-    Error::Target { what, hint, source }
+    Error::Target {
+        what,
+        hint,
+        source: Box::new(source),
+    }
 }
 
 /// The target cluster of a ProviderConfig.
@@ -174,7 +178,7 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
     let pc = configs
         .get_opt(name)
         .await
-        .map_err(|e| Error::Control(format!("read ProviderConfig {name}"), e))?
+        .map_err(|e| Error::Control(format!("read ProviderConfig {name}"), Box::new(e)))?
         .ok_or_else(|| Error::ProviderConfigNotFound(name.clone()))?;
     match pc.spec.credentials.source {
         CredentialsSource::InjectedIdentity => Ok(ctx.local.clone()),
@@ -190,7 +194,10 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
                 .get_opt(&sel.name)
                 .await
                 .map_err(|e| {
-                    Error::Control(format!("read Secret {}/{}", sel.namespace, sel.name), e)
+                    Error::Control(
+                        format!("read Secret {}/{}", sel.namespace, sel.name),
+                        Box::new(e),
+                    )
                 })?
                 .ok_or_else(|| {
                     Error::CredentialsNotFound(
@@ -235,7 +242,7 @@ async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(Error::Control(
             "record the ProviderConfigUsage".to_owned(),
-            e,
+            Box::new(e),
         )),
     }
 }
@@ -258,7 +265,7 @@ async fn api_for(
                 config: config.to_owned(),
                 kind: kind.to_owned(),
                 api_version: api_version.to_owned(),
-                source,
+                source: Box::new(source),
             });
         }
         Err(source) => return Err(target_error(format!("discovering kind {kind}"), source)),
@@ -358,7 +365,7 @@ async fn resolve_references(
         let Some(target) = api
             .get_opt(name)
             .await
-            .map_err(|e| Error::Control(format!("read {what}"), e))?
+            .map_err(|e| Error::Control(format!("read {what}"), Box::new(e)))?
         else {
             return Err(not_ready("it does not exist".to_owned()));
         };
@@ -529,13 +536,18 @@ async fn add_referrer_finalizer(ctx: &Ctx, referenced: &str, referrer: &str) -> 
     let Some(target) = api
         .get_opt(referenced)
         .await
-        .map_err(|e| Error::Control(format!("read Object {referenced}"), e))?
+        .map_err(|e| Error::Control(format!("read Object {referenced}"), Box::new(e)))?
     else {
         return Ok(());
     };
     finalizers::add(&api, &target, &references::finalizer_for(referrer))
         .await
-        .map_err(|e| Error::Control(format!("add a finalizer to Object {referenced}"), e))
+        .map_err(|e| {
+            Error::Control(
+                format!("add a finalizer to Object {referenced}"),
+                Box::new(e),
+            )
+        })
 }
 
 async fn remove_referrer_finalizers(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
@@ -549,11 +561,16 @@ async fn remove_referrer_finalizers(ctx: &Ctx, obj: &Object) -> Result<(), Error
         if let Some(target) = api
             .get_opt(name)
             .await
-            .map_err(|e| Error::Control(format!("read Object {name}"), e))?
+            .map_err(|e| Error::Control(format!("read Object {name}"), Box::new(e)))?
         {
             finalizers::remove(&api, &target, &references::finalizer_for(&obj.name_any()))
                 .await
-                .map_err(|e| Error::Control(format!("remove a finalizer from Object {name}"), e))?;
+                .map_err(|e| {
+                    Error::Control(
+                        format!("remove a finalizer from Object {name}"),
+                        Box::new(e),
+                    )
+                })?;
         }
     }
     Ok(())
@@ -596,7 +613,7 @@ async fn write_status(
         &ctx.rt.field_manager(),
     )
     .await
-    .map_err(|e| Error::Control("write Object status".to_owned(), e))?;
+    .map_err(|e| Error::Control("write Object status".to_owned(), Box::new(e)))?;
     Ok(true)
 }
 
@@ -651,7 +668,7 @@ async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             if deleting {
                 return cleanup(&ctx, &api, &obj).await;
             }
-            finalizers::add(&api, obj.as_ref(), FINALIZER).await.map_err(|e| Error::Control("add the finalizer".to_owned(), e))?;
+            finalizers::add(&api, obj.as_ref(), FINALIZER).await.map_err(|e| Error::Control("add the finalizer".to_owned(), Box::new(e)))?;
             match sync(&ctx, &obj).await {
                 Ok(observed) => {
                     let live = observed.live.unwrap_or(Value::Null);
@@ -746,7 +763,7 @@ async fn publish_connection_details(ctx: &Ctx, obj: &Object, _live: &Value) -> R
     if let Some(current) = secrets
         .get_opt(&to.name)
         .await
-        .map_err(|e| Error::Control("read the connection Secret".to_owned(), e))?
+        .map_err(|e| Error::Control("read the connection Secret".to_owned(), Box::new(e)))?
         && contains(&serde_json::to_value(current)?, &secret)
     {
         return Ok(());
@@ -758,7 +775,7 @@ async fn publish_connection_details(ctx: &Ctx, obj: &Object, _live: &Value) -> R
             &Patch::Apply(&secret),
         )
         .await
-        .map_err(|e| Error::Control("write the connection Secret".to_owned(), e))?;
+        .map_err(|e| Error::Control("write the connection Secret".to_owned(), Box::new(e)))?;
     Ok(())
 }
 
@@ -830,13 +847,13 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
         Err(e) => {
             return Err(Error::Control(
                 "delete the ProviderConfigUsage".to_owned(),
-                e,
+                Box::new(e),
             ));
         }
     }
     finalizers::remove(api, obj, FINALIZER)
         .await
-        .map_err(|e| Error::Control("remove the finalizer".to_owned(), e))?;
+        .map_err(|e| Error::Control("remove the finalizer".to_owned(), Box::new(e)))?;
     Ok(Action::await_change())
 }
 
