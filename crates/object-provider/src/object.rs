@@ -16,7 +16,7 @@ use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PostParams},
     discovery::Scope,
-    runtime::{Controller, controller::Action, reflector::Store, watcher},
+    runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use prometheus::{Histogram, IntCounter, IntGaugeVec};
 use runtime::{
@@ -42,6 +42,10 @@ use crate::{fieldpath, policy, references};
 pub const CONTROLLER: &str = "object";
 /// The finalizer every Object carries until its managed object is handled.
 pub const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
+/// How long a connection (and so the credentials Secret read behind it) is
+/// reused before the Secret is read again: a rotated kubeconfig takes effect
+/// within this time.
+const CONNECTION_TTL: Duration = Duration::from_secs(30);
 /// How often a deletion in progress looks again.
 const DELETE_POLL: Duration = Duration::from_secs(2);
 
@@ -148,6 +152,13 @@ pub struct Ctx {
     remote: RemoteClients,
     local: RemoteCluster,
     objects: Store<Object>,
+    configs: Store<ProviderConfig>,
+    /// Targets by ProviderConfig: (when connected, the config's
+    /// resourceVersion, the target). Reused for `CONNECTION_TTL`, so the
+    /// credentials Secret is read once per config per TTL, not per Object.
+    connections: std::sync::Mutex<BTreeMap<String, (std::time::Instant, String, RemoteCluster)>>,
+    /// Objects whose ProviderConfigUsage exists (created once per process).
+    usages: std::sync::Mutex<std::collections::HashSet<String>>,
     deletion_timeout: Duration,
     drift: IntCounter,
     first_ready: Histogram,
@@ -174,12 +185,22 @@ fn target_error(what: String, source: kube::Error) -> Error {
 /// The target cluster of a ProviderConfig.
 async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
     let name = &obj.spec.provider_config_ref.name;
-    let configs: Api<ProviderConfig> = Api::all(ctx.rt.client.clone());
-    let pc = configs
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::Control(format!("read ProviderConfig {name}"), Box::new(e)))?
+    ctx.configs.wait_until_ready().await.ok();
+    let pc = ctx
+        .configs
+        .get(&kube::runtime::reflector::ObjectRef::new(name))
         .ok_or_else(|| Error::ProviderConfigNotFound(name.clone()))?;
+    let rv = pc.resource_version().unwrap_or_default();
+    if let Some((at, cached_rv, target)) = ctx
+        .connections
+        .lock()
+        .ok()
+        .and_then(|c| c.get(name).cloned())
+        && cached_rv == rv
+        && at.elapsed() < CONNECTION_TTL
+    {
+        return Ok(target);
+    }
     match pc.spec.credentials.source {
         CredentialsSource::InjectedIdentity => Ok(ctx.local.clone()),
         CredentialsSource::Secret => {
@@ -205,10 +226,18 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
                         name.clone(),
                     )
                 })?;
-            ctx.remote
+            let target = ctx
+                .remote
                 .for_secret(name, &secret, &sel.key)
                 .await
-                .map_err(|e| Error::Connect(name.clone(), e))
+                .map_err(|e| Error::Connect(name.clone(), e))?;
+            if let Ok(mut c) = ctx.connections.lock() {
+                c.insert(
+                    name.clone(),
+                    (std::time::Instant::now(), rv, target.clone()),
+                );
+            }
+            Ok(target)
         }
     }
 }
@@ -217,6 +246,9 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
 /// after the Object's UID, owned by the Object so it goes with it).
 async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
     let uid = obj.uid().unwrap_or_default();
+    if ctx.usages.lock().is_ok_and(|u| u.contains(&uid)) {
+        return Ok(());
+    }
     let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
     let body = json!({
         "apiVersion": "kubernetes.crossplane.io/v1alpha1",
@@ -238,8 +270,18 @@ async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
         .create(&PostParams::default(), &serde_json::from_value(body)?)
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(_) => {
+            if let Ok(mut u) = ctx.usages.lock() {
+                u.insert(uid);
+            }
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            if let Ok(mut u) = ctx.usages.lock() {
+                u.insert(uid);
+            }
+            Ok(())
+        }
         Err(e) => Err(Error::Control(
             "record the ProviderConfigUsage".to_owned(),
             Box::new(e),
@@ -489,6 +531,23 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
         .await
         .map_err(|e| target_error(format!("reading {what}"), e))?;
     let policy = obj.spec.management_policy;
+    let never_observed = obj.status.as_ref().is_none_or(|s| s.at_provider.is_none());
+    if never_observed && policy::can_create(policy) {
+        // First sync of an Object that may create: apply directly, the
+        // answer is the live object (one request instead of two).
+        let applied = api
+            .patch(
+                &name,
+                &ssa::params(&field_manager(obj)),
+                &Patch::Apply(&manifest),
+            )
+            .await
+            .map_err(|e| target_error(format!("applying {what}"), e))?;
+        return Ok(Observed {
+            live: Some(serde_json::to_value(applied)?),
+            drifted: false,
+        });
+    }
     match live {
         None if !policy::can_create(policy) => Err(Error::NotAllowed(format!(
             "{what} does not exist and managementPolicy {policy:?} does not allow creating it: create it there, or change the policy"
@@ -851,6 +910,9 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
             ));
         }
     }
+    if let Ok(mut u) = ctx.usages.lock() {
+        u.remove(&obj.uid().unwrap_or_default());
+    }
     finalizers::remove(api, obj, FINALIZER)
         .await
         .map_err(|e| Error::Control("remove the finalizer".to_owned(), Box::new(e)))?;
@@ -969,17 +1031,38 @@ pub fn controller(
         .registry()
         .register(Box::new(first_ready.clone()))?;
     rt.metrics.registry().register(Box::new(managed.clone()))?;
-    let ctrl = Controller::new(
+    // Status-only updates (most of them our own) do not wake an Object: only
+    // what changes the desired state or the lifecycle does.
+    let (objects, writer) = kube::runtime::reflector::store();
+    let object_events = watcher(
         Api::<Object>::all(rt.client.clone()),
         watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(
+        desired_state_hash,
+        kube::runtime::utils::PredicateConfig::default(),
     );
-    let objects = ctrl.store();
+    let ctrl = Controller::for_stream(object_events, objects.clone());
+    let (configs, config_writer) = kube::runtime::reflector::store();
+    let config_reflector = watcher(
+        Api::<ProviderConfig>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(config_writer)
+    .for_each(|_| futures::future::ready(()));
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
         remote: RemoteClients::new(rt.metrics.clone()),
         local: RemoteCluster::new(rt.client.clone(), "control"),
         objects: objects.clone(),
+        configs,
+        connections: Default::default(),
+        usages: Default::default(),
         deletion_timeout,
         drift,
         first_ready,
@@ -988,7 +1071,7 @@ pub fn controller(
     // changes (its status gains the value a referrer waits for) or loses a
     // referrer finalizer.
     let referrers = objects.clone();
-    Ok(ctrl
+    let run = ctrl
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
         .watches(
@@ -1014,5 +1097,29 @@ pub fn controller(
         .for_each(move |_| {
             count_managed(&objects, &managed);
             futures::future::ready(())
-        }))
+        });
+    let shutdown = rt.shutdown();
+    Ok(async move {
+        tokio::select! {
+            () = async { tokio::join!(run, config_reflector); } => {},
+            () = shutdown => {},
+        }
+    })
+}
+
+/// What wakes an Object: its spec (generation), annotations (paused,
+/// external-name), labels, finalizers (referrers) and deletion.
+fn desired_state_hash(o: &Object) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    o.metadata.generation.hash(&mut h);
+    o.metadata.annotations.hash(&mut h);
+    o.metadata.labels.hash(&mut h);
+    o.metadata.finalizers.hash(&mut h);
+    o.metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .hash(&mut h);
+    Some(h.finish())
 }
