@@ -259,11 +259,14 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
             .is_some()
     );
     // Usage is recorded.
-    let pc = Api::<ProviderConfig>::all(client.clone())
-        .get("local")
-        .await
-        .unwrap();
-    assert!(pc.status.unwrap().users.unwrap_or(0) >= 1);
+    wait_for(WAIT, "ProviderConfig local to count its user", || async {
+        let pc = Api::<ProviderConfig>::all(client.clone())
+            .get("local")
+            .await
+            .ok()?;
+        (pc.status?.users? >= 1).then_some(())
+    })
+    .await;
     delete_object(&client, &local_name).await;
     wait_object_gone(&client, &local_name).await;
 }

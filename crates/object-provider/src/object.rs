@@ -154,7 +154,7 @@ pub struct Ctx {
     objects: Store<Object>,
     configs: Store<ProviderConfig>,
     /// Targets by ProviderConfig: (when connected, the config's
-    /// resourceVersion, the target). Reused for `CONNECTION_TTL`, so the
+    /// generation, the target). Reused for `CONNECTION_TTL`, so the
     /// credentials Secret is read once per config per TTL, not per Object.
     connections: std::sync::Mutex<BTreeMap<String, (std::time::Instant, String, RemoteCluster)>>,
     /// Objects whose ProviderConfigUsage exists (created once per process).
@@ -190,7 +190,9 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
         .configs
         .get(&kube::runtime::reflector::ObjectRef::new(name))
         .ok_or_else(|| Error::ProviderConfigNotFound(name.clone()))?;
-    let rv = pc.resource_version().unwrap_or_default();
+    // Keyed on the spec's generation: the config's status (its user count)
+    // changes with every new Object and must not invalidate connections.
+    let rv = pc.metadata.generation.unwrap_or_default().to_string();
     if let Some((at, cached_rv, target)) = ctx
         .connections
         .lock()
@@ -526,10 +528,6 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
         m.remove("namespace");
     }
     let what = format!("{} {name}", manifest["kind"].as_str().unwrap_or_default());
-    let live = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| target_error(format!("reading {what}"), e))?;
     let policy = obj.spec.management_policy;
     let never_observed = obj.status.as_ref().is_none_or(|s| s.at_provider.is_none());
     if never_observed && policy::can_create(policy) {
@@ -548,6 +546,10 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
             drifted: false,
         });
     }
+    let live = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| target_error(format!("reading {what}"), e))?;
     match live {
         None if !policy::can_create(policy) => Err(Error::NotAllowed(format!(
             "{what} does not exist and managementPolicy {policy:?} does not allow creating it: create it there, or change the policy"
@@ -1115,11 +1117,11 @@ fn desired_state_hash(o: &Object) -> Option<u64> {
     o.metadata.generation.hash(&mut h);
     o.metadata.annotations.hash(&mut h);
     o.metadata.labels.hash(&mut h);
-    o.metadata.finalizers.hash(&mut h);
-    o.metadata
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| t.0.as_millisecond())
-        .hash(&mut h);
+    // Finalizers matter only once deleting (a referrer letting go); the
+    // finalizer an Object gets on its first sync must not wake it again.
+    if let Some(deleted) = &o.metadata.deletion_timestamp {
+        deleted.0.as_millisecond().hash(&mut h);
+        o.metadata.finalizers.hash(&mut h);
+    }
     Some(h.finish())
 }
