@@ -924,3 +924,33 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
         wait_object_gone(&client, name).await;
     }
 }
+
+#[tokio::test]
+async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion() {
+    let (client, remote) = clients().await;
+    let ns = test_ns(&remote, "extname").await;
+    let name = format!("{ns}-external");
+    let mut body = object(
+        &name,
+        "remote",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": ns}, "data": {"a": "b"}}),
+        json!({}),
+    );
+    body["metadata"]["annotations"] = json!({"crossplane.io/external-name": "called-this"});
+    apply_object(&client, body).await;
+    let o = wait_ready(&client, &name).await;
+    assert!(
+        remote_cm(&remote, &ns, "called-this").await.is_some(),
+        "the managed object carries the external name"
+    );
+    assert!(remote_cm(&remote, &ns, &name).await.is_none());
+    // Someone deletes the usage record: the Object's deletion still completes.
+    let usages = Api::<types::kubernetes::v1alpha1::ProviderConfigUsage>::all(client.clone());
+    usages
+        .delete(&o.uid().unwrap(), &DeleteParams::default())
+        .await
+        .unwrap();
+    delete_object(&client, &name).await;
+    wait_object_gone(&client, &name).await;
+    assert!(remote_cm(&remote, &ns, "called-this").await.is_none());
+}
