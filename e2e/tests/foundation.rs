@@ -45,6 +45,14 @@ const SEED_EXAMPLES: [&str; 9] = [
     "examples/seeds/004-deploymentruntimeconfig-default.yaml",
 ];
 
+/// Whether a /metrics body says this replica leads (the sample line, not
+/// the HELP text, which also starts with "1").
+fn leads(metrics: &str) -> bool {
+    metrics
+        .lines()
+        .any(|l| l.trim() == "crossplane_rs_leader 1")
+}
+
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -528,7 +536,7 @@ async fn every_binary_serves_health_and_the_common_metrics() {
             "{metrics}"
         );
         assert!(
-            metrics.contains("crossplane_rs_leader 1"),
+            leads(&metrics),
             "{name} without --leader-elect leads: {metrics}"
         );
         let ready = wait_for(Duration::from_secs(10), "/readyz", || async {
@@ -595,10 +603,25 @@ async fn a_standby_replica_takes_over_the_lease_within_20s_of_the_leader_dying()
             .and_then(|s| s.holder_identity)
             .filter(|h| !h.is_empty())
     };
+    // Exactly one replica leads, and it is the Lease's holder. (Under load a
+    // Lease can change hands between two reads, so this waits for a
+    // consistent view rather than sampling once; two leaders at once would
+    // never become consistent.)
     let leader = wait_for(
         Duration::from_secs(30),
-        "a replica to take the Lease",
-        || holder(leases.clone()),
+        "exactly one replica to lead, holding the Lease",
+        || {
+            let leases = leases.clone();
+            let (a, b) = (first.metrics(), second.metrics());
+            async move {
+                let h = holder(leases).await?;
+                let (a_leads, b_leads) = (leads(&a), leads(&b));
+                match (h.as_str(), a_leads, b_leads) {
+                    ("replica-a", true, false) | ("replica-b", false, true) => Some(h),
+                    _ => None,
+                }
+            }
+        },
     )
     .await;
     let (leading, standby) = if leader == "replica-a" {
@@ -606,11 +629,6 @@ async fn a_standby_replica_takes_over_the_lease_within_20s_of_the_leader_dying()
     } else {
         (&mut second, &mut first)
     };
-    assert!(leading.metrics().contains("crossplane_rs_leader 1"));
-    assert!(
-        standby.metrics().contains("crossplane_rs_leader 0"),
-        "only one replica leads"
-    );
     let expected = if leader == "replica-a" {
         "replica-b"
     } else {
@@ -630,12 +648,7 @@ async fn a_standby_replica_takes_over_the_lease_within_20s_of_the_leader_dying()
     wait_for(
         Duration::from_secs(5),
         "the new leader to report it leads",
-        || async {
-            standby
-                .metrics()
-                .contains("crossplane_rs_leader 1")
-                .then_some(())
-        },
+        || async { leads(&standby.metrics()).then_some(()) },
     )
     .await;
     eprintln!(

@@ -24,7 +24,7 @@ use runtime::{
     controller::{Reporting, Runtime},
     events::{ReconcileError, error_chain},
     finalizers,
-    remote::{RemoteClients, RemoteCluster, RemoteError},
+    remote::{RemoteClients, RemoteCluster, RemoteError, ResolveError},
     ssa,
 };
 use serde_json::{Value, json};
@@ -303,8 +303,7 @@ async fn api_for(
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let (ar, caps) = match cluster.resolve(&gvk).await {
         Ok(found) => found,
-        Err(source @ (kube::Error::Api(_) | kube::Error::Discovery(_))) if !matches!(&source, kube::Error::Api(s) if s.code != 404) =>
-        {
+        Err(ResolveError::NotServed(source)) => {
             return Err(Error::KindNotServed {
                 config: config.to_owned(),
                 kind: kind.to_owned(),
@@ -312,7 +311,9 @@ async fn api_for(
                 source: Box::new(source),
             });
         }
-        Err(source) => return Err(target_error(format!("discovering kind {kind}"), source)),
+        Err(ResolveError::Unreachable(source)) => {
+            return Err(target_error(format!("discovering kind {kind}"), source));
+        }
     };
     let namespaced = caps.scope == Scope::Namespaced;
     let api = match (namespaced, namespace) {
@@ -481,18 +482,6 @@ fn desired_manifest(obj: &Object, resolved: &Value) -> Result<Value, Error> {
     Ok(manifest)
 }
 
-fn contains(have: &Value, want: &Value) -> bool {
-    match (want, have) {
-        (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, v)| {
-            h.get(k).is_some_and(|hv| contains(hv, v)) || (v.is_null() && !h.contains_key(k))
-        }),
-        (Value::Array(w), Value::Array(h)) => {
-            w.len() == h.len() && w.iter().zip(h).all(|(wv, hv)| contains(hv, wv))
-        }
-        (w, h) => w == h,
-    }
-}
-
 /// The field manager of one Object: each Object owns its own fields.
 fn field_manager(obj: &Object) -> String {
     format!("crossplane-rs/object/{}", obj.uid().unwrap_or_default())
@@ -503,14 +492,22 @@ struct Observed {
     drifted: bool,
 }
 
-async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
-    record_usage(ctx, obj).await?;
+/// The managed object an Object names: its manifest (references resolved,
+/// named, scoped), where it lives, and the Objects it references.
+struct Located {
+    manifest: Value,
+    name: String,
+    what: String,
+    api: Api<DynamicObject>,
+    referenced: Vec<String>,
+}
+
+/// Connects to the target and works out the managed object. When
+/// `installing`, referenced Objects must be Ready (see resolve_references).
+async fn locate(ctx: &Ctx, obj: &Object, installing: bool) -> Result<Located, Error> {
     let target = connect(ctx, obj).await?;
-    let (resolved, referenced) = resolve_references(ctx, obj, true).await?;
-    for name in &referenced {
-        add_referrer_finalizer(ctx, name, &obj.name_any()).await?;
-    }
-    let manifest = desired_manifest(obj, &resolved)?;
+    let (resolved, referenced) = resolve_references(ctx, obj, installing).await?;
+    let mut manifest = desired_manifest(obj, &resolved)?;
     let name = manifest["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -523,11 +520,31 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
         &obj.spec.provider_config_ref.name,
     )
     .await?;
-    let mut manifest = manifest;
     if !namespaced && let Some(m) = manifest["metadata"].as_object_mut() {
         m.remove("namespace");
     }
     let what = format!("{} {name}", manifest["kind"].as_str().unwrap_or_default());
+    Ok(Located {
+        manifest,
+        name,
+        what,
+        api,
+        referenced,
+    })
+}
+
+async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
+    record_usage(ctx, obj).await?;
+    let Located {
+        manifest,
+        name,
+        what,
+        api,
+        referenced,
+    } = locate(ctx, obj, true).await?;
+    for referenced in &referenced {
+        add_referrer_finalizer(ctx, referenced, &obj.name_any()).await?;
+    }
     let policy = obj.spec.management_policy;
     let never_observed = obj.status.as_ref().is_none_or(|s| s.at_provider.is_none());
     if never_observed && policy::can_create(policy) {
@@ -558,7 +575,7 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
             live: Some(serde_json::to_value(l)?),
             drifted: false,
         }),
-        Some(l) if contains(&serde_json::to_value(&l)?, &manifest) => Ok(Observed {
+        Some(l) if ssa::unchanged_by(&serde_json::to_value(&l)?, &manifest) => Ok(Observed {
             live: Some(serde_json::to_value(l)?),
             drifted: false,
         }),
@@ -825,7 +842,7 @@ async fn publish_connection_details(ctx: &Ctx, obj: &Object, _live: &Value) -> R
         .get_opt(&to.name)
         .await
         .map_err(|e| Error::Control("read the connection Secret".to_owned(), Box::new(e)))?
-        && contains(&serde_json::to_value(current)?, &secret)
+        && ssa::unchanged_by(&serde_json::to_value(current)?, &secret)
     {
         return Ok(());
     }
@@ -939,22 +956,9 @@ async fn delete_managed(ctx: &Ctx, obj: &Object) -> Result<bool, Error> {
     if !policy::can_delete(obj.spec.management_policy, obj.spec.deletion_policy) {
         return Ok(true);
     }
-    let target = connect(ctx, obj).await?;
-    let (resolved, _) = resolve_references(ctx, obj, false).await?;
-    let manifest = desired_manifest(obj, &resolved)?;
-    let name = manifest["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let (api, _) = api_for(
-        &target,
-        manifest["apiVersion"].as_str().unwrap_or_default(),
-        manifest["kind"].as_str().unwrap_or_default(),
-        manifest["metadata"]["namespace"].as_str(),
-        &obj.spec.provider_config_ref.name,
-    )
-    .await?;
-    let what = format!("{} {name}", manifest["kind"].as_str().unwrap_or_default());
+    let Located {
+        name, what, api, ..
+    } = locate(ctx, obj, false).await?;
     let Some(live) = api
         .get_opt(&name)
         .await

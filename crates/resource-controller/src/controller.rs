@@ -27,7 +27,7 @@ use runtime::{
     controller::{Reporting, Runtime},
     events::{ReconcileError, error_chain},
     finalizers,
-    remote::{RemoteClients, RemoteCluster, RemoteError},
+    remote::{RemoteClients, RemoteCluster, RemoteError, ResolveError},
     ssa,
 };
 use serde_json::Value;
@@ -190,11 +190,7 @@ async fn resolve(remote: &RemoteCluster, template: &Value) -> Result<Resolved, E
     let target = remote_object::target(template).map_err(Error::InvalidTemplate)?;
     let (ar, caps): (ApiResource, _) = match remote.resolve(&target.gvk).await {
         Ok(found) => found,
-        // Only an answer that the kind is not there means "not served"; any
-        // other failure means the cluster did not answer (and a deletion must
-        // not conclude there is nothing to delete).
-        Err(source @ (kube::Error::Api(_) | kube::Error::Discovery(_))) if !matches!(&source, kube::Error::Api(s) if s.code != 404) =>
-        {
+        Err(ResolveError::NotServed(source)) => {
             return Err(Error::KindNotServed {
                 cluster: remote.name.clone(),
                 kind: target.gvk.kind.clone(),
@@ -205,7 +201,7 @@ async fn resolve(remote: &RemoteCluster, template: &Value) -> Result<Resolved, E
                 source,
             });
         }
-        Err(source) => {
+        Err(ResolveError::Unreachable(source)) => {
             return Err(remote_error(
                 format!("discovering kind {}", target.gvk.kind),
                 &remote.name,
@@ -313,7 +309,7 @@ async fn submit(
                     &owner,
                 )));
             }
-            if remote_object::contains(&serde_json::to_value(current)?, &body) {
+            if ssa::unchanged_by(&serde_json::to_value(current)?, &body) {
                 continue;
             }
         }
@@ -331,7 +327,7 @@ async fn submit(
 
     let desired = remote_object::render(&res.spec.template, &uid, namespace.as_deref());
     let live = match existing {
-        Some(obj) if remote_object::contains(&serde_json::to_value(&obj)?, &desired) => obj,
+        Some(obj) if ssa::unchanged_by(&serde_json::to_value(&obj)?, &desired) => obj,
         _ => api
             .patch(
                 &target.name,

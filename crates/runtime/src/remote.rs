@@ -91,8 +91,18 @@ impl RemoteCluster {
     pub async fn resolve(
         &self,
         gvk: &GroupVersionKind,
-    ) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
-        self.discovery.resolve(&self.client, gvk).await
+    ) -> Result<(ApiResource, ApiCapabilities), ResolveError> {
+        self.discovery
+            .resolve(&self.client, gvk)
+            .await
+            .map_err(|e| match e {
+                // Only an answer that the kind is not there means "not served";
+                // any other failure means the cluster did not answer, and must
+                // not be taken for "nothing of that kind can exist there".
+                kube::Error::Api(ref s) if s.code == 404 => ResolveError::NotServed(e),
+                kube::Error::Discovery(_) => ResolveError::NotServed(e),
+                other => ResolveError::Unreachable(other),
+            })
     }
 
     /// Forgets what discovery learned (e.g. after a NotFound that suggests a
@@ -100,6 +110,17 @@ impl RemoteCluster {
     pub fn forget(&self, gvk: &GroupVersionKind) {
         self.discovery.forget(gvk);
     }
+}
+
+/// Why a kind could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The cluster answered: it does not serve the kind.
+    #[error("the cluster does not serve this kind")]
+    NotServed(#[source] kube::Error),
+    /// The cluster did not answer discovery.
+    #[error("the cluster did not answer discovery")]
+    Unreachable(#[source] kube::Error),
 }
 
 /// Per-cluster cache of resolved kinds.

@@ -7,6 +7,22 @@ use kube::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+/// Whether every field `desired` sets already has that value in `live` (so
+/// applying `desired` would change nothing it controls). Lists compare item
+/// by item; a null in `desired` is satisfied by an absent field.
+pub fn unchanged_by(live: &serde_json::Value, desired: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (desired, live) {
+        (Value::Object(w), Value::Object(h)) => w.iter().all(|(k, v)| {
+            h.get(k).is_some_and(|hv| unchanged_by(hv, v)) || (v.is_null() && !h.contains_key(k))
+        }),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(wv, hv)| unchanged_by(hv, wv))
+        }
+        (w, h) => w == h,
+    }
+}
+
 /// Apply parameters for a field manager (forced: the controller is the
 /// authority for the fields it sets).
 pub fn params(field_manager: &str) -> PatchParams {
@@ -71,4 +87,38 @@ where
     });
     api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::unchanged_by;
+
+    #[test]
+    fn a_live_object_with_every_desired_field_needs_no_apply() {
+        let want = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"replicas": 1, "ports": [{"port": 80}]}});
+        let live = json!({"metadata": {"name": "a", "uid": "z", "labels": {"x": "1"}}, "spec": {"replicas": 1, "ports": [{"port": 80, "protocol": "TCP"}]}, "status": {}});
+        assert!(unchanged_by(&live, &want));
+    }
+
+    #[test]
+    fn a_changed_desired_field_needs_an_apply() {
+        let want = json!({"metadata": {"labels": {"x": "1"}}, "data": {"k": "v"}});
+        assert!(!unchanged_by(
+            &json!({"metadata": {"labels": {"x": "2"}}, "data": {"k": "v"}}),
+            &want
+        ));
+        assert!(!unchanged_by(
+            &json!({"metadata": {"labels": {"x": "1"}}}),
+            &want
+        ));
+    }
+
+    #[test]
+    fn lists_compare_item_by_item() {
+        let want = json!({"l": [{"a": 1}, {"a": 2}]});
+        assert!(!unchanged_by(&json!({"l": [{"a": 1}]}), &want));
+        assert!(!unchanged_by(&json!({"l": [{"a": 2}, {"a": 1}]}), &want));
+    }
 }
