@@ -107,7 +107,11 @@ impl Running {
     pub fn metrics(&self) -> String {
         match http_get(self.addr, "/metrics") {
             Some((200, body)) => body,
-            other => panic!("{}: GET /metrics answered {other:?}", self.name),
+            other => panic!(
+                "{}: GET /metrics answered {other:?}; log:\n{}",
+                self.name,
+                self.log()
+            ),
         }
     }
 

@@ -57,8 +57,10 @@ where
         .with_namespace(&namespace)
         .with_identity(args.identity())
         .with_duration(duration)
-        // Renew well before expiry: a third of the lease, at least a second.
-        .with_grace((duration / 3).max(1))
+        // Renew with two thirds of the lease still to run (every ~third of
+        // it): a slow API server then has most of the lease to answer
+        // before this replica loses it, as client-go's defaults allow.
+        .with_grace((duration * 2 / 3).max(1))
         .with_field_manager(format!("crossplane-rs-{binary}"))
         .build()
         .await
