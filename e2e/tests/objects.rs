@@ -79,6 +79,19 @@ spec: {credentials: {source: InjectedIdentity}}
     })
 }
 
+/// Prints the provider's log when the test it lives in fails.
+struct DumpOnPanic;
+
+impl Drop for DumpOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Ok(p) = provider().lock()
+        {
+            eprintln!("----- object-provider log -----\n{}", p.log());
+        }
+    }
+}
+
 async fn clients() -> (Client, Client) {
     provider();
     let plane = testenv::control_plane();
@@ -201,6 +214,7 @@ async fn test_ns(remote: &Client, prefix: &str) -> String {
 async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_with_injected_identity()
  {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let plane = testenv::control_plane();
     let file = testenv::repo_root().join("examples/seeds/002-object-sample-namespace.yaml");
     let out = plane
@@ -274,6 +288,7 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
 #[tokio::test]
 async fn every_row_of_the_management_policy_table_is_honoured() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "policy").await;
     let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
     // (policy, deletionPolicy, may create/update, may delete)
@@ -375,6 +390,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
 #[tokio::test]
 async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_in_reverse() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let plane = testenv::control_plane();
     let _ = plane.remote.kubectl(&["create", "namespace", "operators"]);
     let ar = |group: &str, kind: &str, plural: &str| ApiResource {
@@ -532,6 +548,7 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
 #[tokio::test]
 async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "ref").await;
     let settings: ConfigMap = serde_json::from_value(configmap(
         "common-settings",
@@ -586,6 +603,7 @@ async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
 #[tokio::test]
 async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "drift").await;
     let name = format!("{ns}-drift");
     apply_object(
@@ -674,6 +692,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
 #[tokio::test]
 async fn connection_details_are_published_and_secrets_are_redacted() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "conn").await;
     let name = format!("{ns}-secret");
     let conn = testenv::unique_name("conn");
@@ -713,6 +732,7 @@ async fn connection_details_are_published_and_secrets_are_redacted() {
 #[tokio::test]
 async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "inuse").await;
     let plane = testenv::control_plane();
     let pc = testenv::unique_name("pc");
@@ -767,6 +787,7 @@ async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
 #[tokio::test]
 async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "badobj").await;
     let plane = testenv::control_plane();
     let p = |s: &str| format!("{ns}-{s}");
@@ -928,6 +949,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
 #[tokio::test]
 async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion() {
     let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "extname").await;
     let name = format!("{ns}-external");
     let mut body = object(
@@ -944,12 +966,22 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
         "the managed object carries the external name"
     );
     assert!(remote_cm(&remote, &ns, &name).await.is_none());
-    // Someone deletes the usage record: the Object's deletion still completes.
+    // Someone deletes the usage record: it is recorded again at the next
+    // sync, and deleting it again right before the Object does not block the
+    // Object's deletion.
     let usages = Api::<types::kubernetes::v1alpha1::ProviderConfigUsage>::all(client.clone());
-    usages
-        .delete(&o.uid().unwrap(), &DeleteParams::default())
-        .await
-        .unwrap();
+    let uid = o.uid().unwrap();
+    usages.delete(&uid, &DeleteParams::default()).await.unwrap();
+    wait_for(WAIT, "the usage to be recorded again", || async {
+        usages
+            .get_opt(&uid)
+            .await
+            .ok()?
+            .filter(|u| u.metadata.deletion_timestamp.is_none())
+            .map(|_| ())
+    })
+    .await;
+    usages.delete(&uid, &DeleteParams::default()).await.unwrap();
     delete_object(&client, &name).await;
     wait_object_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "called-this").await.is_none());

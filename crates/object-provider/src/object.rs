@@ -46,6 +46,9 @@ pub const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
 /// reused before the Secret is read again: a rotated kubeconfig takes effect
 /// within this time.
 const CONNECTION_TTL: Duration = Duration::from_secs(30);
+/// How long a usage this process created is trusted to exist before the
+/// watch shows it.
+const JUST_CREATED: Duration = Duration::from_secs(10);
 /// How often a deletion in progress looks again.
 const DELETE_POLL: Duration = Duration::from_secs(2);
 
@@ -157,8 +160,13 @@ pub struct Ctx {
     /// generation, the target). Reused for `CONNECTION_TTL`, so the
     /// credentials Secret is read once per config per TTL, not per Object.
     connections: std::sync::Mutex<BTreeMap<String, (std::time::Instant, String, RemoteCluster)>>,
-    /// Objects whose ProviderConfigUsage exists (created once per process).
-    usages: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Every ProviderConfigUsage, watched: a usage that exists costs no
+    /// request; one that went missing (deleted by hand, or collected) is
+    /// made again.
+    usages: Store<ProviderConfigUsage>,
+    /// Usages this process created in the last moments, which the watch may
+    /// not have delivered yet (so they are not created twice).
+    just_created: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
     deletion_timeout: Duration,
     drift: IntCounter,
     first_ready: Histogram,
@@ -248,7 +256,15 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
 /// after the Object's UID, owned by the Object so it goes with it).
 async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
     let uid = obj.uid().unwrap_or_default();
-    if ctx.usages.lock().is_ok_and(|u| u.contains(&uid)) {
+    if ctx
+        .usages
+        .get(&kube::runtime::reflector::ObjectRef::new(&uid))
+        .is_some()
+        || ctx
+            .just_created
+            .lock()
+            .is_ok_and(|j| j.get(&uid).is_some_and(|at| at.elapsed() < JUST_CREATED))
+    {
         return Ok(());
     }
     let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
@@ -273,17 +289,13 @@ async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
         .await
     {
         Ok(_) => {
-            if let Ok(mut u) = ctx.usages.lock() {
-                u.insert(uid);
+            if let Ok(mut j) = ctx.just_created.lock() {
+                j.retain(|_, at| at.elapsed() < JUST_CREATED);
+                j.insert(uid, std::time::Instant::now());
             }
             Ok(())
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            if let Ok(mut u) = ctx.usages.lock() {
-                u.insert(uid);
-            }
-            Ok(())
-        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(Error::Control(
             "record the ProviderConfigUsage".to_owned(),
             Box::new(e),
@@ -929,9 +941,6 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
             ));
         }
     }
-    if let Ok(mut u) = ctx.usages.lock() {
-        u.remove(&obj.uid().unwrap_or_default());
-    }
     finalizers::remove(api, obj, FINALIZER)
         .await
         .map_err(|e| Error::Control("remove the finalizer".to_owned(), Box::new(e)))?;
@@ -1060,6 +1069,14 @@ pub fn controller(
     .default_backoff()
     .reflect(config_writer)
     .for_each(|_| futures::future::ready(()));
+    let (usages, usage_writer) = kube::runtime::reflector::store();
+    let usage_reflector = watcher(
+        Api::<ProviderConfigUsage>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(usage_writer)
+    .for_each(|_| futures::future::ready(()));
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
@@ -1068,7 +1085,8 @@ pub fn controller(
         objects: objects.clone(),
         configs,
         connections: Default::default(),
-        usages: Default::default(),
+        usages,
+        just_created: Default::default(),
         deletion_timeout,
         drift,
         first_ready,
@@ -1107,7 +1125,7 @@ pub fn controller(
     let shutdown = rt.shutdown();
     Ok(async move {
         tokio::select! {
-            () = async { tokio::join!(run, config_reflector); } => {},
+            () = async { tokio::join!(run, config_reflector, usage_reflector); } => {},
             () = shutdown => {},
         }
     })

@@ -44,17 +44,21 @@ impl ReconcileError for Error {
 struct Ctx {
     rt: Runtime,
     reporting: Reporting,
-    usages: kube::runtime::reflector::Store<ProviderConfigUsage>,
 }
 
 async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.reporting
         .reconcile(pc.as_ref(), async {
-            ctx.usages.wait_until_ready().await.ok();
             let api: Api<ProviderConfig> = Api::all(ctx.rt.client.clone());
-            let mut users: Vec<String> = ctx
-                .usages
-                .state()
+            // One LIST by label: configs are few, and the count is then never
+            // older than this reconcile.
+            let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
+            let selector = format!("kubernetes.crossplane.io/provider-config={}", pc.name_any());
+            let mut users: Vec<String> = usages
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| Error::Request("list ProviderConfigUsages", e))?
+                .items
                 .iter()
                 .filter(|u| u.spec.provider_config_ref.name == pc.name_any())
                 .map(|u| format!("{} {}", u.spec.resource_ref.kind, u.spec.resource_ref.name))
@@ -83,7 +87,9 @@ async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Ctx>) -> Result<Action, Err
                     .await
                     .map_err(|e| Error::Request("write ProviderConfig status", e))?;
             }
-            Ok(Action::await_change())
+            // Usages wake their config; looking again every poll interval
+            // keeps the count right even if a wake-up is ever missed.
+            Ok(Action::requeue(ctx.rt.args.poll_interval))
         })
         .await
 }
@@ -94,18 +100,15 @@ fn error_policy(pc: Arc<ProviderConfig>, _e: &Error, ctx: Arc<Ctx>) -> Action {
 
 /// The ProviderConfig controller; usages wake the config they name.
 pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
-    let (usages, writer) = kube::runtime::reflector::store();
     let usage_events = watcher(
         Api::<ProviderConfigUsage>::all(rt.client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
-    .reflect(writer)
     .touched_objects();
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
-        usages,
     });
     Controller::new(
         Api::<ProviderConfig>::all(rt.client.clone()),
