@@ -65,6 +65,10 @@ say "applying examples/ (the seeds' examples and the wordpress-demo cluster)"
 kubectl create namespace complex --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl -n complex create secret generic wordpress-demo-cluster \
   --from-file=kubeconfig="$dir/remote.kubeconfig" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl create namespace crossplane-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n crossplane-system create secret generic remote-kubeconfig \
+  --from-file=kubeconfig="$dir/remote.kubeconfig" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f examples/object-provider/
 kubectl apply -f examples/wordpress-demo/
 for f in examples/seeds/*.yaml; do
   grep -q '^# Applies unchanged: yes' "$f" || continue
@@ -75,6 +79,8 @@ say "waiting for wordpress-demo to be submitted to the remote cluster"
 kubectl -n complex wait kubernetesapplication/wordpress-demo \
   --for=jsonpath='{.status.state}'=Submitted --timeout=120s
 
+kubectl wait object/sample-namespace --for=condition=Ready --timeout=60s
+
 say "kubectl get (control cluster)"
 kubectl -n complex get kubernetescluster
 kubectl -n complex get kubernetesapplication
@@ -83,6 +89,7 @@ kubectl get crossplane
 say "kubectl get (remote cluster: what the applications delivered)"
 kubectl --kubeconfig "$dir/remote.kubeconfig" get namespaces,deployments,services -A \
   --selector app=wordpress 2>/dev/null || true
+kubectl --kubeconfig "$dir/remote.kubeconfig" get namespace sample-namespace --show-labels
 
 if [[ "${RUN_ONCE:-0}" == 1 ]]; then exit 0; fi
 say "running; KUBECONFIG=$dir/control.kubeconfig (remote: $dir/remote.kubeconfig). Ctrl-C stops everything."
