@@ -558,10 +558,7 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
         add_referrer_finalizer(ctx, referenced, &obj.name_any()).await?;
     }
     let policy = obj.spec.management_policy;
-    let never_observed = obj.status.as_ref().is_none_or(|s| s.at_provider.is_none());
-    if never_observed && policy::can_create(policy) {
-        // First sync of an Object that may create: apply directly, the
-        // answer is the live object (one request instead of two).
+    let apply = || async {
         let applied = api
             .patch(
                 &name,
@@ -570,8 +567,14 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
             )
             .await
             .map_err(|e| target_error(format!("applying {what}"), e))?;
+        Ok::<_, Error>(Some(serde_json::to_value(applied)?))
+    };
+    let never_observed = obj.status.as_ref().is_none_or(|s| s.at_provider.is_none());
+    if never_observed && policy::can_create(policy) {
+        // First sync of an Object that may create: apply directly, the
+        // answer is the live object (one request instead of two).
         return Ok(Observed {
-            live: Some(serde_json::to_value(applied)?),
+            live: apply().await?,
             drifted: false,
         });
     }
@@ -583,30 +586,23 @@ async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
         None if !policy::can_create(policy) => Err(Error::NotAllowed(format!(
             "{what} does not exist and managementPolicy {policy:?} does not allow creating it: create it there, or change the policy"
         ))),
-        Some(l) if !policy::can_update(policy) => Ok(Observed {
-            live: Some(serde_json::to_value(l)?),
-            drifted: false,
-        }),
-        Some(l) if ssa::unchanged_by(&serde_json::to_value(&l)?, &manifest) => Ok(Observed {
-            live: Some(serde_json::to_value(l)?),
-            drifted: false,
-        }),
+        Some(l)
+            if !policy::can_update(policy)
+                || ssa::unchanged_by(&serde_json::to_value(&l)?, &manifest) =>
+        {
+            Ok(Observed {
+                live: Some(serde_json::to_value(l)?),
+                drifted: false,
+            })
+        }
         existing => {
             // Someone changed a field this Object sets, although the Object
             // itself did not change since it last synced: drift.
             let drifted = existing.is_some()
                 && obj.status.as_ref().is_some_and(|s| s.at_provider.is_some())
                 && synced_generation(obj) == obj.metadata.generation;
-            let applied = api
-                .patch(
-                    &name,
-                    &ssa::params(&field_manager(obj)),
-                    &Patch::Apply(&manifest),
-                )
-                .await
-                .map_err(|e| target_error(format!("applying {what}"), e))?;
             Ok(Observed {
-                live: Some(serde_json::to_value(applied)?),
+                live: apply().await?,
                 drifted,
             })
         }
