@@ -264,6 +264,21 @@ async fn remote_ns(remote: &Client, prefix: &str) -> String {
         .await
 }
 
+/// The message of the RemoteObjectsOrphaned event in `ns` (there must be one).
+async fn orphaned_message(client: &Client, ns: &str) -> String {
+    let events = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    events
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("RemoteObjectsOrphaned"))
+        .expect("a RemoteObjectsOrphaned event")
+        .message
+        .unwrap_or_default()
+}
+
 fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
@@ -1095,24 +1110,8 @@ async fn deleting_after_the_cluster_secret_is_gone_orphans_with_an_event_instead
         get_app(&client, &ns, "app").await.is_none().then_some(())
     })
     .await;
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let orphaned = events
-        .items
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("RemoteObjectsOrphaned"))
-        .expect("a RemoteObjectsOrphaned event");
-    assert!(
-        orphaned
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("connection Secret"),
-        "{:?}",
-        orphaned.message
-    );
+    let orphaned = orphaned_message(&client, &ns).await;
+    assert!(orphaned.contains("connection Secret"), "{orphaned}");
     // Orphaned, as the event says: the remote object is still there.
     assert!(
         Api::<ConfigMap>::namespaced(remote.clone(), &rns)
@@ -1356,23 +1355,10 @@ async fn deleting_while_the_cluster_does_not_answer_orphans_after_the_deletion_t
         "gave up before the deletion timeout: {:?}",
         started.elapsed()
     );
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let orphaned = events
-        .items
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("RemoteObjectsOrphaned"))
-        .expect("a RemoteObjectsOrphaned event");
+    let orphaned = orphaned_message(&client, &ns).await;
     assert!(
-        orphaned
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("could not be reached for 15s"),
-        "{:?}",
-        orphaned.message
+        orphaned.contains("could not be reached for 15s"),
+        "{orphaned}"
     );
     assert!(
         Api::<ConfigMap>::namespaced(remote.clone(), &rns)

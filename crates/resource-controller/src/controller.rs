@@ -622,10 +622,7 @@ pub fn controller(
         watcher::Config::default(),
     );
     let store = ctrl.store();
-    let secrets: Api<Secret> = match &rt.args.watch_namespace {
-        Some(ns) => Api::namespaced(rt.client.clone(), ns),
-        None => Api::all(rt.client.clone()),
-    };
+    let secrets = rt.api::<Secret>();
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),

@@ -56,13 +56,7 @@ pub async fn apply_status<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let body = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
-        .await
+    patch_status(api, name, None, status, field_manager).await
 }
 
 /// Applies the status subresource only if the object is still at
@@ -79,12 +73,27 @@ pub async fn apply_status_at<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let body = serde_json::json!({
+    patch_status(api, name, Some(resource_version), status, field_manager).await
+}
+
+async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    resource_version: Option<&str>,
+    status: serde_json::Value,
+    field_manager: &str,
+) -> kube::Result<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut body = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
-        "metadata": {"resourceVersion": resource_version},
         "status": status,
     });
+    if let Some(rv) = resource_version {
+        body["metadata"] = serde_json::json!({"resourceVersion": rv});
+    }
     api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
         .await
 }

@@ -151,10 +151,7 @@ fn error_policy(cluster: Arc<KubernetesCluster>, _error: &Error, ctx: Arc<Ctx>) 
 pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = ()> + use<> {
     let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
     let by_secret = ctrl.store();
-    let secrets: Api<Secret> = match &rt.args.watch_namespace {
-        Some(ns) => Api::namespaced(rt.client.clone(), ns),
-        None => Api::all(rt.client.clone()),
-    };
+    let secrets = rt.api::<Secret>();
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         remote,
