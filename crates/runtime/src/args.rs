@@ -42,9 +42,28 @@ pub struct CommonArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Upper bound of reconciles per second per controller.
+    /// Upper bound of reconciles per second per controller (a token bucket:
+    /// bursts of up to this many, then one every 1/rate seconds); reconciles
+    /// beyond it wait their turn. 0 means no bound.
     #[arg(long, env = "MAX_RECONCILE_RATE", default_value_t = 50)]
     pub max_reconcile_rate: u32,
+
+    /// How long one reconcile may wait on a remote cluster (connecting,
+    /// discovery and requests together) before it gives up and reports, in
+    /// the object's condition, that the cluster did not answer. Such a
+    /// cluster is then only probed (one reconcile at a time, after a pause of
+    /// 5s doubling to 1m) until it answers again; its other objects fail at
+    /// once with the same message, so a stalled cluster holds no workers that
+    /// other clusters need.
+    #[arg(long, env = "REMOTE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub remote_timeout: Duration,
+
+    /// How long one reconcile may take in all. A reconcile still running
+    /// then is abandoned, its object's Synced condition says so, and it is
+    /// retried with backoff. Keep it above --remote-timeout, which bounds
+    /// the remote part.
+    #[arg(long, env = "RECONCILE_TIMEOUT", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub reconcile_timeout: Duration,
 
     /// How many objects each controller reconciles at once.
     #[arg(long, env = "CONCURRENCY", default_value_t = 8)]

@@ -1,53 +1,65 @@
 //! Per-object exponential backoff for error policies: a failing object is
 //! retried at 1s, 2s, 4s … up to a cap, and never hot-loops; its count
 //! resets on the first success.
+//!
+//! Counts are kept in an [`Expiring`] map: an object that has not failed for
+//! twice the longest delay is no longer failing (it would have been retried
+//! and failed again within the cap), so its entry goes, also when the object
+//! was deleted while failing and no success ever cleared it.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
+
+use crate::expiring::Expiring;
 
 /// First retry delay.
 pub const BASE: Duration = Duration::from_secs(1);
 /// Longest delay between retries of one object.
 pub const CAP: Duration = Duration::from_secs(300);
+/// How long a failure count is kept without a new failure.
+pub const FORGET_AFTER: Duration = Duration::from_secs(CAP.as_secs() * 2);
 
 /// Failure counts by object key (namespace/name or UID).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Backoff {
-    failures: Arc<Mutex<HashMap<String, u32>>>,
+    failures: Expiring<String, u32>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            failures: Expiring::new(FORGET_AFTER),
+        }
+    }
 }
 
 impl Backoff {
     /// Records a failure of `key` and returns how long to wait before the
     /// next try.
     pub fn failed(&self, key: &str) -> Duration {
-        let n = match self.failures.lock() {
-            Ok(mut f) => {
-                let n = f.entry(key.to_owned()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            }
-            Err(_) => 1,
-        };
+        let n = self
+            .failures
+            .update(key.to_owned(), |n| n.unwrap_or(0).saturating_add(1));
         delay(n)
     }
 
     /// Forgets the failures of `key` after a success.
     pub fn succeeded(&self, key: &str) {
-        if let Ok(mut f) = self.failures.lock() {
-            f.remove(key);
-        }
+        self.failures.remove(&key.to_owned());
     }
 
     /// How many times `key` failed in a row.
     pub fn failures(&self, key: &str) -> u32 {
-        self.failures
-            .lock()
-            .ok()
-            .and_then(|f| f.get(key).copied())
-            .unwrap_or(0)
+        self.failures.get(&key.to_owned()).unwrap_or(0)
+    }
+
+    /// How many objects are failing now (have a count).
+    pub fn len(&self) -> usize {
+        self.failures.len()
+    }
+
+    /// Whether no object is failing.
+    pub fn is_empty(&self) -> bool {
+        self.failures.is_empty()
     }
 }
 

@@ -16,7 +16,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::{args::CommonArgs, crds, leader, metrics::Metrics, server};
+use crate::{args::CommonArgs, crds, leader, limits, metrics::Metrics, server};
 
 /// Why a binary stopped.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +62,9 @@ pub struct Runtime {
     pub metrics: Metrics,
     /// Readiness.
     pub health: server::Health,
+    /// Deadlines and circuit breakers for the remote clusters this binary
+    /// talks to (--remote-timeout).
+    pub clusters: limits::Clusters,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -76,6 +79,7 @@ impl Runtime {
             .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
         let client =
             crate::remote::counted_client(config, "control", &metrics).map_err(RunError::Client)?;
+        let clusters = limits::Clusters::new(args.remote_timeout, metrics.registry())?;
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -88,6 +92,7 @@ impl Runtime {
             args,
             metrics,
             health: server::Health::default(),
+            clusters,
             shutdown: rx,
         })
     }
@@ -254,8 +259,8 @@ pub fn api_resource<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
-/// What every reconcile shares for reporting: the event reporter and the
-/// per-object backoff.
+/// What every reconcile shares: the event reporter, the per-object
+/// backoff, the rate limit and the deadline.
 #[derive(Clone)]
 pub struct Reporting {
     /// Controller name (metric label, event reporter).
@@ -266,7 +271,14 @@ pub struct Reporting {
     pub backoff: crate::backoff::Backoff,
     /// Metrics.
     pub metrics: Metrics,
+    rate: limits::RateLimit,
+    deadline: std::time::Duration,
+    client: Client,
+    field_manager: String,
 }
+
+/// Event reason and error category of a reconcile that hit --reconcile-timeout.
+pub const REASON_TIMED_OUT: &str = "ReconcileTimedOut";
 
 impl Reporting {
     /// Reporting for one controller of a binary.
@@ -282,30 +294,130 @@ impl Reporting {
             ),
             backoff: crate::backoff::Backoff::default(),
             metrics: rt.metrics.clone(),
+            rate: limits::RateLimit::per_second(rt.args.max_reconcile_rate),
+            deadline: rt.args.reconcile_timeout,
+            client: rt.client.clone(),
+            field_manager: rt.field_manager(),
         }
     }
 
-    /// Runs one reconcile of `obj`: metrics; on failure a log line, a Warning
-    /// event and the error metric; the backoff count is reset on success.
+    /// Runs one reconcile of `obj`, once the controller's rate limit
+    /// (--max-reconcile-rate) lets it, within --reconcile-timeout, with
+    /// metrics. Then:
+    /// - success: the backoff count is reset;
+    /// - a lost race ([`crate::events::ReconcileError::is_conflict`]): the
+    ///   object is looked at again after its backoff delay, quietly (no
+    ///   event, no error metric; result "conflict");
+    /// - failure: a log line, a Warning event and the error metric; the
+    ///   error policy then retries with backoff;
+    /// - timeout: the same report (category ReconcileTimedOut), and Synced
+    ///   becomes False saying so; retried with backoff.
     pub async fn reconcile<K, E>(
         &self,
         obj: &K,
         fut: impl Future<Output = Result<Action, E>>,
     ) -> Result<Action, E>
     where
-        K: Resource<DynamicType = ()>,
-        E: crate::events::ReconcileError,
+        K: Resource<DynamicType = ()> + serde::Serialize,
+        E: crate::events::ReconcileError + 'static,
     {
         let key = key_of(obj);
-        let result = instrument(&self.metrics, self.controller, fut).await;
-        match &result {
-            Ok(_) => self.backoff.succeeded(&key),
-            Err(e) => {
-                let oref = obj.object_ref(&());
-                self.events.report_error(&oref, e).await;
+        self.rate.acquire().await;
+        let in_flight = self.metrics.in_flight.with_label_values(&[self.controller]);
+        in_flight.inc();
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(self.deadline, fut).await;
+        in_flight.dec();
+        self.metrics
+            .reconcile_duration
+            .with_label_values(&[self.controller])
+            .observe(start.elapsed().as_secs_f64());
+        let (label, result) = match outcome {
+            Ok(Ok(action)) => {
+                self.backoff.succeeded(&key);
+                ("success", Ok(action))
             }
-        }
+            Ok(Err(e)) if e.is_conflict() => {
+                tracing::debug!(
+                    controller = self.controller,
+                    object = %key,
+                    error = %crate::events::error_chain(&e),
+                    "the object changed while it was reconciled; looking again"
+                );
+                ("conflict", Ok(Action::requeue(self.backoff.failed(&key))))
+            }
+            Ok(Err(e)) => {
+                self.events.report_error(&obj.object_ref(&()), &e).await;
+                ("error", Err(e))
+            }
+            Err(_) => {
+                self.timed_out(obj).await;
+                ("error", Ok(Action::requeue(self.backoff.failed(&key))))
+            }
+        };
+        self.metrics
+            .reconciles
+            .with_label_values(&[self.controller, label])
+            .inc();
+        self.metrics
+            .backoff
+            .with_label_values(&[self.controller])
+            .set(self.backoff.len() as i64);
         result
+    }
+
+    /// Reports a reconcile abandoned at --reconcile-timeout, and says so in
+    /// the object's Synced condition. The condition is applied with a field
+    /// manager of its own, so that the controller's own status (applied as a
+    /// whole with its manager) is left as it is; the controller's next write
+    /// of Synced takes it back.
+    async fn timed_out<K>(&self, obj: &K)
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let message = format!(
+            "the reconcile did not finish within {} (an API server it talks to did not answer in time); retrying",
+            humantime::format_duration(self.deadline)
+        );
+        self.events
+            .report(&obj.object_ref(&()), REASON_TIMED_OUT, message.clone())
+            .await;
+        let current: Vec<types::common::Condition> = serde_json::to_value(obj)
+            .ok()
+            .and_then(|v| v.pointer("/status/conditions").cloned())
+            .and_then(|c| serde_json::from_value(c).ok())
+            .unwrap_or_default();
+        let mut conditions = current;
+        crate::conditions::set(
+            &mut conditions,
+            crate::conditions::reconcile_error(message),
+            &crate::conditions::now(),
+        );
+        let synced: Vec<_> = conditions
+            .into_iter()
+            .filter(|c| c.type_ == crate::conditions::TYPE_SYNCED)
+            .collect();
+        let ar = ApiResource::erase::<K>(&());
+        let api: Api<kube::api::DynamicObject> = match obj.meta().namespace.as_deref() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let body = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": {"conditions": synced},
+        });
+        let manager = format!("{}-timeout", self.field_manager);
+        if let Err(error) = api
+            .patch_status(
+                &obj.name_any(),
+                &crate::ssa::params(&manager),
+                &kube::api::Patch::Apply(&body),
+            )
+            .await
+        {
+            tracing::warn!(controller = self.controller, %error, "failed to record the timeout in Synced");
+        }
     }
 
     /// The error policy: retry this object after its backoff delay.

@@ -16,6 +16,45 @@ use crate::metrics::Metrics;
 pub trait ReconcileError: StdError {
     /// A short CamelCase category, e.g. "CannotConnectToCluster".
     fn category(&self) -> &'static str;
+
+    /// Whether the reconcile lost a race rather than failed: a write guarded
+    /// by what was read (a status written at a resourceVersion, a finalizer
+    /// patch that tests the list) found the object changed. The skeleton
+    /// retries such a reconcile quietly, without an event or an error
+    /// metric. By default: a 409 Conflict anywhere in the source chain.
+    fn is_conflict(&self) -> bool
+    where
+        Self: Sized + 'static,
+    {
+        is_conflict(self)
+    }
+}
+
+/// Whether `error` or one of its sources is an API server's 409 Conflict
+/// ("the object has been modified"). AlreadyExists, also a 409, is not a
+/// conflict: it is an answer.
+pub fn is_conflict(error: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let status = e
+            .downcast_ref::<kube::core::Status>()
+            .or_else(|| e.downcast_ref::<Box<kube::core::Status>>().map(|b| &**b))
+            .or_else(|| match e.downcast_ref::<kube::Error>() {
+                Some(kube::Error::Api(s)) => Some(&**s),
+                _ => None,
+            })
+            .or_else(
+                || match e.downcast_ref::<Box<kube::Error>>().map(|b| &**b) {
+                    Some(kube::Error::Api(s)) => Some(&**s),
+                    _ => None,
+                },
+            );
+        if let Some(s) = status {
+            return s.code == 409 && s.reason == "Conflict";
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Publishes events for one controller.
@@ -83,7 +122,9 @@ impl EventReporter {
         self.report(object, category, note)
     }
 
-    async fn report(&self, object: &ObjectReference, category: &'static str, note: String) {
+    /// Reports a failure of `category` (the Event reason and metric label):
+    /// a log line, the error metric and a Warning event with `note`.
+    pub async fn report(&self, object: &ObjectReference, category: &'static str, note: String) {
         tracing::warn!(controller = %self.controller, category, error = %note, "reconcile failed");
         self.metrics
             .errors
@@ -134,6 +175,39 @@ mod tests {
             error_chain(&e),
             "failed to connect to cluster: connection refused"
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to write status")]
+    struct Write(#[source] kube::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to write status")]
+    struct BoxedWrite(#[source] Box<kube::Error>);
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_conflict_anywhere_in_the_chain_is_a_lost_race() {
+        assert!(is_conflict(&Write(api_error(409, "Conflict"))));
+        assert!(is_conflict(&BoxedWrite(Box::new(api_error(
+            409, "Conflict"
+        )))));
+        assert!(is_conflict(&api_error(409, "Conflict")));
+    }
+
+    #[test]
+    fn other_answers_are_failures() {
+        assert!(!is_conflict(&Write(api_error(409, "AlreadyExists"))));
+        assert!(!is_conflict(&Write(api_error(422, "Invalid"))));
+        assert!(!is_conflict(&Write(api_error(500, "InternalError"))));
+        assert!(!is_conflict(&Outer(std::io::Error::other("timed out"))));
     }
 
     #[test]

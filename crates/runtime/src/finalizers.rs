@@ -1,6 +1,8 @@
 //! Adding and removing a finalizer with a JSON Patch that first tests the
 //! list it read, so a concurrent change (another controller's finalizer)
-//! fails with a conflict instead of being overwritten.
+//! fails with a conflict instead of being overwritten. The API server answers
+//! a failed test with 422; it is returned here as a 409 Conflict, which the
+//! reconcile skeleton retries quietly (see [`crate::events::is_conflict`]).
 //!
 //! NB: kube's `runtime::finalizer` helper removes the finalizer as soon as
 //! cleanup returns Ok, and can only wait by returning an error. Controllers
@@ -38,15 +40,7 @@ where
     }
     let mut next = current.clone();
     next.push(finalizer.to_owned());
-    let p: json_patch::Patch =
-        serde_json::from_value(patch(&current, next)).map_err(kube::Error::SerdeError)?;
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(p),
-    )
-    .await?;
-    Ok(())
+    guarded_patch(api, obj, &current, next).await
 }
 
 /// Removes `finalizer` from `obj` if present.
@@ -63,21 +57,56 @@ where
         .filter(|f| *f != finalizer)
         .cloned()
         .collect();
+    match guarded_patch(api, obj, &current, next).await {
+        // Already gone: nothing left to finalize.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+/// Replaces the finalizers, provided they still are `current`.
+async fn guarded_patch<K>(
+    api: &Api<K>,
+    obj: &K,
+    current: &[String],
+    next: Vec<String>,
+) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.name_any();
     let p: json_patch::Patch =
-        serde_json::from_value(patch(&current, next)).map_err(kube::Error::SerdeError)?;
+        serde_json::from_value(patch(current, next)).map_err(kube::Error::SerdeError)?;
     match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::<()>::Json(p),
-        )
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(p))
         .await
     {
         Ok(_) => Ok(()),
-        // Already gone: nothing left to finalize.
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        // 422 is also what an invalid finalizer name gets: only a list that
+        // changed since it was read makes it a conflict.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            let now = api.get_metadata_opt(&name).await?;
+            let changed = now.is_none_or(|m| m.metadata.finalizers.unwrap_or_default() != current);
+            if changed {
+                Err(conflict(&name))
+            } else {
+                Err(kube::Error::Api(s))
+            }
+        }
         Err(e) => Err(e),
     }
+}
+
+/// The error a lost race on the finalizer list is reported as.
+fn conflict(name: &str) -> kube::Error {
+    kube::Error::Api(
+        kube::core::Status::failure(
+            &format!("the finalizers of {name} changed since they were read; looking again"),
+            "Conflict",
+        )
+        .with_code(409)
+        .boxed(),
+    )
 }
 
 /// Whether `obj` carries `finalizer`.

@@ -14,7 +14,9 @@ pub const PREFIX: &str = "crossplane_rs";
 #[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
-    /// Reconciles by controller and result (success, error, requeue).
+    /// Reconciles by controller and result: success, error, or conflict (a
+    /// guarded write lost a race and the object is looked at again; not an
+    /// error).
     pub reconciles: IntCounterVec,
     /// Reconcile duration by controller.
     pub reconcile_duration: HistogramVec,
@@ -24,6 +26,9 @@ pub struct Metrics {
     pub pending: IntGaugeVec,
     /// Reconcile errors by controller and category.
     pub errors: IntCounterVec,
+    /// Objects whose reconciles are failing and retried with backoff, by
+    /// controller.
+    pub backoff: IntGaugeVec,
     /// Requests to Kubernetes API servers by cluster ("control" for the
     /// control cluster, else the remote cluster's name) and verb.
     pub api_requests: IntCounterVec,
@@ -73,6 +78,13 @@ impl Metrics {
             ),
             &["controller", "category"],
         )?;
+        let backoff = IntGaugeVec::new(
+            Opts::new(
+                format!("{PREFIX}_reconcile_backoff_objects"),
+                "Objects whose reconciles are failing and retried with backoff, by controller.",
+            ),
+            &["controller"],
+        )?;
         let api_requests = IntCounterVec::new(
             Opts::new(
                 format!("{PREFIX}_kube_api_requests_total"),
@@ -89,6 +101,7 @@ impl Metrics {
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(errors.clone()))?;
+        registry.register(Box::new(backoff.clone()))?;
         registry.register(Box::new(api_requests.clone()))?;
         registry.register(Box::new(leader.clone()))?;
         Ok(Self {
@@ -98,6 +111,7 @@ impl Metrics {
             in_flight,
             pending,
             errors,
+            backoff,
             api_requests,
             leader,
         })
@@ -119,11 +133,12 @@ impl Metrics {
     /// Makes every per-controller series exist at zero, so dashboards and
     /// tests see them before the first reconcile.
     pub fn init_controller(&self, controller: &str) {
-        for result in ["success", "error"] {
+        for result in ["success", "error", "conflict"] {
             self.reconciles.with_label_values(&[controller, result]);
         }
         self.reconcile_duration.with_label_values(&[controller]);
         self.in_flight.with_label_values(&[controller]);
         self.pending.with_label_values(&[controller]);
+        self.backoff.with_label_values(&[controller]);
     }
 }

@@ -1,0 +1,469 @@
+//! Limits that keep one slow thing from holding up everything else.
+//!
+//! - [`Clusters`]: a deadline on the work a reconcile does against one remote
+//!   cluster, and a circuit breaker per cluster. A cluster that does not
+//!   answer within the deadline is not contacted again until a single probe
+//!   (the next reconcile that needs it after a pause) finds it answering;
+//!   meanwhile every other reconcile that needs it fails at once with a
+//!   message saying so. A stalled cluster therefore holds at most one worker
+//!   (the probe) instead of every worker of the controller.
+//! - [`RateLimit`]: a token bucket for `--max-reconcile-rate`.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use prometheus::IntGauge;
+
+/// First pause before a cluster that did not answer is probed again.
+pub const PROBE_BASE: Duration = Duration::from_secs(5);
+/// Longest pause between probes of a cluster that keeps not answering: a
+/// cluster that comes back is used again within this time.
+pub const PROBE_CAP: Duration = Duration::from_secs(60);
+
+/// Why work against a cluster was cut short or not started. The messages
+/// do not change from one attempt to the next, so a condition that shows
+/// one is not rewritten (and its object not woken) on every retry.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotAnswering {
+    /// The work did not finish within the deadline.
+    #[error(
+        "{cluster} did not answer within {}; it is contacted again once a probe finds it answering",
+        humantime::format_duration(*after)
+    )]
+    TimedOut {
+        /// The cluster, as the caller names it (e.g. "KubernetesCluster ns/name").
+        cluster: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// The cluster did not answer recently; it was not contacted.
+    #[error(
+        "{cluster} did not answer ({why}); it is not contacted again until a probe finds it answering"
+    )]
+    Skipped {
+        /// The cluster.
+        cluster: String,
+        /// What the last attempt saw.
+        why: String,
+        /// When the next probe may go.
+        retry_in: Duration,
+    },
+}
+
+struct Breaker {
+    /// Probes in a row that did not answer (1 after the first failure).
+    failures: u32,
+    /// When the next attempt (the probe) may go.
+    retry_at: Instant,
+    /// A probe is under way: every other attempt waits for its outcome.
+    probing: bool,
+    /// What the last failed attempt saw, for messages.
+    why: String,
+}
+
+/// The pause before probe number `failures + 1`: PROBE_BASE doubled per
+/// failed probe, capped at PROBE_CAP.
+pub fn probe_delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    PROBE_BASE.saturating_mul(1 << exp).min(PROBE_CAP)
+}
+
+/// Deadlines and circuit breakers for remote clusters, shared by every
+/// controller of a binary; cheap to clone.
+#[derive(Clone)]
+pub struct Clusters {
+    timeout: Duration,
+    breakers: Arc<Mutex<HashMap<String, Breaker>>>,
+    not_answering: IntGauge,
+}
+
+impl Clusters {
+    /// Limits with a `timeout` per unit of remote work, exporting how many
+    /// clusters are not answering as `crossplane_rs_remote_clusters_not_answering`.
+    pub fn new(timeout: Duration, registry: &prometheus::Registry) -> prometheus::Result<Self> {
+        let not_answering = IntGauge::new(
+            format!("{}_remote_clusters_not_answering", crate::metrics::PREFIX),
+            "Remote clusters that did not answer within --remote-timeout and are only probed until they answer again.",
+        )?;
+        registry.register(Box::new(not_answering.clone()))?;
+        Ok(Self {
+            timeout,
+            breakers: Arc::default(),
+            not_answering,
+        })
+    }
+
+    /// The deadline on one unit of remote work.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `work` against `cluster` (a name for messages and the breaker's
+    /// key, e.g. "KubernetesCluster ns/name") within the deadline.
+    ///
+    /// Err when the cluster did not answer: the work hit the deadline, or
+    /// the cluster's breaker is open and this attempt is not its probe. An
+    /// attempt that fails after half the deadline or more also opens the
+    /// breaker (a connect timeout looks like that), though its own error is
+    /// returned. Any other outcome means the cluster answered and closes it.
+    pub async fn run<T, E>(
+        &self,
+        cluster: &str,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<Result<T, E>, NotAnswering> {
+        let mut attempt = self.admit(cluster, Instant::now())?;
+        let start = Instant::now();
+        match tokio::time::timeout(self.timeout, work).await {
+            Err(_) => {
+                attempt.finish(
+                    Some(format!(
+                        "no answer within {}",
+                        humantime::format_duration(self.timeout)
+                    )),
+                    Instant::now(),
+                );
+                Err(NotAnswering::TimedOut {
+                    cluster: cluster.to_owned(),
+                    after: self.timeout,
+                })
+            }
+            Ok(result) => {
+                let took = start.elapsed();
+                let slow_failure = (result.is_err() && took >= self.timeout / 2).then(|| {
+                    format!(
+                        "a request failed after {} or more",
+                        humantime::format_duration(self.timeout / 2)
+                    )
+                });
+                attempt.finish(slow_failure, Instant::now());
+                Ok(result)
+            }
+        }
+    }
+
+    /// [`Clusters::run`] for work whose error type can say that the
+    /// cluster did not answer.
+    pub async fn call<T, E>(
+        &self,
+        cluster: &str,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E>
+    where
+        E: From<NotAnswering>,
+    {
+        self.run(cluster, work).await?
+    }
+
+    fn admit(&self, cluster: &str, now: Instant) -> Result<Attempt, NotAnswering> {
+        let mut probe = false;
+        if let Ok(mut breakers) = self.breakers.lock()
+            && let Some(b) = breakers.get_mut(cluster)
+        {
+            if b.probing || now < b.retry_at {
+                return Err(NotAnswering::Skipped {
+                    cluster: cluster.to_owned(),
+                    why: b.why.clone(),
+                    retry_in: b.retry_at.saturating_duration_since(now),
+                });
+            }
+            b.probing = true;
+            probe = true;
+        }
+        Ok(Attempt {
+            clusters: self.clone(),
+            cluster: cluster.to_owned(),
+            probe,
+            done: false,
+        })
+    }
+
+    fn update_gauge(&self, breakers: &HashMap<String, Breaker>) {
+        self.not_answering.set(breakers.len() as i64);
+    }
+}
+
+/// One admitted attempt; records its outcome in the breaker. Dropped
+/// unfinished (its reconcile was cancelled), a probe lets the next attempt
+/// probe instead.
+struct Attempt {
+    clusters: Clusters,
+    cluster: String,
+    probe: bool,
+    done: bool,
+}
+
+impl Attempt {
+    /// Records the outcome: `Some(why)` when the cluster did not answer.
+    fn finish(&mut self, failed: Option<String>, now: Instant) {
+        self.done = true;
+        let Ok(mut breakers) = self.clusters.breakers.lock() else {
+            return;
+        };
+        match failed {
+            None => {
+                breakers.remove(&self.cluster);
+            }
+            Some(why) => {
+                let b = breakers
+                    .entry(self.cluster.clone())
+                    .or_insert_with(|| Breaker {
+                        failures: 0,
+                        retry_at: now,
+                        probing: false,
+                        why: String::new(),
+                    });
+                // Attempts already under way when the breaker opened count
+                // once, with the one that opened it: only a failed probe
+                // lengthens the pause.
+                if self.probe || b.failures == 0 {
+                    b.failures = b.failures.saturating_add(1);
+                    b.retry_at = now + probe_delay(b.failures);
+                }
+                if self.probe {
+                    b.probing = false;
+                }
+                b.why = why;
+            }
+        }
+        self.clusters.update_gauge(&breakers);
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if self.done || !self.probe {
+            return;
+        }
+        if let Ok(mut breakers) = self.clusters.breakers.lock()
+            && let Some(b) = breakers.get_mut(&self.cluster)
+        {
+            b.probing = false;
+        }
+    }
+}
+
+/// A token bucket: at most `rate` acquisitions per second on average, with
+/// bursts of up to `rate` (one second's worth). Cheap to clone (clones share
+/// the bucket).
+#[derive(Clone)]
+pub struct RateLimit {
+    bucket: Option<Arc<Mutex<Bucket>>>,
+}
+
+struct Bucket {
+    /// Time between two tokens.
+    interval: Duration,
+    /// How far ahead of now the schedule may run: the burst.
+    tolerance: Duration,
+    /// When the next token is due if none is saved up.
+    next: Instant,
+}
+
+impl Bucket {
+    /// Takes a token and says how long to wait for it (zero when one was
+    /// saved up).
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let due = self.next.max(now);
+        let wait = due
+            .saturating_duration_since(now)
+            .saturating_sub(self.tolerance);
+        self.next = due + self.interval;
+        wait
+    }
+}
+
+impl RateLimit {
+    /// At most `rate` per second; 0 means no limit.
+    pub fn per_second(rate: u32) -> Self {
+        if rate == 0 {
+            return Self { bucket: None };
+        }
+        let interval = Duration::from_secs(1) / rate;
+        Self {
+            bucket: Some(Arc::new(Mutex::new(Bucket {
+                interval,
+                tolerance: interval.saturating_mul(rate - 1),
+                next: Instant::now(),
+            }))),
+        }
+    }
+
+    /// Waits until a token is free and takes it.
+    pub async fn acquire(&self) {
+        let wait = match &self.bucket {
+            Some(b) => b
+                .lock()
+                .map(|mut b| b.reserve(Instant::now()))
+                .unwrap_or_default(),
+            None => Duration::ZERO,
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clusters(timeout: Duration) -> Clusters {
+        Clusters::new(timeout, &prometheus::Registry::new()).unwrap()
+    }
+
+    #[test]
+    fn probes_back_off_from_five_seconds_to_a_minute() {
+        assert_eq!(probe_delay(1), Duration::from_secs(5));
+        assert_eq!(probe_delay(2), Duration::from_secs(10));
+        assert_eq!(probe_delay(5), Duration::from_secs(60));
+        assert_eq!(probe_delay(u32::MAX), PROBE_CAP);
+    }
+
+    #[tokio::test]
+    async fn work_that_hits_the_deadline_says_the_cluster_did_not_answer() {
+        let c = clusters(Duration::from_millis(50));
+        let out = c
+            .run("KubernetesCluster a/b", async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok::<(), ()>(())
+            })
+            .await;
+        let msg = out.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.starts_with("KubernetesCluster a/b did not answer within 50ms;"),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn after_a_timeout_other_attempts_fail_at_once_without_running() {
+        let c = clusters(Duration::from_millis(20));
+        let _ = c.run("x", std::future::pending::<Result<(), ()>>()).await;
+        let ran = std::sync::atomic::AtomicBool::new(false);
+        let out = c
+            .run("x", async {
+                ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok::<(), ()>(())
+            })
+            .await;
+        assert!(matches!(out, Err(NotAnswering::Skipped { .. })));
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        // Other clusters are not affected.
+        assert!(matches!(
+            c.run("y", async { Ok::<(), ()>(()) }).await,
+            Ok(Ok(()))
+        ));
+        assert_eq!(c.not_answering.get(), 1);
+    }
+
+    #[test]
+    fn once_the_pause_is_over_one_probe_goes_and_the_rest_wait_for_it() {
+        let c = clusters(Duration::from_secs(10));
+        let t0 = Instant::now();
+        c.admit("x", t0)
+            .unwrap()
+            .finish(Some("no answer".into()), t0);
+        assert!(c.admit("x", t0 + Duration::from_secs(1)).is_err());
+        let later = t0 + PROBE_BASE;
+        let mut probe = c.admit("x", later).unwrap();
+        assert!(c.admit("x", later).is_err(), "a second probe went");
+        // The probe answers: the cluster is used again by everyone.
+        probe.finish(None, later);
+        assert!(c.admit("x", later).is_ok());
+        assert_eq!(c.not_answering.get(), 0);
+    }
+
+    #[test]
+    fn a_failed_probe_doubles_the_pause_and_attempts_in_flight_count_once() {
+        let c = clusters(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let mut a = c.admit("x", t0).unwrap();
+        let mut b = c.admit("x", t0).unwrap();
+        a.finish(Some("no answer".into()), t0);
+        b.finish(Some("no answer".into()), t0);
+        let probe_at = t0 + PROBE_BASE;
+        c.admit("x", probe_at)
+            .unwrap()
+            .finish(Some("no answer".into()), probe_at);
+        assert!(c.admit("x", probe_at + PROBE_BASE).is_err());
+        assert!(c.admit("x", probe_at + probe_delay(2)).is_ok());
+    }
+
+    #[test]
+    fn a_cancelled_probe_lets_the_next_attempt_probe() {
+        let c = clusters(Duration::from_secs(10));
+        let t0 = Instant::now();
+        c.admit("x", t0)
+            .unwrap()
+            .finish(Some("no answer".into()), t0);
+        let later = t0 + PROBE_BASE;
+        drop(c.admit("x", later).unwrap());
+        assert!(c.admit("x", later).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_slow_failure_opens_the_breaker_but_keeps_its_own_error() {
+        let c = clusters(Duration::from_millis(40));
+        let out = c
+            .run("x", async {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                Err::<(), &str>("connect timed out")
+            })
+            .await;
+        assert!(matches!(out, Ok(Err("connect timed out"))));
+        assert!(c.run("x", async { Ok::<(), ()>(()) }).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_quick_failure_is_an_answer() {
+        let c = clusters(Duration::from_secs(10));
+        let _ = c.run("x", async { Err::<(), _>("403 forbidden") }).await;
+        assert!(c.run("x", async { Ok::<(), ()>(()) }).await.is_ok());
+    }
+
+    #[test]
+    fn the_bucket_gives_a_burst_of_rate_then_one_token_per_interval() {
+        let limit = RateLimit::per_second(5);
+        let bucket = limit.bucket.as_ref().unwrap();
+        let mut b = bucket.lock().unwrap();
+        let t0 = b.next;
+        for _ in 0..5 {
+            assert_eq!(b.reserve(t0), Duration::ZERO);
+        }
+        assert_eq!(b.reserve(t0), Duration::from_millis(200));
+        assert_eq!(b.reserve(t0), Duration::from_millis(400));
+        // Idle for two seconds: a full burst is saved up again, no more.
+        let t2 = t0 + Duration::from_secs(3);
+        for _ in 0..5 {
+            assert_eq!(b.reserve(t2), Duration::ZERO);
+        }
+        assert_eq!(b.reserve(t2), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn in_any_window_at_most_rate_times_seconds_plus_the_burst_pass() {
+        let limit = RateLimit::per_second(10);
+        let bucket = limit.bucket.as_ref().unwrap();
+        let mut b = bucket.lock().unwrap();
+        let t0 = b.next;
+        // 100 reconciles asked for at once are spread over nine seconds.
+        let granted: Vec<Duration> = (0..100).map(|_| b.reserve(t0)).collect();
+        for secs in 1..10u32 {
+            let window = Duration::from_secs(u64::from(secs));
+            let n = granted.iter().filter(|w| **w < window).count();
+            assert!(n <= 10 * secs as usize + 10, "{n} in {secs}s");
+        }
+        assert_eq!(granted.iter().max(), Some(&Duration::from_millis(9000)));
+    }
+
+    #[tokio::test]
+    async fn a_zero_rate_is_unlimited() {
+        let limit = RateLimit::per_second(0);
+        for _ in 0..1000 {
+            limit.acquire().await;
+        }
+    }
+}
