@@ -23,7 +23,9 @@ use runtime::{
     conditions,
     controller::{Reporting, Runtime},
     events::{ReconcileError, error_chain},
+    expiring::Expiring,
     finalizers,
+    limits::NotAnswering,
     remote::{RemoteClients, RemoteCluster, RemoteError, ResolveError},
     ssa,
 };
@@ -118,6 +120,9 @@ pub enum Error {
     /// Serializing failed.
     #[error("failed to serialize")]
     Serialize(#[from] serde_json::Error),
+    /// The target cluster did not answer in time (--remote-timeout).
+    #[error(transparent)]
+    NotAnswering(#[from] NotAnswering),
 }
 
 impl ReconcileError for Error {
@@ -135,6 +140,7 @@ impl ReconcileError for Error {
             Error::Target { .. } => "TargetRequestFailed",
             Error::Control(..) => "ControlClusterRequestFailed",
             Error::Serialize(_) => "CannotSerialize",
+            Error::NotAnswering(_) => "TargetNotAnswering",
         }
     }
 }
@@ -156,17 +162,18 @@ pub struct Ctx {
     local: RemoteCluster,
     objects: Store<Object>,
     configs: Store<ProviderConfig>,
-    /// Targets by ProviderConfig: (when connected, the config's
-    /// generation, the target). Reused for `CONNECTION_TTL`, so the
-    /// credentials Secret is read once per config per TTL, not per Object.
-    connections: std::sync::Mutex<BTreeMap<String, (std::time::Instant, String, RemoteCluster)>>,
+    /// Targets by ProviderConfig: (the config's generation, the target).
+    /// Reused for `CONNECTION_TTL`, so the credentials Secret is read once
+    /// per config per TTL, not per Object; the entry of a deleted config
+    /// expires with it.
+    connections: Expiring<String, (String, RemoteCluster)>,
     /// Every ProviderConfigUsage, watched: a usage that exists costs no
     /// request; one that went missing (deleted by hand, or collected) is
     /// made again.
     usages: Store<ProviderConfigUsage>,
     /// Usages this process created in the last moments, which the watch may
     /// not have delivered yet (so they are not created twice).
-    just_created: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
+    just_created: Expiring<String, ()>,
     deletion_timeout: Duration,
     drift: IntCounter,
     first_ready: Histogram,
@@ -201,13 +208,8 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
     // Keyed on the spec's generation: the config's status (its user count)
     // changes with every new Object and must not invalidate connections.
     let rv = pc.metadata.generation.unwrap_or_default().to_string();
-    if let Some((at, cached_rv, target)) = ctx
-        .connections
-        .lock()
-        .ok()
-        .and_then(|c| c.get(name).cloned())
+    if let Some((cached_rv, target)) = ctx.connections.get(name)
         && cached_rv == rv
-        && at.elapsed() < CONNECTION_TTL
     {
         return Ok(target);
     }
@@ -241,12 +243,7 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
                 .for_secret(name, &secret, &sel.key)
                 .await
                 .map_err(|e| Error::Connect(name.clone(), e))?;
-            if let Ok(mut c) = ctx.connections.lock() {
-                c.insert(
-                    name.clone(),
-                    (std::time::Instant::now(), rv, target.clone()),
-                );
-            }
+            ctx.connections.insert(name.clone(), (rv, target.clone()));
             Ok(target)
         }
     }
@@ -260,10 +257,7 @@ async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
         .usages
         .get(&kube::runtime::reflector::ObjectRef::new(&uid))
         .is_some()
-        || ctx
-            .just_created
-            .lock()
-            .is_ok_and(|j| j.get(&uid).is_some_and(|at| at.elapsed() < JUST_CREATED))
+        || ctx.just_created.get(&uid).is_some()
     {
         return Ok(());
     }
@@ -289,10 +283,7 @@ async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
         .await
     {
         Ok(_) => {
-            if let Ok(mut j) = ctx.just_created.lock() {
-                j.retain(|_, at| at.elapsed() < JUST_CREATED);
-                j.insert(uid, std::time::Instant::now());
-            }
+            ctx.just_created.insert(uid, ());
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -755,7 +746,7 @@ async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 return cleanup(&ctx, &api, &obj).await;
             }
             finalizers::add(&api, obj.as_ref(), FINALIZER).await.map_err(|e| Error::Control("add the finalizer".to_owned(), Box::new(e)))?;
-            match sync(&ctx, &obj).await {
+            match ctx.rt.clusters.call(&target_of(&obj), sync(&ctx, &obj)).await {
                 Ok(observed) => {
                     let live = observed.live.unwrap_or(Value::Null);
                     let policy = obj.spec.readiness.as_ref().map(|r| r.policy).unwrap_or(ReadinessPolicy::SuccessfulCreate);
@@ -766,7 +757,7 @@ async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                     let was_ready = obj.status.as_ref().and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY)).is_some_and(|c| c.status == "True");
                     let now_ready = ready.status == "True";
                     write_status(&ctx, &obj, conditions::reconcile_success(), ready, Some(Some(live.clone()))).await?;
-                    publish_connection_details(&ctx, &obj, &live).await?;
+                    ctx.rt.clusters.call(&target_of(&obj), publish_connection_details(&ctx, &obj, &live)).await?;
                     let oref = obj.object_ref(&());
                     if observed.drifted {
                         ctx.drift.inc();
@@ -778,6 +769,7 @@ async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                     }
                     Ok(Action::requeue(jittered(ctx.rt.args.poll_interval, &obj)))
                 }
+                Err(e) if e.is_conflict() => Err(e),
                 Err(e) => {
                     let msg = error_chain(&e);
                     let ready = obj
@@ -876,7 +868,12 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
         write_status(ctx, obj, conditions::reconcile_success(), ready, None).await?;
         return Ok(Action::requeue(DELETE_POLL));
     }
-    let done = match delete_managed(ctx, obj).await {
+    let done = match ctx
+        .rt
+        .clusters
+        .call(&target_of(obj), delete_managed(ctx, obj))
+        .await
+    {
         Ok(done) => done,
         Err(e) if e.target_gone() => {
             orphan(ctx, obj, &error_chain(&e)).await;
@@ -923,6 +920,7 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
         return Ok(Action::requeue(DELETE_POLL));
     }
     remove_referrer_finalizers(ctx, obj).await?;
+    ctx.just_created.remove(&obj.uid().unwrap_or_default());
     let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
     match usages
         .delete(&obj.uid().unwrap_or_default(), &DeleteParams::background())
@@ -941,6 +939,15 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
         .await
         .map_err(|e| Error::Control("remove the finalizer".to_owned(), Box::new(e)))?;
     Ok(Action::await_change())
+}
+
+/// The target cluster of an Object, as --remote-timeout's messages and
+/// circuit breaker name it.
+fn target_of(obj: &Object) -> String {
+    format!(
+        "the target cluster of ProviderConfig {}",
+        obj.spec.provider_config_ref.name
+    )
 }
 
 async fn orphan(ctx: &Ctx, obj: &Object, why: &str) {
@@ -1080,9 +1087,9 @@ pub fn controller(
         local: RemoteCluster::new(rt.client.clone(), "control"),
         objects: objects.clone(),
         configs,
-        connections: Default::default(),
+        connections: Expiring::new(CONNECTION_TTL),
         usages,
-        just_created: Default::default(),
+        just_created: Expiring::new(JUST_CREATED),
         deletion_timeout,
         drift,
         first_ready,

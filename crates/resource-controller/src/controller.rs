@@ -27,6 +27,7 @@ use runtime::{
     controller::{Reporting, Runtime},
     events::{ReconcileError, error_chain},
     finalizers,
+    limits::NotAnswering,
     remote::{RemoteClients, RemoteCluster, RemoteError, ResolveError},
     ssa,
 };
@@ -107,6 +108,9 @@ pub enum Error {
     /// Serializing status failed.
     #[error("failed to serialize status")]
     Serialize(#[from] serde_json::Error),
+    /// The remote cluster did not answer in time (--remote-timeout).
+    #[error(transparent)]
+    NotAnswering(#[from] NotAnswering),
 }
 
 impl ReconcileError for Error {
@@ -123,6 +127,7 @@ impl ReconcileError for Error {
             Error::Remote { .. } => "RemoteRequestFailed",
             Error::Write(..) => "CannotWriteStatus",
             Error::Serialize(_) => "CannotSerializeStatus",
+            Error::NotAnswering(_) => "ClusterNotAnswering",
         }
     }
 }
@@ -177,6 +182,15 @@ async fn connect(
         .for_secret(&format!("{ns}/{cluster}"), &secret, &secret_ref.key)
         .await
         .map_err(|e| Error::Connect(format!("{ns}/{cluster}"), e))
+}
+
+/// The cluster a resource is submitted to, as --remote-timeout's messages
+/// and circuit breaker name it.
+fn cluster_label(res: &KubernetesApplicationResource, cluster: &str) -> String {
+    format!(
+        "KubernetesCluster {}/{cluster}",
+        res.namespace().unwrap_or_default()
+    )
 }
 
 /// The template's target resolved in the remote cluster.
@@ -367,7 +381,13 @@ async fn reconcile(
             finalizers::add(&api, res.as_ref(), FINALIZER)
                 .await
                 .map_err(|e| Error::Write("the finalizer", e))?;
-            match submit(&ctx, &res, &cluster).await {
+            let remote = cluster_label(&res, &cluster);
+            match ctx
+                .rt
+                .clusters
+                .call(&remote, submit(&ctx, &res, &cluster))
+                .await
+            {
                 Ok(s) => {
                     let ready = match &s.unhealthy {
                         None => conditions::available(),
@@ -447,14 +467,21 @@ async fn cleanup(
             .map_err(|e| Error::Write("the finalizer", e))?;
         Ok(Action::await_change())
     };
-    match remove_remote(ctx, res, cluster).await {
+    // Never counted again once deleting.
+    if let Ok(mut seen) = ctx.observed.lock() {
+        seen.remove(&res.uid().unwrap_or_default());
+    }
+    let remote = cluster_label(res, cluster);
+    match ctx
+        .rt
+        .clusters
+        .call(&remote, remove_remote(ctx, res, cluster))
+        .await
+    {
         Ok(true) => {
             finalizers::remove(api, res, FINALIZER)
                 .await
                 .map_err(|e| Error::Write("the finalizer", e))?;
-            if let Ok(mut seen) = ctx.observed.lock() {
-                seen.remove(&res.uid().unwrap_or_default());
-            }
             Ok(Action::await_change())
         }
         Ok(false) => Ok(Action::requeue(DELETE_POLL)),

@@ -2,7 +2,7 @@
 //! exists, holds a valid kubeconfig and the cluster answers; otherwise the
 //! message says what is wrong.
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -21,9 +21,6 @@ use types::compute::v1alpha1::KubernetesCluster;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "kubernetescluster";
-
-/// How long a cluster may take to answer GET /version before it is Unready.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a cluster could not be reconciled (not why it is unready: that is a
 /// condition, not an error).
@@ -77,15 +74,21 @@ async fn probe(ctx: &Ctx, cluster: &KubernetesCluster) -> Result<Option<String>,
         Ok(r) => r,
         Err(e) => return Ok(Some(error_chain(&e))),
     };
-    match tokio::time::timeout(PROBE_TIMEOUT, remote.client.apiserver_version()).await {
+    // GET /version within --remote-timeout; a cluster that did not answer
+    // is only probed again after a pause (the breaker's half-open probe).
+    let label = format!("KubernetesCluster {name}");
+    match ctx
+        .rt
+        .clusters
+        .run(&label, remote.client.apiserver_version())
+        .await
+    {
         Ok(Ok(_)) => Ok(None),
         Ok(Err(e)) => Ok(Some(format!(
             "the cluster does not answer: {}",
             error_chain(&e)
         ))),
-        Err(_) => Ok(Some(format!(
-            "the cluster did not answer within {PROBE_TIMEOUT:?}"
-        ))),
+        Err(e) => Ok(Some(error_chain(&e))),
     }
 }
 
