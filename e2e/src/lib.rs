@@ -6,6 +6,7 @@
 // job, so it panics where production code would return errors.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod stall;
 pub mod workloads;
 
 use std::{
@@ -150,6 +151,25 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Some((status, body))
+}
+
+/// The sum of the samples of metric `name` whose labels include every pair
+/// in `labels`, in Prometheus text `metrics` (0 when there is none).
+pub fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            let rest = format!(",{rest}");
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!(",{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
 }
 
 /// Polls `check` until it returns Some, failing with `what` after `timeout`.

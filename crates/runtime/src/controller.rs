@@ -422,7 +422,12 @@ impl Reporting {
 
     /// The error policy: retry this object after its backoff delay.
     pub fn retry<K: Resource>(&self, obj: &K) -> Action {
-        Action::requeue(self.backoff.failed(&key_of(obj)))
+        let delay = self.backoff.failed(&key_of(obj));
+        self.metrics
+            .backoff
+            .with_label_values(&[self.controller])
+            .set(self.backoff.len() as i64);
+        Action::requeue(delay)
     }
 }
 

@@ -82,11 +82,13 @@ where
         .await
     {
         Ok(_) => Ok(()),
-        // 422 is also what an invalid finalizer name gets: only a list that
-        // changed since it was read makes it a conflict.
+        // 422 is also what an invalid finalizer name gets. The object
+        // changed since it was read (its list may have changed and changed
+        // back since): a lost race. Unchanged: the patch itself is wrong.
         Err(kube::Error::Api(s)) if s.code == 422 => {
             let now = api.get_metadata_opt(&name).await?;
-            let changed = now.is_none_or(|m| m.metadata.finalizers.unwrap_or_default() != current);
+            let read = obj.meta().resource_version.as_deref();
+            let changed = now.is_none_or(|m| m.metadata.resource_version.as_deref() != read);
             if changed {
                 Err(conflict(&name))
             } else {

@@ -22,35 +22,25 @@ pub const PROBE_BASE: Duration = Duration::from_secs(5);
 /// Longest pause between probes of a cluster that keeps not answering: a
 /// cluster that comes back is used again within this time.
 pub const PROBE_CAP: Duration = Duration::from_secs(60);
+/// How long a cluster that did not answer is remembered once nothing asks
+/// for it any more (its probe would have been due this long ago).
+pub const FORGET_AFTER: Duration = Duration::from_secs(600);
 
-/// Why work against a cluster was cut short or not started. The messages
-/// do not change from one attempt to the next, so a condition that shows
-/// one is not rewritten (and its object not woken) on every retry.
+/// Work against a cluster was cut short at the deadline, or not started
+/// because the cluster did not answer recently. The message is the same
+/// for both and from one attempt to the next, so a condition that shows it
+/// is not rewritten (and its object not woken) on every retry.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum NotAnswering {
-    /// The work did not finish within the deadline.
-    #[error(
-        "{cluster} did not answer within {}; it is contacted again once a probe finds it answering",
-        humantime::format_duration(*after)
-    )]
-    TimedOut {
-        /// The cluster, as the caller names it (e.g. "KubernetesCluster ns/name").
-        cluster: String,
-        /// The deadline.
-        after: Duration,
-    },
-    /// The cluster did not answer recently; it was not contacted.
-    #[error(
-        "{cluster} did not answer ({why}); it is not contacted again until a probe finds it answering"
-    )]
-    Skipped {
-        /// The cluster.
-        cluster: String,
-        /// What the last attempt saw.
-        why: String,
-        /// When the next probe may go.
-        retry_in: Duration,
-    },
+#[error(
+    "{cluster} did not answer ({why}); it is only probed, one request at a time, until it answers again"
+)]
+pub struct NotAnswering {
+    /// The cluster, as the caller names it (e.g. "KubernetesCluster ns/name").
+    pub cluster: String,
+    /// What the attempt that opened the breaker saw.
+    pub why: String,
+    /// Whether this attempt was not started (the breaker was open).
+    pub skipped: bool,
 }
 
 struct Breaker {
@@ -118,16 +108,15 @@ impl Clusters {
         let start = Instant::now();
         match tokio::time::timeout(self.timeout, work).await {
             Err(_) => {
-                attempt.finish(
-                    Some(format!(
-                        "no answer within {}",
-                        humantime::format_duration(self.timeout)
-                    )),
-                    Instant::now(),
+                let why = format!(
+                    "nothing came back within {}",
+                    humantime::format_duration(self.timeout)
                 );
-                Err(NotAnswering::TimedOut {
+                attempt.finish(Some(why.clone()), Instant::now());
+                Err(NotAnswering {
                     cluster: cluster.to_owned(),
-                    after: self.timeout,
+                    why,
+                    skipped: false,
                 })
             }
             Ok(result) => {
@@ -159,18 +148,25 @@ impl Clusters {
 
     fn admit(&self, cluster: &str, now: Instant) -> Result<Attempt, NotAnswering> {
         let mut probe = false;
-        if let Ok(mut breakers) = self.breakers.lock()
-            && let Some(b) = breakers.get_mut(cluster)
-        {
-            if b.probing || now < b.retry_at {
-                return Err(NotAnswering::Skipped {
-                    cluster: cluster.to_owned(),
-                    why: b.why.clone(),
-                    retry_in: b.retry_at.saturating_duration_since(now),
-                });
+        if let Ok(mut breakers) = self.breakers.lock() {
+            // A cluster nobody asked about for a while (deleted, or its
+            // objects moved away) is forgotten, so the map cannot grow for
+            // ever.
+            breakers.retain(|_, b| {
+                b.probing || now.saturating_duration_since(b.retry_at) < FORGET_AFTER
+            });
+            self.update_gauge(&breakers);
+            if let Some(b) = breakers.get_mut(cluster) {
+                if b.probing || now < b.retry_at {
+                    return Err(NotAnswering {
+                        cluster: cluster.to_owned(),
+                        why: b.why.clone(),
+                        skipped: true,
+                    });
+                }
+                b.probing = true;
+                probe = true;
             }
-            b.probing = true;
-            probe = true;
         }
         Ok(Attempt {
             clusters: self.clone(),
@@ -333,7 +329,9 @@ mod tests {
             .await;
         let msg = out.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(
-            msg.starts_with("KubernetesCluster a/b did not answer within 50ms;"),
+            msg.starts_with(
+                "KubernetesCluster a/b did not answer (nothing came back within 50ms);"
+            ),
             "{msg}"
         );
     }
@@ -341,7 +339,11 @@ mod tests {
     #[tokio::test]
     async fn after_a_timeout_other_attempts_fail_at_once_without_running() {
         let c = clusters(Duration::from_millis(20));
-        let _ = c.run("x", std::future::pending::<Result<(), ()>>()).await;
+        let first = c
+            .run("x", std::future::pending::<Result<(), ()>>())
+            .await
+            .err()
+            .map(|e| e.to_string());
         let ran = std::sync::atomic::AtomicBool::new(false);
         let out = c
             .run("x", async {
@@ -349,7 +351,10 @@ mod tests {
                 Ok::<(), ()>(())
             })
             .await;
-        assert!(matches!(out, Err(NotAnswering::Skipped { .. })));
+        assert!(matches!(&out, Err(NotAnswering { skipped: true, .. })));
+        // Same words as the attempt that timed out: a condition showing it
+        // is not rewritten on every retry.
+        assert_eq!(out.err().map(|e| e.to_string()), first);
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
         // Other clusters are not affected.
         assert!(matches!(
@@ -390,6 +395,20 @@ mod tests {
             .finish(Some("no answer".into()), probe_at);
         assert!(c.admit("x", probe_at + PROBE_BASE).is_err());
         assert!(c.admit("x", probe_at + probe_delay(2)).is_ok());
+    }
+
+    #[test]
+    fn a_cluster_nobody_asks_about_is_forgotten() {
+        let c = clusters(Duration::from_secs(10));
+        let t0 = Instant::now();
+        c.admit("gone", t0)
+            .unwrap()
+            .finish(Some("no answer".into()), t0);
+        assert_eq!(c.not_answering.get(), 1);
+        let much_later = t0 + PROBE_BASE + FORGET_AFTER;
+        drop(c.admit("other", much_later).unwrap());
+        assert_eq!(c.not_answering.get(), 0);
+        assert!(c.breakers.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -1,0 +1,696 @@
+//! Failure modes over time: a remote cluster that stalls does not starve the
+//! others, a lost race is not a failure, and --max-reconcile-rate holds.
+
+// Test helpers fail the test loudly, with what went wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use e2e::{
+    Running, metric_sum,
+    stall::{Mode, Stalled},
+    wait_for,
+    workloads::*,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, Patch},
+};
+use serde_json::{Value, json};
+use types::{
+    compute::v1alpha1::KubernetesCluster,
+    kubernetes::v1alpha1::{Object, ProviderConfig},
+    workload::v1alpha1::KubernetesApplication,
+};
+
+/// The controllers run with the default --concurrency of 8 workers; the
+/// stalled cluster gets three times as much work, so that it could hold
+/// every worker again and again if nothing bounded it.
+const STALLED: usize = 24;
+/// Work on the healthy cluster.
+const HEALTHY: usize = 20;
+/// How soon healthy work must be done while a cluster stalls.
+const WITHIN: Duration = Duration::from_secs(30);
+
+fn synced(conds: &[types::common::Condition]) -> Option<(String, String)> {
+    condition(conds, "Synced").map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
+}
+
+/// Waits until `count()` reaches `want`, failing after `timeout` with the
+/// last count and `what`.
+async fn wait_count<F, Fut>(timeout: Duration, what: &str, want: usize, mut count: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = usize>,
+{
+    let start = Instant::now();
+    loop {
+        let n = count().await;
+        if n >= want {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "only {n} of {want} {what} within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Remote ConfigMaps in `ns` whose data.v is `v`, among `names`.
+async fn configmaps_with(remote: &Client, ns: &str, names: &[String], v: &str) -> usize {
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    cms.items
+        .iter()
+        .filter(|cm| names.contains(&cm.name_any()))
+        .filter(|cm| {
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .map(String::as_str)
+                == Some(v)
+        })
+        .count()
+}
+
+async fn put_secret(client: &Client, ns: &str, name: &str, kubeconfig: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "stringData": {"kubeconfig": kubeconfig},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(name, &ssa(), &Patch::Apply(&secret))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stalled_cluster_does_not_starve_the_other_applications() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "stall-apps").await;
+    let rns = remote_ns(&remote, "stall-apps").await;
+    let _c = Controllers::start(&ns).await;
+    let stalled = Stalled::start(Mode::Tls);
+    cluster(
+        &client,
+        &ns,
+        "healthy",
+        json!({"pool": "healthy"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    cluster(
+        &client,
+        &ns,
+        "stalling",
+        json!({"pool": "stalling"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+
+    // One application with more resources than the resource-controller has
+    // workers, submitted while its cluster still answers.
+    let templates: Vec<Value> = (0..STALLED)
+        .map(|i| {
+            configmap_template(
+                &format!("s{i}"),
+                &rns,
+                &format!("stalled-{i}"),
+                json!({"v": "1"}),
+            )
+        })
+        .collect();
+    apply_app(
+        &client,
+        &ns,
+        app(
+            "stalled",
+            &ns,
+            json!({"matchLabels": {"pool": "stalling"}}),
+            json!(templates),
+        ),
+    )
+    .await;
+    wait_app_state(&client, &ns, "stalled", "Submitted").await;
+
+    // Then its cluster stalls: the API server accepts connections and
+    // completes TLS, but never answers a request.
+    put_secret(&client, &ns, "stalling-kubeconfig", &stalled.kubeconfig()).await;
+    wait_for(
+        WAIT,
+        "the resource-controller to call the stalled cluster",
+        || async { (stalled.accepted() > 0).then_some(()) },
+    )
+    .await;
+
+    // Work for the healthy cluster arrives while the stalled one holds
+    // whatever it can.
+    let started = Instant::now();
+    for i in 0..HEALTHY {
+        let t = configmap_template(
+            &format!("h{i}"),
+            &rns,
+            &format!("healthy-{i}"),
+            json!({"v": "1"}),
+        );
+        apply_app(
+            &client,
+            &ns,
+            app(
+                &format!("healthy-{i}"),
+                &ns,
+                json!({"matchLabels": {"pool": "healthy"}}),
+                json!([t]),
+            ),
+        )
+        .await;
+    }
+    let apps = Api::<KubernetesApplication>::namespaced(client.clone(), &ns);
+    let submitted = || async {
+        apps.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|a| a.name_any().starts_with("healthy-") && state_of_app(a) == "Submitted")
+            .count()
+    };
+    wait_count(WITHIN, "healthy applications Submitted", HEALTHY, submitted).await;
+    eprintln!(
+        "{HEALTHY} healthy applications Submitted in {:?}",
+        started.elapsed()
+    );
+
+    // They stay current: a changed template reaches the remote cluster at once.
+    for i in 0..HEALTHY {
+        let t = configmap_template(
+            &format!("h{i}"),
+            &rns,
+            &format!("healthy-{i}"),
+            json!({"v": "2"}),
+        );
+        apply_app(
+            &client,
+            &ns,
+            app(
+                &format!("healthy-{i}"),
+                &ns,
+                json!({"matchLabels": {"pool": "healthy"}}),
+                json!([t]),
+            ),
+        )
+        .await;
+    }
+    let names: Vec<String> = (0..HEALTHY).map(|i| format!("healthy-{i}")).collect();
+    wait_count(
+        Duration::from_secs(20),
+        "changed ConfigMaps in the remote cluster",
+        HEALTHY,
+        || configmaps_with(&remote, &rns, &names, "2"),
+    )
+    .await;
+
+    // Meanwhile every stalled resource says what is wrong, naming its cluster.
+    let needle = format!("KubernetesCluster {ns}/stalling did not answer");
+    for i in 0..STALLED {
+        let name = format!("s{i}");
+        let res = wait_for(
+            WAIT,
+            &format!("resource {name} to say {needle:?}"),
+            || async {
+                get_res(&client, &ns, &name).await.filter(|r| {
+                    let conds = r
+                        .status
+                        .as_ref()
+                        .map(|s| s.conditions.as_slice())
+                        .unwrap_or_default();
+                    synced(conds)
+                        .is_some_and(|(status, msg)| status == "False" && msg.contains(&needle))
+                })
+            },
+        )
+        .await;
+        assert_eq!(state_of_res(&res), "Failed");
+    }
+    // And so does the cluster itself.
+    let kc = Api::<KubernetesCluster>::namespaced(client.clone(), &ns);
+    let ready = wait_for(
+        WAIT,
+        "KubernetesCluster stalling to be Ready=False",
+        || async {
+            let c = kc.get("stalling").await.unwrap();
+            let conds = c.status.map(|s| s.conditions).unwrap_or_default();
+            condition(&conds, "Ready")
+                .filter(|r| r.status == "False")
+                .cloned()
+        },
+    )
+    .await;
+    assert!(
+        ready
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&needle),
+        "{ready:?}"
+    );
+}
+
+fn object(name: &str, config: &str, ns: &str, cm: &str, v: &str) -> Value {
+    json!({
+        "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+        "metadata": {"name": name},
+        "spec": {
+            "providerConfigRef": {"name": config},
+            "forProvider": {"manifest": {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": cm, "namespace": ns}, "data": {"v": v},
+            }},
+        },
+    })
+}
+
+async fn apply_object(client: &Client, body: &Value) {
+    Api::<Object>::all(client.clone())
+        .patch(
+            body["metadata"]["name"].as_str().unwrap(),
+            &ssa(),
+            &Patch::Apply(body),
+        )
+        .await
+        .unwrap();
+}
+
+async fn provider_config(client: &Client, name: &str, ns: &str, secret: &str) {
+    let pc = json!({
+        "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
+        "metadata": {"name": name},
+        "spec": {"credentials": {"source": "Secret", "secretRef": {"namespace": ns, "name": secret, "key": "kubeconfig"}}},
+    });
+    Api::<ProviderConfig>::all(client.clone())
+        .patch(name, &ssa(), &Patch::Apply(&pc))
+        .await
+        .unwrap();
+}
+
+fn object_ready(o: &Object) -> bool {
+    let conds = o
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    ["Synced", "Ready"]
+        .iter()
+        .all(|t| condition(conds, t).is_some_and(|c| c.status == "True"))
+}
+
+#[tokio::test]
+async fn a_stalled_target_does_not_starve_the_other_objects() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "stall-objects").await;
+    let rns = remote_ns(&remote, "stall-objects").await;
+    let stalled = Stalled::start(Mode::Tls);
+    // A second target whose TLS handshake never completes.
+    let silent = Stalled::start(Mode::Tcp);
+    let id = testenv::unique_name("pc");
+    let (healthy_pc, stalled_pc, silent_pc) = (
+        format!("{id}-healthy"),
+        format!("{id}-stalled"),
+        format!("{id}-silent"),
+    );
+    put_secret(&client, &ns, "healthy", &plane.remote.kubeconfig).await;
+    put_secret(&client, &ns, "stalled", &stalled.kubeconfig()).await;
+    put_secret(&client, &ns, "silent", &silent.kubeconfig()).await;
+    provider_config(&client, &healthy_pc, &ns, "healthy").await;
+    provider_config(&client, &stalled_pc, &ns, "stalled").await;
+    provider_config(&client, &silent_pc, &ns, "silent").await;
+    let mut provider = Running::start(
+        "object-provider",
+        &plane.control.kubeconfig_path,
+        &["--poll-interval", "1s"],
+    );
+    provider.wait_healthy(Duration::from_secs(30)).await;
+    let dump = DumpLog(&provider);
+
+    // More Objects on the stalled target than the provider has workers.
+    let stalled_names: Vec<String> = (0..STALLED).map(|i| format!("{id}-stalled-{i}")).collect();
+    for (i, name) in stalled_names.iter().enumerate() {
+        apply_object(
+            &client,
+            &object(name, &stalled_pc, &rns, &format!("stalled-{i}"), "1"),
+        )
+        .await;
+    }
+    let silent_name = format!("{id}-silent");
+    apply_object(
+        &client,
+        &object(&silent_name, &silent_pc, &rns, "silent", "1"),
+    )
+    .await;
+    wait_for(WAIT, "the provider to call the stalled target", || async {
+        (stalled.accepted() > 0).then_some(())
+    })
+    .await;
+
+    // Objects for the healthy target arrive while the stalled one holds
+    // whatever it can.
+    let started = Instant::now();
+    let healthy_names: Vec<String> = (0..HEALTHY).map(|i| format!("{id}-healthy-{i}")).collect();
+    let cms: Vec<String> = (0..HEALTHY).map(|i| format!("healthy-{i}")).collect();
+    for (name, cm) in healthy_names.iter().zip(&cms) {
+        apply_object(&client, &object(name, &healthy_pc, &rns, cm, "1")).await;
+    }
+    let objects = Api::<Object>::all(client.clone());
+    let ready = || async {
+        objects
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|o| healthy_names.contains(&o.name_any()) && object_ready(o))
+            .count()
+    };
+    wait_count(WITHIN, "healthy Objects Ready", HEALTHY, ready).await;
+    eprintln!("{HEALTHY} healthy Objects Ready in {:?}", started.elapsed());
+
+    // They stay current: a changed manifest reaches the target at once.
+    for (name, cm) in healthy_names.iter().zip(&cms) {
+        apply_object(&client, &object(name, &healthy_pc, &rns, cm, "2")).await;
+    }
+    wait_count(
+        Duration::from_secs(20),
+        "changed ConfigMaps in the target",
+        HEALTHY,
+        || configmaps_with(&remote, &rns, &cms, "2"),
+    )
+    .await;
+
+    // Meanwhile the stalled Objects say what is wrong, naming the target.
+    for (name, pc) in stalled_names
+        .iter()
+        .map(|n| (n, &stalled_pc))
+        .chain([(&silent_name, &silent_pc)])
+    {
+        let needle = format!("the target cluster of ProviderConfig {pc} did not answer");
+        wait_for(
+            WAIT,
+            &format!("Object {name} to say {needle:?}"),
+            || async {
+                let o = objects.get(name).await.unwrap();
+                let conds = o.status.map(|s| s.conditions).unwrap_or_default();
+                synced(&conds).filter(|(status, msg)| status == "False" && msg.contains(&needle))
+            },
+        )
+        .await;
+    }
+    assert!(silent.accepted() > 0, "nothing called the silent target");
+    drop(dump);
+}
+
+#[tokio::test]
+async fn a_reconcile_that_outlives_reconcile_timeout_is_abandoned_and_says_so() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "deadline").await;
+    let rns = remote_ns(&remote, "deadline").await;
+    let stalled = Stalled::start(Mode::Tls);
+    let id = testenv::unique_name("deadline");
+    put_secret(&client, &ns, "stalled", &stalled.kubeconfig()).await;
+    provider_config(&client, &id, &ns, "stalled").await;
+    // The remote part may take a minute, the whole reconcile only 2 s: the
+    // reconcile deadline is what fires.
+    let mut provider = Running::start(
+        "object-provider",
+        &plane.control.kubeconfig_path,
+        &[
+            "--poll-interval",
+            "1s",
+            "--remote-timeout",
+            "1m",
+            "--reconcile-timeout",
+            "2s",
+        ],
+    );
+    provider.wait_healthy(Duration::from_secs(30)).await;
+    let dump = DumpLog(&provider);
+    apply_object(&client, &object(&id, &id, &rns, "cm", "1")).await;
+    let objects = Api::<Object>::all(client.clone());
+    let needle = "the reconcile did not finish within 2s";
+    wait_for(WAIT, &format!("Object {id} to say {needle:?}"), || async {
+        let o = objects.get(&id).await.unwrap();
+        let conds = o.status.map(|s| s.conditions).unwrap_or_default();
+        synced(&conds).filter(|(status, msg)| status == "False" && msg.contains(needle))
+    })
+    .await;
+    let timeouts = metric_sum(
+        &provider.metrics(),
+        "crossplane_rs_reconcile_errors_total",
+        &[("category", "ReconcileTimedOut")],
+    );
+    assert!(timeouts >= 1.0, "no ReconcileTimedOut error counted");
+    drop(dump);
+}
+
+/// Prints a binary's log when the test it lives in fails.
+struct DumpLog<'a>(&'a Running);
+
+impl Drop for DumpLog<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- {} log -----\n{}", self.0.name, self.0.log());
+        }
+    }
+}
+
+/// A finalizer of the test's own, which it adds and removes with the same
+/// guarded patch the controllers use.
+const RACER: &str = "e2e.crossplane-rs.io/racer";
+
+/// Toggles RACER on application `name` as fast as the API server allows
+/// until `stop`, then removes it. Every toggle changes the application's
+/// finalizers and resourceVersion, so a controller's write guarded by an
+/// older read loses the race.
+async fn race(api: Api<KubernetesApplication>, name: String, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let Ok(Some(app)) = api.get_opt(&name).await else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let _ = if runtime::finalizers::has(&app, RACER) {
+            runtime::finalizers::remove(&api, &app, RACER).await
+        } else {
+            runtime::finalizers::add(&api, &app, RACER).await
+        };
+    }
+    loop {
+        let app = api.get(&name).await.unwrap();
+        if runtime::finalizers::remove(&api, &app, RACER).await.is_ok() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn lost_races_on_finalizers_and_status_are_retried_quietly() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "races").await;
+    let rns = remote_ns(&remote, "races").await;
+    let c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let kc = Api::<KubernetesCluster>::namespaced(client.clone(), &ns);
+    wait_for(WAIT, "the cluster to be Ready", || async {
+        let c = kc.get("target").await.unwrap();
+        let conds = c.status.map(|s| s.conditions).unwrap_or_default();
+        condition(&conds, "Ready")
+            .is_some_and(|r| r.status == "True")
+            .then_some(())
+    })
+    .await;
+
+    // A second writer races the scheduler (whose decision is a status write
+    // at the resourceVersion it read) and the application-controller (whose
+    // finalizer patch tests the list it read) on every application.
+    let apps = Api::<KubernetesApplication>::namespaced(client.clone(), &ns);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut racers = Vec::new();
+    for i in 0..HEALTHY {
+        let name = format!("app-{i}");
+        let t = configmap_template(
+            &format!("cm-{i}"),
+            &rns,
+            &format!("cm-{i}"),
+            json!({"v": "1"}),
+        );
+        apply_app(
+            &client,
+            &ns,
+            app(&name, &ns, json!({"matchLabels": {"c": "1"}}), json!([t])),
+        )
+        .await;
+        racers.push(tokio::spawn(race(apps.clone(), name, stop.clone())));
+    }
+    // Race until both controllers lost at least one, or for 30 s.
+    let conflicts = |m: &str| {
+        metric_sum(
+            m,
+            "crossplane_rs_reconcile_total",
+            &[("result", "conflict")],
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline
+        && (conflicts(&c.scheduler.metrics()) == 0.0 || conflicts(&c.application.metrics()) == 0.0)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for r in racers {
+        r.await.unwrap();
+    }
+
+    // Every application gets where it was going.
+    wait_count(WAIT, "applications Submitted", HEALTHY, || async {
+        apps.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|a| state_of_app(a) == "Submitted")
+            .count()
+    })
+    .await;
+
+    // None of the races was reported as a failure: no error metric, no
+    // Warning event; and they did happen.
+    let (sched, appc) = (c.scheduler.metrics(), c.application.metrics());
+    eprintln!(
+        "races lost: scheduler {}, application-controller {}",
+        conflicts(&sched),
+        conflicts(&appc)
+    );
+    for (binary, m) in [("scheduler", &sched), ("application-controller", &appc)] {
+        let errors: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("crossplane_rs_reconcile_errors_total{"))
+            .collect();
+        assert!(errors.is_empty(), "{binary} counted errors: {errors:?}");
+    }
+    let warnings: Vec<String> = Api::<Event>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| format!("{:?}: {:?}", e.reason, e.message))
+        .collect();
+    assert!(warnings.is_empty(), "Warning events: {warnings:?}");
+    assert!(
+        conflicts(&sched) > 0.0,
+        "the scheduler never lost a race:\n{sched}"
+    );
+    assert!(
+        conflicts(&appc) > 0.0,
+        "the application-controller never lost a race:\n{appc}"
+    );
+}
+
+#[tokio::test]
+async fn max_reconcile_rate_bounds_a_burst_of_reconciles() {
+    const RATE: f64 = 10.0;
+    const APPS: usize = 40;
+    let plane = testenv::control_plane();
+    let (client, _) = clients().await;
+    let ns = plane.control.namespace(&client, "rate").await;
+    let mut scheduler = Running::start(
+        "scheduler",
+        &impersonating_kubeconfig("scheduler"),
+        &["--watch-namespace", &ns, "--max-reconcile-rate", "10"],
+    );
+    scheduler.wait_healthy(Duration::from_secs(30)).await;
+    let dump = DumpLog(&scheduler);
+    let reconciles = |m: &str| {
+        metric_sum(
+            m,
+            "crossplane_rs_reconcile_total",
+            &[("controller", "kubernetesapplication")],
+        )
+    };
+    assert_eq!(reconciles(&scheduler.metrics()), 0.0);
+
+    // A burst: 40 applications at once, with no cluster to go to, so each
+    // is reconciled (and marked Pending) as soon as the scheduler may.
+    let burst = Instant::now();
+    for i in 0..APPS {
+        apply_app(
+            &client,
+            &ns,
+            app(
+                &format!("app-{i}"),
+                &ns,
+                json!({"matchLabels": {"none": "x"}}),
+                json!([]),
+            ),
+        )
+        .await;
+    }
+    // At no moment may the count exceed what the bucket allows since the
+    // burst began: a full bucket (RATE) plus RATE per second.
+    let apps = Api::<KubernetesApplication>::namespaced(client.clone(), &ns);
+    let mut samples = Vec::new();
+    loop {
+        let n = reconciles(&scheduler.metrics());
+        let t = burst.elapsed();
+        samples.push((t, n));
+        assert!(
+            n <= RATE * t.as_secs_f64() + RATE + 1.0,
+            "{n} reconciles {t:?} after the burst began, over --max-reconcile-rate 10; samples: {samples:?}"
+        );
+        let pending = apps
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|a| state_of_app(a) == "Pending")
+            .count();
+        if pending == APPS {
+            break;
+        }
+        assert!(
+            t < Duration::from_secs(60),
+            "only {pending} of {APPS} Pending after {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every application was reconciled, so the bucket was really drained:
+    // the burst took at least (APPS - RATE) / RATE seconds.
+    let took = burst.elapsed();
+    assert!(
+        took >= Duration::from_secs_f64((APPS as f64 - RATE) / RATE),
+        "{APPS} reconciles in {took:?}"
+    );
+    drop(dump);
+}
