@@ -95,6 +95,17 @@ async fn put_secret(client: &Client, ns: &str, name: &str, kubeconfig: &str) {
         .unwrap();
 }
 
+/// Applies HEALTHY applications for the healthy cluster, each with one
+/// ConfigMap `healthy-<i>` whose data.v is `v`.
+async fn healthy_apps(client: &Client, ns: &str, rns: &str, v: &str) {
+    for i in 0..HEALTHY {
+        let name = format!("healthy-{i}");
+        let t = configmap_template(&format!("h{i}"), rns, &name, json!({"v": v}));
+        let selector = json!({"matchLabels": {"pool": "healthy"}});
+        apply_app(client, ns, app(&name, ns, selector, json!([t]))).await;
+    }
+}
+
 #[tokio::test]
 async fn a_stalled_cluster_does_not_starve_the_other_applications() {
     let plane = testenv::control_plane();
@@ -158,25 +169,7 @@ async fn a_stalled_cluster_does_not_starve_the_other_applications() {
     // Work for the healthy cluster arrives while the stalled one holds
     // whatever it can.
     let started = Instant::now();
-    for i in 0..HEALTHY {
-        let t = configmap_template(
-            &format!("h{i}"),
-            &rns,
-            &format!("healthy-{i}"),
-            json!({"v": "1"}),
-        );
-        apply_app(
-            &client,
-            &ns,
-            app(
-                &format!("healthy-{i}"),
-                &ns,
-                json!({"matchLabels": {"pool": "healthy"}}),
-                json!([t]),
-            ),
-        )
-        .await;
-    }
+    healthy_apps(&client, &ns, &rns, "1").await;
     let apps = Api::<KubernetesApplication>::namespaced(client.clone(), &ns);
     let submitted = || async {
         apps.list(&ListParams::default())
@@ -194,25 +187,7 @@ async fn a_stalled_cluster_does_not_starve_the_other_applications() {
     );
 
     // They stay current: a changed template reaches the remote cluster at once.
-    for i in 0..HEALTHY {
-        let t = configmap_template(
-            &format!("h{i}"),
-            &rns,
-            &format!("healthy-{i}"),
-            json!({"v": "2"}),
-        );
-        apply_app(
-            &client,
-            &ns,
-            app(
-                &format!("healthy-{i}"),
-                &ns,
-                json!({"matchLabels": {"pool": "healthy"}}),
-                json!([t]),
-            ),
-        )
-        .await;
-    }
+    healthy_apps(&client, &ns, &rns, "2").await;
     let names: Vec<String> = (0..HEALTHY).map(|i| format!("healthy-{i}")).collect();
     wait_count(
         Duration::from_secs(20),
