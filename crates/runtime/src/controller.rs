@@ -225,6 +225,7 @@ where
 
     rt.metrics.init_controller(controller);
     let api: Api<K> = Api::all(rt.client.clone());
+    let rate = limits::RateLimit::per_second(rt.args.max_reconcile_rate);
     let ctx = Arc::new(rt.clone());
     let controller_obj = Controller::new(api, watcher::Config::default());
     let store = controller_obj.store();
@@ -234,7 +235,9 @@ where
         .run(
             move |obj: Arc<K>, ctx: Arc<Runtime>| {
                 let store = store.clone();
+                let rate = rate.clone();
                 async move {
+                    rate.acquire().await;
                     let metrics = ctx.metrics.clone();
                     instrument(&metrics, controller, async {
                         metrics
