@@ -325,7 +325,8 @@ async fn submit(
             })?;
     }
 
-    let desired = remote_object::render(&res.spec.template, &uid, namespace.as_deref());
+    let desired = remote_object::render(&res.spec.template, &uid, namespace.as_deref())
+        .map_err(Error::InvalidTemplate)?;
     let live = match existing {
         Some(obj) if ssa::unchanged_by(&serde_json::to_value(&obj)?, &desired) => obj,
         _ => api

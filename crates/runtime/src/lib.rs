@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod controller;
 pub mod crds;
 pub mod events;
+pub mod fieldpath;
 pub mod finalizers;
 pub mod leader;
 pub mod metrics;
