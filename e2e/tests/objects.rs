@@ -1663,17 +1663,17 @@ async fn references_read_with_the_providers_shipped_identity() {
     let (client, remote) = clients().await;
     let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "identity").await;
-    // deploy/ grants reading ConfigMaps, Secrets and Objects, not
-    // ServiceAccounts: the provider, running as its ServiceAccount, is
-    // refused, and says so.
-    let name = format!("{ns}-sa");
+    // Neither deploy/ nor the injected-identity component this test binary
+    // applies grants reading ClusterRoles: the provider, running as its
+    // ServiceAccount, is refused, and says so.
+    let name = format!("{ns}-role");
     apply_object(
         &client,
         object(
             &name,
             "remote",
-            configmap("sa", &ns, json!({})),
-            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "ServiceAccount", "name": "default", "namespace": "default", "fieldPath": "metadata.uid"}, "toFieldPath": "spec.forProvider.manifest.data.uid"}]}),
+            configmap("role", &ns, json!({})),
+            json!({"references": [{"fromObject": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "admin", "fieldPath": "metadata.uid"}, "toFieldPath": "spec.forProvider.manifest.data.uid"}]}),
         ),
     )
     .await;
@@ -1682,7 +1682,36 @@ async fn references_read_with_the_providers_shipped_identity() {
         msg.contains("system:serviceaccount:crossplane-system:object-provider"),
         "{msg}"
     );
-    assert!(remote_cm(&remote, &ns, "sa").await.is_none());
+    assert!(remote_cm(&remote, &ns, "role").await.is_none());
+    // Secrets: read (credentials, references) and written only as
+    // connection Secrets are (create, apply); never listed, watched,
+    // updated or deleted.
+    let sa = "system:serviceaccount:crossplane-system:object-provider";
+    let control = &testenv::control_plane().control;
+    for (verb, allowed) in [
+        ("get", "yes"),
+        ("create", "yes"),
+        ("patch", "yes"),
+        ("list", "no"),
+        ("watch", "no"),
+        ("update", "no"),
+        ("delete", "no"),
+    ] {
+        let out = control.kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            "secrets",
+            "--all-namespaces",
+            "--as",
+            sa,
+        ]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            allowed,
+            "may the object-provider {verb} Secrets?"
+        );
+    }
     delete_object(&client, &name).await;
     wait_object_gone(&client, &name).await;
 }
