@@ -102,11 +102,10 @@ fn code_only(src: &str) -> String {
             i += 1;
         } else if c == '\'' {
             // A char literal ('x', '\n', '\'') or a lifetime ('a).
-            let is_char = match (next, b.get(i + 2), b.get(i + 3)) {
-                (Some('\\'), _, _) => true,
-                (Some(_), Some('\''), _) => true,
-                _ => false,
-            };
+            let is_char = matches!(
+                (next, b.get(i + 2)),
+                (Some('\\'), _) | (Some(_), Some('\''))
+            );
             if is_char {
                 let mut j = i + 1;
                 if b[j] == '\\' {

@@ -204,7 +204,7 @@ fn scheduled_fields(
         .filter(|c| c.type_ == TYPE_SCHEDULED)
         .collect();
     let mut value = serde_json::Map::new();
-    value.insert("state".to_owned(), serde_json::to_value(&status.state)?);
+    value.insert("state".to_owned(), serde_json::to_value(status.state)?);
     value.insert("conditions".to_owned(), serde_json::to_value(scheduled)?);
     if let Some(c) = &status.cluster_ref {
         value.insert("clusterRef".to_owned(), serde_json::to_value(c)?);
