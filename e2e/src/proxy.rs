@@ -60,7 +60,9 @@ impl Proxy {
         let text = std::fs::read_to_string(kubeconfig)
             .unwrap_or_else(|e| panic!("reading {}: {e}", kubeconfig.display()));
         let mut config: Value = serde_saphyr::from_str(&text).expect("kubeconfig parses");
-        let clusters = config["clusters"].as_array_mut().expect("kubeconfig clusters");
+        let clusters = config["clusters"]
+            .as_array_mut()
+            .expect("kubeconfig clusters");
         assert_eq!(clusters.len(), 1, "one cluster in {}", kubeconfig.display());
         let server = clusters[0]["cluster"]["server"]
             .as_str()
@@ -73,10 +75,8 @@ impl Proxy {
             .unwrap_or_else(|e| panic!("server {server} is not https://<ip>:<port>: {e}"));
         let proxy = Self::start(upstream).await;
         clusters[0]["cluster"]["server"] = json!(format!("https://{}", proxy.addr));
-        let path = std::env::temp_dir().join(format!(
-            "{}.kubeconfig",
-            testenv::unique_name("via-proxy")
-        ));
+        let path =
+            std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name("via-proxy")));
         std::fs::write(&path, serde_json::to_string(&config).expect("kubeconfig"))
             .expect("write kubeconfig");
         (proxy, path)
@@ -112,6 +112,7 @@ async fn accept_loop(
     let mut stalled = Vec::new();
     loop {
         let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
         if *cut.borrow() {

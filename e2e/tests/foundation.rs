@@ -804,7 +804,10 @@ async fn the_kustomize_deployment_renders_and_applies() {
             );
         }
     }
-    assert!(!can("application-controller", &["get", "secrets", "-n", "x"]));
+    assert!(!can(
+        "application-controller",
+        &["get", "secrets", "-n", "x"]
+    ));
 
     // Leader election needs this binary's own Lease only: no listing or
     // watching Leases, no other binary's Lease.
@@ -969,9 +972,12 @@ async fn wait_cluster_ready(client: &Client, ns: &str, name: &str, want: &str) {
 fn terminate(bin: &Running) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &bin.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -TERM {}", bin.name);
+        .status();
+    assert!(
+        matches!(&status, Ok(s) if s.success()),
+        "kill -TERM {}: {status:?}",
+        bin.name
+    );
 }
 
 #[tokio::test]
@@ -1255,7 +1261,11 @@ spec: {{}}
     let out = plane
         .control
         .kubectl_stdin(&["apply", "-f", "-"], Some(&objects));
-    assert!(out.status.success(), "creating the objects: {}", stderr(&out));
+    assert!(
+        out.status.success(),
+        "creating the objects: {}",
+        stderr(&out)
+    );
     for ((bin, controller), before) in watched.iter().zip(before) {
         wait_for(
             Duration::from_secs(30),
@@ -1336,18 +1346,14 @@ async fn secret_watches_carry_metadata_not_data() {
     wait_cluster_ready(&client, &ns, "late", "False").await;
     // Its status write wakes the scheduler once more; after that only the
     // Secret watch can.
-    wait_for(
-        Duration::from_secs(30),
-        "the scheduler to settle",
-        || {
-            let n = total(
-                &scheduler.metrics(),
-                "crossplane_rs_reconcile_total",
-                &["controller=\"kubernetescluster\""],
-            );
-            async move { (n >= 2.0).then_some(()) }
-        },
-    )
+    wait_for(Duration::from_secs(30), "the scheduler to settle", || {
+        let n = total(
+            &scheduler.metrics(),
+            "crossplane_rs_reconcile_total",
+            &["controller=\"kubernetescluster\""],
+        );
+        async move { (n >= 2.0).then_some(()) }
+    })
     .await;
     // The Secret appears: the cluster becomes Ready.
     let connection: Secret = serde_json::from_value(json!({
@@ -1367,7 +1373,10 @@ async fn secret_watches_carry_metadata_not_data() {
         "stringData": {"token": "v1"},
     }))
     .unwrap();
-    secrets.create(&PostParams::default(), &shared).await.unwrap();
+    secrets
+        .create(&PostParams::default(), &shared)
+        .await
+        .unwrap();
     let resource_body = json!({
         "apiVersion": "workload.crossplane.io/v1alpha1",
         "kind": "KubernetesApplicationResource",
@@ -1398,10 +1407,14 @@ async fn secret_watches_carry_metadata_not_data() {
             .flatten()?;
         Some(s.data?.get("token")?.0.clone())
     };
-    wait_for(Duration::from_secs(30), "Secret shared in the remote cluster", || {
-        let r = remote_secrets.clone();
-        async move { (remote_token(r).await? == b"v1").then_some(()) }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "Secret shared in the remote cluster",
+        || {
+            let r = remote_secrets.clone();
+            async move { (remote_token(r).await? == b"v1").then_some(()) }
+        },
+    )
     .await;
 
     // 2 MiB of Secret data lands in the namespace both watch.
@@ -1460,8 +1473,37 @@ async fn secret_watches_carry_metadata_not_data() {
             received < BLOB as u64,
             "the {who} received {received} bytes while 8 Secrets of {BLOB} bytes were written in the namespace it watches: its Secret watch carries their data"
         );
-        eprintln!("secret watch: the {who} received {received} bytes for 8 × {BLOB} bytes of Secret data");
+        eprintln!(
+            "secret watch: the {who} received {received} bytes for 8 × {BLOB} bytes of Secret data"
+        );
     }
     assert_eq!(scheduler.child.try_wait().unwrap(), None);
     assert_eq!(resource.child.try_wait().unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_renew_deadline_not_shorter_than_the_lease_is_refused_at_start() {
+    let plane = testenv::control_plane();
+    let mut bin = Running::start(
+        "scheduler",
+        &plane.control.kubeconfig_path,
+        &[
+            "--leader-elect",
+            "--leader-election-lease-duration",
+            "10s",
+            "--leader-election-renew-deadline",
+            "10s",
+        ],
+    );
+    let status = wait_for(Duration::from_secs(30), "the scheduler to exit", || {
+        let done = bin.child.try_wait().ok().flatten();
+        async move { done }
+    })
+    .await;
+    assert!(!status.success());
+    let log = bin.log();
+    assert!(
+        log.contains("--leader-election-renew-deadline 10s must be") && log.contains("at most 9s"),
+        "the scheduler should say which flag is unsafe and what is allowed:\n{log}"
+    );
 }

@@ -17,8 +17,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
-    core::PartialObjectMeta,
     api::{DeleteParams, DynamicObject, Patch},
+    core::PartialObjectMeta,
     discovery::{ApiResource, Scope},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };

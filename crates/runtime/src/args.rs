@@ -32,7 +32,8 @@ pub struct CommonArgs {
     /// How long a standby replica waits, after it last saw the leader renew
     /// the Lease, before it takes the Lease over. A leader that stops
     /// gracefully releases the Lease, and a standby takes over within a
-    /// second instead. Whole seconds, at least 1s.
+    /// second instead. At least 1s; the Lease records it in whole seconds,
+    /// rounded up.
     #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub leader_election_lease_duration: Duration,
 

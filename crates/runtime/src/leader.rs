@@ -114,8 +114,8 @@ impl Timing {
     /// The lease duration as the Lease records it: whole seconds, rounded up
     /// so that a replica reading it never waits less than this one would.
     pub fn lease_seconds(&self) -> i32 {
-        let secs = self.lease_duration.as_secs()
-            + u64::from(self.lease_duration.subsec_nanos() > 0);
+        let secs =
+            self.lease_duration.as_secs() + u64::from(self.lease_duration.subsec_nanos() > 0);
         i32::try_from(secs).unwrap_or(i32::MAX)
     }
 
@@ -225,7 +225,11 @@ impl Elector {
             };
         };
         let now = Instant::now();
-        let version = current.metadata.resource_version.clone().unwrap_or_default();
+        let version = current
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default();
         let first_seen = match &self.observed {
             Some((seen, at)) if *seen == version => *at,
             _ => {
@@ -236,7 +240,8 @@ impl Elector {
         let spec = current.spec.clone().unwrap_or_default();
         if let Some(holder) = spec.holder_identity.as_deref().filter(|h| !h.is_empty())
             && holder != self.identity
-            && now.duration_since(first_seen) < self.timing.takeover_after(spec.lease_duration_seconds)
+            && now.duration_since(first_seen)
+                < self.timing.takeover_after(spec.lease_duration_seconds)
         {
             return Ok(Attempt::HeldBy(holder.to_owned()));
         }
