@@ -30,11 +30,12 @@ cargo build --workspace --bins --tests --locked
 step "tests (unit, crds/ up to date, e2e against real API servers)"
 # Each test binary starts one control plane; its tests share it and run in
 # parallel, each in its own namespace. They mostly wait on API servers, so
-# more threads than cores is right.
+# more threads than cores is right. --no-fail-fast: one failing test binary
+# does not hide the results of the others.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-6}" 2>&1 | tee "$log"
+cargo test --workspace --locked --no-fail-fast -- --test-threads="${TEST_THREADS:-6}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line for the whole run (cargo's own last line belongs to

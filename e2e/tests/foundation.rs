@@ -2,15 +2,22 @@
 //! API-server validation, kubectl explain and printer columns, every binary's
 //! health and metrics, leader election, and the kustomize deployment.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use e2e::{Running, wait_for, yaml_documents};
+use e2e::{
+    Running, http_get,
+    proxy::Proxy,
+    wait_for,
+    workloads::{self, impersonating_kubeconfig},
+    yaml_documents,
+};
 use k8s_openapi::{
-    api::coordination::v1::Lease,
+    api::{coordination::v1::Lease, core::v1::Secret},
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
-use kube::Api;
-use serde_json::Value;
+use kube::{Api, Client, api::PostParams};
+use serde_json::{Value, json};
+use types::compute::v1alpha1::KubernetesCluster;
 
 const BINARIES: [&str; 6] = [
     "scheduler",
@@ -727,9 +734,13 @@ async fn the_kustomize_deployment_renders_and_applies() {
             ]),
             "{name} cannot hold its Lease"
         );
-        assert!(
+        // The package-manager and rbac-manager only observe so far: they
+        // record no events, and may not.
+        let records_events = !matches!(name, "package-manager" | "rbac-manager");
+        assert_eq!(
             can(&["create", "events", "-n", "default"]),
-            "{name} cannot record events"
+            records_events,
+            "{name} may record events: {records_events} expected"
         );
         assert!(
             !can(&["delete", "namespaces"]),
@@ -771,13 +782,728 @@ async fn the_kustomize_deployment_renders_and_applies() {
     ));
     assert!(can("resource-controller", &["get", "secrets", "-n", "x"]));
     assert!(!can("rbac-manager", &["get", "secrets", "-n", "x"]));
-    assert!(can("rbac-manager", &["create", "clusterroles"]));
-    assert!(can(
-        "package-manager",
-        &["create", "deployments", "-n", "crossplane-system"]
+
+    // Secrets. The scheduler reads the connection Secret a KubernetesCluster
+    // names, the resource-controller that one and the Secrets a resource
+    // propagates: `get`. Both watch Secrets by metadata only, which needs
+    // `list` and `watch`: RBAC has no verb that allows a metadata-only list
+    // and refuses a full one, so these are granted and
+    // secret_watches_carry_metadata_not_data proves that the data never
+    // travels. Neither may change or delete any Secret of this cluster.
+    for who in ["scheduler", "resource-controller"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                can(who, &[verb, "secrets", "-A"]),
+                "{who} cannot {verb} secrets"
+            );
+        }
+        for verb in ["create", "update", "patch", "delete", "deletecollection"] {
+            assert!(
+                !can(who, &[verb, "secrets", "-n", "x"]),
+                "{who} may {verb} secrets"
+            );
+        }
+    }
+    assert!(!can(
+        "application-controller",
+        &["get", "secrets", "-n", "x"]
     ));
+
+    // Leader election needs this binary's own Lease only: no listing or
+    // watching Leases, no other binary's Lease.
+    for who in [
+        "scheduler",
+        "application-controller",
+        "resource-controller",
+        "package-manager",
+        "rbac-manager",
+    ] {
+        for verb in ["list", "watch"] {
+            assert!(
+                !can(who, &[verb, "leases", "-n", "crossplane-system"]),
+                "{who} may {verb} leases"
+            );
+        }
+        assert!(
+            !can(
+                who,
+                &[
+                    "update",
+                    "leases/crossplane-rs-object-provider",
+                    "-n",
+                    "crossplane-system"
+                ]
+            ),
+            "{who} may update another binary's Lease"
+        );
+    }
+
+    // The package-manager and rbac-manager observe their kinds and write
+    // nothing but their Leases until their reconcile logic lands.
+    for (who, kinds) in [
+        (
+            "package-manager",
+            &[
+                "extensionrequests.extensions.crossplane.io",
+                "extensions.extensions.crossplane.io",
+                "providers.pkg.crossplane.io",
+                "providerrevisions.pkg.crossplane.io",
+                "deploymentruntimeconfigs.pkg.crossplane.io",
+                "controllerconfigs.pkg.crossplane.io",
+            ][..],
+        ),
+        (
+            "rbac-manager",
+            &[
+                "providerrevisions.pkg.crossplane.io",
+                "extensions.extensions.crossplane.io",
+            ][..],
+        ),
+    ] {
+        for kind in kinds {
+            for verb in ["list", "watch"] {
+                assert!(can(who, &[verb, kind, "-A"]), "{who} cannot {verb} {kind}");
+            }
+            for verb in ["create", "update", "patch", "delete"] {
+                assert!(!can(who, &[verb, kind, "-A"]), "{who} may {verb} {kind}");
+            }
+        }
+        for args in [
+            &["create", "customresourcedefinitions"][..],
+            &["update", "customresourcedefinitions"],
+            &["create", "deployments", "-n", "crossplane-system"],
+            &["create", "services", "-n", "crossplane-system"],
+            &["create", "serviceaccounts", "-n", "crossplane-system"],
+            &["create", "clusterroles"],
+            &["create", "clusterrolebindings"],
+            &["escalate", "clusterroles"],
+            &["bind", "clusterroles"],
+            &["get", "secrets", "-n", "crossplane-system"],
+        ] {
+            assert!(!can(who, args), "{who} may {}", args.join(" "));
+        }
+    }
     assert!(can(
         "object-provider",
         &["update", "objects.kubernetes.crossplane.io/status"]
     ));
+}
+
+/// Whether the binary serving /metrics on `addr` says it leads now; false
+/// when it does not answer (it has stopped).
+fn leads_now(addr: std::net::SocketAddr) -> bool {
+    matches!(http_get(addr, "/metrics"), Some((200, body)) if leads(&body))
+}
+
+/// The sum of the samples of `metric` in a /metrics body whose labels
+/// contain each of `labels` (such as `verb="get"`).
+fn total(metrics: &str, metric: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (name == metric && labels.iter().all(|w| rest.contains(w)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Flags for a replica of a workload binary under leader election in `ns`
+/// (its Lease lives there), watching `ns`.
+fn elected<'a>(ns: &'a str, identity: &'a str, lease_duration: &'a str) -> Vec<&'a str> {
+    vec![
+        "--leader-elect",
+        "--leader-election-namespace",
+        ns,
+        "--identity",
+        identity,
+        "--leader-election-lease-duration",
+        lease_duration,
+        "--watch-namespace",
+        ns,
+    ]
+}
+
+/// Waits until the binary serving /metrics on `addr` leads.
+async fn wait_leads(addr: std::net::SocketAddr, who: &str, timeout: Duration) {
+    wait_for(timeout, &format!("{who} to lead"), || async move {
+        leads_now(addr).then_some(())
+    })
+    .await;
+}
+
+/// Who holds the scheduler's Lease in the namespace of `leases`.
+async fn scheduler_lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("crossplane-rs-scheduler")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// The status of a KubernetesCluster's Ready condition, once written.
+async fn cluster_ready(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let cluster = Api::<KubernetesCluster>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()?;
+    let status = cluster.status?;
+    workloads::condition(&status.conditions, "Ready").map(|c| c.status.clone())
+}
+
+/// Waits until a KubernetesCluster's Ready condition is `want`.
+async fn wait_cluster_ready(client: &Client, ns: &str, name: &str, want: &str) {
+    wait_for(
+        Duration::from_secs(30),
+        &format!("KubernetesCluster {ns}/{name} to be Ready={want}"),
+        || async { (cluster_ready(client, ns, name).await.as_deref() == Some(want)).then_some(()) },
+    )
+    .await;
+}
+
+/// Asks a binary to stop gracefully (SIGTERM), as Kubernetes does.
+fn terminate(bin: &Running) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &bin.child.id().to_string()])
+        .status();
+    assert!(
+        matches!(&status, Ok(s) if s.success()),
+        "kill -TERM {}: {status:?}",
+        bin.name
+    );
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_leads() {
+    let plane = testenv::control_plane();
+    let client = plane.control.client().await;
+    let ns = plane.control.namespace(&client, "splitbrain").await;
+    // replica-a reaches the API server only through a proxy this test owns.
+    let (proxy, via_proxy) = Proxy::in_front_of(&plane.control.kubeconfig_path).await;
+    let mut leader = Running::start("scheduler", &via_proxy, &elected(&ns, "replica-a", "6s"));
+    leader.wait_healthy(Duration::from_secs(30)).await;
+    wait_leads(leader.addr, "replica-a", Duration::from_secs(30)).await;
+    let mut standby = Running::start(
+        "scheduler",
+        &plane.control.kubeconfig_path,
+        &elected(&ns, "replica-b", "6s"),
+    );
+    standby.wait_healthy(Duration::from_secs(30)).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        scheduler_lease_holder(&leases).await.as_deref(),
+        Some("replica-a")
+    );
+    assert!(!leads_now(standby.addr), "replica-b leads beside replica-a");
+
+    // The API server stops answering replica-a: its connections close, new
+    // ones hang. Sample both replicas until replica-b leads.
+    proxy.cut();
+    let cut = Instant::now();
+    let mut seen = Vec::new();
+    let mut leader_stopped = None;
+    let standby_leads = loop {
+        let a = leads_now(leader.addr);
+        let b = leads_now(standby.addr);
+        let at = cut.elapsed();
+        seen.push(format!("{at:?}: replica-a leads {a}, replica-b leads {b}"));
+        assert!(
+            !(a && b),
+            "both replicas lead {at:?} after replica-a was cut off:\n{}\nreplica-a's log:\n{}",
+            seen.join("\n"),
+            leader.log()
+        );
+        if !a && leader_stopped.is_none() {
+            leader_stopped = Some(at);
+        }
+        if b {
+            break at;
+        }
+        assert!(
+            at < Duration::from_secs(60),
+            "replica-b did not take over within 60s:\n{}\nreplica-b's log:\n{}",
+            seen.join("\n"),
+            standby.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let leader_stopped = leader_stopped.unwrap();
+    assert!(
+        leader_stopped < standby_leads,
+        "replica-a stopped leading {leader_stopped:?} after the cut, not before replica-b led ({standby_leads:?}):\n{}",
+        seen.join("\n")
+    );
+    // replica-a exited, saying why.
+    let status = wait_for(Duration::from_secs(10), "replica-a to exit", || {
+        let exited = leader.child.try_wait().ok().flatten();
+        async move { exited }
+    })
+    .await;
+    assert!(!status.success(), "replica-a exited with {status}");
+    let log = leader.log();
+    assert!(
+        log.contains("lost leadership") && log.contains("renew deadline"),
+        "replica-a's log should say it lost leadership at its renew deadline:\n{log}"
+    );
+    assert_eq!(
+        scheduler_lease_holder(&leases).await.as_deref(),
+        Some("replica-b")
+    );
+    eprintln!(
+        "leader election: cut-off leader stopped after {leader_stopped:?}, standby led after {standby_leads:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_standby_never_reconciles_until_it_leads() {
+    let plane = testenv::control_plane();
+    let client = plane.control.client().await;
+    let ns = plane.control.namespace(&client, "standby").await;
+    let kubeconfig = &plane.control.kubeconfig_path;
+    let args = |id| {
+        let mut a = elected(&ns, id, "10s");
+        a.extend(["--poll-interval", "1s"]);
+        a
+    };
+    let mut first = Running::start("scheduler", kubeconfig, &args("replica-a"));
+    first.wait_healthy(Duration::from_secs(30)).await;
+    wait_leads(first.addr, "replica-a", Duration::from_secs(30)).await;
+    let mut second = Running::start("scheduler", kubeconfig, &args("replica-b"));
+    second.wait_healthy(Duration::from_secs(30)).await;
+
+    // Work: a cluster whose Secret is missing. The leader says so and looks
+    // again every second.
+    workloads::cluster(&client, &ns, "first", json!({}), None).await;
+    wait_cluster_ready(&client, &ns, "first", "False").await;
+    let reconciles = |bin: &Running| total(&bin.metrics(), "crossplane_rs_reconcile_total", &[]);
+    let done = reconciles(&first);
+    wait_for(
+        Duration::from_secs(30),
+        "the leader to reconcile three more times",
+        || {
+            let now = reconciles(&first);
+            async move { (now >= done + 3.0).then_some(()) }
+        },
+    )
+    .await;
+
+    // Meanwhile the standby only looked at its Lease (and, at start-up, listed
+    // its kinds to check their CRDs): no reconcile, no watch, no write.
+    let metrics = second.metrics();
+    assert!(!leads(&metrics), "replica-b leads beside replica-a");
+    assert_eq!(
+        total(&metrics, "crossplane_rs_reconcile_total", &[]),
+        0.0,
+        "the standby reconciled:\n{metrics}"
+    );
+    for verb in ["create", "update", "patch", "delete", "watch"] {
+        assert_eq!(
+            total(
+                &metrics,
+                "crossplane_rs_kube_api_requests_total",
+                &[&format!("verb=\"{verb}\"")]
+            ),
+            0.0,
+            "the standby sent {verb} requests:\n{metrics}"
+        );
+    }
+    assert!(
+        total(
+            &metrics,
+            "crossplane_rs_kube_api_requests_total",
+            &["verb=\"get\""]
+        ) > 0.0,
+        "the standby never looked at its Lease:\n{metrics}"
+    );
+
+    // The leader dies: the standby takes over and does the work.
+    first.kill();
+    wait_leads(second.addr, "replica-b", Duration::from_secs(30)).await;
+    workloads::cluster(&client, &ns, "second", json!({}), None).await;
+    wait_cluster_ready(&client, &ns, "second", "False").await;
+    assert!(reconciles(&second) > 0.0);
+}
+
+#[tokio::test]
+async fn a_leader_stopped_gracefully_hands_the_lease_over_at_once() {
+    let plane = testenv::control_plane();
+    let client = plane.control.client().await;
+    let ns = plane.control.namespace(&client, "handover").await;
+    let kubeconfig = &plane.control.kubeconfig_path;
+    let mut first = Running::start("scheduler", kubeconfig, &elected(&ns, "replica-a", "15s"));
+    first.wait_healthy(Duration::from_secs(30)).await;
+    wait_leads(first.addr, "replica-a", Duration::from_secs(30)).await;
+    let mut second = Running::start("scheduler", kubeconfig, &elected(&ns, "replica-b", "15s"));
+    second.wait_healthy(Duration::from_secs(30)).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        scheduler_lease_holder(&leases).await.as_deref(),
+        Some("replica-a")
+    );
+
+    // A graceful stop (SIGTERM, as Kubernetes sends) releases the Lease: the
+    // standby leads long before the 15s lease would have run out.
+    terminate(&first);
+    let stopped = Instant::now();
+    wait_leads(second.addr, "replica-b", Duration::from_secs(30)).await;
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "replica-b led {took:?} after replica-a stopped gracefully: that is waiting for a 15s lease to run out, not a hand-over\nreplica-a's log:\n{}",
+        first.log()
+    );
+    assert_eq!(
+        scheduler_lease_holder(&leases).await.as_deref(),
+        Some("replica-b")
+    );
+    let status = wait_for(Duration::from_secs(10), "replica-a to exit", || {
+        let exited = first.child.try_wait().ok().flatten();
+        async move { exited }
+    })
+    .await;
+    assert!(status.success(), "a graceful stop exits 0, not {status}");
+    eprintln!("leader election: graceful hand-over took {took:?}");
+}
+
+#[tokio::test]
+async fn the_package_and_rbac_managers_observe_as_their_service_accounts() {
+    let plane = testenv::control_plane();
+    let client = plane.control.client().await;
+    let ns = plane.control.namespace(&client, "observers").await;
+    // Each runs as its deploy/ ServiceAccount, under leader election on its
+    // Lease in crossplane-system as deployed: only the shipped roles apply.
+    let mut running = Vec::new();
+    for name in ["package-manager", "rbac-manager"] {
+        let identity = testenv::unique_name(name);
+        let mut bin = Running::start(
+            name,
+            &impersonating_kubeconfig(name),
+            &[
+                "--leader-elect",
+                "--leader-election-namespace",
+                "crossplane-system",
+                "--identity",
+                &identity,
+            ],
+        );
+        bin.wait_healthy(Duration::from_secs(30)).await;
+        wait_leads(bin.addr, name, Duration::from_secs(30)).await;
+        running.push(bin);
+    }
+    let (package_manager, rbac_manager) = (&running[0], &running[1]);
+    let watched = [
+        (package_manager, "extensionrequest"),
+        (package_manager, "extension"),
+        (package_manager, "provider"),
+        (package_manager, "providerrevision"),
+        (package_manager, "deploymentruntimeconfig"),
+        (package_manager, "controllerconfig"),
+        (rbac_manager, "providerrevision"),
+        (rbac_manager, "extension"),
+    ];
+    let reconciled = |bin: &Running, controller: &str| {
+        total(
+            &bin.metrics(),
+            "crossplane_rs_reconcile_total",
+            &[
+                &format!("controller=\"{controller}\""),
+                "result=\"success\"",
+            ],
+        )
+    };
+    let before: Vec<f64> = watched
+        .iter()
+        .map(|(bin, controller)| reconciled(bin, controller))
+        .collect();
+
+    // One object of each kind they observe.
+    let unique = testenv::unique_name("observed");
+    let objects = format!(
+        r#"
+apiVersion: extensions.crossplane.io/v1alpha1
+kind: ExtensionRequest
+metadata: {{name: {unique}, namespace: {ns}}}
+spec: {{package: "registry.example/redis:v0.1.0"}}
+---
+apiVersion: extensions.crossplane.io/v1alpha1
+kind: Extension
+metadata: {{name: {unique}, namespace: {ns}}}
+spec: {{}}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Provider
+metadata: {{name: {unique}}}
+spec: {{package: "registry.example/provider:v1"}}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: ProviderRevision
+metadata: {{name: {unique}}}
+spec: {{desiredState: Active, package: "registry.example/provider:v1", revision: 1}}
+---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: DeploymentRuntimeConfig
+metadata: {{name: {unique}}}
+spec: {{}}
+---
+apiVersion: pkg.crossplane.io/v1alpha1
+kind: ControllerConfig
+metadata: {{name: {unique}}}
+spec: {{}}
+"#
+    );
+    let out = plane
+        .control
+        .kubectl_stdin(&["apply", "-f", "-"], Some(&objects));
+    assert!(
+        out.status.success(),
+        "creating the objects: {}",
+        stderr(&out)
+    );
+    for ((bin, controller), before) in watched.iter().zip(before) {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("{}'s {controller} controller to reconcile", bin.name),
+            || {
+                let now = reconciled(bin, controller);
+                async move { (now > before).then_some(()) }
+            },
+        )
+        .await;
+    }
+    for bin in &running {
+        assert!(leads_now(bin.addr), "{} stopped leading", bin.name);
+        let log = bin.log();
+        assert!(
+            !log.to_lowercase().contains("forbidden"),
+            "{} was refused something:\n{log}",
+            bin.name
+        );
+    }
+}
+
+/// A Secret with `len` random bytes under key `blob`.
+fn random_secret(name: &str, len: usize, seed: u64) -> Secret {
+    let mut x = seed | 1;
+    let bytes = (0..len)
+        .map(|_| {
+            // xorshift64: incompressible enough that no layer shrinks it.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            [("blob".to_owned(), k8s_openapi::ByteString(bytes))]
+                .into_iter()
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn secret_watches_carry_metadata_not_data() {
+    let plane = testenv::control_plane();
+    let (client, remote) = workloads::clients().await;
+    let ns = plane.control.namespace(&client, "secretwatch").await;
+    let rns = workloads::remote_ns(&remote, "secretwatch").await;
+    // The scheduler and the resource-controller run as their deploy/
+    // ServiceAccounts, each through a proxy that counts the bytes the API
+    // server sends it. They poll once an hour: only a watch wakes them.
+    let (scheduler_proxy, kubeconfig) =
+        Proxy::in_front_of(&impersonating_kubeconfig("scheduler")).await;
+    let mut scheduler = Running::start(
+        "scheduler",
+        &kubeconfig,
+        &["--watch-namespace", &ns, "--poll-interval", "1h"],
+    );
+    let (resource_proxy, kubeconfig) =
+        Proxy::in_front_of(&impersonating_kubeconfig("resource-controller")).await;
+    let mut resource = Running::start(
+        "resource-controller",
+        &kubeconfig,
+        &["--watch-namespace", &ns, "--poll-interval", "1h"],
+    );
+    scheduler.wait_healthy(Duration::from_secs(30)).await;
+    resource.wait_healthy(Duration::from_secs(30)).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+
+    // A cluster whose connection Secret does not exist yet is not Ready.
+    workloads::cluster(&client, &ns, "late", json!({}), None).await;
+    wait_cluster_ready(&client, &ns, "late", "False").await;
+    // Its status write wakes the scheduler once more; after that only the
+    // Secret watch can.
+    wait_for(Duration::from_secs(30), "the scheduler to settle", || {
+        let n = total(
+            &scheduler.metrics(),
+            "crossplane_rs_reconcile_total",
+            &["controller=\"kubernetescluster\""],
+        );
+        async move { (n >= 2.0).then_some(()) }
+    })
+    .await;
+    // The Secret appears: the cluster becomes Ready.
+    let connection: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "late-kubeconfig"},
+        "stringData": {"kubeconfig": plane.remote.kubeconfig},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &connection)
+        .await
+        .unwrap();
+    wait_cluster_ready(&client, &ns, "late", "True").await;
+
+    // The resource-controller propagates Secret "shared" to the cluster.
+    let shared: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "shared"},
+        "stringData": {"token": "v1"},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &shared)
+        .await
+        .unwrap();
+    let resource_body = json!({
+        "apiVersion": "workload.crossplane.io/v1alpha1",
+        "kind": "KubernetesApplicationResource",
+        "metadata": {"name": "propagates", "namespace": ns},
+        "spec": {
+            "clusterRef": {"name": "late"},
+            "secrets": [{"name": "shared"}],
+            "template": {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cm", "namespace": rns},
+                "data": {"a": "1"},
+            },
+        },
+    });
+    workloads::apply_json(
+        &client,
+        &ns,
+        "kubernetesapplicationresources",
+        &resource_body,
+    )
+    .await;
+    let remote_secrets: Api<Secret> = Api::namespaced(remote.clone(), &rns);
+    let remote_token = |remote_secrets: Api<Secret>| async move {
+        let s = remote_secrets
+            .get_opt("propagates-shared")
+            .await
+            .ok()
+            .flatten()?;
+        Some(s.data?.get("token")?.0.clone())
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "Secret shared in the remote cluster",
+        || {
+            let r = remote_secrets.clone();
+            async move { (remote_token(r).await? == b"v1").then_some(()) }
+        },
+    )
+    .await;
+
+    // 2 MiB of Secret data lands in the namespace both watch.
+    let (scheduler_before, resource_before) = (
+        scheduler_proxy.bytes_to_clients(),
+        resource_proxy.bytes_to_clients(),
+    );
+    const BLOB: usize = 256 * 1024;
+    for i in 0..8u64 {
+        secrets
+            .create(
+                &PostParams::default(),
+                &random_secret(&format!("bulk-{i}"), BLOB, 0x9e37_79b9_7f4a_7c15 ^ i),
+            )
+            .await
+            .unwrap();
+    }
+    // Then the Secrets they care about change. Each watch delivers events
+    // in order, so once each has reacted, it has received every bulk
+    // Secret's event. (The resource-controller first: it needs the
+    // connection Secret that the scheduler's change then breaks.)
+    secrets
+        .patch(
+            "shared",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {"token": "v2"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(30),
+        "the rotated Secret shared to reach the remote cluster",
+        || {
+            let r = remote_secrets.clone();
+            async move { (remote_token(r).await? == b"v2").then_some(()) }
+        },
+    )
+    .await;
+    secrets
+        .patch(
+            "late-kubeconfig",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {"kubeconfig": "not a kubeconfig"}})),
+        )
+        .await
+        .unwrap();
+    wait_cluster_ready(&client, &ns, "late", "False").await;
+    // What the API server sent them meanwhile: metadata of the bulk Secrets
+    // and the few small Secrets they read, never the bulk Secrets' data.
+    for (who, proxy, before) in [
+        ("scheduler", &scheduler_proxy, scheduler_before),
+        ("resource-controller", &resource_proxy, resource_before),
+    ] {
+        let received = proxy.bytes_to_clients() - before;
+        assert!(
+            received < BLOB as u64,
+            "the {who} received {received} bytes while 8 Secrets of {BLOB} bytes were written in the namespace it watches: its Secret watch carries their data"
+        );
+        eprintln!(
+            "secret watch: the {who} received {received} bytes for 8 × {BLOB} bytes of Secret data"
+        );
+    }
+    assert_eq!(scheduler.child.try_wait().unwrap(), None);
+    assert_eq!(resource.child.try_wait().unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_renew_deadline_not_shorter_than_the_lease_is_refused_at_start() {
+    let plane = testenv::control_plane();
+    let mut bin = Running::start(
+        "scheduler",
+        &plane.control.kubeconfig_path,
+        &[
+            "--leader-elect",
+            "--leader-election-lease-duration",
+            "10s",
+            "--leader-election-renew-deadline",
+            "10s",
+        ],
+    );
+    let status = wait_for(Duration::from_secs(30), "the scheduler to exit", || {
+        let done = bin.child.try_wait().ok().flatten();
+        async move { done }
+    })
+    .await;
+    assert!(!status.success());
+    let log = bin.log();
+    assert!(
+        log.contains("--leader-election-renew-deadline 10s must be") && log.contains("at most 9s"),
+        "the scheduler should say which flag is unsafe and what is allowed:\n{log}"
+    );
 }

@@ -23,9 +23,10 @@ use types::kubernetes::v1alpha1::{Object, ProviderConfig};
 const WAIT: Duration = Duration::from_secs(60);
 
 /// One object-provider for this test binary (Objects are cluster-scoped),
-/// with a ProviderConfig `remote` (the remote cluster's kubeconfig),
-/// `kubernetes-provider` (the seed's name, the same) and `local`
-/// (InjectedIdentity, the control cluster).
+/// running as its shipped ServiceAccount (deploy/), with a ProviderConfig
+/// `remote` (the remote cluster's kubeconfig), `kubernetes-provider` (the
+/// seed's name, the same) and `local` (InjectedIdentity, the control
+/// cluster).
 fn provider() -> &'static Mutex<Running> {
     static PROVIDER: OnceLock<Mutex<Running>> = OnceLock::new();
     PROVIDER.get_or_init(|| {
@@ -65,9 +66,17 @@ spec: {credentials: {source: InjectedIdentity}}
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let out = plane.remote.kubectl(&["wait", "--for=condition=Established", "-f", &crds.to_string_lossy()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // Beyond deploy/: the `local` (InjectedIdentity) cases manage
+        // Namespaces in the control cluster, which needs the opt-in
+        // component's ClusterRole, exactly as an operator would apply it.
+        let injected = testenv::repo_root()
+            .join("deploy/components/object-provider-injected-identity/clusterrole.yaml");
+        let out = control.kubectl(&["apply", "-f", &injected.to_string_lossy()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let as_its_service_account = e2e::workloads::impersonating_kubeconfig("object-provider");
         let running = Running::start(
             "object-provider",
-            &control.kubeconfig_path,
+            &as_its_service_account,
             &["--poll-interval", "1s", "--deletion-timeout", "10s"],
         );
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -196,6 +205,88 @@ async fn wait_object_gone(client: &Client, name: &str) {
     .await;
 }
 
+/// The sum of the provider's metric `name` over the series that carry every
+/// label of `labels`.
+fn metric(name: &str, labels: &[(&str, &str)]) -> u64 {
+    let text = provider().lock().unwrap().metrics();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            let matches = n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            matches.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum::<f64>() as u64
+}
+
+/// Requests the provider sent to `cluster` with one of `verbs`.
+fn requests(cluster: &str, verbs: &[&str]) -> u64 {
+    verbs
+        .iter()
+        .map(|v| {
+            metric(
+                "crossplane_rs_kube_api_requests_total",
+                &[("cluster", cluster), ("verb", v)],
+            )
+        })
+        .sum()
+}
+
+/// The verbs that change something.
+const WRITES: [&str; 4] = ["create", "update", "patch", "delete"];
+
+/// A ProviderConfig for the remote cluster whose kubeconfig Secret is its
+/// own: the provider builds it a client of its own, so that
+/// `crossplane_rs_kube_api_requests_total{cluster="<its name>"}` counts the
+/// requests of exactly the Objects that use it, whatever other tests do.
+async fn own_config(client: &Client, prefix: &str) -> String {
+    let name = testenv::unique_name(prefix);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "stringData": {"kubeconfig": testenv::control_plane().remote.kubeconfig},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let pc: ProviderConfig = serde_json::from_value(json!({
+        "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
+        "metadata": {"name": name},
+        "spec": {"credentials": {"source": "Secret", "secretRef": {"namespace": "default", "name": name, "key": "kubeconfig"}}},
+    }))
+    .unwrap();
+    Api::<ProviderConfig>::all(client.clone())
+        .create(&PostParams::default(), &pc)
+        .await
+        .unwrap();
+    name
+}
+
+/// Waits until the provider has read (GET) from `cluster` `n` more times
+/// than `from`: proof that its polls ran, where a sleep would prove nothing.
+async fn wait_reads(cluster: &str, from: u64, n: u64) {
+    wait_for(
+        WAIT,
+        &format!("{n} reads from cluster {cluster} (polls)"),
+        || async { (requests(cluster, &["get"]) >= from + n).then_some(()) },
+    )
+    .await;
+}
+
+/// Events about the object called `name`.
+async fn events_of(client: &Client, name: &str) -> Vec<Event> {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .unwrap()
+        .items
+}
+
 async fn remote_cm(remote: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
     Api::<ConfigMap>::namespaced(remote.clone(), ns)
         .get_opt(name)
@@ -290,6 +381,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
     let (client, remote) = clients().await;
     let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "policy").await;
+    let pc = own_config(&client, "policy").await;
     let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
     // (policy, deletionPolicy, may create/update, may delete)
     let rows = [
@@ -314,7 +406,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
             &client,
             object(
                 &obj_name,
-                "remote",
+                &pc,
                 configmap(&name, &ns, json!({"v": "1"})),
                 extra.clone(),
             ),
@@ -329,11 +421,12 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
             "{policy}/{deletion}: create"
         );
         // An update to the manifest reaches the target only when allowed.
+        let writes = requests(&pc, &WRITES);
         apply_object(
             &client,
             object(
                 &obj_name,
-                "remote",
+                &pc,
                 configmap(&name, &ns, json!({"v": "2"})),
                 extra,
             ),
@@ -349,8 +442,13 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
             )
             .await;
         } else {
-            // Give the provider several polls to (wrongly) write.
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            // Three polls of the changed Object, and not one write.
+            wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+            assert_eq!(
+                requests(&pc, &WRITES),
+                writes,
+                "{policy}: the provider wrote to the target"
+            );
             assert_eq!(
                 remote_cm(&remote, &ns, &name).await.unwrap().data.unwrap()["v"],
                 "theirs",
@@ -419,6 +517,51 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
         "operators",
         &ar("charts.konghq.com", "Kong", "kongs"),
     );
+    // Every Added and Deleted of the three kinds, numbered in the order the
+    // watch events arrive (one merged stream), so that order is proven by
+    // the API server's own events, compared strictly.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&str, &str)>();
+    let watches = {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let watch = |kind: &'static str, api: &Api<DynamicObject>| {
+            watcher(api.clone(), watcher::Config::default())
+                .default_backoff()
+                .map(move |e| (kind, e))
+                .boxed()
+        };
+        let mut merged = futures::stream::select_all([
+            watch("Subscription", &subs),
+            watch("ClusterServiceVersion", &csvs),
+            watch("Kong", &kongs),
+        ]);
+        tokio::spawn(async move {
+            while let Some((kind, event)) = merged.next().await {
+                let what = match event {
+                    Ok(watcher::Event::InitDone) => "ready",
+                    Ok(watcher::Event::Apply(_)) => "Added",
+                    Ok(watcher::Event::InitApply(_)) => "existed",
+                    Ok(watcher::Event::Delete(_)) => "Deleted",
+                    _ => continue,
+                };
+                if tx.send((kind, what)).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let mut order: Vec<(&str, &str)> = Vec::new();
+    while order.iter().filter(|(_, w)| *w == "ready").count() < 3 {
+        order.push(rx.recv().await.unwrap());
+    }
+    assert!(
+        !order.iter().any(|(_, w)| *w == "existed"),
+        "left over from an earlier run: {order:?}"
+    );
+    // Position of the first `what` event of `kind`.
+    let position = |order: &[(&str, &str)], kind: &str, what: &str| {
+        order.iter().position(|e| *e == (kind, what))
+    };
     // A small OLM: a Subscription gets status.currentCSV and its CSV.
     let olm = {
         let (subs, csvs) = (subs.clone(), csvs.clone());
@@ -479,22 +622,22 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
     );
     apply_object(&client, sub_kong).await;
 
-    // Install order: the Kong is created only after the CSV is observed.
-    let mut csv_seen = None;
-    let started = Instant::now();
-    let kong_seen = loop {
-        if csv_seen.is_none() && csvs.get_opt("kong.v0.10.0").await.unwrap().is_some() {
-            csv_seen = Some(started.elapsed());
+    // Install order: the Kong is created only after the CSV exists.
+    let deadline = Instant::now() + WAIT;
+    while position(&order, "Kong", "Added").is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rx.recv()).await {
+            Ok(Some(e)) => order.push(e),
+            _ => panic!("the Kong was never created: {order:?}"),
         }
-        if kongs.get_opt("kong").await.unwrap().is_some() {
-            break started.elapsed();
-        }
-        assert!(started.elapsed() < WAIT, "the Kong was never created");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+    let (csv_added, kong_added) = (
+        position(&order, "ClusterServiceVersion", "Added"),
+        position(&order, "Kong", "Added"),
+    );
     assert!(
-        csv_seen.is_some_and(|c| c <= kong_seen),
-        "Kong created before its CSV: csv {csv_seen:?}, kong {kong_seen:?}"
+        csv_added.is_some() && csv_added < kong_added,
+        "Kong created before its CSV: {order:?}"
     );
     // The CSV's name came through the reference.
     let csv = wait_ready(&client, "csv-kong").await;
@@ -516,29 +659,27 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
     for name in ["sub-kong", "csv-kong", "kong"] {
         delete_object(&client, name).await;
     }
-    let mut gone: [Option<Duration>; 3] = [None; 3];
-    let started = Instant::now();
-    while gone.iter().any(Option::is_none) {
-        let present = [
-            kongs.get_opt("kong").await.unwrap().is_some(),
-            csvs.get_opt("kong.v0.10.0").await.unwrap().is_some(),
-            subs.get_opt("kong").await.unwrap().is_some(),
-        ];
-        for (i, p) in present.iter().enumerate() {
-            if !p && gone[i].is_none() {
-                gone[i] = Some(started.elapsed());
-            }
+    let deadline = Instant::now() + WAIT;
+    while ["Kong", "ClusterServiceVersion", "Subscription"]
+        .iter()
+        .any(|k| position(&order, k, "Deleted").is_none())
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rx.recv()).await {
+            Ok(Some(e)) => order.push(e),
+            _ => panic!("not everything was deleted: {order:?}"),
         }
-        assert!(
-            started.elapsed() < WAIT,
-            "not everything was deleted: {gone:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     olm.abort();
+    watches.abort();
+    let gone = [
+        position(&order, "Kong", "Deleted"),
+        position(&order, "ClusterServiceVersion", "Deleted"),
+        position(&order, "Subscription", "Deleted"),
+    ];
     assert!(
-        gone[0] <= gone[1] && gone[1] <= gone[2],
-        "uninstall order must be Kong, CSV, Subscription: {gone:?}"
+        gone[0] < gone[1] && gone[1] < gone[2],
+        "uninstall order must be Kong, CSV, Subscription: {order:?}"
     );
     for name in ["kong", "csv-kong", "sub-kong"] {
         wait_object_gone(&client, name).await;
@@ -605,17 +746,27 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     let (client, remote) = clients().await;
     let _dump = DumpOnPanic;
     let ns = test_ns(&remote, "drift").await;
+    let pc = own_config(&client, "paused").await;
+    // A steady Object on the same ProviderConfig: its polls (reads) measure
+    // time in poll intervals while the paused one must do nothing.
+    let clock = format!("{ns}-clock");
+    apply_object(
+        &client,
+        object(&clock, &pc, configmap("clock", &ns, json!({})), json!({})),
+    )
+    .await;
     let name = format!("{ns}-drift");
     apply_object(
         &client,
         object(
             &name,
-            "remote",
+            &pc,
             configmap("cm", &ns, json!({"k": "mine"})),
             json!({}),
         ),
     )
     .await;
+    wait_ready(&client, &clock).await;
     wait_ready(&client, &name).await;
     let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
     // Someone edits a field the Object sets: put back, with an event.
@@ -663,7 +814,14 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await; // several poll intervals
+    // Three polls of the clock later, not one write to the target.
+    let writes = requests(&pc, &WRITES);
+    wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+    assert_eq!(
+        requests(&pc, &WRITES),
+        writes,
+        "a paused Object must not write"
+    );
     assert_eq!(
         remote_cm(&remote, &ns, "cm").await.unwrap().data.unwrap()["k"],
         "paused-edit",
@@ -671,7 +829,12 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     );
     // Deleting while paused does nothing either.
     delete_object(&client, &name).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+    assert_eq!(
+        requests(&pc, &WRITES),
+        writes,
+        "a paused Object must not delete"
+    );
     assert!(
         get_object(&client, &name).await.is_some(),
         "a paused Object is not finalized"
@@ -687,6 +850,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
         .unwrap();
     wait_object_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "cm").await.is_none());
+    delete_object(&client, &clock).await;
 }
 
 #[tokio::test]
@@ -842,7 +1006,17 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
         )
         .await;
     }
-    // An unreadable kubeconfig and a target that does not answer.
+    // An unreadable kubeconfig and a target that does not answer: a
+    // listener that accepts connections and never says a word (a closed
+    // port would fail at once and prove nothing about waiting).
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stalled_addr = stalled.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in stalled.incoming().flatten() {
+            held.push(conn);
+        }
+    });
     let dead = plane.remote.kubeconfig.replace(
         plane
             .remote
@@ -850,7 +1024,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
             .lines()
             .find(|l| l.trim_start().starts_with("server:"))
             .unwrap(),
-        "    server: https://127.0.0.1:9",
+        &format!("    server: https://{stalled_addr}"),
     );
     for (secret, content) in [
         (p("garbage"), "not a kubeconfig".to_owned()),
@@ -918,13 +1092,29 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
                 .sum::<i32>()
         }
     };
+    // Time is measured in polls of a healthy Object on a ProviderConfig of
+    // its own: six of them (about 6s), where a hot loop would retry
+    // hundreds of times.
+    let pc = own_config(&client, "badclock").await;
+    apply_object(
+        &client,
+        object(
+            &p("clock"),
+            &pc,
+            configmap("clock", &ns, json!({})),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &p("clock")).await;
     let before = count(p("no-kind")).await;
-    tokio::time::sleep(Duration::from_secs(6)).await; // observing a rate needs elapsed time
+    wait_reads(&pc, requests(&pc, &["get"]), 6).await;
     let after = count(p("no-kind")).await;
     assert!(
         after - before <= 4,
-        "retries must back off: {before} -> {after} in 6s"
+        "retries must back off: {before} -> {after} in six polls of a healthy Object"
     );
+    delete_object(&client, &p("clock")).await;
     // The provider is still alive and well.
     let (addr, metrics) = {
         let provider = provider().lock().unwrap();
@@ -937,6 +1127,15 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     );
     // Bad Objects delete cleanly, and the one whose target does not answer
     // is orphaned after the deletion timeout instead of hanging.
+    let dead_user = format!("{}-user", p("dead"));
+    let deleted_at = Api::<Object>::all(client.clone())
+        .delete(&dead_user, &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .and_then(|o| o.metadata.deletion_timestamp)
+        .unwrap_or_else(|| panic!("{dead_user} went at once, without its finalizer"))
+        .0;
     for (name, _) in &cases {
         delete_object(&client, name).await;
     }
@@ -944,6 +1143,23 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     for (name, _) in &cases {
         wait_object_gone(&client, name).await;
     }
+    let orphaned = events_of(&client, &dead_user)
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("ManagedObjectOrphaned"))
+        .unwrap_or_else(|| panic!("no ManagedObjectOrphaned event for {dead_user}"));
+    let at = orphaned
+        .event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or(orphaned.first_timestamp.as_ref().map(|t| t.0))
+        .unwrap();
+    let after = at.as_millisecond() - deleted_at.as_millisecond();
+    // The provider runs with --deletion-timeout 10s.
+    assert!(
+        after >= 10_000,
+        "orphaned {after} ms after the deletion, before --deletion-timeout (10s): {orphaned:?}"
+    );
 }
 
 #[tokio::test]
@@ -985,4 +1201,517 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
     delete_object(&client, &name).await;
     wait_object_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "called-this").await.is_none());
+}
+
+/// A ConfigMap in the control cluster's `default` namespace, named uniquely.
+async fn local_cm(client: &Client, prefix: &str, data: Value) -> String {
+    let name = testenv::unique_name(prefix);
+    let cm: ConfigMap = serde_json::from_value(configmap(&name, "default", data)).unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    name
+}
+
+#[tokio::test]
+async fn a_string_written_over_the_manifest_metadata_is_refused_and_the_provider_keeps_working() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "metastr").await;
+    let pid = provider().lock().unwrap().child.id();
+    let source = local_cm(&client, "meta", json!({"meta": "not-an-object"})).await;
+    let bad = format!("{ns}-bad");
+    apply_object(
+        &client,
+        object(
+            &bad,
+            "remote",
+            configmap("x", &ns, json!({})),
+            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": source, "namespace": "default", "fieldPath": "data.meta"}, "toFieldPath": "spec.forProvider.manifest.metadata"}]}),
+        ),
+    )
+    .await;
+    let msg = wait_synced_false(&client, &bad, "spec.forProvider.manifest.metadata").await;
+    assert!(msg.contains("is not an object"), "{msg}");
+    // Still the same, healthy process, and it keeps reconciling: an Object
+    // created afterwards becomes Ready.
+    let good = format!("{ns}-good");
+    apply_object(
+        &client,
+        object(
+            &good,
+            "remote",
+            configmap("y", &ns, json!({"a": "b"})),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &good).await;
+    {
+        let mut p = provider().lock().unwrap();
+        assert!(
+            p.child.try_wait().unwrap().is_none(),
+            "the provider exited: {}",
+            p.log()
+        );
+        assert_eq!(p.child.id(), pid, "the provider was restarted");
+        assert!(matches!(e2e::http_get(p.addr, "/healthz"), Some((200, _))));
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+    for name in [&bad, &good] {
+        delete_object(&client, name).await;
+        wait_object_gone(&client, name).await;
+    }
+}
+
+#[tokio::test]
+async fn a_removed_reference_no_longer_holds_its_former_target() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "unref").await;
+    let (target, referrer) = (format!("{ns}-target"), format!("{ns}-referrer"));
+    apply_object(
+        &client,
+        object(&target, "remote", configmap("t", &ns, json!({})), json!({})),
+    )
+    .await;
+    let depends = json!({"references": [{"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": target}}]});
+    apply_object(
+        &client,
+        object(&referrer, "remote", configmap("r", &ns, json!({})), depends),
+    )
+    .await;
+    wait_ready(&client, &referrer).await;
+    let finalizer = format!("referred-by.kubernetes.crossplane.io/{referrer}");
+    assert!(
+        get_object(&client, &target)
+            .await
+            .unwrap()
+            .finalizers()
+            .contains(&finalizer)
+    );
+    // The referrer drops the reference (and lives on).
+    let generation = get_object(&client, &referrer)
+        .await
+        .unwrap()
+        .metadata
+        .generation;
+    apply_object(
+        &client,
+        object(
+            &referrer,
+            "remote",
+            configmap("r", &ns, json!({})),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_for(WAIT, "the referrer to sync its new spec", || async {
+        let o = get_object(&client, &referrer).await?;
+        let synced = o
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Synced")?
+            .observed_generation;
+        (synced > generation && cond(&o, "Synced")?.0 == "True").then_some(())
+    })
+    .await;
+    // The former target can now be deleted, and goes at once.
+    delete_object(&client, &target).await;
+    wait_for(
+        Duration::from_secs(10),
+        &format!("Object {target} to be gone"),
+        || async { get_object(&client, &target).await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(remote_cm(&remote, &ns, "t").await.is_none());
+    delete_object(&client, &referrer).await;
+    wait_object_gone(&client, &referrer).await;
+}
+
+#[tokio::test]
+async fn deleting_an_object_whose_source_is_gone_deletes_what_it_applied() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "srcgone").await;
+    let source = local_cm(&client, "srcname", json!({"name": "named-by-source"})).await;
+    let name = format!("{ns}-named");
+    apply_object(
+        &client,
+        object(
+            &name,
+            "remote",
+            configmap("placeholder", &ns, json!({"a": "b"})),
+            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": source, "namespace": "default", "fieldPath": "data.name"}, "toFieldPath": "spec.forProvider.manifest.metadata.name"}]}),
+        ),
+    )
+    .await;
+    let o = wait_ready(&client, &name).await;
+    assert!(remote_cm(&remote, &ns, "named-by-source").await.is_some());
+    let recorded = o.status.unwrap().managed_object_ref.unwrap();
+    assert_eq!(
+        (
+            recorded.api_version.as_str(),
+            recorded.kind.as_str(),
+            recorded.namespace.as_deref(),
+            recorded.name.as_str()
+        ),
+        ("v1", "ConfigMap", Some(ns.as_str()), "named-by-source")
+    );
+    // The source goes first: the manifest can no longer be worked out.
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .delete(&source, &DeleteParams::default())
+        .await
+        .unwrap();
+    delete_object(&client, &name).await;
+    wait_object_gone(&client, &name).await;
+    assert!(
+        remote_cm(&remote, &ns, "named-by-source").await.is_none(),
+        "the managed object was orphaned"
+    );
+}
+
+/// A ProviderConfig for the remote cluster (the shared kubeconfig Secret).
+fn remote_config(name: &str) {
+    let out = testenv::control_plane().control.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!("apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: ProviderConfig\nmetadata: {{name: {name}}}\nspec: {{credentials: {{source: Secret, secretRef: {{namespace: default, name: remote-kubeconfig, key: kubeconfig}}}}}}\n")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_usage_follows_the_provider_config_ref_both_ways() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "switch").await;
+    let (a, b) = (testenv::unique_name("pca"), testenv::unique_name("pcb"));
+    remote_config(&a);
+    remote_config(&b);
+    let pcs = Api::<ProviderConfig>::all(client.clone());
+    let name = format!("{ns}-user");
+    let on = |config: &str| {
+        object(
+            &name,
+            config,
+            configmap("cm", &ns, json!({"a": "b"})),
+            json!({}),
+        )
+    };
+    let users = |config: String| {
+        let pcs = pcs.clone();
+        async move { pcs.get_opt(&config).await.ok()??.status?.users }
+    };
+    let refused = |config: String| {
+        let pcs = pcs.clone();
+        let name = name.clone();
+        async move {
+            let msg = wait_for(
+                WAIT,
+                &format!("{config} to refuse its deletion"),
+                || async {
+                    let p = pcs.get_opt(&config).await.ok()??;
+                    p.status?
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == "InUse")
+                        .and_then(|c| c.message.clone())
+                },
+            )
+            .await;
+            assert!(msg.contains(&format!("Object {name}")), "{msg}");
+            assert!(pcs.get_opt(&config).await.unwrap().is_some());
+        }
+    };
+    let gone = |config: String| {
+        let pcs = pcs.clone();
+        async move {
+            wait_for(WAIT, &format!("{config} to go once unused"), || async {
+                pcs.get_opt(&config).await.ok()?.is_none().then_some(())
+            })
+            .await;
+        }
+    };
+    apply_object(&client, on(&a)).await;
+    wait_ready(&client, &name).await;
+    wait_for(WAIT, "A to count its user", || async {
+        (users(a.clone()).await? == 1).then_some(())
+    })
+    .await;
+
+    // A → B: B is protected, A is free to go.
+    apply_object(&client, on(&b)).await;
+    wait_for(WAIT, "B to count its user", || async {
+        (users(b.clone()).await? == 1).then_some(())
+    })
+    .await;
+    pcs.delete(&b, &DeleteParams::default()).await.unwrap();
+    refused(b.clone()).await;
+    pcs.delete(&a, &DeleteParams::default()).await.unwrap();
+    gone(a.clone()).await;
+
+    // B → A (made again): A is protected, B (deleting) goes.
+    remote_config(&a);
+    apply_object(&client, on(&a)).await;
+    wait_for(WAIT, "A to count its user", || async {
+        (users(a.clone()).await? == 1).then_some(())
+    })
+    .await;
+    gone(b.clone()).await;
+    pcs.delete(&a, &DeleteParams::default()).await.unwrap();
+    refused(a.clone()).await;
+
+    delete_object(&client, &name).await;
+    wait_object_gone(&client, &name).await;
+    gone(a.clone()).await;
+}
+
+#[tokio::test]
+async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "normal").await;
+    let pc = own_config(&client, "normal").await;
+    let secret = format!("{ns}-secret");
+    let deployment = format!("{ns}-deployment");
+    apply_object(
+        &client,
+        object(
+            &secret,
+            &pc,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": ns}, "stringData": {"password": "pa55word"}}),
+            json!({}),
+        ),
+    )
+    .await;
+    apply_object(
+        &client,
+        object(
+            &deployment,
+            &pc,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "d", "namespace": ns},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {"app": "d"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "d"}},
+                        "spec": {"containers": [{"name": "app", "image": "example.invalid/app:1", "resources": {"requests": {"cpu": 0.5}}}]},
+                    },
+                },
+            }),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &secret).await;
+    wait_ready(&client, &deployment).await;
+    let deployments =
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(remote.clone(), &ns);
+    let cpu = || async {
+        deployments
+            .get("d")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers[0]
+            .resources
+            .clone()
+            .unwrap()
+            .requests
+            .unwrap()["cpu"]
+            .0
+            .clone()
+    };
+    assert_eq!(
+        cpu().await,
+        "500m",
+        "the API server normalises the quantity"
+    );
+
+    // Three polls of each Object: reads, and not one write.
+    let writes = requests(&pc, &WRITES);
+    wait_reads(&pc, requests(&pc, &["get"]), 6).await;
+    assert_eq!(
+        requests(&pc, &WRITES),
+        writes,
+        "an unchanged managed object was written again"
+    );
+    for name in [&secret, &deployment] {
+        assert!(
+            !events_of(&client, name)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("DriftCorrected")),
+            "{name}: DriftCorrected without drift"
+        );
+    }
+
+    // A real edit by another field manager is put back, with an event.
+    let intruder = PatchParams {
+        field_manager: Some("intruder".to_owned()),
+        ..PatchParams::default()
+    };
+    deployments
+        .patch(
+            "d",
+            &intruder,
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]}}}})),
+        )
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(remote.clone(), &ns)
+        .patch(
+            "s",
+            &intruder,
+            &Patch::Merge(json!({"data": {"password": "dGhlaXJz"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(WAIT, "the cpu request to be put back", || async {
+        (cpu().await == "500m").then_some(())
+    })
+    .await;
+    wait_for(WAIT, "the Secret's value to be put back", || async {
+        let s = Api::<Secret>::namespaced(remote.clone(), &ns)
+            .get("s")
+            .await
+            .ok()?;
+        (s.data?.get("password")?.0 == b"pa55word").then_some(())
+    })
+    .await;
+    for name in [&secret, &deployment] {
+        wait_for(WAIT, &format!("{name}: a DriftCorrected event"), || async {
+            events_of(&client, name)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("DriftCorrected"))
+                .then_some(())
+        })
+        .await;
+    }
+    for name in [&secret, &deployment] {
+        delete_object(&client, name).await;
+        wait_object_gone(&client, name).await;
+    }
+}
+
+#[tokio::test]
+async fn values_read_from_a_secret_never_show_in_status() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "redact").await;
+    let token = testenv::unique_name("tok");
+    let source = testenv::unique_name("source");
+    let s: Secret = serde_json::from_value(json!({"metadata": {"name": source, "namespace": "default"}, "stringData": {"token": token}})).unwrap();
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+    let name = format!("{ns}-copy");
+    // The Secret's (base64) value lands in a ConfigMap, whose status copy
+    // would show it.
+    apply_object(
+        &client,
+        object(
+            &name,
+            "remote",
+            configmap("copy", &ns, json!({"visible": "yes"})),
+            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "Secret", "name": source, "namespace": "default", "fieldPath": "data.token"}, "toFieldPath": "spec.forProvider.manifest.data.token"}]}),
+        ),
+    )
+    .await;
+    let o = wait_ready(&client, &name).await;
+    let encoded = serde_json::to_value(k8s_openapi::ByteString(token.clone().into_bytes()))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let live = remote_cm(&remote, &ns, "copy").await.unwrap().data.unwrap();
+    assert_eq!(
+        live["token"], encoded,
+        "the value did reach the managed object"
+    );
+    let status = serde_json::to_string(&o.status).unwrap();
+    let manifest = o.status.unwrap().at_provider.unwrap().manifest.unwrap();
+    assert_eq!(manifest["data"]["token"], "REDACTED");
+    assert_eq!(manifest["data"]["visible"], "yes");
+    assert!(
+        !status.contains(&encoded) && !status.contains(&token),
+        "a Secret's value in status: {status}"
+    );
+    let log = provider().lock().unwrap().log();
+    assert!(!log.contains(&encoded) && !log.contains(&token));
+    delete_object(&client, &name).await;
+    wait_object_gone(&client, &name).await;
+}
+
+#[tokio::test]
+async fn references_read_with_the_providers_shipped_identity() {
+    let (client, remote) = clients().await;
+    let _dump = DumpOnPanic;
+    let ns = test_ns(&remote, "identity").await;
+    // Neither deploy/ nor the injected-identity component this test binary
+    // applies grants reading ClusterRoles: the provider, running as its
+    // ServiceAccount, is refused, and says so.
+    let name = format!("{ns}-role");
+    apply_object(
+        &client,
+        object(
+            &name,
+            "remote",
+            configmap("role", &ns, json!({})),
+            json!({"references": [{"fromObject": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "admin", "fieldPath": "metadata.uid"}, "toFieldPath": "spec.forProvider.manifest.data.uid"}]}),
+        ),
+    )
+    .await;
+    let msg = wait_synced_false(&client, &name, "forbidden").await;
+    assert!(
+        msg.contains("system:serviceaccount:crossplane-system:object-provider"),
+        "{msg}"
+    );
+    assert!(remote_cm(&remote, &ns, "role").await.is_none());
+    // Secrets: read (credentials, references) and written only as
+    // connection Secrets are (create, apply); never listed, watched,
+    // updated or deleted.
+    let sa = "system:serviceaccount:crossplane-system:object-provider";
+    let control = &testenv::control_plane().control;
+    for (verb, allowed) in [
+        ("get", "yes"),
+        ("create", "yes"),
+        ("patch", "yes"),
+        ("list", "no"),
+        ("watch", "no"),
+        ("update", "no"),
+        ("delete", "no"),
+    ] {
+        let out = control.kubectl(&[
+            "auth",
+            "can-i",
+            verb,
+            "secrets",
+            "--all-namespaces",
+            "--as",
+            sa,
+        ]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            allowed,
+            "may the object-provider {verb} Secrets?"
+        );
+    }
+    delete_object(&client, &name).await;
+    wait_object_gone(&client, &name).await;
 }

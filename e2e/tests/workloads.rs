@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use e2e::{Running, wait_for, workloads::*};
+use e2e::{wait_for, workloads::*};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Event, Namespace, Secret, Service},
 };
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 use types::workload::v1alpha1::{

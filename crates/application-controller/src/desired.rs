@@ -35,25 +35,26 @@ pub fn resource_for(
         "controller": true,
         "blockOwnerDeletion": true,
     });
-    let mut metadata = json!({
-        "name": name,
-        // The template's namespace is ignored: resources live with their
-        // application, as ReplicaSets do with Deployments.
-        "namespace": app.namespace().unwrap_or_default(),
-        "ownerReferences": [owner],
-    });
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".to_owned(), json!(name));
+    // The template's namespace is ignored: resources live with their
+    // application, as ReplicaSets do with Deployments.
+    metadata.insert(
+        "namespace".to_owned(),
+        json!(app.namespace().unwrap_or_default()),
+    );
+    metadata.insert("ownerReferences".to_owned(), json!([owner]));
     if let Some(labels) = &template.metadata.labels {
-        metadata["labels"] = json!(labels);
+        metadata.insert("labels".to_owned(), json!(labels));
     }
     if let Some(annotations) = &template.metadata.annotations {
-        metadata["annotations"] = json!(annotations);
+        metadata.insert("annotations".to_owned(), json!(annotations));
     }
-    let mut spec = json!({
-        "template": template.spec.template,
-        "clusterRef": {"name": cluster},
-    });
+    let mut spec = serde_json::Map::new();
+    spec.insert("template".to_owned(), json!(template.spec.template));
+    spec.insert("clusterRef".to_owned(), json!({"name": cluster}));
     if !template.spec.secrets.is_empty() {
-        spec["secrets"] = json!(template.spec.secrets);
+        spec.insert("secrets".to_owned(), json!(template.spec.secrets));
     }
     Ok((
         name,

@@ -2,7 +2,6 @@
 //! remote cluster through Objects, with management policies, references and
 //! ordered uninstall.
 
-mod fieldpath;
 mod object;
 mod policy;
 mod providerconfig;

@@ -8,13 +8,17 @@
 //! ProviderConfig or credentials Secret orphans at once (the target can never
 //! be reached again).
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PostParams},
+    api::{DeleteParams, DynamicObject, GroupVersionKind, Patch},
     discovery::Scope,
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
@@ -24,7 +28,7 @@ use runtime::{
     controller::{Reporting, Runtime},
     events::{ReconcileError, error_chain},
     expiring::Expiring,
-    finalizers,
+    fieldpath, finalizers,
     limits::NotAnswering,
     remote::{RemoteClients, RemoteCluster, RemoteError, ResolveError},
     ssa,
@@ -33,12 +37,12 @@ use serde_json::{Value, json};
 use types::{
     common::{ANNOTATION_EXTERNAL_NAME, ANNOTATION_PAUSED},
     kubernetes::v1alpha1::{
-        CredentialsSource, Object, ObjectStatus, ProviderConfig, ProviderConfigUsage,
-        ReadinessPolicy,
+        CredentialsSource, ManagedObjectReference, Object, ObjectStatus, ProviderConfig,
+        ProviderConfigUsage, ReadinessPolicy,
     },
 };
 
-use crate::{fieldpath, policy, references};
+use crate::{policy, references};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "object";
@@ -123,6 +127,15 @@ pub enum Error {
     /// The target cluster did not answer in time (--remote-timeout).
     #[error(transparent)]
     NotAnswering(#[from] NotAnswering),
+    /// An error whose text held a value read from a Secret: the same error,
+    /// with the value replaced, so it reaches no condition, event or log.
+    #[error("{message}")]
+    Redacted {
+        /// The category of the original error.
+        category: &'static str,
+        /// The original error's text, redacted.
+        message: String,
+    },
 }
 
 impl ReconcileError for Error {
@@ -141,11 +154,40 @@ impl ReconcileError for Error {
             Error::Control(..) => "ControlClusterRequestFailed",
             Error::Serialize(_) => "CannotSerialize",
             Error::NotAnswering(_) => "TargetNotAnswering",
+            Error::Redacted { category, .. } => category,
         }
     }
 }
 
 impl Error {
+    /// This error, with any value read from a Secret cut out of its text.
+    fn redacted(self, secrets: &policy::Redactions) -> Error {
+        if secrets.is_empty() {
+            return self;
+        }
+        let text = error_chain(&self);
+        let message = secrets.text(&text);
+        if message == text {
+            return self;
+        }
+        Error::Redacted {
+            category: self.category(),
+            message,
+        }
+    }
+
+    /// The manifest cannot be worked out (as opposed to: the target could
+    /// not be reached).
+    fn unresolvable(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidManifest(_)
+                | Error::ReferenceNotReady { .. }
+                | Error::Cycle(_)
+                | Error::InvalidReference(..)
+        )
+    }
+
     fn target_gone(&self) -> bool {
         matches!(
             self,
@@ -171,9 +213,14 @@ pub struct Ctx {
     /// request; one that went missing (deleted by hand, or collected) is
     /// made again.
     usages: Store<ProviderConfigUsage>,
-    /// Usages this process created in the last moments, which the watch may
-    /// not have delivered yet (so they are not created twice).
-    just_created: Expiring<String, ()>,
+    /// Usages this process wrote in the last moments (by Object UID: for
+    /// which ProviderConfig), which the watch may not have delivered yet (so
+    /// they are not written twice).
+    just_created: Expiring<String, String>,
+    /// By Object UID: what this process last applied, as the target stored
+    /// it (see `Applied`). Lost on restart, which costs at most one apply
+    /// per Object whose manifest the API server normalises.
+    applied: std::sync::Mutex<BTreeMap<String, Applied>>,
     deletion_timeout: Duration,
     drift: IntCounter,
     first_ready: Histogram,
@@ -249,16 +296,27 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
     }
 }
 
+/// Label of a ProviderConfigUsage naming its ProviderConfig (the
+/// ProviderConfig controller lists its users by it).
+const USAGE_LABEL: &str = "kubernetes.crossplane.io/provider-config";
+
 /// Records that `obj` uses its ProviderConfig (a ProviderConfigUsage named
-/// after the Object's UID, owned by the Object so it goes with it).
+/// after the Object's UID, owned by the Object so it goes with it). When
+/// spec.providerConfigRef changes, the usage follows it: the old config is
+/// free to go and the new one is protected.
 async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
     let uid = obj.uid().unwrap_or_default();
-    if ctx
+    let config = &obj.spec.provider_config_ref.name;
+    let recorded = ctx
         .usages
         .get(&kube::runtime::reflector::ObjectRef::new(&uid))
-        .is_some()
-        || ctx.just_created.get(&uid).is_some()
-    {
+        .is_some_and(|u| {
+            u.spec.provider_config_ref.name == *config
+                && u.labels().get(USAGE_LABEL) == Some(config)
+                && u.metadata.deletion_timestamp.is_none()
+        });
+    let just_written = ctx.just_created.get(&uid).is_some_and(|c| c == *config);
+    if recorded || just_written {
         return Ok(());
     }
     let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
@@ -267,31 +325,24 @@ async fn record_usage(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
         "kind": "ProviderConfigUsage",
         "metadata": {
             "name": uid,
-            "labels": {"kubernetes.crossplane.io/provider-config": obj.spec.provider_config_ref.name},
+            "labels": {USAGE_LABEL: config},
             "ownerReferences": [{
                 "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
                 "name": obj.name_any(), "uid": uid,
             }],
         },
         "spec": {
-            "providerConfigRef": {"name": obj.spec.provider_config_ref.name},
+            "providerConfigRef": {"name": config},
             "resourceRef": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": obj.name_any(), "uid": uid},
         },
     });
-    match usages
-        .create(&PostParams::default(), &serde_json::from_value(body)?)
+    // Server-side apply: creates the usage, or moves an existing one to the
+    // config the Object names now.
+    ssa::apply(&usages, &uid, &body, &ctx.rt.field_manager())
         .await
-    {
-        Ok(_) => {
-            ctx.just_created.insert(uid, ());
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(Error::Control(
-            "record the ProviderConfigUsage".to_owned(),
-            Box::new(e),
-        )),
-    }
+        .map_err(|e| Error::Control("record the ProviderConfigUsage".to_owned(), Box::new(e)))?;
+    ctx.just_created.insert(uid, config.clone());
+    Ok(())
 }
 
 /// A kind resolved in a cluster, with the Api for one object of it.
@@ -332,10 +383,14 @@ async fn api_for(
 /// toFieldPath, plus the referenced Objects (for uninstall ordering). When
 /// `installing`, a referenced Object must also be Ready; a deletion only
 /// needs the values to find what it created.
+///
+/// Values read from a Secret (other than its metadata) are added to
+/// `secrets`, so that they are kept out of status, events and logs.
 async fn resolve_references(
     ctx: &Ctx,
     obj: &Object,
     installing: bool,
+    secrets: &mut policy::Redactions,
 ) -> Result<(Value, Vec<String>), Error> {
     let mut doc = serde_json::to_value(obj)?;
     let mut referenced = Vec::new();
@@ -401,6 +456,29 @@ async fn resolve_references(
             what: what.clone(),
             why,
         };
+        // The paths first: a malformed one is the user's to fix, whatever
+        // the referenced object holds (and whether or not it may be read).
+        let paths = match field_path {
+            Some(fp) => {
+                let from = fieldpath::parse(fp).map_err(|e| {
+                    Error::InvalidReference(index, format!("fromObject.fieldPath: {e}"))
+                })?;
+                let to = r.to_field_path.as_deref().unwrap_or_default();
+                let to_path = fieldpath::parse(to).map_err(|e| {
+                    Error::InvalidReference(index, format!("invalid toFieldPath: {e}"))
+                })?;
+                if !to.starts_with("spec.") {
+                    return Err(Error::InvalidReference(
+                        index,
+                        format!(
+                            "invalid toFieldPath {to:?}: it must be under spec, e.g. spec.forProvider.manifest.metadata.name"
+                        ),
+                    ));
+                }
+                Some((fp, from, to, to_path))
+            }
+            None => None,
+        };
         let (api, _) = match api_for(&ctx.local, api_version, kind, namespace, "control").await {
             Ok(a) => a,
             Err(Error::KindNotServed { .. }) => {
@@ -431,24 +509,13 @@ async fn resolve_references(
             }
             referenced.push(name.clone());
         }
-        if let Some(fp) = field_path {
-            let path = fieldpath::parse(fp).map_err(|e| {
-                Error::InvalidReference(index, format!("fromObject.fieldPath: {e}"))
-            })?;
+        if let Some((fp, path, to, to_path)) = paths {
             let value = fieldpath::get(&serde_json::to_value(&target)?, &path)
                 .filter(|v| !v.is_null())
                 .cloned()
                 .ok_or_else(|| not_ready(format!("{fp} is not set yet")))?;
-            let to = r.to_field_path.as_deref().unwrap_or_default();
-            let to_path = fieldpath::parse(to)
-                .map_err(|e| Error::InvalidReference(index, format!("invalid toFieldPath: {e}")))?;
-            if !to.starts_with("spec.") {
-                return Err(Error::InvalidReference(
-                    index,
-                    format!(
-                        "invalid toFieldPath {to:?}: it must be under spec, e.g. spec.forProvider.manifest.metadata.name"
-                    ),
-                ));
+            if api_version == "v1" && kind == "Secret" && !fp.starts_with("metadata") {
+                secrets.add(&value);
             }
             fieldpath::set(&mut doc, &to_path, value).map_err(|e| {
                 Error::InvalidReference(index, format!("invalid toFieldPath {to:?}: {e}"))
@@ -459,17 +526,40 @@ async fn resolve_references(
 }
 
 /// The manifest to apply: resolved, named (external-name, else the Object's
-/// name), with type metadata checked.
+/// name), with type metadata checked. A reference's toFieldPath may have put
+/// anything anywhere under spec, so every step is checked and a wrong shape
+/// is named, never assumed.
 fn desired_manifest(obj: &Object, resolved: &Value) -> Result<Value, Error> {
-    let mut manifest = resolved["spec"]["forProvider"]["manifest"].clone();
-    if manifest["apiVersion"].as_str().is_none_or(str::is_empty) {
+    let mut manifest = resolved
+        .pointer("/spec/forProvider/manifest")
+        .cloned()
+        .unwrap_or(Value::Null);
+    if !manifest.is_object() {
+        return Err(Error::InvalidManifest("spec.forProvider.manifest is not an object: set it to the managed object's manifest (apiVersion, kind, metadata, ...)".to_owned()));
+    }
+    if manifest
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
         return Err(Error::InvalidManifest("spec.forProvider.manifest has no apiVersion: set the apiVersion of the managed object (e.g. v1)".to_owned()));
     }
-    if manifest["kind"].as_str().is_none_or(str::is_empty) {
+    if manifest
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
         return Err(Error::InvalidManifest("spec.forProvider.manifest has no kind: set the kind of the managed object (e.g. ConfigMap)".to_owned()));
     }
-    if manifest["metadata"]["name"]
-        .as_str()
+    if manifest
+        .get("metadata")
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
+        return Err(Error::InvalidManifest("spec.forProvider.manifest.metadata is not an object: it must hold the managed object's metadata (name, namespace, labels); fix the manifest, or the reference whose toFieldPath writes spec.forProvider.manifest.metadata".to_owned()));
+    }
+    if manifest
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
         .is_none_or(str::is_empty)
     {
         let name = obj
@@ -477,11 +567,14 @@ fn desired_manifest(obj: &Object, resolved: &Value) -> Result<Value, Error> {
             .get(ANNOTATION_EXTERNAL_NAME)
             .cloned()
             .unwrap_or_else(|| obj.name_any());
-        manifest["metadata"]["name"] = json!(name);
+        fieldpath::set_fields(&mut manifest, &["metadata", "name"], json!(name)).map_err(|e| {
+            Error::InvalidManifest(format!("invalid spec.forProvider.manifest: {e}"))
+        })?;
     }
     if let Some(m) = manifest.as_object_mut() {
         m.remove("status");
     }
+    policy::fold_string_data(&mut manifest);
     Ok(manifest)
 }
 
@@ -493,6 +586,22 @@ fn field_manager(obj: &Object) -> String {
 struct Observed {
     live: Option<Value>,
     drifted: bool,
+}
+
+/// What this process last applied for an Object: a hash of the manifest it
+/// applied, and the fields its field manager owns in the API server's answer
+/// (`ssa::owned_by`), in the server's normalised form.
+#[derive(Clone)]
+struct Applied {
+    manifest: u64,
+    owned: Value,
+}
+
+fn manifest_hash(manifest: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    manifest.to_string().hash(&mut h);
+    h.finish()
 }
 
 /// The managed object an Object names: its manifest (references resolved,
@@ -507,96 +616,162 @@ struct Located {
 
 /// Connects to the target and works out the managed object. When
 /// `installing`, referenced Objects must be Ready (see resolve_references).
-async fn locate(ctx: &Ctx, obj: &Object, installing: bool) -> Result<Located, Error> {
+async fn locate(
+    ctx: &Ctx,
+    obj: &Object,
+    installing: bool,
+    secrets: &mut policy::Redactions,
+) -> Result<Located, Error> {
     let target = connect(ctx, obj).await?;
-    let (resolved, referenced) = resolve_references(ctx, obj, installing).await?;
+    let (resolved, referenced) = resolve_references(ctx, obj, installing, secrets).await?;
     let mut manifest = desired_manifest(obj, &resolved)?;
-    let name = manifest["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let text = |p: &str| {
+        manifest
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (name, api_version, kind) = (text("/metadata/name"), text("/apiVersion"), text("/kind"));
+    let namespace = manifest
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let (api, namespaced) = api_for(
         &target,
-        manifest["apiVersion"].as_str().unwrap_or_default(),
-        manifest["kind"].as_str().unwrap_or_default(),
-        manifest["metadata"]["namespace"].as_str(),
+        &api_version,
+        &kind,
+        namespace.as_deref(),
         &obj.spec.provider_config_ref.name,
     )
     .await?;
-    if !namespaced && let Some(m) = manifest["metadata"].as_object_mut() {
+    if !namespaced && let Some(m) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("namespace");
     }
-    let what = format!("{} {name}", manifest["kind"].as_str().unwrap_or_default());
     Ok(Located {
         manifest,
+        what: format!("{kind} {name}"),
         name,
-        what,
         api,
         referenced,
     })
 }
 
-async fn sync(ctx: &Ctx, obj: &Object) -> Result<Observed, Error> {
+async fn sync(
+    ctx: &Ctx,
+    obj: &Object,
+    secrets: &mut policy::Redactions,
+) -> Result<Observed, Error> {
     record_usage(ctx, obj).await?;
+    let wanted: BTreeSet<&str> = obj
+        .spec
+        .references
+        .iter()
+        .filter_map(references::object_target)
+        .collect();
+    release_referenced(ctx, obj, &wanted).await?;
     let Located {
         manifest,
         name,
         what,
         api,
         referenced,
-    } = locate(ctx, obj, true).await?;
+    } = locate(ctx, obj, true, secrets).await?;
     for referenced in &referenced {
         add_referrer_finalizer(ctx, referenced, &obj.name_any()).await?;
     }
     let policy = obj.spec.management_policy;
+    let uid = obj.uid().unwrap_or_default();
+    let manager = field_manager(obj);
+    let hash = manifest_hash(&manifest);
     let apply = || async {
         let applied = api
-            .patch(
-                &name,
-                &ssa::params(&field_manager(obj)),
-                &Patch::Apply(&manifest),
-            )
+            .patch(&name, &ssa::params(&manager), &Patch::Apply(&manifest))
             .await
             .map_err(|e| target_error(format!("applying {what}"), e))?;
-        Ok::<_, Error>(Some(serde_json::to_value(applied)?))
+        let applied = serde_json::to_value(applied)?;
+        remember_applied(ctx, &uid, hash, &applied, &manager);
+        Ok::<_, Error>(applied)
     };
     let never_observed = obj.status.as_ref().is_none_or(|s| s.at_provider.is_none());
     if never_observed && policy::can_create(policy) {
         // First sync of an Object that may create: apply directly, the
         // answer is the live object (one request instead of two).
         return Ok(Observed {
-            live: apply().await?,
+            live: Some(apply().await?),
             drifted: false,
         });
     }
     let live = api
         .get_opt(&name)
         .await
-        .map_err(|e| target_error(format!("reading {what}"), e))?;
+        .map_err(|e| target_error(format!("reading {what}"), e))?
+        .map(serde_json::to_value)
+        .transpose()?;
+    let remembered = ctx.applied.lock().ok().and_then(|a| a.get(&uid).cloned());
+    let last = remembered.clone().filter(|a| a.manifest == hash);
     match live {
         None if !policy::can_create(policy) => Err(Error::NotAllowed(format!(
             "{what} does not exist and managementPolicy {policy:?} does not allow creating it: create it there, or change the policy"
         ))),
         Some(l)
             if !policy::can_update(policy)
-                || ssa::unchanged_by(&serde_json::to_value(&l)?, &manifest) =>
+                || up_to_date(&l, &manifest, last.as_ref(), &manager) =>
         {
             Ok(Observed {
-                live: Some(serde_json::to_value(l)?),
+                live: Some(l),
                 drifted: false,
             })
         }
         existing => {
+            let applied = apply().await?;
             // Someone changed a field this Object sets, although the Object
-            // itself did not change since it last synced: drift.
-            let drifted = existing.is_some()
-                && obj.status.as_ref().is_some_and(|s| s.at_provider.is_some())
-                && synced_generation(obj) == obj.metadata.generation;
+            // itself did not change since it last applied it: drift. An
+            // apply that changed nothing (same resourceVersion) was only a
+            // check after a restart.
+            let rv = |v: &Value| v.pointer("/metadata/resourceVersion").cloned();
+            let drifted = existing.as_ref().is_some_and(|l| rv(l) != rv(&applied))
+                && match &remembered {
+                    Some(r) => r.manifest == hash,
+                    None => {
+                        obj.status.as_ref().is_some_and(|s| s.at_provider.is_some())
+                            && synced_generation(obj) == obj.metadata.generation
+                    }
+                };
             Ok(Observed {
-                live: apply().await?,
+                live: Some(applied),
                 drifted,
             })
         }
+    }
+}
+
+/// Whether applying `manifest` would change nothing: the fields this
+/// Object's manager owns are as the API server stored them after our last
+/// apply of the same manifest (`last`). Without that memory (a restart, or
+/// an object this process never applied), the live object must carry the
+/// manifest's values literally; an object the server normalised then gets
+/// one apply, whose answer is remembered from then on.
+fn up_to_date(live: &Value, manifest: &Value, last: Option<&Applied>, manager: &str) -> bool {
+    match last {
+        Some(last) => ssa::owned_by(live, manager).as_ref() == Some(&last.owned),
+        None => ssa::unchanged_by(live, manifest),
+    }
+}
+
+fn remember_applied(ctx: &Ctx, uid: &str, manifest: u64, applied: &Value, manager: &str) {
+    let Some(owned) = ssa::owned_by(applied, manager) else {
+        return;
+    };
+    if let Ok(mut a) = ctx.applied.lock() {
+        // Entries of Objects deleted behind our back (their finalizer
+        // removed by hand) are dropped once they could add up.
+        if a.len() > ctx.objects.state().len() + 64 {
+            let live: BTreeSet<String> =
+                ctx.objects.state().iter().filter_map(|o| o.uid()).collect();
+            a.retain(|k, _| live.contains(k));
+        }
+        a.insert(uid.to_owned(), Applied { manifest, owned });
     }
 }
 
@@ -627,20 +802,38 @@ async fn add_referrer_finalizer(ctx: &Ctx, referenced: &str, referrer: &str) -> 
         })
 }
 
-async fn remove_referrer_finalizers(ctx: &Ctx, obj: &Object) -> Result<(), Error> {
+/// Removes this Object's referrer finalizer from every Object it no longer
+/// references (all of them when `keep` is empty): a reference removed from
+/// the spec must not hold its former target for ever.
+async fn release_referenced(ctx: &Ctx, obj: &Object, keep: &BTreeSet<&str>) -> Result<(), Error> {
+    let finalizer = references::finalizer_for(&obj.name_any());
     let api: Api<Object> = Api::all(ctx.rt.client.clone());
-    for name in obj
-        .spec
-        .references
+    // Holders by the cache (no request when there is none); when deleting,
+    // the references in the spec too, in case the cache is behind.
+    let mut holders: BTreeSet<String> = ctx
+        .objects
+        .state()
         .iter()
-        .filter_map(references::object_target)
-    {
+        .filter(|o| finalizers::has(o.as_ref(), &finalizer))
+        .map(|o| o.name_any())
+        .collect();
+    if keep.is_empty() {
+        holders.extend(
+            obj.spec
+                .references
+                .iter()
+                .filter_map(references::object_target)
+                .map(str::to_owned),
+        );
+    }
+    for name in holders.iter().filter(|n| !keep.contains(n.as_str())) {
+        // Read fresh: the finalizer patch is guarded by the current list.
         if let Some(target) = api
             .get_opt(name)
             .await
             .map_err(|e| Error::Control(format!("read Object {name}"), Box::new(e)))?
         {
-            finalizers::remove(&api, &target, &references::finalizer_for(&obj.name_any()))
+            finalizers::remove(&api, &target, &finalizer)
                 .await
                 .map_err(|e| {
                     Error::Control(
@@ -653,21 +846,46 @@ async fn remove_referrer_finalizers(ctx: &Ctx, obj: &Object) -> Result<(), Error
     Ok(())
 }
 
+/// Where `live` (an object read from or applied to the target) lives.
+fn identity(live: &Value) -> Option<ManagedObjectReference> {
+    let text = |p: &str| live.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    Some(ManagedObjectReference {
+        api_version: text("/apiVersion")?,
+        kind: text("/kind")?,
+        namespace: text("/metadata/namespace"),
+        name: text("/metadata/name")?,
+    })
+}
+
 async fn write_status(
     ctx: &Ctx,
     obj: &Object,
     synced: types::common::Condition,
     ready: types::common::Condition,
     live: Option<Option<Value>>,
+    secrets: &policy::Redactions,
 ) -> Result<bool, Error> {
     let mut status: ObjectStatus = obj.status.clone().unwrap_or_default();
     let now = conditions::now();
     let mut synced = synced;
     synced.observed_generation = obj.metadata.generation;
+    synced.message = synced.message.map(|m| secrets.text(&m));
+    let mut ready = ready;
+    ready.message = ready.message.map(|m| secrets.text(&m));
     let mut changed = conditions::set(&mut status.conditions, synced, &now);
     changed |= conditions::set(&mut status.conditions, ready, &now);
     if let Some(live) = live {
-        let shown = live.map(|l| policy::for_status(&l));
+        if let Some(id) = live.as_ref().and_then(identity)
+            && status.managed_object_ref.as_ref() != Some(&id)
+        {
+            status.managed_object_ref = Some(id);
+            changed = true;
+        }
+        let shown = live.map(|l| {
+            let mut shown = policy::for_status(&l);
+            secrets.value(&mut shown);
+            shown
+        });
         if status
             .at_provider
             .as_ref()
@@ -722,7 +940,16 @@ async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 .as_ref()
                 .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY).cloned())
                 .unwrap_or_else(conditions::creating);
-            write_status(&ctx, &obj, conditions::reconcile_paused(), ready, None).await?;
+            let none = policy::Redactions::default();
+            write_status(
+                &ctx,
+                &obj,
+                conditions::reconcile_paused(),
+                ready,
+                None,
+                &none,
+            )
+            .await?;
             let oref = obj.object_ref(&());
             ctx.reporting
                 .events
@@ -741,49 +968,102 @@ async fn reconcile(obj: Arc<Object>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     }
     ctx.reporting
         .reconcile(obj.as_ref(), async {
-            let api: Api<Object> = Api::all(ctx.rt.client.clone());
-            if deleting {
-                return cleanup(&ctx, &api, &obj).await;
-            }
-            finalizers::add(&api, obj.as_ref(), FINALIZER).await.map_err(|e| Error::Control("add the finalizer".to_owned(), Box::new(e)))?;
-            match ctx.rt.clusters.call(&target_of(&obj), sync(&ctx, &obj)).await {
-                Ok(observed) => {
-                    let live = observed.live.unwrap_or(Value::Null);
-                    let policy = obj.spec.readiness.as_ref().map(|r| r.policy).unwrap_or(ReadinessPolicy::SuccessfulCreate);
-                    let ready = match policy::unready(policy, &live) {
-                        None => conditions::available(),
-                        Some(why) => conditions::unavailable(why),
-                    };
-                    let was_ready = obj.status.as_ref().and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY)).is_some_and(|c| c.status == "True");
-                    let now_ready = ready.status == "True";
-                    write_status(&ctx, &obj, conditions::reconcile_success(), ready, Some(Some(live.clone()))).await?;
-                    ctx.rt.clusters.call(&target_of(&obj), publish_connection_details(&ctx, &obj, &live)).await?;
-                    let oref = obj.object_ref(&());
-                    if observed.drifted {
-                        ctx.drift.inc();
-                        ctx.reporting.events.normal(&oref, "DriftCorrected", "the managed object was changed outside this Object; its fields were put back".to_owned()).await;
-                    }
-                    if now_ready && !was_ready && let Some(created) = obj.creation_timestamp() {
-                        let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - created.0.as_millisecond();
-                        ctx.first_ready.observe(ms.max(0) as f64 / 1000.0);
-                    }
-                    Ok(Action::requeue(jittered(ctx.rt.args.poll_interval, &obj)))
-                }
-                Err(e) if e.is_conflict() => Err(e),
-                Err(e) => {
-                    let msg = error_chain(&e);
-                    let ready = obj
-                        .status
-                        .as_ref()
-                        .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY).cloned())
-                        .filter(|c| c.status == "True")
-                        .unwrap_or_else(|| conditions::unavailable(msg.clone()));
-                    write_status(&ctx, &obj, conditions::reconcile_error(msg), ready, None).await?;
-                    Err(e)
-                }
-            }
+            let mut secrets = policy::Redactions::default();
+            apply_or_cleanup(&ctx, &obj, &mut secrets)
+                .await
+                .map_err(|e| e.redacted(&secrets))
         })
         .await
+}
+
+/// One reconcile of an Object that is not paused. Values read from Secrets
+/// while resolving references are added to `secrets`.
+async fn apply_or_cleanup(
+    ctx: &Ctx,
+    obj: &Object,
+    secrets: &mut policy::Redactions,
+) -> Result<Action, Error> {
+    let api: Api<Object> = Api::all(ctx.rt.client.clone());
+    if obj.metadata.deletion_timestamp.is_some() {
+        return cleanup(ctx, &api, obj, secrets).await;
+    }
+    finalizers::add(&api, obj, FINALIZER)
+        .await
+        .map_err(|e| Error::Control("add the finalizer".to_owned(), Box::new(e)))?;
+    match ctx
+        .rt
+        .clusters
+        .call(&target_of(obj), sync(ctx, obj, secrets))
+        .await
+    {
+        Ok(observed) => {
+            let live = observed.live.unwrap_or(Value::Null);
+            let policy = obj
+                .spec
+                .readiness
+                .as_ref()
+                .map(|r| r.policy)
+                .unwrap_or(ReadinessPolicy::SuccessfulCreate);
+            let ready = match policy::unready(policy, &live) {
+                None => conditions::available(),
+                Some(why) => conditions::unavailable(why),
+            };
+            let was_ready = obj
+                .status
+                .as_ref()
+                .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY))
+                .is_some_and(|c| c.status == "True");
+            let now_ready = ready.status == "True";
+            write_status(
+                ctx,
+                obj,
+                conditions::reconcile_success(),
+                ready,
+                Some(Some(live.clone())),
+                secrets,
+            )
+            .await?;
+            ctx.rt
+                .clusters
+                .call(&target_of(obj), publish_connection_details(ctx, obj, &live))
+                .await?;
+            let oref = obj.object_ref(&());
+            if observed.drifted {
+                ctx.drift.inc();
+                ctx.reporting.events.normal(&oref, "DriftCorrected", "the managed object was changed outside this Object; its fields were put back".to_owned()).await;
+            }
+            if now_ready
+                && !was_ready
+                && let Some(created) = obj.creation_timestamp()
+            {
+                let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond()
+                    - created.0.as_millisecond();
+                ctx.first_ready.observe(ms.max(0) as f64 / 1000.0);
+            }
+            Ok(Action::requeue(jittered(ctx.rt.args.poll_interval, obj)))
+        }
+        // A lost race is looked at again, not shown as a failure.
+        Err(e) if e.is_conflict() => Err(e),
+        Err(e) => {
+            let msg = error_chain(&e);
+            let ready = obj
+                .status
+                .as_ref()
+                .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_READY).cloned())
+                .filter(|c| c.status == "True")
+                .unwrap_or_else(|| conditions::unavailable(msg.clone()));
+            write_status(
+                ctx,
+                obj,
+                conditions::reconcile_error(msg),
+                ready,
+                None,
+                secrets,
+            )
+            .await?;
+            Err(e)
+        }
+    }
 }
 
 /// Publishes spec.connectionDetails to spec.writeConnectionSecretToRef.
@@ -857,7 +1137,12 @@ async fn publish_connection_details(ctx: &Ctx, obj: &Object, _live: &Value) -> R
     Ok(())
 }
 
-async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, Error> {
+async fn cleanup(
+    ctx: &Ctx,
+    api: &Api<Object>,
+    obj: &Object,
+    secrets: &mut policy::Redactions,
+) -> Result<Action, Error> {
     // Referrers hold this Object until their own managed objects are gone.
     if obj
         .finalizers()
@@ -865,29 +1150,32 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
         .any(|f| f.starts_with(references::REFERRED_BY))
     {
         let ready = conditions::deleting();
-        write_status(ctx, obj, conditions::reconcile_success(), ready, None).await?;
+        write_status(
+            ctx,
+            obj,
+            conditions::reconcile_success(),
+            ready,
+            None,
+            secrets,
+        )
+        .await?;
         return Ok(Action::requeue(DELETE_POLL));
     }
     let done = match ctx
         .rt
         .clusters
-        .call(&target_of(obj), delete_managed(ctx, obj))
+        .call(&target_of(obj), delete_managed(ctx, obj, secrets))
         .await
     {
         Ok(done) => done,
         Err(e) if e.target_gone() => {
-            orphan(ctx, obj, &error_chain(&e)).await;
+            orphan(ctx, obj, &secrets.text(&error_chain(&e))).await;
             true
         }
-        Err(
-            e @ (Error::InvalidManifest(_)
-            | Error::KindNotServed { .. }
-            | Error::ReferenceNotReady { .. }
-            | Error::Cycle(_)
-            | Error::InvalidReference(..)),
-        ) => {
-            // Nothing was ever created from it.
-            tracing::info!(object = %obj.name_any(), reason = %error_chain(&e), "nothing to delete");
+        Err(e) if e.unresolvable() || matches!(e, Error::KindNotServed { .. }) => {
+            // Nothing was ever applied from it (delete_managed uses the
+            // recorded identity when there is one).
+            tracing::info!(object = %obj.name_any(), reason = %secrets.text(&error_chain(&e)), "nothing to delete");
             true
         }
         Err(e) => {
@@ -906,7 +1194,7 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
                     &format!(
                         "the target could not be reached for {:?}: {}",
                         ctx.deletion_timeout,
-                        error_chain(&e)
+                        secrets.text(&error_chain(&e))
                     ),
                 )
                 .await;
@@ -919,7 +1207,10 @@ async fn cleanup(ctx: &Ctx, api: &Api<Object>, obj: &Object) -> Result<Action, E
     if !done {
         return Ok(Action::requeue(DELETE_POLL));
     }
-    remove_referrer_finalizers(ctx, obj).await?;
+    release_referenced(ctx, obj, &BTreeSet::new()).await?;
+    if let (Ok(mut applied), Some(uid)) = (ctx.applied.lock(), obj.uid()) {
+        applied.remove(&uid);
+    }
     ctx.just_created.remove(&obj.uid().unwrap_or_default());
     let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
     match usages
@@ -963,14 +1254,43 @@ async fn orphan(ctx: &Ctx, obj: &Object, why: &str) {
 }
 
 /// Deletes the managed object when the policies allow. Ok(true) once it is
-/// gone (or must be left in place).
-async fn delete_managed(ctx: &Ctx, obj: &Object) -> Result<bool, Error> {
+/// gone (or must be left in place). When the manifest can no longer be
+/// worked out (a reference's source is gone), the object recorded in
+/// status.managedObjectRef is deleted: it is what was applied.
+async fn delete_managed(
+    ctx: &Ctx,
+    obj: &Object,
+    secrets: &mut policy::Redactions,
+) -> Result<bool, Error> {
     if !policy::can_delete(obj.spec.management_policy, obj.spec.deletion_policy) {
         return Ok(true);
     }
-    let Located {
-        name, what, api, ..
-    } = locate(ctx, obj, false).await?;
+    let recorded = obj
+        .status
+        .as_ref()
+        .and_then(|s| s.managed_object_ref.clone());
+    let (name, what, api) = match (locate(ctx, obj, false, secrets).await, recorded) {
+        (
+            Ok(Located {
+                name, what, api, ..
+            }),
+            _,
+        ) => (name, what, api),
+        (Err(e), Some(r)) if e.unresolvable() => {
+            tracing::info!(object = %obj.name_any(), reason = %secrets.text(&error_chain(&e)), "deleting the recorded managed object");
+            let target = connect(ctx, obj).await?;
+            let (api, _) = api_for(
+                &target,
+                &r.api_version,
+                &r.kind,
+                r.namespace.as_deref(),
+                &obj.spec.provider_config_ref.name,
+            )
+            .await?;
+            (r.name.clone(), format!("{} {}", r.kind, r.name), api)
+        }
+        (Err(e), _) => return Err(e),
+    };
     let Some(live) = api
         .get_opt(&name)
         .await
@@ -1090,6 +1410,7 @@ pub fn controller(
         connections: Expiring::new(CONNECTION_TTL),
         usages,
         just_created: Expiring::new(JUST_CREATED),
+        applied: Default::default(),
         deletion_timeout,
         drift,
         first_ready,
@@ -1149,4 +1470,83 @@ fn desired_state_hash(o: &Object) -> Option<u64> {
         o.metadata.finalizers.hash(&mut h);
     }
     Some(h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use runtime::fieldpath;
+
+    use super::*;
+
+    fn object() -> Object {
+        serde_json::from_value(json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "metadata": {"name": "obj"},
+            "spec": {"forProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "ns"}}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_string_written_over_the_manifest_metadata_is_refused_naming_the_path() {
+        let obj = object();
+        let mut doc = serde_json::to_value(&obj).unwrap();
+        let path = fieldpath::parse("spec.forProvider.manifest.metadata").unwrap();
+        fieldpath::set(&mut doc, &path, json!("a-string")).unwrap();
+        let err = desired_manifest(&obj, &doc).unwrap_err().to_string();
+        assert!(
+            err.contains("spec.forProvider.manifest.metadata is not an object"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_manifest_is_named_after_the_object_by_default() {
+        let obj = object();
+        let doc = serde_json::to_value(&obj).unwrap();
+        let m = desired_manifest(&obj, &doc).unwrap();
+        assert_eq!(m.pointer("/metadata/name"), Some(&json!("obj")));
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(|n| json!(n)),
+            "[a-z]{0,3}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    "apiVersion|kind|metadata|name|namespace|[a-z]",
+                    inner,
+                    0..3
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// Whatever a reference writes wherever under spec, working out the
+        /// manifest answers Ok or an error; it never panics.
+        #[test]
+        fn no_value_written_by_a_reference_crashes_the_provider(
+            to in prop_oneof![
+                "spec\\.forProvider\\.manifest(\\.(metadata|name|namespace|apiVersion|kind|data|[a-z])){0,3}",
+                "spec(\\.(forProvider|manifest|metadata|[a-z])){0,4}",
+            ],
+            value in json_value(),
+        ) {
+            let obj = object();
+            let mut doc = serde_json::to_value(&obj).unwrap();
+            if let Ok(path) = fieldpath::parse(&to) && fieldpath::set(&mut doc, &path, value).is_ok() {
+                let _ = desired_manifest(&obj, &doc);
+            }
+        }
+    }
 }

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch},
+    core::PartialObjectMeta,
     discovery::{ApiResource, Scope},
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
@@ -339,7 +340,8 @@ async fn submit(
             })?;
     }
 
-    let desired = remote_object::render(&res.spec.template, &uid, namespace.as_deref());
+    let desired = remote_object::render(&res.spec.template, &uid, namespace.as_deref())
+        .map_err(Error::InvalidTemplate)?;
     let live = match existing {
         Some(obj) if ssa::unchanged_by(&serde_json::to_value(&obj)?, &desired) => obj,
         _ => api
@@ -649,7 +651,7 @@ pub fn controller(
         watcher::Config::default(),
     );
     let store = ctrl.store();
-    let secrets = rt.api::<Secret>();
+    let secrets = rt.api::<PartialObjectMeta<Secret>>();
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
@@ -661,11 +663,14 @@ pub fn controller(
     Ok(ctrl
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
-        // A changed local Secret reaches its remote copies at once.
+        // A changed local Secret reaches its remote copies at once. Secrets
+        // are watched by metadata only (names and versions, never data): a
+        // change wakes the resources that list the Secret, and their
+        // reconcile reads it.
         .watches(
             secrets,
             watcher::Config::default(),
-            move |secret: Secret| {
+            move |secret: PartialObjectMeta<Secret>| {
                 let ns = secret.namespace();
                 let name = secret.name_any();
                 store

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use kube::api::GroupVersionKind;
+use runtime::fieldpath;
 use serde_json::{Value, json};
 use types::workload::v1alpha1::ANNOTATION_RESOURCE_UID;
 
@@ -103,21 +104,22 @@ pub fn conflict_message(what: &str, cluster: &str, ownership: &Ownership) -> Str
 }
 
 /// The object to apply: the template with our UID annotation and the
-/// namespace decided by the kind's scope.
-pub fn render(template: &Value, uid: &str, namespace: Option<&str>) -> Value {
+/// namespace decided by the kind's scope. Fails, naming the field, when the
+/// template's metadata (or its annotations) is not an object.
+pub fn render(template: &Value, uid: &str, namespace: Option<&str>) -> Result<Value, String> {
     let mut obj = template.clone();
-    if !obj["metadata"].is_object() {
-        obj["metadata"] = json!({});
-    }
-    let metadata = &mut obj["metadata"];
-    if !metadata["annotations"].is_object() {
-        metadata["annotations"] = json!({});
-    }
-    metadata["annotations"][ANNOTATION_RESOURCE_UID] = json!(uid);
+    let invalid = |e: String| format!("invalid spec.template: {e}");
+    fieldpath::set_fields(
+        &mut obj,
+        &["metadata", "annotations", ANNOTATION_RESOURCE_UID],
+        json!(uid),
+    )
+    .map_err(invalid)?;
     match namespace {
-        Some(ns) => metadata["namespace"] = json!(ns),
+        Some(ns) => fieldpath::set_fields(&mut obj, &["metadata", "namespace"], json!(ns))
+            .map_err(invalid)?,
         None => {
-            if let Some(m) = metadata.as_object_mut() {
+            if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("namespace");
             }
         }
@@ -126,7 +128,7 @@ pub fn render(template: &Value, uid: &str, namespace: Option<&str>) -> Value {
     if let Some(o) = obj.as_object_mut() {
         o.remove("status");
     }
-    obj
+    Ok(obj)
 }
 
 /// The name a propagated Secret gets in the remote cluster.
@@ -152,8 +154,8 @@ pub fn propagated_secret(
         },
         "data": data,
     });
-    if let Some(t) = type_ {
-        secret["type"] = json!(t);
+    if let (Some(t), Some(fields)) = (type_, secret.as_object_mut()) {
+        fields.insert("type".to_owned(), json!(t));
     }
     secret
 }
@@ -269,7 +271,7 @@ mod tests {
     #[test]
     fn the_rendered_object_carries_our_uid_and_its_scope() {
         let t = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "w", "namespace": "x"}, "status": {"phase": "Active"}});
-        let r = render(&t, "u1", None);
+        let r = render(&t, "u1", None).unwrap();
         assert_eq!(r["metadata"]["annotations"][ANNOTATION_RESOURCE_UID], "u1");
         assert!(r["metadata"].get("namespace").is_none());
         assert!(r.get("status").is_none());
@@ -277,6 +279,12 @@ mod tests {
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
             "u1",
             Some("default"),
+        )
+        .unwrap();
+        assert!(
+            render(&json!({"metadata": "m"}), "u1", None)
+                .unwrap_err()
+                .contains("metadata is a string, not an object")
         );
         assert_eq!(c["metadata"]["namespace"], "default");
     }

@@ -29,10 +29,24 @@ pub struct CommonArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "crossplane-system")]
     pub leader_election_namespace: String,
 
-    /// How long a Lease is held without renewal before another replica may
-    /// take it over.
+    /// How long a standby replica waits, after it last saw the leader renew
+    /// the Lease, before it takes the Lease over. A leader that stops
+    /// gracefully releases the Lease, and a standby takes over within a
+    /// second instead. At least 1s; the Lease records it in whole seconds,
+    /// rounded up.
     #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub leader_election_lease_duration: Duration,
+
+    /// How long the leader goes on while it cannot renew its Lease (the API
+    /// server is slow or unreachable). When no renewal has succeeded for
+    /// this long, the binary stops its controllers and exits with an error
+    /// (its replacement starts as a standby), so it has stopped before any
+    /// standby may take the Lease over. At most nine tenths of
+    /// --leader-election-lease-duration; the rest is the safety margin.
+    /// Default: two thirds of the lease duration. The leader renews every
+    /// quarter of this (at most every 2s).
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", value_parser = humantime::parse_duration)]
+    pub leader_election_renew_deadline: Option<Duration>,
 
     /// This replica's identity in the Lease (defaults to the host name).
     #[arg(long, env = "POD_NAME")]

@@ -73,6 +73,13 @@ impl Runtime {
     /// pod's service account; its requests are counted as cluster "control")
     /// and the shutdown signal (SIGTERM or Ctrl-C).
     pub async fn new(binary: &'static str, args: CommonArgs) -> Result<Self, RunError> {
+        if args.leader_elect {
+            // Unsafe leader-election flags stop the binary before it starts.
+            leader::Timing::new(
+                args.leader_election_lease_duration,
+                args.leader_election_renew_deadline,
+            )?;
+        }
         let metrics = Metrics::new()?;
         let config = kube::Config::infer()
             .await

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod crds;
 pub mod events;
 pub mod expiring;
+pub mod fieldpath;
 pub mod finalizers;
 pub mod leader;
 pub mod limits;

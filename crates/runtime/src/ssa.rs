@@ -23,6 +23,91 @@ pub fn unchanged_by(live: &serde_json::Value, desired: &serde_json::Value) -> bo
     }
 }
 
+/// The part of `object` that `manager` owns through server-side apply: the
+/// object cut down to the fields its `Apply` entry in `metadata.managedFields`
+/// lists, with the values the API server stored (normalised: a quantity
+/// `0.5` reads `500m`). None when the manager owns nothing there.
+///
+/// This is how a controller tells real drift from normalisation: keep what
+/// this returns for the answer to its own apply, and compare it with what it
+/// returns for the live object later. A field another manager changed has
+/// either changed value or moved to that manager (so it drops out of ours);
+/// either way the two differ. A field the API server only normalised is the
+/// same in both.
+pub fn owned_by(object: &serde_json::Value, manager: &str) -> Option<serde_json::Value> {
+    let fields = object
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|e| {
+            e.get("manager").and_then(|m| m.as_str()) == Some(manager)
+                && e.get("operation").and_then(|o| o.as_str()) == Some("Apply")
+                && e.get("subresource")
+                    .and_then(|s| s.as_str())
+                    .is_none_or(str::is_empty)
+        })?
+        .get("fieldsV1")?
+        .as_object()?;
+    if fields.is_empty() {
+        // Owns nothing (project would take an empty set for a leaf).
+        return Some(serde_json::Value::Object(Default::default()));
+    }
+    Some(project(object, fields))
+}
+
+/// `value` cut down to `fields` (a fieldsV1 set: `f:<name>` for object
+/// fields, `k:<json keys>` for list items by key, `v:<json>` for set items,
+/// `i:<n>` for items by position, `.` for the field itself).
+fn project(
+    value: &serde_json::Value,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
+    use serde_json::Value;
+    let children: Vec<(&String, &Value)> = fields.iter().filter(|(k, _)| *k != ".").collect();
+    let sub = |v: &Value, set: &Value| match set.as_object() {
+        Some(set) => project(v, set),
+        None => v.clone(),
+    };
+    if children.is_empty() {
+        // A leaf, or a field owned as a whole.
+        return value.clone();
+    }
+    match value {
+        Value::Object(map) => Value::Object(
+            children
+                .iter()
+                .filter_map(|(k, set)| {
+                    let name = k.strip_prefix("f:")?;
+                    map.get(name).map(|v| (name.to_owned(), sub(v, set)))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(n, item)| {
+                    children.iter().find_map(|(k, set)| {
+                        let matches = if let Some(keys) = k.strip_prefix("k:") {
+                            serde_json::from_str::<serde_json::Map<String, Value>>(keys).is_ok_and(
+                                |keys| keys.iter().all(|(key, want)| item.get(key) == Some(want)),
+                            )
+                        } else if let Some(v) = k.strip_prefix("v:") {
+                            serde_json::from_str::<Value>(v).is_ok_and(|v| &v == item)
+                        } else if let Some(i) = k.strip_prefix("i:") {
+                            i.parse::<usize>() == Ok(n)
+                        } else {
+                            false
+                        };
+                        matches.then(|| sub(item, set))
+                    })
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// Apply parameters for a field manager (forced: the controller is the
 /// authority for the fields it sets).
 pub fn params(field_manager: &str) -> PatchParams {
@@ -86,13 +171,15 @@ async fn patch_status<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let mut body = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
+    let mut body = serde_json::Map::new();
+    body.insert("apiVersion".to_owned(), K::api_version(&()).into());
+    body.insert("kind".to_owned(), K::kind(&()).into());
+    body.insert("status".to_owned(), status);
     if let Some(rv) = resource_version {
-        body["metadata"] = serde_json::json!({"resourceVersion": rv});
+        body.insert(
+            "metadata".to_owned(),
+            serde_json::json!({"resourceVersion": rv}),
+        );
     }
     api.patch_status(name, &params(field_manager), &Patch::Apply(&body))
         .await
@@ -102,7 +189,7 @@ where
 mod tests {
     use serde_json::json;
 
-    use super::unchanged_by;
+    use super::{owned_by, unchanged_by};
 
     #[test]
     fn a_live_object_with_every_desired_field_needs_no_apply() {
@@ -129,5 +216,58 @@ mod tests {
         let want = json!({"l": [{"a": 1}, {"a": 2}]});
         assert!(!unchanged_by(&json!({"l": [{"a": 1}]}), &want));
         assert!(!unchanged_by(&json!({"l": [{"a": 2}, {"a": 1}]}), &want));
+    }
+
+    fn with_fields(object: serde_json::Value, fields: serde_json::Value) -> serde_json::Value {
+        let mut o = object;
+        if let Some(meta) = o.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.insert(
+                "managedFields".to_owned(),
+                json!([
+                    {"manager": "other", "operation": "Update", "fieldsV1": {"f:data": {"f:theirs": {}}}},
+                    {"manager": "me", "operation": "Apply", "fieldsV1": fields},
+                ]),
+            );
+        }
+        o
+    }
+
+    #[test]
+    fn what_a_manager_owns_is_cut_out_with_the_stored_values() {
+        let fields = json!({
+            "f:data": {"f:k": {}},
+            "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:name": {}, "f:resources": {"f:requests": {"f:cpu": {}}}}}},
+            "f:metadata": {"f:labels": {"f:a": {}}},
+        });
+        let live = with_fields(
+            json!({
+                "metadata": {"name": "x", "labels": {"a": "1", "b": "2"}},
+                "data": {"k": "v", "theirs": "t"},
+                "spec": {"containers": [
+                    {"name": "sidecar", "image": "s"},
+                    {"name": "app", "image": "i", "resources": {"requests": {"cpu": "500m"}}},
+                ]},
+            }),
+            fields,
+        );
+        assert_eq!(
+            owned_by(&live, "me").unwrap(),
+            json!({
+                "metadata": {"labels": {"a": "1"}},
+                "data": {"k": "v"},
+                "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": "500m"}}}]},
+            })
+        );
+        assert_eq!(owned_by(&live, "nobody"), None);
+    }
+
+    #[test]
+    fn a_field_taken_over_by_another_manager_drops_out() {
+        let mine = with_fields(
+            json!({"metadata": {}, "data": {"k": "v"}}),
+            json!({"f:data": {"f:k": {}}}),
+        );
+        let taken = with_fields(json!({"metadata": {}, "data": {"k": "edited"}}), json!({}));
+        assert_ne!(owned_by(&mine, "me"), owned_by(&taken, "me"));
     }
 }

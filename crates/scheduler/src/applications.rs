@@ -203,14 +203,13 @@ fn scheduled_fields(
         .iter()
         .filter(|c| c.type_ == TYPE_SCHEDULED)
         .collect();
-    let mut value = serde_json::json!({
-        "state": status.state,
-        "conditions": scheduled,
-    });
+    let mut value = serde_json::Map::new();
+    value.insert("state".to_owned(), serde_json::to_value(status.state)?);
+    value.insert("conditions".to_owned(), serde_json::to_value(scheduled)?);
     if let Some(c) = &status.cluster_ref {
-        value["clusterRef"] = serde_json::to_value(c)?;
+        value.insert("clusterRef".to_owned(), serde_json::to_value(c)?);
     }
-    Ok(value)
+    Ok(serde_json::Value::Object(value))
 }
 
 fn error_policy(app: Arc<KubernetesApplication>, _error: &Error, ctx: Arc<Ctx>) -> Action {

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
+    core::PartialObjectMeta,
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use runtime::{
@@ -154,7 +155,7 @@ fn error_policy(cluster: Arc<KubernetesCluster>, _error: &Error, ctx: Arc<Ctx>) 
 pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = ()> + use<> {
     let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
     let by_secret = ctrl.store();
-    let secrets = rt.api::<Secret>();
+    let secrets = rt.api::<PartialObjectMeta<Secret>>();
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         remote,
@@ -163,10 +164,13 @@ pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = (
     ctrl.with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
         // A created, rotated or deleted connection Secret changes readiness.
+        // Secrets are watched by metadata only (names and versions, never
+        // data): a change wakes the clusters that name the Secret, and their
+        // reconcile reads that one Secret.
         .watches(
             secrets,
             watcher::Config::default(),
-            move |secret: Secret| {
+            move |secret: PartialObjectMeta<Secret>| {
                 let ns = secret.namespace();
                 let name = secret.name_any();
                 by_secret

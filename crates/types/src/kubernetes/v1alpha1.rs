@@ -212,6 +212,28 @@ pub struct ObjectStatus {
     /// AtProvider is the observed state of the managed object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_provider: Option<ObjectObservation>,
+    /// ManagedObjectRef identifies the managed object this Object last
+    /// applied or observed in its target cluster. Deleting the Object deletes
+    /// that object even when the manifest can no longer be worked out (a
+    /// fromObject source was deleted first, say), so nothing is left behind
+    /// unnoticed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_object_ref: Option<ManagedObjectReference>,
+}
+
+/// Where a managed object lives in its target cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedObjectReference {
+    /// APIVersion of the managed object, e.g. v1 or apps/v1.
+    pub api_version: String,
+    /// Kind of the managed object, e.g. ConfigMap.
+    pub kind: String,
+    /// Namespace of the managed object; unset for a cluster-scoped kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name of the managed object.
+    pub name: String,
 }
 
 /// The observed managed object.
