@@ -10,6 +10,7 @@ pub mod controller;
 pub mod crds;
 pub mod events;
 pub mod finalizers;
+pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod remote;

@@ -66,14 +66,15 @@ async fn probe(ctx: &Ctx, cluster: &KubernetesCluster) -> Result<Option<String>,
         .get_opt(&secret_ref.name)
         .await
         .map_err(|e| Error::ReadSecret(format!("{ns}/{}", secret_ref.name), e))?;
+    let name = format!("{ns}/{}", cluster.name_any());
     let Some(secret) = secret else {
+        ctx.remote.release(&name);
         return Ok(Some(format!(
             "connection Secret {ns}/{} not found: create it with a kubeconfig under key {:?}",
             secret_ref.name, secret_ref.key
         )));
     };
-    let name = format!("{ns}/{}", cluster.name_any());
-    let remote = match ctx.remote.for_secret(&name, &secret, &secret_ref.key).await {
+    let remote = match ctx.remote.for_secret(&name, &secret, &secret_ref.key) {
         Ok(r) => r,
         Err(e) => return Ok(Some(error_chain(&e))),
     };
