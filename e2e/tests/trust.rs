@@ -206,29 +206,57 @@ async fn cluster_ready(client: &Client, ns: &str, name: &str) -> Option<(String,
     Some((c.status, c.message.unwrap_or_default()))
 }
 
-/// Waits until the cluster is Ready=False saying `needle`; returns the message.
-async fn wait_cluster_refused(client: &Client, ns: &str, name: &str, needle: &str) -> String {
+/// What must never be seen while waiting, given a condition's status and
+/// message: Some(why the test fails at once).
+trait Never: Fn(&str, &str) -> Option<String> {}
+impl<F: Fn(&str, &str) -> Option<String>> Never for F {}
+
+/// Waits until the cluster is Ready=False saying `needle`, failing at once
+/// when `never` sees a breach; returns the message.
+async fn wait_cluster_refused(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    needle: &str,
+    never: impl Never,
+) -> String {
     wait_for(
         WAIT,
         &format!("KubernetesCluster {ns}/{name} Ready=False saying {needle:?}"),
         || async {
-            let (status, msg) = cluster_ready(client, ns, name).await?;
+            let (status, msg) = cluster_ready(client, ns, name).await.unwrap_or_default();
+            if let Some(breach) = never(&status, &msg) {
+                panic!("KubernetesCluster {ns}/{name}: {breach}");
+            }
             (status == "False" && msg.contains(needle)).then_some(msg)
         },
     )
     .await
 }
 
-/// Waits until the resource is Synced=False saying `needle`.
-async fn wait_resource_refused(client: &Client, ns: &str, name: &str, needle: &str) -> String {
+/// Waits until the resource is Synced=False saying `needle`, failing at once
+/// when `never` sees a breach.
+async fn wait_resource_refused(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    needle: &str,
+    never: impl Never,
+) -> String {
     wait_for(
         WAIT,
         &format!("resource {ns}/{name} Synced=False saying {needle:?}"),
         || async {
-            let res = get_res(client, ns, name).await?;
-            let c = condition(&res.status?.conditions, "Synced")?.clone();
-            let msg = c.message.unwrap_or_default();
-            (c.status == "False" && msg.contains(needle)).then_some(msg)
+            let synced = get_res(client, ns, name)
+                .await
+                .and_then(|r| condition(&r.status?.conditions, "Synced").cloned());
+            let (status, msg) = synced
+                .map(|c| (c.status, c.message.unwrap_or_default()))
+                .unwrap_or_default();
+            if let Some(breach) = never(&status, &msg) {
+                panic!("resource {ns}/{name}: {breach}");
+            }
+            (status == "False" && msg.contains(needle)).then_some(msg)
         },
     )
     .await
@@ -370,10 +398,18 @@ async fn an_exec_kubeconfig_never_runs_its_command_in_the_scheduler_or_the_resou
     cluster_with(&client, &ns, "exec", &kc).await;
     scheduled_resource(&client, &ns, "exec-resource", "exec").await;
 
+    let ran = |_: &str, msg: &str| {
+        marker.exists().then(|| {
+            format!(
+                "the exec command ran (it made {}); message: {msg}",
+                marker.display()
+            )
+        })
+    };
     // Both controllers read the kubeconfig and refused it, naming the field.
-    let cluster_msg = wait_cluster_refused(&client, &ns, "exec", "users[0].user.exec").await;
+    let cluster_msg = wait_cluster_refused(&client, &ns, "exec", "users[0].user.exec", ran).await;
     let resource_msg =
-        wait_resource_refused(&client, &ns, "exec-resource", "users[0].user.exec").await;
+        wait_resource_refused(&client, &ns, "exec-resource", "users[0].user.exec", ran).await;
     for msg in [&cluster_msg, &resource_msg] {
         assert!(
             msg.contains("users[].user.token"),
@@ -421,7 +457,16 @@ async fn a_token_file_kubeconfig_never_reads_the_file_nor_calls_its_server() {
     cluster_with(&client, &ns, "tokenfile", &kc).await;
     scheduled_resource(&client, &ns, "tokenfile-resource", "tokenfile").await;
 
-    let msg = wait_cluster_refused(&client, &ns, "tokenfile", "users[0].user.tokenFile").await;
+    let called = |_: &str, _: &str| {
+        (https.accepted.load(Ordering::SeqCst) > 0).then(|| {
+            format!(
+                "the server named by the kubeconfig was called; requests: {:?}",
+                https.requests.lock().unwrap()
+            )
+        })
+    };
+    let msg =
+        wait_cluster_refused(&client, &ns, "tokenfile", "users[0].user.tokenFile", called).await;
     assert!(
         msg.contains("inline the token under users[].user.token"),
         "{msg}"
@@ -432,6 +477,7 @@ async fn a_token_file_kubeconfig_never_reads_the_file_nor_calls_its_server() {
         &ns,
         "tokenfile-resource",
         "users[0].user.tokenFile",
+        called,
     )
     .await;
     more_reconciles(bins.get("scheduler"), "kubernetescluster", 2).await;
@@ -464,7 +510,17 @@ async fn a_proxy_url_kubeconfig_is_refused_and_the_proxy_never_called() {
         json!({"token": token}),
     );
     cluster_with(&client, &ns, "proxied", &kc).await;
-    let msg = wait_cluster_refused(&client, &ns, "proxied", "clusters[0].cluster.proxy-url").await;
+    let used = |_: &str, _: &str| {
+        (proxy.accepted.load(Ordering::SeqCst) > 0).then(|| "the proxy was called".to_owned())
+    };
+    let msg = wait_cluster_refused(
+        &client,
+        &ns,
+        "proxied",
+        "clusters[0].cluster.proxy-url",
+        used,
+    )
+    .await;
     assert!(!msg.contains(&proxy.addr.to_string()), "{msg}");
     more_reconciles(bins.get("scheduler"), "kubernetescluster", 2).await;
     assert_eq!(proxy.accepted.load(Ordering::SeqCst), 0);
@@ -487,6 +543,11 @@ async fn skipping_tls_verification_needs_the_operators_flag() {
         &refused_ns,
         "insecure",
         "clusters[0].cluster.insecure-skip-tls-verify",
+        |status: &str, _: &str| {
+            (status == "True").then(|| {
+                "Ready without --allow-insecure-remote-tls: TLS was not verified".to_owned()
+            })
+        },
     )
     .await;
     assert!(msg.contains("certificate-authority-data"), "{msg}");
@@ -524,11 +585,29 @@ async fn a_token_pasted_as_the_secret_value_appears_in_no_status_event_or_log() 
     scheduled_resource(&client, &ns, "pasted-resource", "pasted").await;
     scheduled_resource(&client, &ns, "broken-resource", "broken").await;
 
-    wait_cluster_refused(&client, &ns, "pasted", "it is not a kubeconfig").await;
-    let msg = wait_cluster_refused(&client, &ns, "broken", "is not one valid YAML document").await;
+    let quoted = |_: &str, msg: &str| {
+        msg.contains(&token)
+            .then(|| format!("the condition quotes the Secret: {msg}"))
+    };
+    wait_cluster_refused(&client, &ns, "pasted", "it is not a kubeconfig", quoted).await;
+    let msg = wait_cluster_refused(
+        &client,
+        &ns,
+        "broken",
+        "is not one valid YAML document",
+        quoted,
+    )
+    .await;
     assert!(msg.contains("line 1, column"), "names the position: {msg}");
-    wait_resource_refused(&client, &ns, "pasted-resource", "it is not a kubeconfig").await;
-    wait_resource_refused(&client, &ns, "broken-resource", "line 1, column").await;
+    wait_resource_refused(
+        &client,
+        &ns,
+        "pasted-resource",
+        "it is not a kubeconfig",
+        quoted,
+    )
+    .await;
+    wait_resource_refused(&client, &ns, "broken-resource", "line 1, column", quoted).await;
     more_reconciles(bins.get("scheduler"), "kubernetescluster", 2).await;
     more_reconciles(
         bins.get("resource-controller"),
@@ -623,6 +702,11 @@ async fn an_exec_kubeconfig_in_a_provider_config_never_runs_in_the_object_provid
         WAIT,
         "the Object to be Synced=False naming exec",
         || async {
+            assert!(
+                !marker.exists(),
+                "the exec command ran in the object-provider (it made {})",
+                marker.display()
+            );
             let o = objects.get_opt(&object).await.unwrap()?;
             let c = o
                 .status?

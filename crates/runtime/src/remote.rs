@@ -733,7 +733,7 @@ mod tests {
         let mut out: Vec<String> = counter
             .collect()
             .iter()
-            .flat_map(|f| f.get_metric().iter().cloned().collect::<Vec<_>>())
+            .flat_map(|f| f.get_metric().to_vec())
             .map(|m| {
                 m.get_label()
                     .iter()
