@@ -445,6 +445,12 @@ impl Checker {
         if uri.host().is_none_or(str::is_empty) {
             return Err(invalid());
         }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(Refusal::Invalid {
+                field: field.to_owned(),
+                problem: "carries credentials in the URL: put only the server's address there, and the credentials under users[].user",
+            });
+        }
         match uri.scheme_str() {
             Some("https") => Ok(uri),
             Some("http") if self.allow_insecure_tls => Ok(uri),
@@ -961,6 +967,10 @@ current-context: prod
             (
                 kubeconfig("", "").replace("t0ken-value", "12345"),
                 "users[0].user.token",
+            ),
+            (
+                kubeconfig("", "").replace("https://10.0.0.1", "https://admin:s3cr3t@10.0.0.1"),
+                "clusters[0].cluster.server",
             ),
         ];
         for (text, field) in cases {

@@ -75,7 +75,7 @@ pub enum RemoteError {
     },
     /// The kubeconfig was refused: it does not parse, or it asks for more
     /// than inline material.
-    #[error("Secret {secret} key {key:?} does not hold a kubeconfig this controller accepts")]
+    #[error("Secret {secret} key {key:?} does not hold a valid kubeconfig")]
     Refused {
         /// namespace/name of the Secret.
         secret: String,
@@ -716,7 +716,9 @@ mod tests {
         let e = refusal(rc.for_secret("team/c", &s, "kubeconfig"));
         let chain = crate::events::error_chain(&e);
         assert!(
-            chain.starts_with("Secret team/creds key \"kubeconfig\" does not hold a kubeconfig"),
+            chain.starts_with(
+                "Secret team/creds key \"kubeconfig\" does not hold a valid kubeconfig"
+            ),
             "{chain}"
         );
         assert!(!chain.contains("s3cr3t"), "{chain}");
