@@ -264,6 +264,7 @@ impl RemoteClients {
             key: key.to_owned(),
             resource_version: secret.metadata.resource_version.clone().unwrap_or_default(),
         };
+        self.drop_idle();
         if let Some(hit) = self.lookup(owner, &credential) {
             return Ok(hit);
         }
@@ -316,21 +317,37 @@ impl RemoteClients {
         Some(entry.cluster.clone())
     }
 
+    fn drop_idle(&self) {
+        let idle = self.idle_timeout;
+        self.retain_where(|_, e| e.last_used.elapsed() < idle);
+    }
+
+    /// Keeps the entries `keep` accepts; the others are dropped after the
+    /// lock is released.
+    fn retain_where(&self, keep: impl Fn(&str, &Entry) -> bool) {
+        let dropped: Vec<Entry> = self
+            .cache
+            .lock()
+            .map(|mut cache| {
+                let gone: Vec<String> = cache
+                    .by_owner
+                    .iter()
+                    .filter(|(o, e)| !keep(o, e))
+                    .map(|(o, _)| o.clone())
+                    .collect();
+                gone.iter()
+                    .filter_map(|o| cache.by_owner.remove(o))
+                    .collect()
+            })
+            .unwrap_or_default();
+        drop(dropped);
+    }
+
     fn insert(&self, owner: &str, credential: Credential, cluster: RemoteCluster) {
         let now = Instant::now();
         // Dropped after the lock is released.
         let mut dropped = Vec::new();
         if let Ok(mut cache) = self.cache.lock() {
-            let idle = self.idle_timeout;
-            let stale: Vec<String> = cache
-                .by_owner
-                .iter()
-                .filter(|(_, e)| now.duration_since(e.last_used) >= idle)
-                .map(|(o, _)| o.clone())
-                .collect();
-            for o in stale {
-                dropped.extend(cache.by_owner.remove(&o));
-            }
             dropped.extend(cache.by_owner.insert(
                 owner.to_owned(),
                 Entry {
@@ -365,6 +382,13 @@ impl RemoteClients {
             .ok()
             .and_then(|mut c| c.by_owner.remove(owner));
         drop(dropped);
+    }
+
+    /// Keeps only the clients of owners for which `exists` is true: a
+    /// controller that knows its owners (e.g. from a watch cache) calls it so
+    /// the clients of deleted owners go at once.
+    pub fn retain_owners(&self, exists: impl Fn(&str) -> bool) {
+        self.retain_where(|owner, _| exists(owner));
     }
 
     /// How many clients the cache holds.
@@ -698,6 +722,16 @@ mod tests {
         rc.for_secret("c", &s, "control").unwrap();
         assert_eq!(rc.len(), 2);
         assert!(holds(&rc, "a") && holds(&rc, "c") && !holds(&rc, "b"));
+    }
+
+    #[tokio::test]
+    async fn clients_of_owners_that_no_longer_exist_are_dropped() {
+        let rc = clients(10, IDLE_TIMEOUT, 10);
+        let s = two_keys("1");
+        rc.for_secret("team/a", &s, "control").unwrap();
+        rc.for_secret("team/b", &s, "remote").unwrap();
+        rc.retain_owners(|owner| owner == "team/b");
+        assert!(!holds(&rc, "team/a") && holds(&rc, "team/b"));
     }
 
     #[tokio::test]
