@@ -332,6 +332,7 @@ fn https_listener() -> Https {
         .collect::<Result<_, _>>()
         .unwrap();
     let key = PrivateKeyDer::from_pem_file(&key).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let config = Arc::new(
         rustls::ServerConfig::builder()
             .with_no_client_auth()
@@ -494,6 +495,7 @@ async fn a_token_file_kubeconfig_never_reads_the_file_nor_calls_its_server() {
         https.requests.lock().unwrap()
     );
     assert!(!bins.logs().contains(&stolen));
+    let _ = std::fs::remove_file(&token_file);
 }
 
 #[tokio::test]
