@@ -81,8 +81,7 @@ impl Runtime {
         let config = kube::Config::infer()
             .await
             .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
-        let client =
-            crate::remote::counted_client(config, "control", &metrics).map_err(RunError::Client)?;
+        let client = crate::remote::counted_client(config, &metrics).map_err(RunError::Client)?;
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
             wait_for_signal().await;

@@ -11,6 +11,7 @@ pub mod crds;
 pub mod events;
 pub mod fieldpath;
 pub mod finalizers;
+pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod remote;
