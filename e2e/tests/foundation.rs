@@ -883,7 +883,13 @@ async fn the_kustomize_deployment_renders_and_applies() {
             assert!(!can(who, args), "{who} may {}", args.join(" "));
         }
     }
+    // The object-provider writes status with server-side apply (patch) and
+    // nothing else.
     assert!(can(
+        "object-provider",
+        &["patch", "objects.kubernetes.crossplane.io/status"]
+    ));
+    assert!(!can(
         "object-provider",
         &["update", "objects.kubernetes.crossplane.io/status"]
     ));

@@ -244,14 +244,33 @@ fn target_error(what: String, source: kube::Error) -> Error {
     }
 }
 
+/// Drops the connection and the client kept for a ProviderConfig, and for
+/// every ProviderConfig that no longer exists, so neither outlives its owner.
+fn forget_connection(ctx: &Ctx, name: &str) {
+    let gone = ctx.connections.remove_where(|n| {
+        n.as_str() == name
+            || ctx
+                .configs
+                .get(&kube::runtime::reflector::ObjectRef::new(n))
+                .is_none()
+    });
+    ctx.remote.release(name);
+    for n in gone {
+        ctx.remote.release(&n);
+    }
+}
+
 /// The target cluster of a ProviderConfig.
 async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
     let name = &obj.spec.provider_config_ref.name;
     ctx.configs.wait_until_ready().await.ok();
-    let pc = ctx
+    let Some(pc) = ctx
         .configs
         .get(&kube::runtime::reflector::ObjectRef::new(name))
-        .ok_or_else(|| Error::ProviderConfigNotFound(name.clone()))?;
+    else {
+        forget_connection(ctx, name);
+        return Err(Error::ProviderConfigNotFound(name.clone()));
+    };
     // Keyed on the spec's generation: the config's status (its user count)
     // changes with every new Object and must not invalidate connections.
     let rv = pc.metadata.generation.unwrap_or_default().to_string();
@@ -261,34 +280,36 @@ async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
         return Ok(target);
     }
     match pc.spec.credentials.source {
-        CredentialsSource::InjectedIdentity => Ok(ctx.local.clone()),
+        CredentialsSource::InjectedIdentity => {
+            // A client built while the config read a Secret is not needed.
+            forget_connection(ctx, name);
+            Ok(ctx.local.clone())
+        }
         CredentialsSource::Secret => {
             let Some(sel) = &pc.spec.credentials.secret_ref else {
+                forget_connection(ctx, name);
                 return Err(Error::CredentialsNotFound(
                     "<unset>".to_owned(),
                     name.clone(),
                 ));
             };
             let secrets: Api<Secret> = Api::namespaced(ctx.rt.client.clone(), &sel.namespace);
-            let secret = secrets
-                .get_opt(&sel.name)
-                .await
-                .map_err(|e| {
-                    Error::Control(
-                        format!("read Secret {}/{}", sel.namespace, sel.name),
-                        Box::new(e),
-                    )
-                })?
-                .ok_or_else(|| {
-                    Error::CredentialsNotFound(
-                        format!("{}/{}", sel.namespace, sel.name),
-                        name.clone(),
-                    )
-                })?;
+            let Some(secret) = secrets.get_opt(&sel.name).await.map_err(|e| {
+                Error::Control(
+                    format!("read Secret {}/{}", sel.namespace, sel.name),
+                    Box::new(e),
+                )
+            })?
+            else {
+                forget_connection(ctx, name);
+                return Err(Error::CredentialsNotFound(
+                    format!("{}/{}", sel.namespace, sel.name),
+                    name.clone(),
+                ));
+            };
             let target = ctx
                 .remote
                 .for_secret(name, &secret, &sel.key)
-                .await
                 .map_err(|e| Error::Connect(name.clone(), e))?;
             ctx.connections.insert(name.clone(), (rv, target.clone()));
             Ok(target)
@@ -1403,7 +1424,7 @@ pub fn controller(
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
-        remote: RemoteClients::new(rt.metrics.clone()),
+        remote: RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls),
         local: RemoteCluster::new(rt.client.clone(), "control"),
         objects: objects.clone(),
         configs,

@@ -161,28 +161,32 @@ async fn connect(
     cluster: &str,
 ) -> Result<RemoteCluster, Error> {
     let ns = res.namespace().unwrap_or_default();
+    let owner = format!("{ns}/{cluster}");
     let clusters: Api<KubernetesCluster> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let kc = clusters
+    let Some(kc) = clusters
         .get_opt(cluster)
         .await
-        .map_err(|e| Error::Read(format!("KubernetesCluster {ns}/{cluster}"), e))?
-        .ok_or_else(|| Error::ClusterNotFound(format!("{ns}/{cluster}")))?;
+        .map_err(|e| Error::Read(format!("KubernetesCluster {owner}"), e))?
+    else {
+        ctx.remote.release(&owner);
+        return Err(Error::ClusterNotFound(owner));
+    };
     let secret_ref = &kc.spec.connection_secret_ref;
     let secrets: Api<Secret> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let secret = secrets
+    let Some(secret) = secrets
         .get_opt(&secret_ref.name)
         .await
         .map_err(|e| Error::Read(format!("Secret {ns}/{}", secret_ref.name), e))?
-        .ok_or_else(|| {
-            Error::SecretNotFound(
-                format!("{ns}/{}", secret_ref.name),
-                format!("{ns}/{cluster}"),
-            )
-        })?;
+    else {
+        ctx.remote.release(&owner);
+        return Err(Error::SecretNotFound(
+            format!("{ns}/{}", secret_ref.name),
+            owner,
+        ));
+    };
     ctx.remote
-        .for_secret(&format!("{ns}/{cluster}"), &secret, &secret_ref.key)
-        .await
-        .map_err(|e| Error::Connect(format!("{ns}/{cluster}"), e))
+        .for_secret(&owner, &secret, &secret_ref.key)
+        .map_err(|e| Error::Connect(owner, e))
 }
 
 /// The cluster a resource is submitted to, as --remote-timeout's messages
@@ -655,7 +659,7 @@ pub fn controller(
     let ctx = Arc::new(Ctx {
         rt: rt.clone(),
         reporting: Reporting::new(rt, CONTROLLER),
-        remote: RemoteClients::new(rt.metrics.clone()),
+        remote: RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls),
         submit_latency,
         observed: Default::default(),
         deletion_timeout,

@@ -95,6 +95,18 @@ pub struct CommonArgs {
     /// How often every object is reconciled even when nothing changed.
     #[arg(long, env = "SYNC_INTERVAL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub sync_interval: Duration,
+
+    /// Accept kubeconfigs (from KubernetesCluster and ProviderConfig
+    /// Secrets) that set `insecure-skip-tls-verify: true` or use an
+    /// `http://` server. Off by default: without verification anyone on the
+    /// network path can pose as the remote cluster and receive the
+    /// credentials the kubeconfig carries. Turn it on only for test clusters
+    /// whose certificates cannot be verified; prefer putting the cluster's CA
+    /// under `certificate-authority-data`. Other kubeconfig fields that run
+    /// commands or read files (`exec`, `auth-provider`, `tokenFile`, ...)
+    /// are refused whatever this says.
+    #[arg(long, env = "ALLOW_INSECURE_REMOTE_TLS", default_value_t = false)]
+    pub allow_insecure_remote_tls: bool,
 }
 
 impl CommonArgs {

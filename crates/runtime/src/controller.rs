@@ -84,8 +84,7 @@ impl Runtime {
         let config = kube::Config::infer()
             .await
             .map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?;
-        let client =
-            crate::remote::counted_client(config, "control", &metrics).map_err(RunError::Client)?;
+        let client = crate::remote::counted_client(config, &metrics).map_err(RunError::Client)?;
         let clusters = limits::Clusters::new(args.remote_timeout, metrics.registry())?;
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {

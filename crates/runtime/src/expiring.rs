@@ -71,6 +71,19 @@ impl<K: Hash + Eq + Clone, V: Clone> Expiring<K, V> {
         }
     }
 
+    /// Forgets every key (alive or expired) for which `gone` holds, and
+    /// returns them, e.g. to release what they stood for.
+    pub fn remove_where(&self, mut gone: impl FnMut(&K) -> bool) -> Vec<K> {
+        let Ok(mut inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        let keys: Vec<K> = inner.entries.keys().filter(|k| gone(k)).cloned().collect();
+        for k in &keys {
+            inner.entries.remove(k);
+        }
+        keys
+    }
+
     /// How many entries are alive now (expired ones are dropped first).
     pub fn len(&self) -> usize {
         self.len_at(Instant::now())
@@ -165,6 +178,16 @@ mod tests {
         assert_eq!(m.len_at(t0), 100);
         m.insert_at("alive".to_owned(), 1, t0 + Duration::from_secs(11));
         assert_eq!(m.len_at(t0 + Duration::from_secs(11)), 1);
+    }
+
+    #[test]
+    fn keys_can_be_forgotten_by_a_rule() {
+        let m: Expiring<&str, u32> = Expiring::new(TTL);
+        let t0 = Instant::now();
+        m.insert_at("a", 1, t0);
+        m.insert_at("b", 1, t0);
+        assert_eq!(m.remove_where(|k| *k == "a"), vec!["a"]);
+        assert_eq!(m.len_at(t0), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod events;
 pub mod expiring;
 pub mod fieldpath;
 pub mod finalizers;
+pub mod kubeconfig;
 pub mod leader;
 pub mod limits;
 pub mod metrics;

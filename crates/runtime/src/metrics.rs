@@ -30,7 +30,8 @@ pub struct Metrics {
     /// controller.
     pub backoff: IntGaugeVec,
     /// Requests to Kubernetes API servers by cluster ("control" for the
-    /// control cluster, else the remote cluster's name) and verb.
+    /// control cluster, else the remote cluster's name, at most
+    /// [`crate::remote::MAX_CLUSTER_LABELS`] of them, then "other") and verb.
     pub api_requests: IntCounterVec,
     /// 1 while this replica holds its leader-election Lease (or runs without one).
     pub leader: IntGauge,

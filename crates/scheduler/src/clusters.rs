@@ -9,7 +9,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
     core::PartialObjectMeta,
-    runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
+    runtime::{
+        Controller,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use runtime::{
     conditions,
@@ -53,6 +58,8 @@ pub struct Ctx {
     rt: Runtime,
     remote: RemoteClients,
     reporting: Reporting,
+    /// Every KubernetesCluster, watched: the clients of deleted ones go.
+    clusters: Store<KubernetesCluster>,
 }
 
 /// Probes one cluster: None when Ready, else what is wrong.
@@ -64,14 +71,20 @@ async fn probe(ctx: &Ctx, cluster: &KubernetesCluster) -> Result<Option<String>,
         .get_opt(&secret_ref.name)
         .await
         .map_err(|e| Error::ReadSecret(format!("{ns}/{}", secret_ref.name), e))?;
+    let name = format!("{ns}/{}", cluster.name_any());
+    ctx.remote.retain_owners(|owner| {
+        owner
+            .split_once('/')
+            .is_some_and(|(ns, name)| ctx.clusters.get(&ObjectRef::new(name).within(ns)).is_some())
+    });
     let Some(secret) = secret else {
+        ctx.remote.release(&name);
         return Ok(Some(format!(
             "connection Secret {ns}/{} not found: create it with a kubeconfig under key {:?}",
             secret_ref.name, secret_ref.key
         )));
     };
-    let name = format!("{ns}/{}", cluster.name_any());
-    let remote = match ctx.remote.for_secret(&name, &secret, &secret_ref.key).await {
+    let remote = match ctx.remote.for_secret(&name, &secret, &secret_ref.key) {
         Ok(r) => r,
         Err(e) => return Ok(Some(error_chain(&e))),
     };
@@ -160,6 +173,7 @@ pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = (
         rt: rt.clone(),
         remote,
         reporting: Reporting::new(rt, CONTROLLER),
+        clusters: ctrl.store(),
     });
     ctrl.with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())

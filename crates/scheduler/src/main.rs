@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesApplication>(),
         api_resource::<KubernetesCluster>(),
     ];
-    let remote = RemoteClients::new(rt.metrics.clone());
+    let remote = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
     let clusters = clusters::controller(&rt, remote);
     let applications = applications::controller(&rt)?;
     rt.clone()
