@@ -314,7 +314,8 @@ async fn a_stalled_target_does_not_starve_the_other_objects() {
     provider_config(&client, &silent_pc, &ns, "silent").await;
     let mut provider = Running::start(
         "object-provider",
-        &plane.control.kubeconfig_path,
+        // As its shipped ServiceAccount: its deploy/ role is what it needs.
+        &impersonating_kubeconfig("object-provider"),
         &["--poll-interval", "1s"],
     );
     provider.wait_healthy(Duration::from_secs(30)).await;
@@ -410,7 +411,8 @@ async fn a_reconcile_that_outlives_reconcile_timeout_is_abandoned_and_says_so() 
     // reconcile deadline is what fires.
     let mut provider = Running::start(
         "object-provider",
-        &plane.control.kubeconfig_path,
+        // As its shipped ServiceAccount: its deploy/ role is what it needs.
+        &impersonating_kubeconfig("object-provider"),
         &[
             "--poll-interval",
             "1s",

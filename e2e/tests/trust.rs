@@ -663,7 +663,8 @@ async fn an_exec_kubeconfig_in_a_provider_config_never_runs_in_the_object_provid
     let ns = plane.control.namespace(&client, "trust-pc").await;
     let mut provider = Running::start(
         "object-provider",
-        &plane.control.kubeconfig_path,
+        // As its shipped ServiceAccount: its deploy/ role is what it needs.
+        &impersonating_kubeconfig("object-provider"),
         &["--poll-interval", "1s", "--deletion-timeout", "10s"],
     );
     provider.wait_healthy(Duration::from_secs(30)).await;
