@@ -116,6 +116,17 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
 /// The path of one of this workspace's binaries (built by `cargo build
 /// --bins`, which the README's test command runs first).
 pub fn workspace_binary(name: &str) -> PathBuf {
+    // Next to the running test: a test binary lives in
+    // target/<profile>/deps/, the workspace binaries in target/<profile>/.
+    // This holds wherever the target directory was built or copied to; a
+    // path fixed at compile time would run another checkout's binaries.
+    if let Some(beside) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join(name)))
+        .filter(|p| p.exists())
+    {
+        return beside;
+    }
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo_root().join("target"));
