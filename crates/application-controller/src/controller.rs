@@ -14,7 +14,7 @@ use kube::{
 };
 use runtime::{
     conditions,
-    controller::{Reporting, Runtime},
+    controller::{CACHE_NOT_READY_RETRY, Reporting, Runtime, cache_ready},
     events::ReconcileError,
     finalizers, ssa,
 };
@@ -88,9 +88,11 @@ async fn reconcile(app: Arc<KubernetesApplication>, ctx: Arc<Ctx>) -> Result<Act
         // Unscheduled applications belong to the scheduler.
         return Ok(Action::await_change());
     }
+    if !cache_ready(&ctx.resources).await {
+        return Ok(Action::requeue(CACHE_NOT_READY_RETRY));
+    }
     ctx.reporting
         .reconcile(app.as_ref(), async {
-            ctx.resources.wait_until_ready().await.ok();
             let api: Api<KubernetesApplication> =
                 Api::namespaced(ctx.rt.client.clone(), &app.namespace().unwrap_or_default());
             if deleting {

@@ -16,7 +16,7 @@ use kube::{
 use prometheus::IntCounterVec;
 use runtime::{
     conditions,
-    controller::{Reporting, Runtime},
+    controller::{CACHE_NOT_READY_RETRY, Reporting, Runtime, cache_ready},
     events::ReconcileError,
     ssa,
 };
@@ -113,12 +113,13 @@ async fn reconcile(app: Arc<KubernetesApplication>, ctx: Arc<Ctx>) -> Result<Act
     if scheduled_to(&app).is_some() || app.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // Decide only on complete caches: a partial view of the applications
+    // would skew the spread.
+    if !(cache_ready(&ctx.clusters).await && cache_ready(&ctx.apps).await) {
+        return Ok(Action::requeue(CACHE_NOT_READY_RETRY));
+    }
     ctx.reporting
         .reconcile(app.as_ref(), async {
-            // Decide only on complete caches: a partial view of the
-            // applications would skew the spread.
-            ctx.clusters.wait_until_ready().await.ok();
-            ctx.apps.wait_until_ready().await.ok();
             let ns = app.namespace().unwrap_or_default();
             let name = app.name_any();
             let api: Api<KubernetesApplication> = Api::namespaced(ctx.rt.client.clone(), &ns);
