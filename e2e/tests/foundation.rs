@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use e2e::{
-    Running, http_get,
+    Running, http_get, metric_sum,
     proxy::Proxy,
     wait_for,
     workloads::{self, impersonating_kubeconfig},
@@ -902,22 +902,6 @@ fn leads_now(addr: std::net::SocketAddr) -> bool {
     matches!(http_get(addr, "/metrics"), Some((200, body)) if leads(&body))
 }
 
-/// The sum of the samples of `metric` in a /metrics body whose labels
-/// contain each of `labels` (such as `verb="get"`).
-fn total(metrics: &str, metric: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
-            (name == metric && labels.iter().all(|w| rest.contains(w)))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
-}
-
 /// Flags for a replica of a workload binary under leader election in `ns`
 /// (its Lease lives there), watching `ns`.
 fn elected<'a>(ns: &'a str, identity: &'a str, lease_duration: &'a str) -> Vec<&'a str> {
@@ -1089,7 +1073,8 @@ async fn a_standby_never_reconciles_until_it_leads() {
     // again every second.
     workloads::cluster(&client, &ns, "first", json!({}), None).await;
     wait_cluster_ready(&client, &ns, "first", "False").await;
-    let reconciles = |bin: &Running| total(&bin.metrics(), "crossplane_rs_reconcile_total", &[]);
+    let reconciles =
+        |bin: &Running| metric_sum(&bin.metrics(), "crossplane_rs_reconcile_total", &[]);
     let done = reconciles(&first);
     wait_for(
         Duration::from_secs(30),
@@ -1106,26 +1091,26 @@ async fn a_standby_never_reconciles_until_it_leads() {
     let metrics = second.metrics();
     assert!(!leads(&metrics), "replica-b leads beside replica-a");
     assert_eq!(
-        total(&metrics, "crossplane_rs_reconcile_total", &[]),
+        metric_sum(&metrics, "crossplane_rs_reconcile_total", &[]),
         0.0,
         "the standby reconciled:\n{metrics}"
     );
     for verb in ["create", "update", "patch", "delete", "watch"] {
         assert_eq!(
-            total(
+            metric_sum(
                 &metrics,
                 "crossplane_rs_kube_api_requests_total",
-                &[&format!("verb=\"{verb}\"")]
+                &[("verb", verb)]
             ),
             0.0,
             "the standby sent {verb} requests:\n{metrics}"
         );
     }
     assert!(
-        total(
+        metric_sum(
             &metrics,
             "crossplane_rs_kube_api_requests_total",
-            &["verb=\"get\""]
+            &[("verb", "get")]
         ) > 0.0,
         "the standby never looked at its Lease:\n{metrics}"
     );
@@ -1216,13 +1201,10 @@ async fn the_package_and_rbac_managers_observe_as_their_service_accounts() {
         (rbac_manager, "extension"),
     ];
     let reconciled = |bin: &Running, controller: &str| {
-        total(
+        metric_sum(
             &bin.metrics(),
             "crossplane_rs_reconcile_total",
-            &[
-                &format!("controller=\"{controller}\""),
-                "result=\"success\"",
-            ],
+            &[("controller", controller), ("result", "success")],
         )
     };
     let before: Vec<f64> = watched
@@ -1354,10 +1336,10 @@ async fn secret_watches_carry_metadata_not_data() {
     // Its status write wakes the scheduler once more; after that only the
     // Secret watch can.
     wait_for(Duration::from_secs(30), "the scheduler to settle", || {
-        let n = total(
+        let n = metric_sum(
             &scheduler.metrics(),
             "crossplane_rs_reconcile_total",
-            &["controller=\"kubernetescluster\""],
+            &[("controller", "kubernetescluster")],
         );
         async move { (n >= 2.0).then_some(()) }
     })

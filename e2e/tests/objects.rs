@@ -209,18 +209,7 @@ async fn wait_object_gone(client: &Client, name: &str) {
 /// label of `labels`.
 fn metric(name: &str, labels: &[(&str, &str)]) -> u64 {
     let text = provider().lock().unwrap().metrics();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            let matches = n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            matches.then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum::<f64>() as u64
+    e2e::metric_sum(&text, name, labels) as u64
 }
 
 /// Requests the provider sent to `cluster` with one of `verbs`.

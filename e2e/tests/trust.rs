@@ -82,13 +82,11 @@ impl Drop for Binaries {
 
 /// The sum of a counter's series for one controller, from /metrics.
 fn reconciles(binary: &Running, controller: &str) -> u64 {
-    let needle = format!("controller=\"{controller}\"");
-    binary
-        .metrics()
-        .lines()
-        .filter(|l| l.starts_with("crossplane_rs_reconcile_total{") && l.contains(&needle))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    e2e::metric_sum(
+        &binary.metrics(),
+        "crossplane_rs_reconcile_total",
+        &[("controller", controller)],
+    ) as u64
 }
 
 /// Waits until `controller` in `binary` has finished `n` more reconciles

@@ -65,8 +65,14 @@ impl Backoff {
 
 /// The delay after `n` consecutive failures: BASE·2^(n-1), capped.
 pub fn delay(n: u32) -> Duration {
+    doubling(BASE, CAP, n)
+}
+
+/// `base` doubled per failure after the first of `n` (base·2^(n-1)), at most
+/// `cap`.
+pub fn doubling(base: Duration, cap: Duration, n: u32) -> Duration {
     let exp = n.saturating_sub(1).min(20);
-    BASE.saturating_mul(1 << exp).min(CAP)
+    base.saturating_mul(1 << exp).min(cap)
 }
 
 #[cfg(test)]

@@ -200,21 +200,28 @@ pub async fn instrument<T, E>(
     controller: &str,
     fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
-    let in_flight = metrics.in_flight.with_label_values(&[controller]);
-    in_flight.inc();
-    let start = Instant::now();
-    let result = fut.await;
-    in_flight.dec();
-    metrics
-        .reconcile_duration
-        .with_label_values(&[controller])
-        .observe(start.elapsed().as_secs_f64());
+    let result = measured(metrics, controller, fut).await;
     let outcome = if result.is_ok() { "success" } else { "error" };
     metrics
         .reconciles
         .with_label_values(&[controller, outcome])
         .inc();
     result
+}
+
+/// Runs `fut` as one reconcile of `controller`: counted in flight while it
+/// runs, its duration observed. The caller counts its result.
+async fn measured<O>(metrics: &Metrics, controller: &str, fut: impl Future<Output = O>) -> O {
+    let in_flight = metrics.in_flight.with_label_values(&[controller]);
+    in_flight.inc();
+    let start = Instant::now();
+    let output = fut.await;
+    in_flight.dec();
+    metrics
+        .reconcile_duration
+        .with_label_values(&[controller])
+        .observe(start.elapsed().as_secs_f64());
+    output
 }
 
 /// An observe-only controller: watches every object of kind `K`, counts and
@@ -357,15 +364,12 @@ impl Reporting {
     {
         let key = key_of(obj);
         self.rate.acquire().await;
-        let in_flight = self.metrics.in_flight.with_label_values(&[self.controller]);
-        in_flight.inc();
-        let start = Instant::now();
-        let outcome = tokio::time::timeout(self.deadline, fut).await;
-        in_flight.dec();
-        self.metrics
-            .reconcile_duration
-            .with_label_values(&[self.controller])
-            .observe(start.elapsed().as_secs_f64());
+        let outcome = measured(
+            &self.metrics,
+            self.controller,
+            tokio::time::timeout(self.deadline, fut),
+        )
+        .await;
         let (label, result) = match outcome {
             Ok(Ok(action)) => {
                 self.backoff.succeeded(&key);
@@ -393,10 +397,7 @@ impl Reporting {
             .reconciles
             .with_label_values(&[self.controller, label])
             .inc();
-        self.metrics
-            .backoff
-            .with_label_values(&[self.controller])
-            .set(self.backoff.len() as i64);
+        self.count_backing_off();
         result
     }
 
@@ -454,13 +455,18 @@ impl Reporting {
         }
     }
 
-    /// The error policy: retry this object after its backoff delay.
-    pub fn retry<K: Resource>(&self, obj: &K) -> Action {
-        let delay = self.backoff.failed(&key_of(obj));
+    /// Publishes how many objects are backing off now.
+    fn count_backing_off(&self) {
         self.metrics
             .backoff
             .with_label_values(&[self.controller])
             .set(self.backoff.len() as i64);
+    }
+
+    /// The error policy: retry this object after its backoff delay.
+    pub fn retry<K: Resource>(&self, obj: &K) -> Action {
+        let delay = self.backoff.failed(&key_of(obj));
+        self.count_backing_off();
         Action::requeue(delay)
     }
 }

@@ -248,20 +248,25 @@ impl Elector {
         // Free, expired (unchanged for a whole lease), or ours from before a
         // restart: take it, on the condition that it is still the version
         // read.
-        let mut lease = current;
-        lease.spec = Some(self.held_by_us(spec));
-        match self
-            .api
-            .replace(&self.name, &self.post_params(), &lease)
-            .await
-        {
-            Ok(lease) => {
-                self.ours = Some(lease);
-                Ok(Attempt::Acquired)
-            }
+        match self.write_held(current, spec).await {
+            Ok(()) => Ok(Attempt::Acquired),
             Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Attempt::Raced),
             Err(e) => Err(e),
         }
+    }
+
+    /// Writes `current` back held by this replica with a new renew time, on
+    /// the condition that it is still the version read (its resourceVersion),
+    /// and remembers the answer as the Lease this replica holds.
+    async fn write_held(&mut self, current: Lease, spec: LeaseSpec) -> Result<(), kube::Error> {
+        let mut lease = current;
+        lease.spec = Some(self.held_by_us(spec));
+        let written = self
+            .api
+            .replace(&self.name, &self.post_params(), &lease)
+            .await?;
+        self.ours = Some(written);
+        Ok(())
     }
 
     /// Writes the Lease again with a new renew time, on the condition that
@@ -284,17 +289,8 @@ impl Elector {
                     .unwrap_or("nobody")
             )));
         }
-        let mut lease = current;
-        lease.spec = Some(self.held_by_us(spec));
-        match self
-            .api
-            .replace(&self.name, &self.post_params(), &lease)
-            .await
-        {
-            Ok(lease) => {
-                self.ours = Some(lease);
-                Ok(Renewal::Renewed)
-            }
+        match self.write_held(current, spec).await {
+            Ok(()) => Ok(Renewal::Renewed),
             Err(kube::Error::Api(s)) if s.is_not_found() => {
                 Ok(Renewal::Lost("the Lease was deleted".to_owned()))
             }

@@ -57,8 +57,7 @@ struct Breaker {
 /// The pause before probe number `failures + 1`: PROBE_BASE doubled per
 /// failed probe, capped at PROBE_CAP.
 pub fn probe_delay(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    PROBE_BASE.saturating_mul(1 << exp).min(PROBE_CAP)
+    crate::backoff::doubling(PROBE_BASE, PROBE_CAP, failures)
 }
 
 /// Deadlines and circuit breakers for remote clusters, shared by every
