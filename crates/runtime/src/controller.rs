@@ -330,6 +330,7 @@ impl Reporting {
             events: crate::events::EventReporter::new(
                 rt.client.clone(),
                 &format!("crossplane-rs/{}", rt.binary),
+                controller,
                 rt.args.identity(),
                 rt.metrics.clone(),
             ),
@@ -363,11 +364,19 @@ impl Reporting {
         E: crate::events::ReconcileError + 'static,
     {
         let key = key_of(obj);
+        let span = tracing::info_span!(
+            "reconcile",
+            controller = self.controller,
+            object = %display_key(obj)
+        );
         self.rate.acquire().await;
-        let outcome = measured(
-            &self.metrics,
-            self.controller,
-            tokio::time::timeout(self.deadline, fut),
+        let outcome = tracing::Instrument::instrument(
+            measured(
+                &self.metrics,
+                self.controller,
+                tokio::time::timeout(self.deadline, fut),
+            ),
+            span,
         )
         .await;
         let (label, result) = match outcome {
@@ -468,6 +477,15 @@ impl Reporting {
         let delay = self.backoff.failed(&key_of(obj));
         self.count_backing_off();
         Action::requeue(delay)
+    }
+}
+
+/// "namespace/name" (or "name"), as logs name an object.
+fn display_key<K: Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+        _ => meta.name.clone().unwrap_or_default(),
     }
 }
 

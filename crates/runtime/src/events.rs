@@ -66,10 +66,18 @@ pub struct EventReporter {
 }
 
 impl EventReporter {
-    /// A reporter named after the controller, with this replica's identity.
-    pub fn new(client: Client, controller: &str, instance: String, metrics: Metrics) -> Self {
+    /// A reporter for `controller` (its name in metrics and logs) whose
+    /// events come from `reporter` (e.g. "crossplane-rs/scheduler"), with this
+    /// replica's identity.
+    pub fn new(
+        client: Client,
+        reporter: &str,
+        controller: &str,
+        instance: String,
+        metrics: Metrics,
+    ) -> Self {
         let reporter = Reporter {
-            controller: controller.to_owned(),
+            controller: reporter.to_owned(),
             instance: Some(instance),
         };
         Self {

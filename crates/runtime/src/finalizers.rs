@@ -14,6 +14,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 
 fn patch(current: &[String], next: Vec<String>) -> serde_json::Value {
     if current.is_empty() {
@@ -34,13 +35,55 @@ pub async fn add<K>(api: &Api<K>, obj: &K, finalizer: &str) -> kube::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    add_with_labels(api, obj, finalizer, &BTreeMap::new()).await
+}
+
+/// Adds `finalizer` and sets `labels` on `obj`, in one request, unless it
+/// already carries them all. Other labels are left as they are.
+pub async fn add_with_labels<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+    labels: &BTreeMap<String, String>,
+) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let current = obj.finalizers().to_vec();
-    if current.iter().any(|f| f == finalizer) {
+    let ops = label_ops(obj.meta().labels.as_ref(), labels);
+    let has_finalizer = current.iter().any(|f| f == finalizer);
+    if has_finalizer && ops.is_empty() {
         return Ok(());
     }
     let mut next = current.clone();
-    next.push(finalizer.to_owned());
-    guarded_patch(api, obj, &current, next).await
+    if !has_finalizer {
+        next.push(finalizer.to_owned());
+    }
+    guarded_patch(api, obj, &current, next, ops).await
+}
+
+/// JSON Patch operations that give `current` labels the `wanted` values.
+fn label_ops(
+    current: Option<&BTreeMap<String, String>>,
+    wanted: &BTreeMap<String, String>,
+) -> Vec<serde_json::Value> {
+    let missing: BTreeMap<&String, &String> = wanted
+        .iter()
+        .filter(|(k, v)| current.and_then(|c| c.get(*k)) != Some(*v))
+        .collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    match current {
+        None => vec![serde_json::json!({"op": "add", "path": "/metadata/labels", "value": missing})],
+        Some(_) => missing
+            .into_iter()
+            .map(|(k, v)| {
+                let key = k.replace('~', "~0").replace('/', "~1");
+                serde_json::json!({"op": "add", "path": format!("/metadata/labels/{key}"), "value": v})
+            })
+            .collect(),
+    }
 }
 
 /// Removes `finalizer` from `obj` if present.
@@ -57,7 +100,7 @@ where
         .filter(|f| *f != finalizer)
         .cloned()
         .collect();
-    match guarded_patch(api, obj, &current, next).await {
+    match guarded_patch(api, obj, &current, next, Vec::new()).await {
         // Already gone: nothing left to finalize.
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         other => other,
@@ -70,13 +113,17 @@ async fn guarded_patch<K>(
     obj: &K,
     current: &[String],
     next: Vec<String>,
+    more: Vec<serde_json::Value>,
 ) -> kube::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let name = obj.name_any();
-    let p: json_patch::Patch =
-        serde_json::from_value(patch(current, next)).map_err(kube::Error::SerdeError)?;
+    let mut ops = patch(current, next);
+    if let Some(list) = ops.as_array_mut() {
+        list.extend(more);
+    }
+    let p: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
     match api
         .patch(&name, &PatchParams::default(), &Patch::<()>::Json(p))
         .await

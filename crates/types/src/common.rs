@@ -195,3 +195,36 @@ pub struct TemplateMetadata {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<std::collections::BTreeMap<String, String>>,
 }
+
+/// A kind whose status carries Crossplane conditions (Synced, Ready, ...):
+/// what the shared reconciler needs to read and write a status without
+/// knowing the kind.
+pub trait Conditioned {
+    /// The kind's status.
+    type Status: Clone + Default + PartialEq + Serialize + Send + Sync;
+    /// The status, if the object has one yet.
+    fn status(&self) -> Option<&Self::Status>;
+    /// The conditions of a status.
+    fn conditions(status: &Self::Status) -> &[Condition];
+    /// The conditions of a status, to change.
+    fn conditions_mut(status: &mut Self::Status) -> &mut Vec<Condition>;
+}
+
+/// Implements [`Conditioned`] for kinds whose status has a `conditions` list.
+#[macro_export]
+macro_rules! conditioned {
+    ($($kind:ty => $status:ty),+ $(,)?) => {$(
+        impl $crate::common::Conditioned for $kind {
+            type Status = $status;
+            fn status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+            fn conditions(status: &$status) -> &[$crate::common::Condition] {
+                &status.conditions
+            }
+            fn conditions_mut(status: &mut $status) -> &mut Vec<$crate::common::Condition> {
+                &mut status.conditions
+            }
+        }
+    )+};
+}

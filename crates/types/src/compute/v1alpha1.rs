@@ -62,3 +62,5 @@ pub struct KubernetesClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+crate::conditioned!(KubernetesCluster => KubernetesClusterStatus);

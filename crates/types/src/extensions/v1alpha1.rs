@@ -210,3 +210,5 @@ pub struct ExtensionStatus {
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
 }
+
+crate::conditioned!(ExtensionRequest => ExtensionRequestStatus, Extension => ExtensionStatus);

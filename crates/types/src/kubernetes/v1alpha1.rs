@@ -331,3 +331,5 @@ pub struct ProviderConfigUsageSpec {
     /// ResourceRef is the Object using it.
     pub resource_ref: TypedReference,
 }
+
+crate::conditioned!(Object => ObjectStatus, ProviderConfig => ProviderConfigStatus);

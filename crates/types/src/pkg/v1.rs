@@ -176,3 +176,5 @@ pub struct ProviderRevisionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid_dependencies: Option<i64>,
 }
+
+crate::conditioned!(Provider => ProviderStatus, ProviderRevision => ProviderRevisionStatus);

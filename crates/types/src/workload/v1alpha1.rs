@@ -253,3 +253,8 @@ pub struct KubernetesApplicationResourceStatus {
 
 /// Labels and annotations, as the application copies them from a template.
 pub type StringMap = BTreeMap<String, String>;
+
+crate::conditioned!(
+    KubernetesApplication => KubernetesApplicationStatus,
+    KubernetesApplicationResource => KubernetesApplicationResourceStatus,
+);

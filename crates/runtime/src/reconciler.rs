@@ -1,0 +1,481 @@
+//! The one reconcile skeleton every controller runs.
+//!
+//! A controller says what it wants done ([`Reconciler::apply`] and
+//! [`Reconciler::cleanup`]); the skeleton does the rest, the same way for
+//! every kind:
+//!
+//! 1. guards: an object the controller does not want yet is left alone; a
+//!    paused object (`crossplane.io/paused: "true"`) gets Synced=False with
+//!    reason ReconcilePaused, one Normal event, and nothing else; a deleted
+//!    object whose finalizer is gone is left alone;
+//! 2. the finalizer (and any labels the controller asks for) is added in one
+//!    guarded metadata patch, only when missing;
+//! 3. apply or cleanup; a cleanup that is done lets the finalizer go;
+//! 4. Synced is set (True, or False with the error's fix-it message) and the
+//!    status is written once, only when it changed ([`StatusWriter`]);
+//! 5. the result is reported by [`Reporting::reconcile`]: a log line with
+//!    the object's key, a Warning event, the error metric and the backoff;
+//!    all inside a `tracing` span carrying the controller and the key.
+//!
+//! [`run`] drives a `kube` Controller through the skeleton, so a controller
+//! cannot reconcile around it.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Debug,
+    hash::{Hash, Hasher},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use kube::{
+    Api, Resource, ResourceExt,
+    runtime::{Controller, controller::Action},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use types::common::{ANNOTATION_PAUSED, Conditioned};
+
+use crate::{
+    conditions,
+    controller::{Reporting, Runtime},
+    events::ReconcileError,
+    finalizers, ssa,
+};
+
+/// A request to the control cluster made by the skeleton (finalizer,
+/// status) failed. Controllers' error types convert from it.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to {what}")]
+pub struct ControlError {
+    /// What was attempted.
+    pub what: &'static str,
+    /// Cause.
+    #[source]
+    pub source: Box<kube::Error>,
+}
+
+impl ControlError {
+    /// A failed request to the control cluster.
+    pub fn new(what: &'static str, source: kube::Error) -> Self {
+        Self {
+            what,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// The error category of [`ControlError`].
+pub const CONTROL_REQUEST_FAILED: &str = "ControlClusterRequestFailed";
+
+/// What a cleanup found.
+#[derive(Debug)]
+pub enum Cleanup {
+    /// Everything the object made is gone (or left in place on purpose):
+    /// the finalizer goes.
+    Done,
+    /// Not yet: the status is written and the object looked at again per
+    /// the action (watches usually wake it sooner).
+    Wait(Action),
+}
+
+/// A status being worked out in one reconcile. Starts as the object's
+/// current status; the controller changes it, the skeleton writes it.
+pub type Draft<K> = <K as Conditioned>::Status;
+
+/// What a controller decides; see the module documentation for what the
+/// skeleton does around it.
+pub trait Reconciler: Send + Sync + 'static {
+    /// The kind reconciled.
+    type Object: Resource<DynamicType = ()>
+        + Conditioned
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static;
+    /// Why a reconcile failed; each message says what to fix.
+    type Error: ReconcileError + From<ControlError> + Send + Sync + 'static;
+
+    /// The shared parts.
+    fn skeleton(&self) -> &Skeleton;
+
+    /// The Api of the object's kind in its namespace (`Api::namespaced` or
+    /// `Api::all`), for its finalizer and status.
+    fn api(&self, obj: &Self::Object) -> Api<Self::Object>;
+
+    /// The finalizer that holds an object until [`Reconciler::cleanup`] is
+    /// done. `None` for a controller that makes nothing outside the object.
+    fn finalizer(&self) -> Option<&'static str>;
+
+    /// Labels the object must carry, written together with the finalizer.
+    fn labels(&self, _obj: &Self::Object) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// Whether there is anything to do for the object now (e.g. a resource
+    /// that is not scheduled yet is left alone until it is).
+    fn wanted(&self, _obj: &Self::Object) -> bool {
+        true
+    }
+
+    /// Brings what the object describes about; sets Ready and the other
+    /// status fields in `status` (Synced is the skeleton's).
+    fn apply(
+        &self,
+        obj: &Arc<Self::Object>,
+        status: &mut Draft<Self::Object>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// Removes what the object made.
+    fn cleanup(
+        &self,
+        obj: &Arc<Self::Object>,
+        status: &mut Draft<Self::Object>,
+    ) -> impl Future<Output = Result<Cleanup, Self::Error>> + Send;
+
+    /// The status to show after `apply` failed (Synced is already False
+    /// with the message). By default a Ready=True stays (the last thing
+    /// made is still there); otherwise Ready=False with the message.
+    fn failed(&self, _obj: &Self::Object, status: &mut Draft<Self::Object>, message: &str) {
+        let conds = Self::Object::conditions_mut(status);
+        let ready =
+            conditions::get(conds, conditions::TYPE_READY).is_some_and(|c| c.status == "True");
+        if !ready {
+            conditions::set(
+                conds,
+                conditions::unavailable(message.to_owned()),
+                &conditions::now(),
+            );
+        }
+    }
+
+    /// Called once an object's finalizer is gone (or it is deleted without
+    /// one): forget what was kept about it.
+    fn forget(&self, _obj: &Self::Object) {}
+}
+
+/// The shared parts of a controller's reconciles.
+#[derive(Clone)]
+pub struct Skeleton {
+    /// Reporting (events, metrics, backoff, rate, deadline).
+    pub reporting: Reporting,
+    /// The status writer.
+    pub status: StatusWriter,
+    client: kube::Client,
+}
+
+impl Skeleton {
+    /// The skeleton of one controller of a binary.
+    pub fn new(rt: &Runtime, controller: &'static str) -> Self {
+        Self {
+            reporting: Reporting::new(rt, controller),
+            status: StatusWriter::new(rt.field_manager()),
+            client: rt.client.clone(),
+        }
+    }
+
+    /// The control-cluster client.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+}
+
+/// Whether the object carries `crossplane.io/paused: "true"`.
+pub fn paused<K: Resource>(obj: &K) -> bool {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_PAUSED))
+        .is_some_and(|v| v == "true")
+}
+
+/// One reconcile of `obj` through the skeleton.
+pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Action, R::Error> {
+    if !r.wanted(&obj) {
+        return Ok(Action::await_change());
+    }
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    if deleting
+        && r.finalizer()
+            .is_none_or(|f| !finalizers::has(obj.as_ref(), f))
+    {
+        r.forget(&obj);
+        r.skeleton().status.forget(obj.as_ref());
+        return Ok(Action::await_change());
+    }
+    let sk = r.skeleton();
+    sk.reporting
+        .reconcile(obj.as_ref(), steps(r, &obj, deleting))
+        .await
+}
+
+async fn steps<R: Reconciler>(
+    r: &R,
+    obj: &Arc<R::Object>,
+    deleting: bool,
+) -> Result<Action, R::Error> {
+    let sk = r.skeleton();
+    let api = r.api(obj.as_ref());
+    let mut status = obj.status().cloned().unwrap_or_default();
+    if paused(obj.as_ref()) {
+        return pause(r, &api, obj, status).await;
+    }
+    if deleting {
+        let cleaned = r.cleanup(obj, &mut status).await;
+        return match cleaned {
+            Ok(Cleanup::Done) => {
+                if let Some(f) = r.finalizer() {
+                    finalizers::remove(&api, obj.as_ref(), f)
+                        .await
+                        .map_err(|e| ControlError::new("remove the finalizer", e))?;
+                }
+                r.forget(obj);
+                sk.status.forget(obj.as_ref());
+                Ok(Action::await_change())
+            }
+            Ok(Cleanup::Wait(action)) => {
+                synced(obj.as_ref(), &mut status, conditions::reconcile_success());
+                sk.status.write(&api, obj.as_ref(), &status).await?;
+                Ok(action)
+            }
+            Err(e) => Err(fail(r, &api, obj, status, e).await),
+        };
+    }
+    if let Some(f) = r.finalizer() {
+        finalizers::add_with_labels(&api, obj.as_ref(), f, &r.labels(obj))
+            .await
+            .map_err(|e| ControlError::new("add the finalizer", e))?;
+    }
+    match r.apply(obj, &mut status).await {
+        Ok(action) => {
+            synced(obj.as_ref(), &mut status, conditions::reconcile_success());
+            sk.status.write(&api, obj.as_ref(), &status).await?;
+            Ok(action)
+        }
+        Err(e) => Err(fail(r, &api, obj, status, e).await),
+    }
+}
+
+/// Records a failure in the status (unless it is a lost race, which is
+/// looked at again quietly) and hands the error back for reporting.
+async fn fail<R: Reconciler>(
+    r: &R,
+    api: &Api<R::Object>,
+    obj: &R::Object,
+    mut status: Draft<R::Object>,
+    error: R::Error,
+) -> R::Error {
+    if error.is_conflict() {
+        return error;
+    }
+    let message = crate::events::error_chain(&error);
+    synced(
+        obj,
+        &mut status,
+        conditions::reconcile_error(message.clone()),
+    );
+    r.failed(obj, &mut status, &message);
+    if let Err(e) = r.skeleton().status.write(api, obj, &status).await {
+        tracing::warn!(error = %crate::events::error_chain(&e), "failed to record the error in the status");
+    }
+    error
+}
+
+async fn pause<R: Reconciler>(
+    r: &R,
+    api: &Api<R::Object>,
+    obj: &R::Object,
+    mut status: Draft<R::Object>,
+) -> Result<Action, R::Error> {
+    let already = conditions::get(R::Object::conditions(&status), conditions::TYPE_SYNCED)
+        .is_some_and(|c| c.reason.as_deref() == Some(conditions::reason::RECONCILE_PAUSED));
+    if !already {
+        synced(obj, &mut status, conditions::reconcile_paused());
+        r.skeleton().status.write(api, obj, &status).await?;
+        r.skeleton()
+            .reporting
+            .events
+            .normal(
+                &obj.object_ref(&()),
+                conditions::reason::RECONCILE_PAUSED,
+                "reconciling is paused by the crossplane.io/paused annotation".to_owned(),
+            )
+            .await;
+    }
+    Ok(Action::await_change())
+}
+
+/// Sets Synced, recording the generation it describes.
+fn synced<K: Conditioned + Resource>(
+    obj: &K,
+    status: &mut K::Status,
+    mut condition: types::common::Condition,
+) {
+    condition.observed_generation = obj.meta().generation;
+    conditions::set(K::conditions_mut(status), condition, &conditions::now());
+}
+
+/// Runs `controller` through the skeleton until it stops. Every result
+/// passes through [`Reporting::reconcile`]; failures of the controller
+/// machinery itself (a watch that cannot list, an object gone from the
+/// cache) are logged here.
+pub async fn run<R: Reconciler>(controller: Controller<R::Object>, r: Arc<R>) {
+    let name = r.skeleton().reporting.controller;
+    controller
+        .run(
+            |obj, r: Arc<R>| async move { reconcile(r.as_ref(), obj).await },
+            |obj, _e, r: Arc<R>| r.skeleton().reporting.retry(obj.as_ref()),
+            r,
+        )
+        .for_each(|result| {
+            if let Err(e) = result {
+                match e {
+                    // Already reported by the skeleton.
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    // An object deleted while queued: nothing to do.
+                    kube::runtime::controller::Error::ObjectNotFound(obj) => {
+                        tracing::debug!(controller = name, object = %obj, "object gone before its reconcile");
+                    }
+                    other => {
+                        tracing::warn!(controller = name, error = %crate::events::error_chain(&other), "controller machinery failed; retrying");
+                    }
+                }
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+/// Writes an object's status only when it changed.
+///
+/// "Changed" is judged against the object as the cache shows it, and
+/// against what this writer last wrote: a reconcile that runs before the
+/// watch delivered our own previous write sees the old status, and must not
+/// write the same new one again. What was written is remembered per object
+/// UID with the resourceVersion the write produced, and trusted only while
+/// the cache is older than that write.
+#[derive(Clone)]
+pub struct StatusWriter {
+    field_manager: String,
+    written: Arc<Mutex<HashMap<String, (u64, String)>>>,
+}
+
+impl StatusWriter {
+    /// A writer applying with `field_manager`.
+    pub fn new(field_manager: String) -> Self {
+        Self {
+            field_manager,
+            written: Arc::default(),
+        }
+    }
+
+    /// Writes `status` unless the object already has it (or this writer
+    /// just wrote it and the cache is behind). The whole status is applied,
+    /// so a field that went away is removed. Ok(true) when written.
+    pub async fn write<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        status: &K::Status,
+    ) -> Result<bool, ControlError>
+    where
+        K: Resource<DynamicType = ()> + Conditioned + Clone + DeserializeOwned + Debug,
+    {
+        if obj.status() == Some(status) {
+            return Ok(false);
+        }
+        let value = serde_json::to_value(status)
+            .map_err(|e| ControlError::new("serialize the status", kube::Error::SerdeError(e)))?;
+        let hash = value_hash(&value);
+        let uid = obj.meta().uid.clone().unwrap_or_default();
+        let cached_rv = obj.meta().resource_version.as_deref().unwrap_or_default();
+        let just_wrote = self
+            .written
+            .lock()
+            .ok()
+            .and_then(|w| w.get(&uid).cloned())
+            .is_some_and(|(h, rv)| h == hash && older(cached_rv, &rv));
+        if just_wrote {
+            return Ok(false);
+        }
+        let written = ssa::apply_status(api, &obj.name_any(), value, &self.field_manager)
+            .await
+            .map_err(|e| ControlError::new("write the status", e))?;
+        if let (Ok(mut w), Some(rv)) =
+            (self.written.lock(), written.meta().resource_version.clone())
+        {
+            w.insert(uid, (hash, rv));
+        }
+        Ok(true)
+    }
+
+    /// Forgets what was written for an object that is gone.
+    pub fn forget<K: Resource>(&self, obj: &K) {
+        if let (Ok(mut w), Some(uid)) = (self.written.lock(), obj.meta().uid.as_ref()) {
+            w.remove(uid);
+        }
+    }
+}
+
+/// Whether resourceVersion `a` is older than `b`. The API server's
+/// resourceVersions are etcd revisions, which only grow; when either is not
+/// a number nothing is assumed (false).
+pub fn older(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
+}
+
+fn value_hash(value: &serde_json::Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut h);
+    h.finish()
+}
+
+/// A delay of `d` ±10%, stable per object (by UID), so that the safety
+/// resyncs of many objects spread out instead of arriving together.
+pub fn jittered<K: Resource>(d: Duration, obj: &K) -> Duration {
+    let seed = obj
+        .meta()
+        .uid
+        .as_deref()
+        .unwrap_or_default()
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+    let permille = 900 + (seed % 201);
+    d.mul_f64(permille as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_versions_compare_as_numbers_and_assume_nothing_otherwise() {
+        assert!(older("9", "10"));
+        assert!(!older("10", "9"));
+        assert!(!older("10", "10"));
+        assert!(!older("abc", "10"));
+        assert!(!older("10", ""));
+    }
+
+    #[test]
+    fn jitter_stays_within_ten_percent_and_is_stable() {
+        let obj: types::kubernetes::v1alpha1::Object = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "metadata": {"name": "o", "uid": "1234-abcd"},
+            "spec": {"forProvider": {"manifest": {}}},
+        }))
+        .unwrap();
+        let d = jittered(Duration::from_secs(600), &obj);
+        assert!(
+            d >= Duration::from_secs(540) && d <= Duration::from_secs(660),
+            "{d:?}"
+        );
+        assert_eq!(d, jittered(Duration::from_secs(600), &obj));
+    }
+}
