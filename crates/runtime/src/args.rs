@@ -83,8 +83,12 @@ pub struct CommonArgs {
     #[arg(long, env = "CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
 
-    /// How often to observe external state that is polled rather than watched.
-    #[arg(long, env = "POLL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    /// A safety resync: how often every object is looked at again even
+    /// though nothing woke it (±10% per object, so they spread out). Remote
+    /// objects and referenced objects are watched, so changes arrive within
+    /// a second or two without it; a resync is answered from the watch
+    /// caches and costs no request when nothing changed.
+    #[arg(long, env = "POLL_INTERVAL", default_value = "10m", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
 
     /// Watch only this namespace (namespaced kinds); all namespaces when
