@@ -6,7 +6,6 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     api::DeleteParams,
@@ -14,9 +13,13 @@ use kube::{
 };
 use runtime::{
     conditions,
-    controller::{CACHE_NOT_READY_RETRY, Reporting, Runtime, cache_ready},
+    controller::{Runtime, cache_ready},
     events::ReconcileError,
-    finalizers, ssa,
+    finalizers,
+    reconciler::{
+        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
+    },
+    ssa,
 };
 use types::workload::v1alpha1::{
     KubernetesApplication, KubernetesApplicationResource, KubernetesApplicationState,
@@ -34,143 +37,309 @@ const DELETE_POLL: Duration = Duration::from_secs(2);
 /// Why reconciling an application failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Adding or removing the finalizer failed.
-    #[error("failed to update the finalizer")]
-    Finalizer(#[source] kube::Error),
+    /// Some templates could not be submitted; each says what to fix.
+    #[error("{0}")]
+    Submit(String),
     /// Deleting a resource failed.
     #[error("failed to delete KubernetesApplicationResource {0}")]
     Delete(String, #[source] kube::Error),
-    /// Writing status failed.
-    #[error("failed to write KubernetesApplication status")]
-    WriteStatus(#[source] kube::Error),
-    /// Serializing status failed.
-    #[error("failed to serialize status")]
-    Serialize(#[from] serde_json::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
 }
 
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Finalizer(_) => "CannotUpdateFinalizer",
+            Error::Submit(_) => "CannotSubmitResource",
             Error::Delete(..) => "CannotDeleteResource",
-            Error::WriteStatus(_) => "CannotWriteStatus",
-            Error::Serialize(_) => "CannotSerializeStatus",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
     }
 }
 
-/// Shared by reconciles.
-pub struct Ctx {
-    rt: Runtime,
-    reporting: Reporting,
+/// The application controller's reconciler.
+pub struct Applications {
+    sk: Skeleton,
+    field_manager: String,
     resources: Store<KubernetesApplicationResource>,
+    /// How often a healthy application is looked at again (--sync-interval).
+    resync: Duration,
 }
 
-fn owned<'a>(
-    ctx: &'a Ctx,
-    app: &'a KubernetesApplication,
-) -> impl Iterator<Item = Arc<KubernetesApplicationResource>> + 'a {
-    let ns = app.namespace();
-    ctx.resources
-        .state()
-        .into_iter()
-        .filter(move |r| r.namespace() == ns && desired::controlled_by(r, app))
-}
-
-async fn reconcile(app: Arc<KubernetesApplication>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let scheduled = app
-        .status
+fn scheduled_to(app: &KubernetesApplication) -> Option<&str> {
+    app.status
         .as_ref()
         .and_then(|s| s.cluster_ref.as_ref())
-        .map(|c| c.name.clone());
-    let deleting = app.metadata.deletion_timestamp.is_some();
-    if scheduled.is_none() && !finalizers::has(app.as_ref(), FINALIZER) {
-        // Unscheduled applications belong to the scheduler.
-        return Ok(Action::await_change());
-    }
-    if !cache_ready(&ctx.resources).await {
-        return Ok(Action::requeue(CACHE_NOT_READY_RETRY));
-    }
-    ctx.reporting
-        .reconcile(app.as_ref(), async {
-            let api: Api<KubernetesApplication> =
-                Api::namespaced(ctx.rt.client.clone(), &app.namespace().unwrap_or_default());
-            if deleting {
-                return cleanup(&ctx, &api, &app).await;
-            }
-            finalizers::add(&api, app.as_ref(), FINALIZER)
-                .await
-                .map_err(Error::Finalizer)?;
-            let cluster = scheduled.unwrap_or_default();
-            apply(&ctx, &api, &app, &cluster).await
-        })
-        .await
+        .map(|c| c.name.as_str())
 }
 
-async fn apply(
-    ctx: &Ctx,
-    api: &Api<KubernetesApplication>,
-    app: &KubernetesApplication,
-    cluster: &str,
-) -> Result<Action, Error> {
-    let ns = app.namespace().unwrap_or_default();
-    let resources: Api<KubernetesApplicationResource> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let mut problems: Vec<String> = Vec::new();
-    let mut wanted = BTreeSet::new();
-    for index in 0..app.spec.resource_templates.len() {
-        let (name, body) = match desired::resource_for(app, index, cluster) {
-            Ok(r) => r,
-            Err(msg) => {
-                problems.push(msg);
-                continue;
-            }
+impl Reconciler for Applications {
+    type Object = KubernetesApplication;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, app: &KubernetesApplication) -> Api<KubernetesApplication> {
+        Api::namespaced(
+            self.sk.client().clone(),
+            &app.namespace().unwrap_or_default(),
+        )
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    /// Unscheduled applications belong to the scheduler.
+    fn wanted(&self, app: &KubernetesApplication) -> bool {
+        scheduled_to(app).is_some() || finalizers::has(app, FINALIZER)
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.resources).await
+    }
+
+    async fn apply(
+        &self,
+        app: &Arc<KubernetesApplication>,
+        status: &mut Draft<KubernetesApplication>,
+    ) -> Result<Action, Error> {
+        let cluster = scheduled_to(app).unwrap_or_default().to_owned();
+        let (wanted, problems) = self.submit(app, &cluster).await;
+        let owned: Vec<_> = self.owned(app).collect();
+        self.delete_stale(app, &owned, &wanted).await?;
+        let current: Vec<_> = owned
+            .iter()
+            .filter(|r| wanted.contains(&r.name_any()))
+            .collect();
+        report(app, status, &wanted, &current, &problems);
+        if !problems.is_empty() {
+            // A conflicting resource is not ours to watch: the error is
+            // reported and the application looked at again with backoff.
+            return Err(Error::Submit(problems.join("; ")));
+        }
+        Ok(Action::requeue(self.resync))
+    }
+
+    async fn cleanup(
+        &self,
+        app: &Arc<KubernetesApplication>,
+        status: &mut Draft<KubernetesApplication>,
+    ) -> Result<Cleanup, Error> {
+        let remaining: Vec<_> = self.owned(app).collect();
+        if remaining.is_empty() {
+            return Ok(Cleanup::Done);
+        }
+        let submitted = remaining.iter().filter(|r| desired::submitted(r)).count();
+        counts(app, status, KubernetesApplicationState::Deleting, submitted);
+        conditions::set(
+            &mut status.conditions,
+            conditions::deleting(),
+            &conditions::now(),
+        );
+        let resources = self.resources_api(app);
+        for r in remaining
+            .iter()
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+        {
+            // The resource's own finalizer removes its remote object first.
+            delete(&resources, &r.name_any()).await?;
+        }
+        Ok(Cleanup::Wait(Action::requeue(DELETE_POLL)))
+    }
+
+    /// `apply` set Ready itself, also when some templates failed.
+    fn failed(
+        &self,
+        _app: &KubernetesApplication,
+        _status: &mut Draft<KubernetesApplication>,
+        _message: &str,
+    ) {
+    }
+
+    /// Announces a new state.
+    async fn written(&self, app: &KubernetesApplication, status: &Draft<KubernetesApplication>) {
+        let Some(state) = status.state else {
+            return;
         };
-        wanted.insert(name.clone());
-        let existing = ctx
-            .resources
-            .get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns));
-        if let Some(existing) = &existing {
-            if !desired::controlled_by(existing, app) {
-                let by = match desired::controller_of(existing) {
-                    Some(o) => format!("{} {}", o.kind, o.name),
-                    None => "no controller".to_owned(),
-                };
+        if app.status.as_ref().and_then(|s| s.state) == Some(state) {
+            return;
+        }
+        let note = format!(
+            "{} of {} resources submitted",
+            status.submitted_resources.unwrap_or_default(),
+            status.desired_resources.unwrap_or_default()
+        );
+        let oref = kube::Resource::object_ref(app, &());
+        self.sk
+            .reporting
+            .events
+            .normal(&oref, &format!("{state:?}"), note)
+            .await;
+    }
+}
+
+impl Applications {
+    fn resources_api(&self, app: &KubernetesApplication) -> Api<KubernetesApplicationResource> {
+        Api::namespaced(
+            self.sk.client().clone(),
+            &app.namespace().unwrap_or_default(),
+        )
+    }
+
+    /// The resources this application controls, from the cache.
+    fn owned<'a>(
+        &'a self,
+        app: &'a KubernetesApplication,
+    ) -> impl Iterator<Item = Arc<KubernetesApplicationResource>> + 'a {
+        let ns = app.namespace();
+        self.resources
+            .state()
+            .into_iter()
+            .filter(move |r| r.namespace() == ns && desired::controlled_by(r, app))
+    }
+
+    /// Applies one resource per template unless it is up to date; returns
+    /// the names the templates ask for and what stood in the way.
+    async fn submit(
+        &self,
+        app: &KubernetesApplication,
+        cluster: &str,
+    ) -> (BTreeSet<String>, Vec<String>) {
+        let ns = app.namespace().unwrap_or_default();
+        let resources = self.resources_api(app);
+        let mut problems: Vec<String> = Vec::new();
+        let mut wanted = BTreeSet::new();
+        for index in 0..app.spec.resource_templates.len() {
+            let (name, body) = match desired::resource_for(app, index, cluster) {
+                Ok(r) => r,
+                Err(msg) => {
+                    problems.push(msg);
+                    continue;
+                }
+            };
+            wanted.insert(name.clone());
+            let existing = self
+                .resources
+                .get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns));
+            match existing.as_deref().map(|e| current(e, app, &body)) {
+                Some(Err(problem)) => {
+                    problems.push(problem);
+                    continue;
+                }
+                Some(Ok(true)) => continue,
+                Some(Ok(false)) | None => {}
+            }
+            if let Err(e) = ssa::apply(&resources, &name, &body, &self.field_manager).await {
                 problems.push(format!(
-                    "KubernetesApplicationResource {ns}/{name} already exists and is controlled by {by}; it is left alone: rename the template or delete that resource"
+                    "cannot apply KubernetesApplicationResource {ns}/{name}: {}",
+                    runtime::events::error_chain(&e)
                 ));
-                continue;
-            }
-            if desired::up_to_date(existing, &body) {
-                continue;
             }
         }
-        if let Err(e) = ssa::apply(&resources, &name, &body, &ctx.rt.field_manager()).await {
-            problems.push(format!(
-                "cannot apply KubernetesApplicationResource {ns}/{name}: {}",
-                runtime::events::error_chain(&e)
-            ));
+        (wanted, problems)
+    }
+
+    /// Deletes the resources no template asks for any more.
+    async fn delete_stale(
+        &self,
+        app: &KubernetesApplication,
+        owned: &[Arc<KubernetesApplicationResource>],
+        wanted: &BTreeSet<String>,
+    ) -> Result<(), Error> {
+        let resources = self.resources_api(app);
+        for name in desired::stale(owned.iter().map(Arc::as_ref), wanted) {
+            delete(&resources, &name).await?;
+            tracing::info!(resource = %name, "deleted a resource no template asks for");
+        }
+        Ok(())
+    }
+}
+
+/// Whether an existing resource is this application's and up to date
+/// (Ok(true)), its but stale (Ok(false)), or someone else's (Err: why it
+/// is left alone).
+fn current(
+    existing: &KubernetesApplicationResource,
+    app: &KubernetesApplication,
+    body: &serde_json::Value,
+) -> Result<bool, String> {
+    if desired::controlled_by(existing, app) {
+        return Ok(desired::up_to_date(existing, body));
+    }
+    let by = match desired::controller_of(existing) {
+        Some(o) => format!("{} {}", o.kind, o.name),
+        None => "no controller".to_owned(),
+    };
+    Err(format!(
+        "KubernetesApplicationResource {}/{} already exists and is controlled by {by}; it is left alone: rename the template or delete that resource",
+        existing.namespace().unwrap_or_default(),
+        existing.name_any()
+    ))
+}
+
+/// Deletes one resource; one already gone is fine.
+async fn delete(resources: &Api<KubernetesApplicationResource>, name: &str) -> Result<(), Error> {
+    match resources.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => {
+            let ns = resources.namespace().unwrap_or_default();
+            Err(Error::Delete(format!("{ns}/{name}"), e))
         }
     }
-    let owned: Vec<_> = owned(ctx, app).collect();
-    for name in desired::stale(owned.iter().map(Arc::as_ref), &wanted) {
-        match resources.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {
-                tracing::info!(namespace = %ns, resource = %name, "deleted a resource no template asks for")
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(Error::Delete(format!("{ns}/{name}"), e)),
-        }
-    }
-    // Status from the resources this application controls and still wants.
-    let current: Vec<_> = owned
-        .iter()
-        .filter(|r| wanted.contains(&r.name_any()))
-        .collect();
+}
+
+/// State, counts and the generation they describe.
+fn counts(
+    app: &KubernetesApplication,
+    status: &mut Draft<KubernetesApplication>,
+    state: KubernetesApplicationState,
+    submitted: usize,
+) {
+    status.state = Some(state);
+    status.desired_resources = Some(app.spec.resource_templates.len() as i64);
+    status.submitted_resources = Some(submitted as i64);
+    status.observed_generation = app.metadata.generation;
+}
+
+/// The status from the resources this application controls and still
+/// wants: state, counts and Ready.
+fn report(
+    app: &KubernetesApplication,
+    status: &mut Draft<KubernetesApplication>,
+    wanted: &BTreeSet<String>,
+    current: &[&Arc<KubernetesApplicationResource>],
+    problems: &[String],
+) {
     let submitted = current.iter().filter(|r| desired::submitted(r)).count();
     let failed = current.iter().filter(|r| desired::failed(r)).count();
-    let desired_count = app.spec.resource_templates.len();
-    let mut not_ready: Vec<String> = Vec::new();
-    for name in &wanted {
+    let state = desired::state(app.spec.resource_templates.len(), submitted, failed);
+    counts(app, status, state, submitted);
+    let not_ready = not_ready(wanted, current);
+    let ready = if not_ready.is_empty() && problems.is_empty() {
+        conditions::available()
+    } else if not_ready.is_empty() {
+        conditions::unavailable(problems.join("; "))
+    } else {
+        conditions::unavailable(format!(
+            "not every remote object is healthy: {}",
+            not_ready.join("; ")
+        ))
+    };
+    conditions::set(&mut status.conditions, ready, &conditions::now());
+}
+
+/// Why each wanted resource is not Ready.
+fn not_ready(
+    wanted: &BTreeSet<String>,
+    current: &[&Arc<KubernetesApplicationResource>],
+) -> Vec<String> {
+    let mut not_ready = Vec::new();
+    for name in wanted {
         let ready = current
             .iter()
             .find(|r| &r.name_any() == name)
@@ -189,137 +358,7 @@ async fn apply(
             None => not_ready.push(format!("{name}: not yet submitted")),
         }
     }
-    let state = desired::state(desired_count, submitted, failed);
-    let synced = if problems.is_empty() {
-        conditions::reconcile_success()
-    } else {
-        conditions::reconcile_error(problems.join("; "))
-    };
-    let ready = if not_ready.is_empty() && problems.is_empty() {
-        conditions::available()
-    } else if not_ready.is_empty() {
-        conditions::unavailable(problems.join("; "))
-    } else {
-        conditions::unavailable(format!(
-            "not every remote object is healthy: {}",
-            not_ready.join("; ")
-        ))
-    };
-    write_status(
-        ctx,
-        api,
-        app,
-        state,
-        desired_count,
-        submitted,
-        [synced, ready],
-    )
-    .await?;
-    if !problems.is_empty() {
-        // A conflicting resource is not ours to watch; look again later.
-        for p in &problems {
-            tracing::warn!(namespace = %ns, application = %app.name_any(), problem = %p, "cannot submit a resource");
-        }
-        return Ok(Action::requeue(ctx.rt.args.poll_interval));
-    }
-    Ok(Action::requeue(ctx.rt.args.sync_interval))
-}
-
-async fn cleanup(
-    ctx: &Ctx,
-    api: &Api<KubernetesApplication>,
-    app: &KubernetesApplication,
-) -> Result<Action, Error> {
-    let ns = app.namespace().unwrap_or_default();
-    let resources: Api<KubernetesApplicationResource> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let remaining: Vec<_> = owned(ctx, app).collect();
-    if remaining.is_empty() {
-        finalizers::remove(api, app, FINALIZER)
-            .await
-            .map_err(Error::Finalizer)?;
-        return Ok(Action::await_change());
-    }
-    let desired_count = app.spec.resource_templates.len();
-    let submitted = remaining.iter().filter(|r| desired::submitted(r)).count();
-    write_status(
-        ctx,
-        api,
-        app,
-        KubernetesApplicationState::Deleting,
-        desired_count,
-        submitted,
-        [conditions::reconcile_success(), conditions::deleting()],
-    )
-    .await?;
-    for r in remaining
-        .iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-    {
-        let name = r.name_any();
-        // The resource's own finalizer removes its remote object first.
-        match resources.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(Error::Delete(format!("{ns}/{name}"), e)),
-        }
-    }
-    Ok(Action::requeue(DELETE_POLL))
-}
-
-async fn write_status(
-    ctx: &Ctx,
-    api: &Api<KubernetesApplication>,
-    app: &KubernetesApplication,
-    state: KubernetesApplicationState,
-    desired: usize,
-    submitted: usize,
-    conds: [types::common::Condition; 2],
-) -> Result<(), Error> {
-    let mut status = app.status.clone().unwrap_or_default();
-    let now = conditions::now();
-    let mut changed = false;
-    for c in conds {
-        changed |= conditions::set(&mut status.conditions, c, &now);
-    }
-    let (desired, submitted) = (desired as i64, submitted as i64);
-    changed |= status.state != Some(state)
-        || status.desired_resources != Some(desired)
-        || status.submitted_resources != Some(submitted)
-        || status.observed_generation != app.metadata.generation;
-    if !changed {
-        return Ok(());
-    }
-    let ours: Vec<_> = status
-        .conditions
-        .iter()
-        .filter(|c| c.type_ == conditions::TYPE_SYNCED || c.type_ == conditions::TYPE_READY)
-        .collect();
-    let body = serde_json::json!({
-        "state": state,
-        "desiredResources": desired,
-        "submittedResources": submitted,
-        "observedGeneration": app.metadata.generation,
-        "conditions": ours,
-    });
-    ssa::apply_status(api, &app.name_any(), body, &ctx.rt.field_manager())
-        .await
-        .map_err(Error::WriteStatus)?;
-    if status.state != app.status.as_ref().and_then(|s| s.state) {
-        let oref = kube::Resource::object_ref(app, &());
-        ctx.reporting
-            .events
-            .normal(
-                &oref,
-                &format!("{state:?}"),
-                format!("{submitted} of {desired} resources submitted"),
-            )
-            .await;
-    }
-    Ok(())
-}
-
-fn error_policy(app: Arc<KubernetesApplication>, _error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.reporting.retry(app.as_ref())
+    not_ready
 }
 
 /// The application controller; it also watches the resources it controls.
@@ -335,18 +374,18 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
     .default_backoff()
     .reflect(writer)
     .touched_objects();
-    let ctx = Arc::new(Ctx {
-        rt: rt.clone(),
-        reporting: Reporting::new(rt, CONTROLLER),
+    let applications = Arc::new(Applications {
+        sk: Skeleton::new(rt, CONTROLLER),
+        field_manager: rt.field_manager(),
         resources: reader,
+        resync: rt.args.sync_interval,
     });
-    Controller::new(
+    let ctrl = Controller::new(
         rt.api::<KubernetesApplication>(),
         watcher::Config::default(),
     )
     .owns_stream(resources)
     .with_config(rt.controller_config())
-    .graceful_shutdown_on(rt.shutdown())
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| futures::future::ready(()))
+    .graceful_shutdown_on(rt.shutdown());
+    reconciler::run(ctrl, applications)
 }

@@ -38,7 +38,7 @@ use types::common::{ANNOTATION_PAUSED, Conditioned};
 
 use crate::{
     conditions,
-    controller::{Reporting, Runtime},
+    controller::{CACHE_NOT_READY_RETRY, Reporting, Runtime},
     events::ReconcileError,
     finalizers, ssa,
 };
@@ -121,6 +121,37 @@ pub trait Reconciler: Send + Sync + 'static {
         true
     }
 
+    /// Whether the caches the controller decides from hold their first
+    /// complete list (see [`crate::controller::cache_ready`]). While they do not, a wanted
+    /// object is looked at again after [`CACHE_NOT_READY_RETRY`], without a
+    /// reconcile being counted or rate limited.
+    fn ready(&self) -> impl Future<Output = bool> + Send {
+        async { true }
+    }
+
+    /// Whether the skeleton owns the object's status: sets Synced and
+    /// writes the draft (true, the default). A controller that shares its
+    /// kind's status with another controller returns false and writes only
+    /// the fields it owns, itself, in `apply` (the scheduler sets clusterRef,
+    /// state and Scheduled on an application whose Synced and Ready are the
+    /// application-controller's). The skeleton then writes no status at all:
+    /// a paused object is left alone without a condition or an event, and a
+    /// failure is reported by event, log and metric only.
+    fn writes_status(&self) -> bool {
+        true
+    }
+
+    /// Called after the skeleton wrote a changed status at the end of a
+    /// successful `apply` or `cleanup` (not when nothing changed, nor after
+    /// a failure), e.g. to announce a new state with a Normal event.
+    fn written(
+        &self,
+        _obj: &Self::Object,
+        _status: &Draft<Self::Object>,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Brings what the object describes about; sets Ready and the other
     /// status fields in `status` (Synced is the skeleton's).
     fn apply(
@@ -197,6 +228,9 @@ pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Acti
     if !r.wanted(&obj) {
         return Ok(Action::await_change());
     }
+    if !r.ready().await {
+        return Ok(Action::requeue(CACHE_NOT_READY_RETRY));
+    }
     let deleting = obj.meta().deletion_timestamp.is_some();
     if deleting
         && r.finalizer()
@@ -237,8 +271,7 @@ async fn steps<R: Reconciler>(
                 Ok(Action::await_change())
             }
             Ok(Cleanup::Wait(action)) => {
-                synced(obj.as_ref(), &mut status, conditions::reconcile_success());
-                sk.status.write(&api, obj.as_ref(), &status).await?;
+                succeeded(r, &api, obj, status).await?;
                 Ok(action)
             }
             Err(e) => Err(fail(r, &api, obj, status, e).await),
@@ -251,12 +284,29 @@ async fn steps<R: Reconciler>(
     }
     match r.apply(obj, &mut status).await {
         Ok(action) => {
-            synced(obj.as_ref(), &mut status, conditions::reconcile_success());
-            sk.status.write(&api, obj.as_ref(), &status).await?;
+            succeeded(r, &api, obj, status).await?;
             Ok(action)
         }
         Err(e) => Err(fail(r, &api, obj, status, e).await),
     }
+}
+
+/// Sets Synced=True and writes the status once it changed; tells the
+/// controller when it was written.
+async fn succeeded<R: Reconciler>(
+    r: &R,
+    api: &Api<R::Object>,
+    obj: &R::Object,
+    mut status: Draft<R::Object>,
+) -> Result<(), ControlError> {
+    if !r.writes_status() {
+        return Ok(());
+    }
+    synced(obj, &mut status, conditions::reconcile_success());
+    if r.skeleton().status.write(api, obj, &status).await? {
+        r.written(obj, &status).await;
+    }
+    Ok(())
 }
 
 /// Records a failure in the status (unless it is a lost race, which is
@@ -268,7 +318,7 @@ async fn fail<R: Reconciler>(
     mut status: Draft<R::Object>,
     error: R::Error,
 ) -> R::Error {
-    if error.is_conflict() {
+    if error.is_conflict() || !r.writes_status() {
         return error;
     }
     let message = crate::events::error_chain(&error);
@@ -290,6 +340,10 @@ async fn pause<R: Reconciler>(
     obj: &R::Object,
     mut status: Draft<R::Object>,
 ) -> Result<Action, R::Error> {
+    if !r.writes_status() {
+        tracing::debug!("paused by the crossplane.io/paused annotation");
+        return Ok(Action::await_change());
+    }
     let already = conditions::get(R::Object::conditions(&status), conditions::TYPE_SYNCED)
         .is_some_and(|c| c.reason.as_deref() == Some(conditions::reason::RECONCILE_PAUSED));
     if !already {
@@ -321,32 +375,64 @@ fn synced<K: Conditioned + Resource>(
 /// Runs `controller` through the skeleton until it stops. Every result
 /// passes through [`Reporting::reconcile`]; failures of the controller
 /// machinery itself (a watch that cannot list, an object gone from the
-/// cache) are logged here.
+/// cache) are logged by [`drive`].
 pub async fn run<R: Reconciler>(controller: Controller<R::Object>, r: Arc<R>) {
-    let name = r.skeleton().reporting.controller;
+    let reporting = r.skeleton().reporting.clone();
+    drive(controller, r, reporting, |obj, r: Arc<R>| async move {
+        reconcile(r.as_ref(), obj).await
+    })
+    .await;
+}
+
+/// Runs `controller` with `reconcile` until it stops: failed objects are
+/// retried after `reporting`'s backoff, and failures of the controller
+/// machinery are logged. `reconcile` reports each result through
+/// [`Reporting::reconcile`]. [`run`] drives the skeleton with it; a
+/// controller whose kind has no status for the skeleton to write (the
+/// observe-only one, [`crate::controller::observe`]) uses it directly.
+pub async fn drive<K, C, E, F, Fut>(
+    controller: Controller<K>,
+    ctx: Arc<C>,
+    reporting: Reporting,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    E: std::error::Error + Send + 'static,
+    F: FnMut(Arc<K>, Arc<C>) -> Fut,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let name = reporting.controller;
     controller
         .run(
-            |obj, r: Arc<R>| async move { reconcile(r.as_ref(), obj).await },
-            |obj, _e, r: Arc<R>| r.skeleton().reporting.retry(obj.as_ref()),
-            r,
+            reconcile,
+            move |obj, _e, _ctx| reporting.retry(obj.as_ref()),
+            ctx,
         )
         .for_each(|result| {
             if let Err(e) = result {
-                match e {
-                    // Already reported by the skeleton.
-                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                    // An object deleted while queued: nothing to do.
-                    kube::runtime::controller::Error::ObjectNotFound(obj) => {
-                        tracing::debug!(controller = name, object = %obj, "object gone before its reconcile");
-                    }
-                    other => {
-                        tracing::warn!(controller = name, error = %crate::events::error_chain(&other), "controller machinery failed; retrying");
-                    }
-                }
+                machinery_failed(name, e);
             }
             futures::future::ready(())
         })
         .await;
+}
+
+fn machinery_failed<E: std::error::Error + 'static>(
+    name: &str,
+    e: kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+) {
+    match e {
+        // Already reported by Reporting::reconcile.
+        kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+        // An object deleted while queued: nothing to do.
+        kube::runtime::controller::Error::ObjectNotFound(obj) => {
+            tracing::debug!(controller = name, object = %obj, "object gone before its reconcile");
+        }
+        other => {
+            tracing::warn!(controller = name, error = %crate::events::error_chain(&other), "controller machinery failed; retrying");
+        }
+    }
 }
 
 /// Writes an object's status only when it changed.

@@ -5,7 +5,6 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use futures::StreamExt;
 use kube::{
     Api, ResourceExt,
     runtime::{
@@ -16,8 +15,11 @@ use kube::{
 use prometheus::IntCounterVec;
 use runtime::{
     conditions,
-    controller::{CACHE_NOT_READY_RETRY, Reporting, Runtime, cache_ready},
+    controller::{Runtime, cache_ready},
     events::ReconcileError,
+    reconciler::{
+        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
+    },
     ssa,
 };
 use types::{
@@ -29,8 +31,10 @@ use types::{
 
 use crate::placement::{Candidate, Placement, place};
 
-/// Name of this controller in metrics and events.
-pub const CONTROLLER: &str = "kubernetesapplication";
+/// Name of this controller in metrics and events: it schedules
+/// KubernetesApplications (the application-controller, which submits them,
+/// is "kubernetesapplication").
+pub const CONTROLLER: &str = "scheduling";
 /// The condition this controller owns.
 pub const TYPE_SCHEDULED: &str = "Scheduled";
 
@@ -44,6 +48,9 @@ pub enum Error {
     /// Serializing status failed.
     #[error("failed to serialize status")]
     Serialize(#[from] serde_json::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
 }
 
 impl ReconcileError for Error {
@@ -51,14 +58,18 @@ impl ReconcileError for Error {
         match self {
             Error::WriteStatus(_) => "CannotWriteStatus",
             Error::Serialize(_) => "CannotSerializeStatus",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
     }
 }
 
-/// Shared by reconciles.
-pub struct Ctx {
-    rt: Runtime,
-    reporting: Reporting,
+/// The scheduling controller's reconciler. It shares the application's
+/// status with the application-controller, so it writes only the fields it
+/// owns: the Pending state and condition through the skeleton's status
+/// writer, the decision with a resourceVersion-guarded apply.
+pub struct Scheduling {
+    sk: Skeleton,
+    field_manager: String,
     clusters: Store<KubernetesCluster>,
     apps: Store<KubernetesApplication>,
     placements: IntCounterVec,
@@ -72,7 +83,7 @@ fn scheduled_to(app: &KubernetesApplication) -> Option<&str> {
 }
 
 /// The candidates in `ns`, with their application counts, from the caches.
-fn candidates(ctx: &Ctx, ns: &str) -> Vec<Candidate> {
+fn candidates(ctx: &Scheduling, ns: &str) -> Vec<Candidate> {
     let mut counts: HashMap<String, usize> = HashMap::new();
     for app in ctx.apps.state() {
         if app.namespace().as_deref() == Some(ns)
@@ -109,89 +120,130 @@ fn candidates(ctx: &Ctx, ns: &str) -> Vec<Candidate> {
         .collect()
 }
 
-async fn reconcile(app: Arc<KubernetesApplication>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    if scheduled_to(&app).is_some() || app.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+impl Reconciler for Scheduling {
+    type Object = KubernetesApplication;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
     }
-    // Decide only on complete caches: a partial view of the applications
-    // would skew the spread.
-    if !(cache_ready(&ctx.clusters).await && cache_ready(&ctx.apps).await) {
-        return Ok(Action::requeue(CACHE_NOT_READY_RETRY));
+
+    fn api(&self, app: &KubernetesApplication) -> Api<KubernetesApplication> {
+        Api::namespaced(
+            self.sk.client().clone(),
+            &app.namespace().unwrap_or_default(),
+        )
     }
-    ctx.reporting
-        .reconcile(app.as_ref(), async {
-            let ns = app.namespace().unwrap_or_default();
-            let name = app.name_any();
-            let api: Api<KubernetesApplication> = Api::namespaced(ctx.rt.client.clone(), &ns);
-            let mut status: KubernetesApplicationStatus = app.status.clone().unwrap_or_default();
-            let now = conditions::now();
-            let oref = kube::Resource::object_ref(app.as_ref(), &());
-            match place(
-                &ns,
-                app.spec.cluster_selector.as_ref(),
-                &candidates(&ctx, &ns),
-            ) {
-                Placement::Cluster(cluster) => {
-                    status.cluster_ref = Some(types::common::LocalObjectReference {
-                        name: cluster.clone(),
-                    });
-                    status.state = Some(KubernetesApplicationState::Scheduled);
-                    let msg = format!("scheduled to KubernetesCluster {cluster}");
-                    conditions::set(
-                        &mut status.conditions,
-                        conditions::custom(TYPE_SCHEDULED, true, "Scheduled", Some(msg.clone())),
-                        &now,
-                    );
-                    // Only if nobody changed the application since we looked:
-                    // a decision is written once.
-                    let rv = app.resource_version().unwrap_or_default();
-                    ssa::apply_status_at(
-                        &api,
-                        &name,
-                        &rv,
-                        scheduled_fields(&status)?,
-                        &ctx.rt.field_manager(),
-                    )
-                    .await
-                    .map_err(Error::WriteStatus)?;
-                    ctx.placements.with_label_values(&["scheduled"]).inc();
-                    tracing::info!(namespace = %ns, application = %name, %cluster, "scheduled");
-                    ctx.reporting.events.normal(&oref, "Scheduled", msg).await;
-                }
-                Placement::Pending(msg) => {
-                    let mut changed = status.state != Some(KubernetesApplicationState::Pending);
-                    status.state = Some(KubernetesApplicationState::Pending);
-                    changed |= conditions::set(
-                        &mut status.conditions,
-                        conditions::custom(
-                            TYPE_SCHEDULED,
-                            false,
-                            "NoMatchingCluster",
-                            Some(msg.clone()),
-                        ),
-                        &now,
-                    );
-                    if changed {
-                        ssa::apply_status(
-                            &api,
-                            &name,
-                            scheduled_fields(&status)?,
-                            &ctx.rt.field_manager(),
-                        )
-                        .await
-                        .map_err(Error::WriteStatus)?;
-                        ctx.placements.with_label_values(&["pending"]).inc();
-                        ctx.reporting
-                            .events
-                            .warning(&oref, "NoMatchingCluster", msg)
-                            .await;
-                    }
-                }
-            }
-            // Cluster changes wake pending applications through the watch.
-            Ok(Action::await_change())
-        })
+
+    fn finalizer(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A decision is written once: scheduled (and deleted) applications are
+    /// left alone.
+    fn wanted(&self, app: &KubernetesApplication) -> bool {
+        scheduled_to(app).is_none() && app.metadata.deletion_timestamp.is_none()
+    }
+
+    /// Decide only on complete caches: a partial view of the applications
+    /// would skew the spread.
+    async fn ready(&self) -> bool {
+        cache_ready(&self.clusters).await && cache_ready(&self.apps).await
+    }
+
+    fn writes_status(&self) -> bool {
+        false
+    }
+
+    async fn apply(
+        &self,
+        app: &Arc<KubernetesApplication>,
+        status: &mut Draft<KubernetesApplication>,
+    ) -> Result<Action, Error> {
+        let ns = app.namespace().unwrap_or_default();
+        let candidates = candidates(self, &ns);
+        match place(&ns, app.spec.cluster_selector.as_ref(), &candidates) {
+            Placement::Cluster(cluster) => self.schedule(app, status, cluster).await?,
+            Placement::Pending(msg) => self.pend(app, status, msg).await?,
+        }
+        // Cluster changes wake pending applications through the watch.
+        Ok(Action::await_change())
+    }
+
+    async fn cleanup(
+        &self,
+        _app: &Arc<KubernetesApplication>,
+        _status: &mut Draft<KubernetesApplication>,
+    ) -> Result<Cleanup, Error> {
+        // Scheduling makes nothing to remove.
+        Ok(Cleanup::Done)
+    }
+}
+
+impl Scheduling {
+    /// Writes the decision, only if nobody changed the application since we
+    /// looked: a decision is written once.
+    async fn schedule(
+        &self,
+        app: &KubernetesApplication,
+        status: &mut KubernetesApplicationStatus,
+        cluster: String,
+    ) -> Result<(), Error> {
+        status.cluster_ref = Some(types::common::LocalObjectReference {
+            name: cluster.clone(),
+        });
+        status.state = Some(KubernetesApplicationState::Scheduled);
+        let msg = format!("scheduled to KubernetesCluster {cluster}");
+        let scheduled = conditions::custom(TYPE_SCHEDULED, true, "Scheduled", Some(msg.clone()));
+        conditions::set(&mut status.conditions, scheduled, &conditions::now());
+        let rv = app.resource_version().unwrap_or_default();
+        let fields = scheduled_fields(status)?;
+        ssa::apply_status_at(
+            &self.api(app),
+            &app.name_any(),
+            &rv,
+            fields,
+            &self.field_manager,
+        )
         .await
+        .map_err(Error::WriteStatus)?;
+        self.placements.with_label_values(&["scheduled"]).inc();
+        tracing::info!(%cluster, "scheduled");
+        let oref = kube::Resource::object_ref(app, &());
+        self.sk
+            .reporting
+            .events
+            .normal(&oref, "Scheduled", msg)
+            .await;
+        Ok(())
+    }
+
+    /// Says why the application waits, once per change of the reason.
+    async fn pend(
+        &self,
+        app: &KubernetesApplication,
+        status: &mut KubernetesApplicationStatus,
+        msg: String,
+    ) -> Result<(), Error> {
+        status.state = Some(KubernetesApplicationState::Pending);
+        let pending = conditions::custom(
+            TYPE_SCHEDULED,
+            false,
+            "NoMatchingCluster",
+            Some(msg.clone()),
+        );
+        conditions::set(&mut status.conditions, pending, &conditions::now());
+        if self.sk.status.write(&self.api(app), app, status).await? {
+            self.placements.with_label_values(&["pending"]).inc();
+            let oref = kube::Resource::object_ref(app, &());
+            self.sk
+                .reporting
+                .events
+                .warning(&oref, "NoMatchingCluster", msg)
+                .await;
+        }
+        Ok(())
+    }
 }
 
 /// The status fields the scheduler owns: clusterRef, state and the Scheduled
@@ -213,25 +265,9 @@ fn scheduled_fields(
     Ok(serde_json::Value::Object(value))
 }
 
-fn error_policy(app: Arc<KubernetesApplication>, _error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.reporting.retry(app.as_ref())
-}
-
 /// The scheduling controller.
 pub fn controller(rt: &Runtime) -> Result<impl Future<Output = ()> + use<>, prometheus::Error> {
-    let placements = IntCounterVec::new(
-        prometheus::Opts::new(
-            "crossplane_rs_placements_total",
-            "Scheduling decisions by result: scheduled, or pending (no cluster fits).",
-        ),
-        &["result"],
-    )?;
-    rt.metrics
-        .registry()
-        .register(Box::new(placements.clone()))?;
-    for result in ["scheduled", "pending"] {
-        placements.with_label_values(&[result]);
-    }
+    let placements = placements(rt)?;
     // Clusters are watched through a reflector whose store the decisions
     // read: it is updated before the watch wakes an application, so a
     // decision never uses a cluster older than the change that woke it.
@@ -246,14 +282,14 @@ pub fn controller(rt: &Runtime) -> Result<impl Future<Output = ()> + use<>, prom
     );
     let apps = ctrl.store();
     let pending = apps.clone();
-    let ctx = Arc::new(Ctx {
-        rt: rt.clone(),
-        reporting: Reporting::new(rt, CONTROLLER),
+    let scheduling = Arc::new(Scheduling {
+        sk: Skeleton::new(rt, CONTROLLER),
+        field_manager: rt.field_manager(),
         clusters,
         apps,
         placements,
     });
-    Ok(ctrl
+    let ctrl = ctrl
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
         // A cluster that appears, gains labels or becomes Ready may fit a
@@ -266,7 +302,24 @@ pub fn controller(rt: &Runtime) -> Result<impl Future<Output = ()> + use<>, prom
                 .filter(|a| a.namespace() == ns && scheduled_to(a).is_none())
                 .map(|a| ObjectRef::from_obj(a.as_ref()))
                 .collect::<Vec<_>>()
-        })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(())))
+        });
+    Ok(reconciler::run(ctrl, scheduling))
+}
+
+/// The decisions counter, registered.
+fn placements(rt: &Runtime) -> Result<IntCounterVec, prometheus::Error> {
+    let placements = IntCounterVec::new(
+        prometheus::Opts::new(
+            "crossplane_rs_placements_total",
+            "Scheduling decisions by result: scheduled, or pending (no cluster fits).",
+        ),
+        &["result"],
+    )?;
+    rt.metrics
+        .registry()
+        .register(Box::new(placements.clone()))?;
+    for result in ["scheduled", "pending"] {
+        placements.with_label_values(&[result]);
+    }
+    Ok(placements)
 }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, ResourceExt,
@@ -18,10 +17,13 @@ use kube::{
 };
 use runtime::{
     conditions,
-    controller::{Reporting, Runtime},
+    controller::Runtime,
     events::{ReconcileError, error_chain},
+    limits,
+    reconciler::{
+        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton, jittered,
+    },
     remote::RemoteClients,
-    ssa,
 };
 use types::compute::v1alpha1::KubernetesCluster;
 
@@ -35,38 +37,25 @@ pub enum Error {
     /// Reading the connection Secret failed for a reason other than absence.
     #[error("failed to read connection Secret {0}")]
     ReadSecret(String, #[source] kube::Error),
-    /// Writing status failed.
-    #[error("failed to write KubernetesCluster status")]
-    WriteStatus(#[source] kube::Error),
-    /// Serializing status failed.
-    #[error("failed to serialize status")]
-    Serialize(#[from] serde_json::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
 }
 
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
             Error::ReadSecret(..) => "CannotReadConnectionSecret",
-            Error::WriteStatus(_) => "CannotWriteStatus",
-            Error::Serialize(_) => "CannotSerializeStatus",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
     }
 }
 
-/// Shared by reconciles.
-pub struct Ctx {
-    rt: Runtime,
-    remote: RemoteClients,
-    reporting: Reporting,
-    /// Every KubernetesCluster, watched: the clients of deleted ones go.
-    clusters: Store<KubernetesCluster>,
-}
-
 /// Probes one cluster: None when Ready, else what is wrong.
-async fn probe(ctx: &Ctx, cluster: &KubernetesCluster) -> Result<Option<String>, Error> {
+async fn probe(ctx: &Readiness, cluster: &KubernetesCluster) -> Result<Option<String>, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let secret_ref = &cluster.spec.connection_secret_ref;
-    let secrets: Api<Secret> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(ctx.sk.client().clone(), &ns);
     let secret = secrets
         .get_opt(&secret_ref.name)
         .await
@@ -92,8 +81,7 @@ async fn probe(ctx: &Ctx, cluster: &KubernetesCluster) -> Result<Option<String>,
     // is only probed again after a pause (the breaker's half-open probe).
     let label = format!("KubernetesCluster {name}");
     match ctx
-        .rt
-        .clusters
+        .limits
         .run(&label, remote.client.apiserver_version())
         .await
     {
@@ -106,62 +94,93 @@ async fn probe(ctx: &Ctx, cluster: &KubernetesCluster) -> Result<Option<String>,
     }
 }
 
-async fn reconcile(cluster: Arc<KubernetesCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    ctx.reporting
-        .reconcile(cluster.as_ref(), async {
-            let problem = probe(&ctx, &cluster).await?;
-            let mut status = cluster.status.clone().unwrap_or_default();
-            let was_ready = conditions::get(&status.conditions, conditions::TYPE_READY)
-                .map(|c| c.status.clone());
-            let cond = match &problem {
-                None => conditions::available(),
-                Some(msg) => conditions::unavailable(msg.clone()),
-            };
-            let mut changed = conditions::set(&mut status.conditions, cond, &conditions::now());
-            if status.observed_generation != cluster.metadata.generation {
-                status.observed_generation = cluster.metadata.generation;
-                changed = true;
-            }
-            if changed {
-                let api: Api<KubernetesCluster> = Api::namespaced(
-                    ctx.rt.client.clone(),
-                    &cluster.namespace().unwrap_or_default(),
-                );
-                ssa::apply_status(
-                    &api,
-                    &cluster.name_any(),
-                    serde_json::to_value(&status)?,
-                    &ctx.rt.field_manager(),
-                )
-                .await
-                .map_err(Error::WriteStatus)?;
-                let now_ready = if problem.is_none() { "True" } else { "False" };
-                if was_ready.as_deref() != Some(now_ready) {
-                    let oref = kube::Resource::object_ref(cluster.as_ref(), &());
-                    match &problem {
-                        None => {
-                            ctx.reporting
-                                .events
-                                .normal(&oref, "ClusterReady", "the cluster answers".into())
-                                .await
-                        }
-                        Some(msg) => {
-                            ctx.reporting
-                                .events
-                                .warning(&oref, "ClusterNotReady", msg.clone())
-                                .await
-                        }
-                    }
-                }
-            }
-            // Reachability changes without any API event: look again.
-            Ok(Action::requeue(ctx.rt.args.poll_interval))
-        })
-        .await
+/// The readiness controller's reconciler.
+pub struct Readiness {
+    sk: Skeleton,
+    remote: RemoteClients,
+    /// Deadlines and breakers for the clusters probed (--remote-timeout).
+    limits: limits::Clusters,
+    /// Every KubernetesCluster, watched: the clients of deleted ones go.
+    clusters: Store<KubernetesCluster>,
+    /// How often a cluster is probed again (--poll-interval).
+    poll: std::time::Duration,
 }
 
-fn error_policy(cluster: Arc<KubernetesCluster>, _error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.reporting.retry(cluster.as_ref())
+impl Reconciler for Readiness {
+    type Object = KubernetesCluster;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, cluster: &KubernetesCluster) -> Api<KubernetesCluster> {
+        Api::namespaced(
+            self.sk.client().clone(),
+            &cluster.namespace().unwrap_or_default(),
+        )
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        None
+    }
+
+    async fn apply(
+        &self,
+        cluster: &Arc<KubernetesCluster>,
+        status: &mut Draft<KubernetesCluster>,
+    ) -> Result<Action, Error> {
+        let ready = match probe(self, cluster).await? {
+            None => conditions::available(),
+            Some(msg) => conditions::unavailable(msg),
+        };
+        conditions::set(&mut status.conditions, ready, &conditions::now());
+        status.observed_generation = cluster.metadata.generation;
+        // Reachability changes without any API event: look again.
+        Ok(Action::requeue(jittered(self.poll, cluster.as_ref())))
+    }
+
+    async fn cleanup(
+        &self,
+        _cluster: &Arc<KubernetesCluster>,
+        _status: &mut Draft<KubernetesCluster>,
+    ) -> Result<Cleanup, Error> {
+        // Probing makes nothing to remove.
+        Ok(Cleanup::Done)
+    }
+
+    /// Announces a change of readiness.
+    async fn written(&self, cluster: &KubernetesCluster, status: &Draft<KubernetesCluster>) {
+        let ready = |conds: &[types::common::Condition]| {
+            conditions::get(conds, conditions::TYPE_READY).cloned()
+        };
+        let was = cluster.status.as_ref().and_then(|s| ready(&s.conditions));
+        let Some(now) = ready(&status.conditions) else {
+            return;
+        };
+        if was.is_some_and(|w| w.status == now.status) {
+            return;
+        }
+        let oref = kube::Resource::object_ref(cluster, &());
+        let events = &self.sk.reporting.events;
+        if now.status == "True" {
+            let note = "the cluster answers".to_owned();
+            events.normal(&oref, "ClusterReady", note).await;
+        } else {
+            let note = now.message.unwrap_or_default();
+            events.warning(&oref, "ClusterNotReady", note).await;
+        }
+    }
+
+    /// A deleted cluster's client goes.
+    fn forget(&self, cluster: &KubernetesCluster) {
+        let name = format!(
+            "{}/{}",
+            cluster.namespace().unwrap_or_default(),
+            cluster.name_any()
+        );
+        self.remote.release(&name);
+    }
 }
 
 /// The cluster readiness controller.
@@ -169,13 +188,15 @@ pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = (
     let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
     let by_secret = ctrl.store();
     let secrets = rt.api::<PartialObjectMeta<Secret>>();
-    let ctx = Arc::new(Ctx {
-        rt: rt.clone(),
+    let readiness = Arc::new(Readiness {
+        sk: Skeleton::new(rt, CONTROLLER),
         remote,
-        reporting: Reporting::new(rt, CONTROLLER),
+        limits: rt.clusters.clone(),
         clusters: ctrl.store(),
+        poll: rt.args.poll_interval,
     });
-    ctrl.with_config(rt.controller_config())
+    let ctrl = ctrl
+        .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
         // A created, rotated or deleted connection Secret changes readiness.
         // Secrets are watched by metadata only (names and versions, never
@@ -194,7 +215,6 @@ pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = (
                     .map(|c| ObjectRef::from_obj(c.as_ref()))
                     .collect::<Vec<_>>()
             },
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
+        );
+    reconciler::run(ctrl, readiness)
 }
