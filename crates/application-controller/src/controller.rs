@@ -275,7 +275,8 @@ fn current(
         None => "no controller".to_owned(),
     };
     Err(format!(
-        "KubernetesApplicationResource {}/{} already exists and is controlled by {by}; it is left alone: rename the template or delete that resource",
+        "KubernetesApplicationResource {}/{} already exists and is controlled by {by}; \
+         it is left alone: rename the template or delete that resource",
         existing.namespace().unwrap_or_default(),
         existing.name_any()
     ))

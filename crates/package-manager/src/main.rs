@@ -51,7 +51,13 @@ enum PackageRuntime {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
-    tracing::info!(package_runtime = ?args.package_runtime, enable_runtime_config = args.enable_runtime_config, "package runtime settings");
+    let (package_runtime, enable_runtime_config) =
+        (args.package_runtime, args.enable_runtime_config);
+    tracing::info!(
+        ?package_runtime,
+        enable_runtime_config,
+        "package runtime settings"
+    );
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [
         api_resource::<ExtensionRequest>(),

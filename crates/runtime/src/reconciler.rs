@@ -329,7 +329,8 @@ async fn fail<R: Reconciler>(
     );
     r.failed(obj, &mut status, &message);
     if let Err(e) = r.skeleton().status.write(api, obj, &status).await {
-        tracing::warn!(error = %crate::events::error_chain(&e), "failed to record the error in the status");
+        let error = crate::events::error_chain(&e);
+        tracing::warn!(%error, "failed to record the error in the status");
     }
     error
 }
@@ -430,7 +431,8 @@ fn machinery_failed<E: std::error::Error + 'static>(
             tracing::debug!(controller = name, object = %obj, "object gone before its reconcile");
         }
         other => {
-            tracing::warn!(controller = name, error = %crate::events::error_chain(&other), "controller machinery failed; retrying");
+            let error = crate::events::error_chain(&other);
+            tracing::warn!(controller = name, %error, "controller machinery failed; retrying");
         }
     }
 }

@@ -187,7 +187,8 @@ impl Reporting {
             )
             .await
         {
-            tracing::warn!(controller = self.controller, %error, "failed to record the timeout in Synced");
+            let controller = self.controller;
+            tracing::warn!(controller, %error, "failed to record the timeout in Synced");
         }
     }
 
