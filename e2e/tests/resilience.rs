@@ -612,7 +612,7 @@ async fn max_reconcile_rate_bounds_a_burst_of_reconciles() {
         metric_sum(
             m,
             "crossplane_rs_reconcile_total",
-            &[("controller", "kubernetesapplication")],
+            &[("controller", "scheduling")],
         )
     };
     assert_eq!(reconciles(&scheduler.metrics()), 0.0);
