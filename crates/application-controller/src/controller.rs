@@ -390,3 +390,102 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
     .graceful_shutdown_on(rt.shutdown());
     reconciler::run(ctrl, applications)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn app(templates: usize) -> KubernetesApplication {
+        let template =
+            json!({"metadata": {"name": "t"}, "spec": {"template": {"kind": "ConfigMap"}}});
+        let spec = serde_json::from_value(json!({
+            "resourceTemplates": vec![template; templates],
+        }))
+        .unwrap();
+        let mut app = KubernetesApplication::new("demo", spec);
+        app.metadata.namespace = Some("ns".into());
+        app.metadata.uid = Some("uid-1".into());
+        app.metadata.generation = Some(3);
+        app
+    }
+
+    fn resource(name: &str, ready: Option<(&str, &str)>) -> Arc<KubernetesApplicationResource> {
+        let conditions: Vec<_> = ready
+            .map(|(status, message)| {
+                json!({"type": "Ready", "status": status, "reason": "R", "message": message,
+                       "lastTransitionTime": "2024-01-01T00:00:00Z"})
+            })
+            .into_iter()
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "workload.crossplane.io/v1alpha1",
+                "kind": "KubernetesApplicationResource",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"template": {"kind": "ConfigMap"}},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn names(n: &[&str]) -> BTreeSet<String> {
+        n.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn not_ready_names_each_resource_with_its_reason() {
+        let ok = resource("a", Some(("True", "")));
+        let bad = resource(
+            "b",
+            Some(("False", "the remote Deployment is not available")),
+        );
+        let current = [&ok, &bad];
+        let got = not_ready(&names(&["a", "b", "c"]), &current);
+        assert_eq!(
+            got,
+            [
+                "b: the remote Deployment is not available",
+                "c: not yet submitted"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_problem_makes_ready_false_with_its_message_when_everything_else_is_healthy() {
+        let ok = resource("a", Some(("True", "")));
+        let mut status = Draft::<KubernetesApplication>::default();
+        let problems = ["template 1 is invalid".to_owned()];
+        report(&app(2), &mut status, &names(&["a"]), &[&ok], &problems);
+        let ready = conditions::get(&status.conditions, conditions::TYPE_READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.message.as_deref(), Some("template 1 is invalid"));
+        assert_eq!(status.desired_resources, Some(2));
+        assert_eq!(status.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn unhealthy_resources_say_so_in_ready_before_any_problem() {
+        let bad = resource("a", Some(("False", "down")));
+        let mut status = Draft::<KubernetesApplication>::default();
+        let problems = ["template 1 is invalid".to_owned()];
+        report(&app(1), &mut status, &names(&["a"]), &[&bad], &problems);
+        let ready = conditions::get(&status.conditions, conditions::TYPE_READY).unwrap();
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("not every remote object is healthy: a: down")
+        );
+    }
+
+    #[test]
+    fn a_resource_of_another_controller_is_left_alone_and_named() {
+        let theirs = resource("a", None);
+        let why = current(&theirs, &app(1), &json!({})).unwrap_err();
+        assert!(
+            why.contains("ns/a already exists and is controlled by no controller"),
+            "{why}"
+        );
+    }
+}

@@ -4,15 +4,19 @@
 //! [`Reconciler::cleanup`]); the skeleton does the rest, the same way for
 //! every kind:
 //!
-//! 1. guards: an object the controller does not want yet is left alone; a
-//!    paused object (`crossplane.io/paused: "true"`) gets Synced=False with
+//! 1. guards: an object the controller does not want yet is left alone, and
+//!    one it wants waits (uncounted) until the controller's caches are
+//!    ready ([`Reconciler::ready`]); a paused object (`crossplane.io/paused: "true"`) gets Synced=False with
 //!    reason ReconcilePaused, one Normal event, and nothing else; a deleted
 //!    object whose finalizer is gone is left alone;
 //! 2. the finalizer (and any labels the controller asks for) is added in one
 //!    guarded metadata patch, only when missing;
 //! 3. apply or cleanup; a cleanup that is done lets the finalizer go;
 //! 4. Synced is set (True, or False with the error's fix-it message) and the
-//!    status is written once, only when it changed ([`StatusWriter`]);
+//!    status is written once, only when it changed ([`StatusWriter`]); the
+//!    controller hears of a write ([`Reconciler::written`]). A controller
+//!    that shares its kind's status with another writes its own fields and
+//!    opts out of this step ([`Reconciler::writes_status`]);
 //! 5. the result is reported by [`Reporting::reconcile`]: a log line with
 //!    the object's key, a Warning event, the error metric and the backoff;
 //!    all inside a `tracing` span carrying the controller and the key.
