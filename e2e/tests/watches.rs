@@ -16,6 +16,7 @@ use std::{
 
 use e2e::{
     metric_sum,
+    proxy::Proxy,
     stall::{Mode, Stalled},
     wait_for,
 };
@@ -417,4 +418,38 @@ async fn a_quiet_watch_outlives_the_request_timeout() {
     // would have failed and listed again.
     assert_eq!(f.requests("list"), 1.0);
     assert_eq!(f.requests("watch"), 1.0);
+}
+
+#[tokio::test]
+async fn a_watch_whose_cluster_goes_away_wakes_all_its_readers_and_reads_unknown() {
+    let plane = testenv::control_plane();
+    let mut f = Fixture::new("watches-fail").await;
+    let (proxy, kubeconfig) = Proxy::in_front_of(&plane.remote.kubeconfig_path).await;
+    let kubeconfig = std::fs::read_to_string(&kubeconfig).unwrap();
+    // The same cluster, reached through the proxy.
+    f.remote = cluster(&f.metrics, "remote", &kubeconfig);
+    for i in 0..3 {
+        f.configmap(&format!("cm-{i}"), true).await;
+    }
+    let reads: Vec<(String, Target)> = (0..3)
+        .map(|i| (format!("dep-{i}"), f.labelled(&format!("cm-{i}"))))
+        .collect();
+    f.read_until_present(&reads).await;
+    f.drain();
+    let before = f.wakeups();
+    // The cluster goes away: its connections close and new ones are
+    // refused. (A cluster that hangs instead is noticed when the watch's
+    // read timeout expires, as with any informer.)
+    drop(proxy);
+    let mut woken = Vec::new();
+    for _ in 0..3 {
+        woken.push(f.next_woken().await);
+    }
+    woken.sort();
+    assert_eq!(woken, ["dep-0", "dep-1", "dep-2"]);
+    assert_eq!(f.wakeups() - before, 3.0);
+    for (d, t) in &reads {
+        let answer = f.read(d, t);
+        assert!(matches!(answer, Cached::Unknown), "{d}: {answer:?}");
+    }
 }
