@@ -81,7 +81,11 @@ pub struct Ctx {
 
 impl Ctx {
     /// A local Secret, by its metadata (from the metadata-only watch).
-    pub(crate) fn secret_meta(&self, ns: &str, name: &str) -> Option<Arc<PartialObjectMeta<Secret>>> {
+    pub(crate) fn secret_meta(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Option<Arc<PartialObjectMeta<Secret>>> {
         self.secrets
             .get(&ObjectRef::<PartialObjectMeta<Secret>>::new(name).within(ns))
     }
@@ -91,8 +95,9 @@ impl Ctx {
     }
 
     /// Records a successful submit in `status`; the first one of a resource
-    /// is also an event and a submit-latency sample.
-    async fn submitted(&self, res: &Res, status: &mut Draft<Res>, kind: &str, live: Option<&Value>) {
+    /// is also a submit-latency sample. (No event: the state says it, and an
+    /// event would be one more request per resource.)
+    fn submitted(&self, res: &Res, status: &mut Draft<Res>, kind: &str, live: Option<&Value>) {
         let remote = live
             .and_then(|l| l.get("status"))
             .cloned()
@@ -110,27 +115,11 @@ impl Ctx {
         status.state = Some(KubernetesApplicationResourceState::Submitted);
         status.remote = remote;
         status.observed_generation = res.metadata.generation;
-        if !first {
-            return;
-        }
-        if let Some(created) = res.creation_timestamp() {
-            let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond()
-                - created.0.as_millisecond();
+        if let (true, Some(created)) = (first, res.creation_timestamp()) {
+            let ms =
+                k8s_openapi::jiff::Timestamp::now().as_millisecond() - created.0.as_millisecond();
             self.submit_latency.observe((ms as f64 / 1000.0).max(0.0));
         }
-        let cluster = res.spec.cluster_ref.as_ref().map(|c| c.name.as_str());
-        self.skeleton
-            .reporting
-            .events
-            .normal(
-                &kube::Resource::object_ref(res, &()),
-                "Submitted",
-                format!(
-                    "submitted to KubernetesCluster {}",
-                    cluster.unwrap_or_default()
-                ),
-            )
-            .await;
     }
 }
 
@@ -175,7 +164,7 @@ impl Reconciler for Ctx {
         if let Ok(session) = session.into_inner() {
             session.commit();
         }
-        self.submitted(obj, status, &kind, synced.live()).await;
+        self.submitted(obj, status, &kind, synced.live());
         // Remote changes arrive through the watches: this is a safety
         // resync, answered from their caches.
         Ok(Action::requeue(reconciler::jittered(
@@ -301,9 +290,9 @@ pub fn controller(
         rt.api::<PartialObjectMeta<Secret>>(),
         watcher::Config::default(),
     )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
     let (watches, woken) = Watches::new(CONTROLLER, &rt.metrics);
     let ctrl = Controller::new(rt.api::<Res>(), watcher::Config::default());
     let (by_cluster, by_secret) = (ctrl.store(), ctrl.store());

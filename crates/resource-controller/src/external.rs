@@ -105,10 +105,12 @@ pub async fn connect(ctx: &Ctx, res: &Res, cluster: &str) -> Result<RemoteCluste
         return Err(Error::SecretNotFound(secret_key, owner));
     };
     let (uid, rv) = (meta.uid().unwrap_or_default(), meta.resource_version());
-    if let Some(hit) =
-        ctx.remote
-            .cached(&owner, &uid, &secret_ref.key, rv.as_deref().unwrap_or_default())
-    {
+    if let Some(hit) = ctx.remote.cached(
+        &owner,
+        &uid,
+        &secret_ref.key,
+        rv.as_deref().unwrap_or_default(),
+    ) {
         return Ok(hit);
     }
     let Some(secret) = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
@@ -153,9 +155,8 @@ impl<'a> Remote<'a> {
                 .map_err(Error::from)
             })
             .await?;
-        let desired =
-            remote_object::render(&res.spec.template, &uid, located.namespace.as_deref())
-                .map_err(Error::InvalidTemplate)?;
+        let desired = remote_object::render(&res.spec.template, &uid, located.namespace.as_deref())
+            .map_err(Error::InvalidTemplate)?;
         Ok(Self {
             ctx,
             res,
@@ -356,7 +357,12 @@ impl<'a> Remote<'a> {
         }
     }
 
-    async fn apply(&self, target: &Target, body: &Value, what: &str) -> Result<DynamicObject, Error> {
+    async fn apply(
+        &self,
+        target: &Target,
+        body: &Value,
+        what: &str,
+    ) -> Result<DynamicObject, Error> {
         self.api(target)
             .patch(
                 &target.name,
@@ -402,8 +408,8 @@ impl<'a> Remote<'a> {
             });
             return Ok(Observation::absent());
         };
-        let value =
-            serde_json::to_value(live.as_ref()).map_err(|e| Error::Serialize("the remote object", e))?;
+        let value = serde_json::to_value(live.as_ref())
+            .map_err(|e| Error::Serialize("the remote object", e))?;
         let (current, drifted) = self.ctx.applied.judge(&self.uid, &self.desired, &value);
         let secrets_current = secrets.is_empty();
         self.set_plan(Plan {

@@ -94,7 +94,10 @@ mod tests {
             deletion_timeout(Some(Duration::from_secs(3)), Some("1m")).unwrap(),
             Duration::from_secs(3)
         );
-        assert_eq!(deletion_timeout(None, None).unwrap(), DEFAULT_DELETION_TIMEOUT);
+        assert_eq!(
+            deletion_timeout(None, None).unwrap(),
+            DEFAULT_DELETION_TIMEOUT
+        );
         assert!(deletion_timeout(None, Some("soon")).is_err());
     }
 }
