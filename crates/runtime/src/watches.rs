@@ -29,7 +29,10 @@
 //! healthy (the first list included) or failing wakes every dependent of
 //! the watch. A failed watch is started again, with kube's default watcher
 //! backoff between attempts, from a fresh list (as client-go's reflector
-//! does), so the cache is whole again when it is trusted again.
+//! does), so the cache is whole again when it is trusted again. A watch
+//! that only resumed too late (410 Gone) is not failing: kube's watcher
+//! lists again, the cache serves meanwhile, and the readers of what the
+//! list changed are woken.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -335,8 +338,10 @@ impl Cache {
     /// The list is complete: it becomes the cache, except where the cache
     /// holds something newer (an object written, or deleted, after the
     /// list's snapshot). An object missing from the list is gone: it gets a
-    /// tombstone at the newest resourceVersion the list showed.
-    fn init_done(&mut self, now: Instant) {
+    /// tombstone at the newest resourceVersion the list showed. Returns the
+    /// objects that appeared, changed or vanished.
+    fn init_done(&mut self, now: Instant) -> Vec<ObjKey> {
+        let before: HashMap<ObjKey, Option<String>> = self.live_versions().collect();
         let listed = self.listing.take().unwrap_or_default();
         let newest = listed
             .values()
@@ -358,6 +363,22 @@ impl Cache {
         }
         self.synced = true;
         self.failing = false;
+        let after: HashMap<ObjKey, Option<String>> = self.live_versions().collect();
+        let mut changed: Vec<ObjKey> = after
+            .iter()
+            .filter(|(k, v)| before.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        changed.extend(before.into_keys().filter(|k| !after.contains_key(k)));
+        changed
+    }
+
+    /// (key, resourceVersion) of every object present.
+    fn live_versions(&self) -> impl Iterator<Item = (ObjKey, Option<String>)> + '_ {
+        self.slots.iter().filter_map(|(k, s)| match s {
+            Slot::Live(o) => Some((k.clone(), o.metadata.resource_version.clone())),
+            Slot::Gone { .. } => None,
+        })
     }
 
     /// The watch failed. Whether it was healthy until now.
@@ -559,8 +580,17 @@ impl<K: Resource<DynamicType = ()>> State<K> {
                 }
             }
             Change::InitDone => {
-                cache.init_done(now);
-                return watch.all_readers();
+                // Turning healthy wakes everyone (a reader that asked the
+                // server meanwhile may have missed a change); a relist of a
+                // healthy watch wakes the readers of what it changed.
+                let was_healthy = cache.healthy();
+                let changed = cache.init_done(now);
+                if !was_healthy {
+                    return watch.all_readers();
+                }
+                let woken: HashSet<ObjectRef<K>> =
+                    changed.iter().flat_map(|k| watch.readers_of(k)).collect();
+                return woken.into_iter().collect();
             }
             Change::Apply(o) => {
                 cache.prune(now, TOMBSTONE_TTL);
@@ -765,6 +795,10 @@ where
                 Ok(watcher::Event::InitDone) => Change::InitDone,
                 Ok(watcher::Event::Apply(o)) => Change::Apply(o),
                 Ok(watcher::Event::Delete(o)) => Change::Delete(o),
+                // The resourceVersion the watch resumed from is too old:
+                // the watcher lists again by itself, and the cache stays
+                // trusted meanwhile (it is as good as it was a moment ago).
+                Err(watcher::Error::WatchError(s)) if s.code == 410 => continue,
                 Err(e) => {
                     report(&target, &e);
                     Change::Failed
@@ -1136,6 +1170,30 @@ mod tests {
         assert!(s.change(&w, id, Change::Init, now).is_empty());
         assert_eq!(sorted(s.change(&w, id, Change::InitDone, now)), ["a", "b"]);
         assert!(matches!(s.read(&all(1, "x")), Cached::Absent));
+    }
+
+    #[test]
+    fn a_relist_of_a_healthy_watch_wakes_only_the_readers_of_what_changed() {
+        let (mut s, w, id) = state_with_synced_watch(&[
+            ("a", "same"),
+            ("b", "changed"),
+            ("c", "gone"),
+            ("d", "new"),
+        ]);
+        let now = Instant::now();
+        for (name, rv) in [("same", "1"), ("changed", "2"), ("gone", "3")] {
+            s.change(&w, id, Change::Apply(object("ns", name, rv)), now);
+        }
+        // The watch resumed too late (410): the watcher lists again while
+        // the cache keeps serving.
+        assert!(s.change(&w, id, Change::Init, now).is_empty());
+        assert!(matches!(s.read(&all(1, "same")), Cached::Present(_)));
+        for (name, rv) in [("same", "1"), ("changed", "5"), ("new", "6")] {
+            s.change(&w, id, Change::InitApply(object("ns", name, rv)), now);
+        }
+        let woken = s.change(&w, id, Change::InitDone, now);
+        assert_eq!(sorted(woken), ["b", "c", "d"]);
+        assert!(matches!(s.read(&all(1, "gone")), Cached::Absent));
     }
 
     #[test]
