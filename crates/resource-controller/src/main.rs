@@ -3,6 +3,8 @@
 //! cluster and reports the remote object's status.
 
 mod controller;
+mod error;
+mod external;
 mod remote_object;
 
 use std::time::Duration;
@@ -23,20 +25,79 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
 
-    /// How long a deleted resource keeps trying to remove its remote objects
-    /// from a cluster that does not answer before it leaves them in place
-    /// (with a Warning event) and goes.
-    #[arg(long, env = "REMOTE_DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
-    remote_deletion_timeout: Duration,
+    /// How long a deleted resource keeps trying to remove its remote object
+    /// and propagated Secrets from a cluster that does not answer before it
+    /// leaves them in place (with a Warning event) and goes. A cluster whose
+    /// KubernetesCluster or connection Secret is gone can never answer
+    /// again: its objects are left in place at once. The object-provider's
+    /// flag of the same name does the same for Objects. Also read from
+    /// DELETION_TIMEOUT, or from REMOTE_DELETION_TIMEOUT (the old name, as is
+    /// the flag's alias --remote-deletion-timeout). Default 5m.
+    #[arg(long, alias = "remote-deletion-timeout", env = "DELETION_TIMEOUT", value_parser = humantime::parse_duration)]
+    deletion_timeout: Option<Duration>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let deletion_timeout = deletion_timeout(
+        args.deletion_timeout,
+        std::env::var("REMOTE_DELETION_TIMEOUT").ok().as_deref(),
+    )?;
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [api_resource::<KubernetesApplicationResource>()];
-    let controller = controller::controller(&rt, args.remote_deletion_timeout)?;
+    let controller = controller::controller(&rt, deletion_timeout)?;
     rt.run(&kinds, controller).await?;
     Ok(())
+}
+
+/// What --deletion-timeout comes to: the flag (or DELETION_TIMEOUT), else
+/// the old variable REMOTE_DELETION_TIMEOUT, else 5 minutes.
+fn deletion_timeout(flag: Option<Duration>, old_env: Option<&str>) -> anyhow::Result<Duration> {
+    match (flag, old_env) {
+        (Some(d), _) => Ok(d),
+        (None, Some(v)) => humantime::parse_duration(v)
+            .map_err(|e| anyhow::anyhow!("REMOTE_DELETION_TIMEOUT={v:?} is not a duration: {e}")),
+        (None, None) => Ok(DEFAULT_DELETION_TIMEOUT),
+    }
+}
+
+/// --deletion-timeout when nothing sets it.
+const DEFAULT_DELETION_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Option<Duration> {
+        let mut all = vec![BINARY];
+        all.extend(args);
+        Args::try_parse_from(all).unwrap().deletion_timeout
+    }
+
+    #[test]
+    fn the_deletion_timeout_has_one_name_and_keeps_the_old_one() {
+        assert_eq!(
+            parse(&["--deletion-timeout", "15s"]),
+            Some(Duration::from_secs(15))
+        );
+        assert_eq!(
+            parse(&["--remote-deletion-timeout", "20s"]),
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(
+            deletion_timeout(None, Some("1m")).unwrap(),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            deletion_timeout(Some(Duration::from_secs(3)), Some("1m")).unwrap(),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            deletion_timeout(None, None).unwrap(),
+            DEFAULT_DELETION_TIMEOUT
+        );
+        assert!(deletion_timeout(None, Some("soon")).is_err());
+    }
 }

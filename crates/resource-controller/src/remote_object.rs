@@ -58,17 +58,6 @@ pub fn target(template: &Value) -> Result<Target, String> {
     })
 }
 
-/// The namespace an object goes to: its own for namespaced kinds (or
-/// "default"), none for cluster-scoped kinds.
-pub fn namespace_for(target: &Target, namespaced: bool) -> Option<String> {
-    namespaced.then(|| {
-        target
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_owned())
-    })
-}
-
 /// Who owns a remote object, by its UID annotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ownership {
@@ -136,11 +125,38 @@ pub fn secret_name(resource: &str, secret: &str) -> String {
     format!("{resource}-{secret}")
 }
 
-/// The propagated Secret: the local Secret's type and data, our annotation.
+/// The label every propagated Secret carries, so that the controller
+/// watches only those Secrets of a remote cluster, not all of them.
+pub const LABEL_PROPAGATED: &str = "workload.crossplane.io/propagated";
+
+/// The label selector of that watch.
+pub const PROPAGATED_SELECTOR: &str = "workload.crossplane.io/propagated=true";
+
+/// The annotation on a propagated Secret naming the version of the local
+/// Secret it was copied from (`<uid>/<resourceVersion>`): while the local
+/// Secret is unchanged, its copy is known current without reading its data.
+pub const ANNOTATION_SOURCE: &str = "workload.crossplane.io/source-version";
+
+/// The version of a local Secret, as [`ANNOTATION_SOURCE`] records it.
+pub fn source_version(uid: &str, resource_version: &str) -> String {
+    format!("{uid}/{resource_version}")
+}
+
+/// Whether a propagated Secret with these annotations was copied from the
+/// local Secret at version `source`.
+pub fn copied_from(annotations: Option<&BTreeMap<String, String>>, source: &str) -> bool {
+    annotations
+        .and_then(|a| a.get(ANNOTATION_SOURCE))
+        .is_some_and(|v| v == source)
+}
+
+/// The propagated Secret: the local Secret's type and data, our UID and the
+/// local Secret's version as annotations, the propagated label.
 pub fn propagated_secret(
     name: &str,
     namespace: &str,
     uid: &str,
+    source: &str,
     type_: Option<&str>,
     data: &Value,
 ) -> Value {
@@ -150,7 +166,8 @@ pub fn propagated_secret(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "annotations": {ANNOTATION_RESOURCE_UID: uid},
+            "labels": {LABEL_PROPAGATED: "true"},
+            "annotations": {ANNOTATION_RESOURCE_UID: uid, ANNOTATION_SOURCE: source},
         },
         "data": data,
     });
@@ -250,16 +267,6 @@ mod tests {
     }
 
     #[test]
-    fn namespaced_kinds_without_a_namespace_go_to_default_and_cluster_kinds_have_none() {
-        let t =
-            target(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}))
-                .unwrap();
-        assert_eq!(namespace_for(&t, true).as_deref(), Some("default"));
-        let ns = target(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x", "namespace": "ignored"}})).unwrap();
-        assert_eq!(namespace_for(&ns, false), None);
-    }
-
-    #[test]
     fn ownership_is_read_from_the_uid_annotation() {
         let mine: BTreeMap<String, String> =
             [(ANNOTATION_RESOURCE_UID.to_owned(), "u1".to_owned())].into();
@@ -295,15 +302,30 @@ mod tests {
             secret_name("wordpress-demo-deployment", "sql"),
             "wordpress-demo-deployment-sql"
         );
+        let source = source_version("local-uid", "42");
         let s = propagated_secret(
             "n",
             "wordpress",
             "u1",
+            &source,
             Some("Opaque"),
             &json!({"a": "Yg=="}),
         );
         assert_eq!(s["metadata"]["annotations"][ANNOTATION_RESOURCE_UID], "u1");
+        assert_eq!(s["metadata"]["labels"][LABEL_PROPAGATED], "true");
         assert_eq!(s["type"], "Opaque");
+        // Current while the local Secret keeps its UID and version.
+        let annotations: BTreeMap<String, String> =
+            serde_json::from_value(s["metadata"]["annotations"].clone()).unwrap();
+        assert!(copied_from(Some(&annotations), "local-uid/42"));
+        assert!(!copied_from(Some(&annotations), "local-uid/43"));
+        assert!(!copied_from(Some(&annotations), "other-uid/42"));
+        assert!(!copied_from(None, "local-uid/42"));
+        assert_eq!(
+            PROPAGATED_SELECTOR,
+            format!("{LABEL_PROPAGATED}=true"),
+            "the watch selects what the Secrets carry"
+        );
     }
 
     #[test]

@@ -349,6 +349,29 @@ impl RemoteClients {
         Ok(cluster)
     }
 
+    /// The client `owner` already has for the kubeconfig under `key` of the
+    /// Secret with this UID and resourceVersion, if there is one: a
+    /// controller that knows the Secret by its metadata (from a
+    /// metadata-only watch) asks here first, and reads the Secret's data
+    /// and calls [`Self::for_secret`] only when this answers None.
+    pub fn cached(
+        &self,
+        owner: &str,
+        secret_uid: &str,
+        key: &str,
+        resource_version: &str,
+    ) -> Option<RemoteCluster> {
+        self.drop_idle();
+        self.lookup(
+            owner,
+            &Credential {
+                secret_uid: secret_uid.to_owned(),
+                key: key.to_owned(),
+                resource_version: resource_version.to_owned(),
+            },
+        )
+    }
+
     fn lookup(&self, owner: &str, credential: &Credential) -> Option<RemoteCluster> {
         let mut cache = self.cache.lock().ok()?;
         let entry = cache.by_owner.get_mut(owner)?;
@@ -722,6 +745,18 @@ mod tests {
         let switched = rc.for_secret("team/control", &s, "remote").unwrap();
         assert!(!same(&control, &switched));
         assert_eq!(rc.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_client_is_found_by_the_secrets_metadata_alone() {
+        let rc = clients(10, IDLE_TIMEOUT, 10);
+        assert!(rc.cached("team/c", "uid-1", "control", "1").is_none());
+        let built = rc.for_secret("team/c", &two_keys("1"), "control").unwrap();
+        let found = rc.cached("team/c", "uid-1", "control", "1").unwrap();
+        assert!(same(&built, &found));
+        assert!(rc.cached("team/c", "uid-1", "control", "2").is_none());
+        assert!(rc.cached("team/c", "uid-1", "remote", "1").is_none());
+        assert!(rc.cached("team/other", "uid-1", "control", "1").is_none());
     }
 
     #[tokio::test]

@@ -1,0 +1,512 @@
+//! The remote side of one KubernetesApplicationResource: its templated
+//! object and the Secrets it propagates, in the resource's cluster, as the
+//! managed-resource contract's external client ([`External`]).
+//!
+//! Every read is answered by a shared watch first (the object's kind in that
+//! cluster; the propagated Secrets, selected by their label) and goes to the
+//! cluster only when the watch cannot answer yet. Every write puts its
+//! answer into the watch's cache. A remote object or Secret that does not
+//! carry this resource's UID annotation is never changed or deleted.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, DynamicObject, Patch, PostParams},
+    core::PartialObjectMeta,
+    discovery::ApiResource,
+    runtime::reflector::ObjectRef,
+};
+use runtime::{
+    managed::{self, Deletion, External, Located, Observation, RequestFailed},
+    remote::RemoteCluster,
+    ssa,
+    watches::{Cached, Scope, Session, Target},
+};
+use serde_json::Value;
+use types::{
+    compute::v1alpha1::KubernetesCluster, workload::v1alpha1::KubernetesApplicationResource,
+};
+
+use crate::{
+    controller::Ctx,
+    error::Error,
+    remote_object::{self, Ownership},
+};
+
+/// The field a user fixes when the remote cluster refuses the object.
+const FIELD: &str = "spec.template";
+
+type Res = KubernetesApplicationResource;
+
+/// One resource's remote side, connected and resolved.
+pub struct Remote<'a> {
+    ctx: &'a Ctx,
+    res: &'a Res,
+    uid: String,
+    cluster: RemoteCluster,
+    /// "cluster ns/name", as messages name it.
+    described: String,
+    /// "KubernetesCluster ns/name", as the breaker names it.
+    breaker: String,
+    located: Located,
+    target: remote_object::Target,
+    desired: Value,
+    session: &'a Mutex<Session<Res>>,
+    plan: Mutex<Plan>,
+}
+
+/// What `observe` found, for `create`/`update` to act on.
+#[derive(Default)]
+struct Plan {
+    live: Option<Value>,
+    object_current: bool,
+    secrets: Vec<SecretWrite>,
+}
+
+/// A propagated Secret to write.
+#[derive(Clone)]
+struct SecretWrite {
+    /// Its name in the remote cluster.
+    name: String,
+    /// The local Secret it copies.
+    local: String,
+    /// POST it (no Secret with the label is there; one without it must not
+    /// be overwritten) rather than apply it (it is known ours or absent).
+    create: bool,
+}
+
+/// The cluster as the breaker (--remote-timeout) and its messages name it.
+pub fn breaker_label(res: &Res, cluster: &str) -> String {
+    format!(
+        "KubernetesCluster {}/{cluster}",
+        res.namespace().unwrap_or_default()
+    )
+}
+
+/// Connects to the resource's cluster: the KubernetesCluster and its
+/// connection Secret come from watch caches; the Secret's data is read only
+/// when no client is cached for its current version.
+pub async fn connect(ctx: &Ctx, res: &Res, cluster: &str) -> Result<RemoteCluster, Error> {
+    let ns = res.namespace().unwrap_or_default();
+    let owner = format!("{ns}/{cluster}");
+    let Some(kc) = ctx
+        .clusters
+        .get(&ObjectRef::<KubernetesCluster>::new(cluster).within(&ns))
+    else {
+        ctx.remote.release(&owner);
+        return Err(Error::ClusterNotFound(owner));
+    };
+    let secret_ref = &kc.spec.connection_secret_ref;
+    let secret_key = format!("{ns}/{}", secret_ref.name);
+    let Some(meta) = ctx.secret_meta(&ns, &secret_ref.name) else {
+        ctx.remote.release(&owner);
+        return Err(Error::SecretNotFound(secret_key, owner));
+    };
+    let (uid, rv) = (meta.uid().unwrap_or_default(), meta.resource_version());
+    if let Some(hit) = ctx.remote.cached(
+        &owner,
+        &uid,
+        &secret_ref.key,
+        rv.as_deref().unwrap_or_default(),
+    ) {
+        return Ok(hit);
+    }
+    let Some(secret) = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
+        .get_opt(&secret_ref.name)
+        .await
+        .map_err(|e| Error::Read(format!("Secret {secret_key}"), e))?
+    else {
+        ctx.remote.release(&owner);
+        return Err(Error::SecretNotFound(secret_key, owner));
+    };
+    ctx.remote
+        .for_secret(&owner, &secret, &secret_ref.key)
+        .map_err(|e| Error::Connect(owner, e))
+}
+
+impl<'a> Remote<'a> {
+    /// Connects to `cluster` and resolves the template's kind there.
+    pub async fn build(
+        ctx: &'a Ctx,
+        res: &'a Res,
+        cluster: &str,
+        session: &'a Mutex<Session<Res>>,
+    ) -> Result<Self, Error> {
+        let uid = res.uid().unwrap_or_default();
+        let target = remote_object::target(&res.spec.template).map_err(Error::InvalidTemplate)?;
+        let remote = connect(ctx, res, cluster).await?;
+        let described = format!("cluster {}", remote.name);
+        let breaker = breaker_label(res, cluster);
+        let located = ctx
+            .rt
+            .clusters
+            .call(&breaker, async {
+                managed::locate(
+                    &remote,
+                    &described,
+                    &target.gvk.api_version(),
+                    &target.gvk.kind,
+                    target.namespace.as_deref(),
+                    FIELD,
+                )
+                .await
+                .map_err(Error::from)
+            })
+            .await?;
+        let desired = remote_object::render(&res.spec.template, &uid, located.namespace.as_deref())
+            .map_err(Error::InvalidTemplate)?;
+        Ok(Self {
+            ctx,
+            res,
+            uid,
+            cluster: remote,
+            described,
+            breaker,
+            located,
+            target,
+            desired,
+            session,
+            plan: Mutex::default(),
+        })
+    }
+
+    /// The template's kind, as the cluster serves it.
+    pub fn kind(&self) -> &str {
+        &self.located.resource.kind
+    }
+
+    fn what(&self) -> String {
+        self.target.describe(self.located.namespace.as_deref())
+    }
+
+    /// The namespace propagated Secrets go to: the object's, or "default"
+    /// beside a cluster-scoped object.
+    fn secret_namespace(&self) -> String {
+        self.located
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned())
+    }
+
+    fn object_target(&self) -> Target {
+        Target {
+            cluster: self.cluster.clone(),
+            resource: self.located.resource.clone(),
+            namespace: self.located.namespace.clone(),
+            name: self.target.name.clone(),
+            scope: Scope::Kind { labels: None },
+        }
+    }
+
+    fn secret_target(&self, name: &str) -> Target {
+        Target {
+            cluster: self.cluster.clone(),
+            resource: ApiResource::erase::<Secret>(&()),
+            namespace: Some(self.secret_namespace()),
+            name: name.to_owned(),
+            scope: Scope::Kind {
+                labels: Some(remote_object::PROPAGATED_SELECTOR.to_owned()),
+            },
+        }
+    }
+
+    fn api(&self, target: &Target) -> Api<DynamicObject> {
+        match &target.namespace {
+            Some(ns) => Api::namespaced_with(self.cluster.client.clone(), ns, &target.resource),
+            None => Api::all_with(self.cluster.client.clone(), &target.resource),
+        }
+    }
+
+    fn failed(&self, what: String, e: kube::Error) -> Error {
+        RequestFailed::new(what, &self.described, FIELD, e).into()
+    }
+
+    /// Reads `target` from its shared watch, or from the cluster when the
+    /// watch cannot answer yet. Also says whether the cluster was asked.
+    async fn read(&self, target: &Target) -> Result<(Option<Arc<DynamicObject>>, bool), Error> {
+        let cached = self
+            .session
+            .lock()
+            .map(|mut s| s.read(target))
+            .unwrap_or(Cached::Unknown);
+        match cached {
+            Cached::Present(o) => Ok((Some(o), false)),
+            Cached::Absent => Ok((None, false)),
+            Cached::Unknown => {
+                let what = format!("reading {} {}", target.resource.kind, target.name);
+                let found = self
+                    .api(target)
+                    .get_opt(&target.name)
+                    .await
+                    .map_err(|e| self.failed(what, e))?;
+                Ok((found.map(Arc::new), true))
+            }
+        }
+    }
+
+    /// Fails unless the remote object (or Secret) is ours.
+    fn ours(&self, obj: &DynamicObject, what: &str) -> Result<(), Error> {
+        let owner = remote_object::ownership(obj.metadata.annotations.as_ref(), &self.uid);
+        if owner == Ownership::Ours {
+            return Ok(());
+        }
+        Err(Error::Conflict(remote_object::conflict_message(
+            what,
+            &self.cluster.name,
+            &owner,
+        )))
+    }
+
+    fn is_ours(&self, obj: &DynamicObject) -> bool {
+        remote_object::ownership(obj.metadata.annotations.as_ref(), &self.uid) == Ownership::Ours
+    }
+
+    /// Which propagated Secrets need writing.
+    async fn observe_secrets(&self) -> Result<Vec<SecretWrite>, Error> {
+        let ns = self.res.namespace().unwrap_or_default();
+        let mut writes = Vec::new();
+        for secret_ref in &self.res.spec.secrets {
+            let local = self
+                .ctx
+                .secret_meta(&ns, &secret_ref.name)
+                .ok_or_else(|| Error::LocalSecretNotFound(format!("{ns}/{}", secret_ref.name)))?;
+            let source = source_of(&local);
+            let name = remote_object::secret_name(&self.res.name_any(), &secret_ref.name);
+            let (found, asked) = self.read(&self.secret_target(&name)).await?;
+            let current = match &found {
+                Some(s) => {
+                    let what = format!("Secret {}/{name}", self.secret_namespace());
+                    self.ours(s, &what)?;
+                    remote_object::copied_from(s.metadata.annotations.as_ref(), &source)
+                }
+                None => false,
+            };
+            if !current {
+                writes.push(SecretWrite {
+                    name,
+                    local: secret_ref.name.clone(),
+                    create: found.is_none() && !asked,
+                });
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Writes one propagated Secret from the local Secret's current data.
+    async fn write_secret(&self, write: &SecretWrite) -> Result<(), Error> {
+        let ns = self.res.namespace().unwrap_or_default();
+        let local = Api::<Secret>::namespaced(self.ctx.rt.client.clone(), &ns)
+            .get_opt(&write.local)
+            .await
+            .map_err(|e| Error::Read(format!("Secret {ns}/{}", write.local), e))?
+            .ok_or_else(|| Error::LocalSecretNotFound(format!("{ns}/{}", write.local)))?;
+        let data = serde_json::to_value(local.data.clone().unwrap_or_default())
+            .map_err(|e| Error::Serialize("a Secret's data", e))?;
+        let source = remote_object::source_version(
+            &local.uid().unwrap_or_default(),
+            &local.resource_version().unwrap_or_default(),
+        );
+        let secret_ns = self.secret_namespace();
+        let body = remote_object::propagated_secret(
+            &write.name,
+            &secret_ns,
+            &self.uid,
+            &source,
+            local.type_.as_deref(),
+            &data,
+        );
+        let target = self.secret_target(&write.name);
+        let what = format!("Secret {secret_ns}/{}", write.name);
+        let written = if write.create {
+            self.create_secret(&target, &body, &what).await?
+        } else {
+            self.apply(&target, &body, &what).await?
+        };
+        self.ctx.watches.written(&target, written);
+        Ok(())
+    }
+
+    /// Creates a Secret that the labelled watch does not show; one that
+    /// exists without the label is checked before it is applied.
+    async fn create_secret(
+        &self,
+        target: &Target,
+        body: &Value,
+        what: &str,
+    ) -> Result<DynamicObject, Error> {
+        let object: DynamicObject = serde_json::from_value(body.clone())
+            .map_err(|e| Error::Serialize("a propagated Secret", e))?;
+        let params = PostParams {
+            field_manager: Some(self.ctx.rt.field_manager()),
+            ..PostParams::default()
+        };
+        match self.api(target).create(&params, &object).await {
+            Ok(created) => Ok(created),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let existing = self
+                    .api(target)
+                    .get(&target.name)
+                    .await
+                    .map_err(|e| self.failed(format!("reading {what}"), e))?;
+                self.ours(&existing, what)?;
+                self.apply(target, body, what).await
+            }
+            Err(e) => Err(self.failed(format!("creating {what}"), e)),
+        }
+    }
+
+    async fn apply(
+        &self,
+        target: &Target,
+        body: &Value,
+        what: &str,
+    ) -> Result<DynamicObject, Error> {
+        self.api(target)
+            .patch(
+                &target.name,
+                &ssa::params(&self.ctx.rt.field_manager()),
+                &Patch::Apply(body),
+            )
+            .await
+            .map_err(|e| self.failed(format!("applying {what}"), e))
+    }
+
+    /// Writes the Secrets `observe` found stale, then the object unless it
+    /// was current; answers the object as stored.
+    async fn write(&self) -> Result<Value, Error> {
+        let (secrets, live, current) = match self.plan.lock() {
+            Ok(p) => (p.secrets.clone(), p.live.clone(), p.object_current),
+            Err(_) => (Vec::new(), None, false),
+        };
+        for s in &secrets {
+            self.write_secret(s).await?;
+        }
+        if let (true, Some(live)) = (current, live) {
+            return Ok(live);
+        }
+        let target = self.object_target();
+        let answer = self.apply(&target, &self.desired, &self.what()).await?;
+        self.ctx.watches.written(&target, answer.clone());
+        let value =
+            serde_json::to_value(&answer).map_err(|e| Error::Serialize("the remote object", e))?;
+        self.ctx.applied.remember(&self.uid, &self.desired, &value);
+        Ok(value)
+    }
+
+    async fn observe_all(&self) -> Result<Observation, Error> {
+        let (found, _) = self.read(&self.object_target()).await?;
+        if let Some(live) = &found {
+            self.ours(live, &self.what())?;
+        }
+        let secrets = self.observe_secrets().await?;
+        let Some(live) = found else {
+            self.set_plan(Plan {
+                secrets,
+                ..Plan::default()
+            });
+            return Ok(Observation::absent());
+        };
+        let value = serde_json::to_value(live.as_ref())
+            .map_err(|e| Error::Serialize("the remote object", e))?;
+        let (current, drifted) = self.ctx.applied.judge(&self.uid, &self.desired, &value);
+        let secrets_current = secrets.is_empty();
+        self.set_plan(Plan {
+            live: Some(value.clone()),
+            object_current: current,
+            secrets,
+        });
+        Ok(Observation {
+            exists: true,
+            up_to_date: current && secrets_current,
+            drifted,
+            live: Some(value),
+        })
+    }
+
+    fn set_plan(&self, plan: Plan) {
+        if let Ok(mut p) = self.plan.lock() {
+            *p = plan;
+        }
+    }
+
+    async fn delete_all(&self) -> Result<Deletion, Error> {
+        for secret_ref in &self.res.spec.secrets {
+            let name = remote_object::secret_name(&self.res.name_any(), &secret_ref.name);
+            let target = self.secret_target(&name);
+            if let (Some(s), _) = self.read(&target).await?
+                && self.is_ours(&s)
+            {
+                let what = format!("Secret {}/{name}", self.secret_namespace());
+                self.delete_one(&target, &what).await?;
+            }
+        }
+        let target = self.object_target();
+        let (found, _) = self.read(&target).await?;
+        match found {
+            // Gone, or not ours: never touched, never deleted.
+            None => Ok(Deletion::Gone),
+            Some(live) if !self.is_ours(&live) => Ok(Deletion::Gone),
+            Some(live) if live.metadata.deletion_timestamp.is_some() => Ok(Deletion::InProgress),
+            Some(_) => self.delete_one(&target, &self.what()).await,
+        }
+    }
+
+    /// Deletes one remote object: gone at once, or still being removed
+    /// (finalizers, a Namespace emptying itself) when the answer carries a
+    /// deletionTimestamp.
+    async fn delete_one(&self, target: &Target, what: &str) -> Result<Deletion, Error> {
+        match self
+            .api(target)
+            .delete(&target.name, &DeleteParams::background())
+            .await
+        {
+            Ok(answer) => match answer.left() {
+                Some(obj) if obj.metadata.deletion_timestamp.is_some() => {
+                    self.ctx.watches.written(target, obj);
+                    Ok(Deletion::InProgress)
+                }
+                _ => Ok(Deletion::Gone),
+            },
+            Err(e) if managed::not_found(&e) => Ok(Deletion::Gone),
+            Err(e) => Err(self.failed(format!("deleting {what}"), e)),
+        }
+    }
+}
+
+/// The version of a local Secret known by its metadata.
+fn source_of(meta: &PartialObjectMeta<Secret>) -> String {
+    remote_object::source_version(
+        meta.meta().uid.as_deref().unwrap_or_default(),
+        meta.meta().resource_version.as_deref().unwrap_or_default(),
+    )
+}
+
+impl External for Remote<'_> {
+    type Error = Error;
+
+    async fn observe(&self) -> Result<Observation, Error> {
+        self.ctx
+            .rt
+            .clusters
+            .call(&self.breaker, self.observe_all())
+            .await
+    }
+
+    async fn create(&self) -> Result<Value, Error> {
+        self.ctx.rt.clusters.call(&self.breaker, self.write()).await
+    }
+
+    async fn update(&self) -> Result<Value, Error> {
+        self.ctx.rt.clusters.call(&self.breaker, self.write()).await
+    }
+
+    async fn delete(&self) -> Result<Deletion, Error> {
+        self.ctx
+            .rt
+            .clusters
+            .call(&self.breaker, self.delete_all())
+            .await
+    }
+}

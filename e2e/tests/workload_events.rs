@@ -1,0 +1,328 @@
+//! The resource-controller is event-driven: it runs with the default
+//! --poll-interval (a 10-minute safety resync), yet a remote object's status
+//! change reaches its KubernetesApplicationResource, and a drift edit of the
+//! remote object is put back, within 2 s; each resource costs the request
+//! budget of the design (create: finalizer patch, apply, status write, plus
+//! reading and applying each propagated Secret; template update: apply and
+//! status write; delete: a finalizer patch and one delete per remote object),
+//! and reconciles while nothing changed cost no request at all.
+
+// Test helpers fail the test loudly, with what went wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use e2e::{Running, metric_sum, wait_for, workloads::*};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+use types::{
+    compute::v1alpha1::KubernetesCluster, workload::v1alpha1::KubernetesApplicationResource,
+};
+
+/// The promise: a remote change is reflected (or undone) within this.
+const WITHIN: Duration = Duration::from_secs(2);
+
+/// The resource-controller as deployed: its own service account, no
+/// --poll-interval flag (the 10-minute default).
+async fn start_controller(ns: &str) -> Running {
+    let kubeconfig = impersonating_kubeconfig("resource-controller");
+    let mut r = Running::start(
+        "resource-controller",
+        &kubeconfig,
+        &["--watch-namespace", ns],
+    );
+    r.wait_healthy(Duration::from_secs(30)).await;
+    r
+}
+
+/// A KubernetesApplicationResource already scheduled to `cluster`.
+async fn resource(client: &Client, ns: &str, name: &str, template: Value, secrets: &[&str]) {
+    let secrets: Vec<Value> = secrets.iter().map(|s| json!({"name": s})).collect();
+    let body = json!({
+        "apiVersion": "workload.crossplane.io/v1alpha1",
+        "kind": "KubernetesApplicationResource",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterRef": {"name": "target"}, "secrets": secrets, "template": template},
+    });
+    apply_json(client, ns, "kubernetesapplicationresources", &body).await;
+}
+
+fn configmap(rns: &str, name: &str, v: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": rns}, "data": {"k": v}})
+}
+
+/// Polls `check` every 25 ms until it holds; fails after `WITHIN`, saying
+/// how long it has been since `since`.
+async fn within_two_seconds<F, Fut>(since: Instant, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    loop {
+        if check().await {
+            eprintln!("{what}: {:?}", since.elapsed());
+            return;
+        }
+        assert!(since.elapsed() < WITHIN, "{what}: not within {WITHIN:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Requests the controller made, to both clusters, by every verb.
+fn requests(r: &Running) -> f64 {
+    metric_sum(&r.metrics(), "crossplane_rs_kube_api_requests_total", &[])
+}
+
+fn request_lines(r: &Running) -> String {
+    r.metrics()
+        .lines()
+        .filter(|l| l.starts_with("crossplane_rs_kube_api_requests_total"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn reconciles(r: &Running) -> f64 {
+    metric_sum(
+        &r.metrics(),
+        "crossplane_rs_reconcile_total",
+        &[("controller", "kubernetesapplicationresource")],
+    )
+}
+
+/// Wakes every resource of cluster "target" (a change to the cluster) and
+/// waits until at least `n` more reconciles have run; answers how many
+/// requests they cost.
+async fn wake_all(client: &Client, ns: &str, r: &Running, n: f64, round: u32) -> f64 {
+    let before = (requests(r), reconciles(r));
+    Api::<KubernetesCluster>::namespaced(client.clone(), ns)
+        .patch(
+            "target",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": round.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(WAIT, "the woken resources to be reconciled", || {
+        let done = reconciles(r) >= before.1 + n;
+        async move { done.then_some(()) }
+    })
+    .await;
+    requests(r) - before.0
+}
+
+async fn setup(prefix: &str) -> (Client, Client, String, String, Running) {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, prefix).await;
+    let rns = remote_ns(&remote, prefix).await;
+    let controller = start_controller(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    (client, remote, ns, rns, controller)
+}
+
+#[tokio::test]
+async fn a_remote_status_change_and_a_drift_edit_are_seen_within_two_seconds() {
+    let (client, remote, ns, rns, controller) = setup("events").await;
+    // No controller writes a LoadBalancer Service's status here (no cloud):
+    // the test does, as another field manager.
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": rns},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}], "selector": {"app": "web"}}});
+    resource(&client, &ns, "svc", service, &[]).await;
+    resource(&client, &ns, "cm", configmap(&rns, "settings", "v"), &[]).await;
+    wait_res_state(&client, &ns, "svc", "Submitted").await;
+    wait_res_state(&client, &ns, "cm", "Submitted").await;
+
+    // The remote status changes: status.remote shows it.
+    let status = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}}});
+    Api::<Service>::namespaced(remote.clone(), &rns)
+        .patch_status(
+            "web",
+            &PatchParams::apply("e2e-status").force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    let changed = Instant::now();
+    within_two_seconds(changed, "remote status to status.remote", || async {
+        get_res(&client, &ns, "svc")
+            .await
+            .and_then(|r| r.status?.remote)
+            .is_some_and(|s| s["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.7")
+    })
+    .await;
+
+    // Someone else changes the remote ConfigMap: it is put back.
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns);
+    let drift = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+        "data": {"k": "drift"}});
+    let drifted = cms
+        .patch(
+            "settings",
+            &PatchParams::apply("intruder").force(),
+            &Patch::Apply(&drift),
+        )
+        .await
+        .unwrap();
+    assert_eq!(drifted.data.unwrap()["k"], "drift");
+    let edited = Instant::now();
+    within_two_seconds(edited, "drift edit put back", || async {
+        cms.get("settings")
+            .await
+            .ok()
+            .and_then(|c| c.data)
+            .is_some_and(|d| d["k"] == "v")
+    })
+    .await;
+    assert!(
+        controller
+            .metrics()
+            .contains("crossplane_rs_shared_watches{controller=\"kubernetesapplicationresource\"}"),
+        "{}",
+        controller.metrics()
+    );
+}
+
+/// Waits until a resource's status describes its current generation.
+async fn wait_observed(client: &Client, ns: &str, name: &str) {
+    wait_for(
+        WAIT,
+        &format!("{name} to describe its generation"),
+        || async {
+            let r = get_res(client, ns, name).await?;
+            (r.status?.observed_generation == r.metadata.generation).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing() {
+    let (client, remote, ns, rns, controller) = setup("budget").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"password": "p"}}))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    // A first resource connects to the cluster and starts the shared
+    // watches of ConfigMaps and of propagated Secrets there.
+    resource(
+        &client,
+        &ns,
+        "warm",
+        configmap(&rns, "warm", "1"),
+        &["creds"],
+    )
+    .await;
+    wait_res_state(&client, &ns, "warm", "Submitted").await;
+    assert_eq!(wake_all(&client, &ns, &controller, 1.0, 0).await, 0.0);
+
+    // Create: finalizer patch, apply, status write; per Secret a read of
+    // the local Secret and one write of its copy.
+    let before = requests(&controller);
+    resource(
+        &client,
+        &ns,
+        "measured",
+        configmap(&rns, "measured", "1"),
+        &["creds"],
+    )
+    .await;
+    wait_res_state(&client, &ns, "measured", "Submitted").await;
+    let idle = wake_all(&client, &ns, &controller, 2.0, 1).await;
+    assert_eq!(
+        idle,
+        0.0,
+        "reconciles with nothing to do made requests:\n{}",
+        request_lines(&controller)
+    );
+    let created = requests(&controller) - before;
+    eprintln!("create: {created} requests");
+    assert!(
+        created <= 3.0 + 2.0,
+        "create cost {created} requests:\n{}",
+        request_lines(&controller)
+    );
+    let copy = Api::<Secret>::namespaced(remote.clone(), &rns)
+        .get("measured-creds")
+        .await
+        .unwrap();
+    assert_eq!(copy.data.unwrap()["password"].0, b"p");
+
+    // Template update: apply and status write.
+    let before = requests(&controller);
+    resource(
+        &client,
+        &ns,
+        "measured",
+        configmap(&rns, "measured", "2"),
+        &["creds"],
+    )
+    .await;
+    wait_observed(&client, &ns, "measured").await;
+    assert_eq!(wake_all(&client, &ns, &controller, 2.0, 2).await, 0.0);
+    let updated = requests(&controller) - before;
+    eprintln!("update: {updated} requests");
+    assert!(
+        updated <= 2.0,
+        "update cost {updated} requests:\n{}",
+        request_lines(&controller)
+    );
+    let cm = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+        .get("measured")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["k"], "2");
+
+    // Delete: a delete per remote object (the Secret's copy too) and the
+    // finalizer patch.
+    let before = requests(&controller);
+    Api::<KubernetesApplicationResource>::namespaced(client.clone(), &ns)
+        .delete("measured", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(WAIT, "the resource to be gone", || async {
+        get_res(&client, &ns, "measured")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(wake_all(&client, &ns, &controller, 1.0, 3).await, 0.0);
+    let deleted = requests(&controller) - before;
+    eprintln!("delete: {deleted} requests");
+    assert!(
+        deleted <= 3.0 + 1.0,
+        "delete cost {deleted} requests:\n{}",
+        request_lines(&controller)
+    );
+    for gone in [
+        Api::<ConfigMap>::namespaced(remote.clone(), &rns)
+            .get_opt("measured")
+            .await
+            .unwrap()
+            .is_none(),
+        Api::<Secret>::namespaced(remote.clone(), &rns)
+            .get_opt("measured-creds")
+            .await
+            .unwrap()
+            .is_none(),
+    ] {
+        assert!(gone, "a remote object outlived its resource");
+    }
+}
