@@ -1,6 +1,6 @@
 //! Shared controller plumbing for the crossplane-rs binaries: start-up flags,
 //! logging, the metrics/health server, leader election, conditions, events,
-//! remote-cluster clients and server-side apply. No controller logic lives
+//! remote-cluster clients, shared watches and server-side apply. No controller logic lives
 //! here: a controller's decisions belong to its own crate.
 
 pub mod args;
@@ -22,6 +22,7 @@ pub mod remote;
 pub mod server;
 pub mod ssa;
 pub mod telemetry;
+pub mod watches;
 
 pub use args::CommonArgs;
 pub use metrics::Metrics;

@@ -35,6 +35,11 @@ pub struct Metrics {
     pub api_requests: IntCounterVec,
     /// 1 while this replica holds its leader-election Lease (or runs without one).
     pub leader: IntGauge,
+    /// Shared watches open now, by controller (see [`crate::watches`]).
+    pub shared_watches: IntGaugeVec,
+    /// Controller objects woken because something they read changed (or
+    /// its watch failed or recovered), by controller.
+    pub watch_wakeups: IntCounterVec,
 }
 
 impl Metrics {
@@ -97,6 +102,20 @@ impl Metrics {
             format!("{PREFIX}_leader"),
             "1 while this replica is the leader (or runs without leader election).",
         )?;
+        let shared_watches = IntGaugeVec::new(
+            Opts::new(
+                format!("{PREFIX}_shared_watches"),
+                "Shared watches of objects that controller objects read, open now, by controller.",
+            ),
+            &["controller"],
+        )?;
+        let watch_wakeups = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}_watch_wakeups_total"),
+                "Controller objects woken because an object they read changed, or its watch failed or recovered, by controller.",
+            ),
+            &["controller"],
+        )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
@@ -105,6 +124,8 @@ impl Metrics {
         registry.register(Box::new(backoff.clone()))?;
         registry.register(Box::new(api_requests.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(shared_watches.clone()))?;
+        registry.register(Box::new(watch_wakeups.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -115,6 +136,8 @@ impl Metrics {
             backoff,
             api_requests,
             leader,
+            shared_watches,
+            watch_wakeups,
         })
     }
 

@@ -17,7 +17,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -41,8 +44,15 @@ use crate::{
 /// Bound on connecting to a remote cluster: an unreachable cluster must fail
 /// a reconcile quickly rather than hold a worker.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bound on one request to a remote cluster (watches are not used remotely).
+/// Bound on one request to a remote cluster. Watches use
+/// [`WATCH_READ_TIMEOUT`] instead, through [`RemoteCluster::watch_client`].
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on waiting for the next bytes of a watch (or of the list that
+/// starts it) from a remote cluster. It is longer than the time a watch stays
+/// open on the server (kube's watcher asks for 290 s and gives up on a
+/// silent stream 5 s after that), so a quiet but healthy watch is never cut
+/// by it, while a cluster that stops answering still frees the connection.
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
 /// How many remote clients a binary keeps at most. Each holds a connection
 /// pool and a discovery cache; beyond this many owners the least recently
 /// used client is dropped and rebuilt on its next use.
@@ -101,22 +111,48 @@ pub enum RemoteError {
 /// A connected remote cluster.
 #[derive(Clone)]
 pub struct RemoteCluster {
-    /// The client, counting its requests by verb.
+    /// The client, counting its requests by verb; each request is bounded by
+    /// [`READ_TIMEOUT`].
     pub client: Client,
+    /// The client for long-running watches (see [`crate::watches`]): the
+    /// same cluster, credential and request counting as `client`, but
+    /// bounded by [`WATCH_READ_TIMEOUT`] so that a watch outlives
+    /// [`READ_TIMEOUT`].
+    pub watch_client: Client,
     /// The cluster's key in metrics (the KubernetesCluster or ProviderConfig name).
     pub name: String,
+    id: u64,
     discovery: Arc<DiscoveryCache>,
 }
 
+/// The source of [`RemoteCluster::id`].
+static NEXT_CLUSTER_ID: AtomicU64 = AtomicU64::new(1);
+
 impl RemoteCluster {
     /// A cluster reached with an existing client (e.g. the control cluster
-    /// itself), with its own discovery cache.
+    /// itself), with its own discovery cache. The one client serves requests
+    /// and watches alike.
     pub fn new(client: Client, name: &str) -> Self {
+        Self::with_watch_client(client.clone(), client, name)
+    }
+
+    /// A cluster with a separate client for watches (see
+    /// [`Self::watch_client`]).
+    pub fn with_watch_client(client: Client, watch_client: Client, name: &str) -> Self {
         Self {
             client,
+            watch_client,
             name: name.to_owned(),
+            id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
             discovery: Arc::default(),
         }
+    }
+
+    /// This client's identity, unique in the process: clones share it, a
+    /// client built again (e.g. for a rotated credential) gets a new one.
+    /// Shared watches are kept per id, so a new credential gets new watches.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Resolves a kind served by this cluster, caching the answer. A miss is
@@ -292,17 +328,23 @@ impl RemoteClients {
         let mut config = inline.config();
         config.connect_timeout = Some(CONNECT_TIMEOUT);
         config.read_timeout = Some(READ_TIMEOUT);
+        let mut watch_config = config.clone();
+        watch_config.read_timeout = Some(WATCH_READ_TIMEOUT);
         let layer = CountingLayer {
             counter: self.labels.counter.clone(),
             label: self.labels.acquire(owner),
         };
-        let client = ClientBuilder::try_from(config)
-            .map(|b| b.with_layer(&layer).build())
-            .map_err(|_| RemoteError::Client {
-                secret: secret_name,
-                key: key.to_owned(),
-            })?;
-        let cluster = RemoteCluster::new(client, owner);
+        let build = |config: Config| {
+            ClientBuilder::try_from(config)
+                .map(|b| b.with_layer(&layer).build())
+                .map_err(|_| RemoteError::Client {
+                    secret: secret_name.clone(),
+                    key: key.to_owned(),
+                })
+        };
+        let client = build(config)?;
+        let watch_client = build(watch_config)?;
+        let cluster = RemoteCluster::with_watch_client(client, watch_client, owner);
         self.insert(owner, credential, cluster.clone());
         Ok(cluster)
     }
@@ -688,6 +730,15 @@ mod tests {
         let v1 = rc.for_secret("team/c", &two_keys("1"), "control").unwrap();
         let v2 = rc.for_secret("team/c", &two_keys("2"), "control").unwrap();
         assert!(!same(&v1, &v2));
+        // A new client has a new identity (and so new shared watches); a
+        // cached one keeps its identity.
+        assert_ne!(v1.id(), v2.id());
+        assert_eq!(
+            v2.id(),
+            rc.for_secret("team/c", &two_keys("2"), "control")
+                .unwrap()
+                .id()
+        );
         assert_eq!(rc.len(), 1);
         assert!(same(
             &v2,
