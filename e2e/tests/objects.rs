@@ -1171,25 +1171,47 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
         "the managed object carries the external name"
     );
     assert!(remote_cm(&remote, &ns, &name).await.is_none());
-    // Someone deletes the usage record: it is recorded again at the next
-    // sync, and deleting it again right before the Object does not block the
-    // Object's deletion.
-    let usages = Api::<types::kubernetes::v1alpha1::ProviderConfigUsage>::all(client.clone());
-    let uid = o.uid().unwrap();
-    usages.delete(&uid, &DeleteParams::default()).await.unwrap();
-    wait_for(WAIT, "the usage to be recorded again", || async {
-        usages
-            .get_opt(&uid)
-            .await
-            .ok()?
-            .filter(|u| u.metadata.deletion_timestamp.is_none())
-            .map(|_| ())
+    // The Object's use of its ProviderConfig is recorded on the Object
+    // itself (a label, no usage record of its own to delete): the config
+    // cannot be deleted while the Object uses it, says by whom, and does
+    // not block the Object's deletion.
+    assert_eq!(
+        o.labels().get("kubernetes.crossplane.io/provider-config"),
+        Some(&"remote".to_owned())
+    );
+    let pc = testenv::unique_name("extpc");
+    remote_config(&pc);
+    let mut moved = object(
+        &name,
+        &pc,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": ns}, "data": {"a": "b"}}),
+        json!({}),
+    );
+    moved["metadata"]["annotations"] = json!({"crossplane.io/external-name": "called-this"});
+    apply_object(&client, moved).await;
+    let pcs = Api::<ProviderConfig>::all(client.clone());
+    wait_for(WAIT, "the config to count its user", || async {
+        (pcs.get_opt(&pc).await.ok()??.status?.users? == 1).then_some(())
     })
     .await;
-    usages.delete(&uid, &DeleteParams::default()).await.unwrap();
+    pcs.delete(&pc, &DeleteParams::default()).await.unwrap();
+    let msg = wait_for(WAIT, "the config to say who uses it", || async {
+        let p = pcs.get_opt(&pc).await.ok()??;
+        p.status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "InUse")
+            .and_then(|c| c.message.clone())
+    })
+    .await;
+    assert!(msg.contains(&format!("Object {name}")), "{msg}");
     delete_object(&client, &name).await;
     wait_object_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "called-this").await.is_none());
+    wait_for(WAIT, "the config to go once unused", || async {
+        pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
+    })
+    .await;
 }
 
 /// A ConfigMap in the control cluster's `default` namespace, named uniquely.

@@ -40,8 +40,10 @@ async fn main() -> anyhow::Result<()> {
     let mut configs = providerconfig::watch_configs(&rt);
     let mut objects = object::watch_objects(&rt);
     let changed = std::mem::replace(&mut configs.changed, futures::channel::mpsc::unbounded().1);
-    let config_wakes =
-        std::mem::replace(&mut objects.config_wakes, futures::channel::mpsc::unbounded().1);
+    let config_wakes = std::mem::replace(
+        &mut objects.config_wakes,
+        futures::channel::mpsc::unbounded().1,
+    );
     let object_store = objects.objects.clone();
     let object_controller = object::controller(
         &rt,

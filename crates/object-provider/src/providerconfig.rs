@@ -189,6 +189,9 @@ mod tests {
     #[test]
     fn the_in_use_message_names_every_user() {
         let msg = in_use(&["Object a".to_owned(), "Object b".to_owned()]);
-        assert!(msg.starts_with("in use by 2 Objects: Object a, Object b;"), "{msg}");
+        assert!(
+            msg.starts_with("in use by 2 Objects: Object a, Object b;"),
+            "{msg}"
+        );
     }
 }

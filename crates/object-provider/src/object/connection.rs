@@ -5,11 +5,7 @@
 //! no request and a changed source wakes the Object.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, ResourceExt,
-    api::Patch,
-    discovery::ApiResource,
-};
+use kube::{Api, ResourceExt, api::Patch, discovery::ApiResource};
 use runtime::{
     fieldpath,
     managed::{self, RequestFailed},
@@ -42,7 +38,10 @@ pub async fn publish(
         };
         let path = fieldpath::parse(&d.field_path).map_err(Error::InvalidManifest)?;
         if let Some(value) = fieldpath::get(&source, &path) {
-            data.insert(d.to_connection_secret_key.clone(), encoded(d, value.clone()));
+            data.insert(
+                d.to_connection_secret_key.clone(),
+                encoded(d, value.clone()),
+            );
         }
     }
     let secret = connection_secret(obj, &to.name, &to.namespace, data);
@@ -61,7 +60,11 @@ pub async fn publish(
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.skeleton.client().clone(), &to.namespace);
     secrets
-        .patch(&to.name, &ssa::params(&ctx.field_manager), &Patch::Apply(&secret))
+        .patch(
+            &to.name,
+            &ssa::params(&ctx.field_manager),
+            &Patch::Apply(&secret),
+        )
         .await
         .map_err(|e| Error::control("write the connection Secret", e))?;
     Ok(())

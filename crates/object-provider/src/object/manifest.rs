@@ -96,7 +96,10 @@ pub fn field_manager(obj: &Object) -> String {
 pub fn as_value(obj: &DynamicObject, resource: &ApiResource) -> Value {
     let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
     if let Some(m) = v.as_object_mut() {
-        for (key, value) in [("apiVersion", &resource.api_version), ("kind", &resource.kind)] {
+        for (key, value) in [
+            ("apiVersion", &resource.api_version),
+            ("kind", &resource.kind),
+        ] {
             if m.get(key).is_none_or(Value::is_null) {
                 m.insert(key.to_owned(), json!(value));
             }
@@ -163,8 +166,10 @@ mod tests {
         let doc = serde_json::to_value(&obj).unwrap();
         let m = desired(&obj, &doc).unwrap();
         assert_eq!(m.pointer("/metadata/name"), Some(&json!("obj")));
-        obj.annotations_mut()
-            .insert(ANNOTATION_EXTERNAL_NAME.to_owned(), "called-this".to_owned());
+        obj.annotations_mut().insert(
+            ANNOTATION_EXTERNAL_NAME.to_owned(),
+            "called-this".to_owned(),
+        );
         let m = desired(&obj, &doc).unwrap();
         assert_eq!(m.pointer("/metadata/name"), Some(&json!("called-this")));
     }

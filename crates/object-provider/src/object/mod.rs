@@ -99,11 +99,7 @@ async fn read(session: &mut Session<Object>, target: &Target) -> kube::Result<Op
 }
 
 /// Ready by the Object's readiness policy.
-fn readiness(
-    obj: &Object,
-    live: &Value,
-    secrets: &policy::Redactions,
-) -> types::common::Condition {
+fn readiness(obj: &Object, live: &Value, secrets: &policy::Redactions) -> types::common::Condition {
     let policy = obj
         .spec
         .readiness
@@ -250,7 +246,11 @@ impl Reconciler for Ctx {
         )))
     }
 
-    async fn cleanup(&self, obj: &Arc<Object>, status: &mut ObjectStatus) -> Result<Cleanup, Error> {
+    async fn cleanup(
+        &self,
+        obj: &Arc<Object>,
+        status: &mut ObjectStatus,
+    ) -> Result<Cleanup, Error> {
         let deleting = || conditions::deleting();
         if references::held(obj) {
             // Referrers hold this Object until their own managed objects
@@ -268,7 +268,9 @@ impl Reconciler for Ctx {
             Err(Error::NotAllowed(String::new()))
         };
         let events = &self.skeleton.reporting.events;
-        let removed = self.lifecycle.remove(events, obj.as_ref(), external, allowed);
+        let removed = self
+            .lifecycle
+            .remove(events, obj.as_ref(), external, allowed);
         match removed.await.map_err(|e| e.redacted(&secrets))? {
             Cleanup::Done => {
                 references::release(self, obj, None).await?;
@@ -326,26 +328,29 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
     let (config_tx, config_wakes) = mpsc::unbounded();
     let (referrer_tx, referrer_wakes) = mpsc::unbounded();
     let mut wakes = usage::Wakes::default();
-    let events = watcher(Api::<Object>::all(rt.client.clone()), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                let woken = wakes.event(event);
-                for c in woken.configs {
-                    let _ = config_tx.unbounded_send(ObjectRef::new(&c));
-                }
-                for r in woken.referrers {
-                    let _ = referrer_tx.unbounded_send(ObjectRef::new(&r));
-                }
+    let events = watcher(
+        Api::<Object>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            let woken = wakes.event(event);
+            for c in woken.configs {
+                let _ = config_tx.unbounded_send(ObjectRef::new(&c));
             }
-        })
-        .applied_objects()
-        .predicate_filter(
-            desired_state_hash,
-            kube::runtime::utils::PredicateConfig::default(),
-        )
-        .boxed();
+            for r in woken.referrers {
+                let _ = referrer_tx.unbounded_send(ObjectRef::new(&r));
+            }
+        }
+    })
+    .applied_objects()
+    .predicate_filter(
+        desired_state_hash,
+        kube::runtime::utils::PredicateConfig::default(),
+    )
+    .boxed();
     ObjectWatch {
         objects,
         config_wakes,

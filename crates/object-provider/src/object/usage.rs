@@ -8,17 +8,19 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    ResourceExt,
+    Api, ResourceExt,
     discovery::ApiResource,
     runtime::{reflector::ObjectRef, watcher},
 };
 use runtime::{
+    finalizers,
     remote::RemoteCluster,
     watches::{Scope, Session, Target},
 };
 use types::kubernetes::v1alpha1::{CredentialsSource, Object, ProviderConfig};
 
 use super::{Ctx, errors::Error, read, references};
+use crate::providerconfig::FINALIZER as IN_USE;
 
 /// The label naming the ProviderConfig an Object uses.
 pub const LABEL: &str = "kubernetes.crossplane.io/provider-config";
@@ -61,6 +63,7 @@ pub async fn connect(
         ctx.remote.release(name);
         return Err(Error::ProviderConfigNotFound(name.clone()));
     };
+    protect(ctx, &pc).await?;
     if pc.spec.credentials.source == CredentialsSource::InjectedIdentity {
         // A client built while the config read a Secret is not needed.
         ctx.remote.release(name);
@@ -68,7 +71,10 @@ pub async fn connect(
     }
     let Some(sel) = &pc.spec.credentials.secret_ref else {
         ctx.remote.release(name);
-        return Err(Error::CredentialsNotFound("<unset>".to_owned(), name.clone()));
+        return Err(Error::CredentialsNotFound(
+            "<unset>".to_owned(),
+            name.clone(),
+        ));
     };
     let target = Target {
         cluster: ctx.local.clone(),
@@ -89,6 +95,20 @@ pub async fn connect(
     ctx.remote
         .for_secret(name, &secret, &sel.key)
         .map_err(|e| Error::Connect(name.clone(), e))
+}
+
+/// Puts the in-use finalizer on a ProviderConfig that does not carry it yet
+/// (one request per ProviderConfig, not per Object), so that it is
+/// protected before anything is made with it, whenever its own controller
+/// gets to it.
+async fn protect(ctx: &Ctx, pc: &ProviderConfig) -> Result<(), Error> {
+    if pc.metadata.deletion_timestamp.is_some() || finalizers::has(pc, IN_USE) {
+        return Ok(());
+    }
+    let api: Api<ProviderConfig> = Api::all(ctx.skeleton.client().clone());
+    finalizers::add(&api, pc, IN_USE)
+        .await
+        .map_err(|e| Error::control(format!("protect ProviderConfig {}", pc.name_any()), e))
 }
 
 /// Who to wake when an Object changes, worked out from the Objects' watch
@@ -129,7 +149,10 @@ impl Wakes {
             ..Woken::default()
         };
         if previous.as_ref() != Some(&configs) {
-            woken.configs = configs.union(&previous.unwrap_or_default()).cloned().collect();
+            woken.configs = configs
+                .union(&previous.unwrap_or_default())
+                .cloned()
+                .collect();
         }
         let targets: BTreeSet<String> = obj
             .spec
@@ -250,7 +273,12 @@ mod tests {
         assert_eq!(moved.configs, set(&["pc1", "pc2"]));
         let followed = wakes.event(&watcher::Event::Apply(object("a", "pc2", Some("pc2"), &[])));
         assert_eq!(followed.configs, set(&["pc1", "pc2"]));
-        let gone = wakes.event(&watcher::Event::Delete(object("a", "pc2", Some("pc2"), &[])));
+        let gone = wakes.event(&watcher::Event::Delete(object(
+            "a",
+            "pc2",
+            Some("pc2"),
+            &[],
+        )));
         assert_eq!(gone.configs, set(&["pc2"]));
     }
 
