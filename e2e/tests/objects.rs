@@ -256,13 +256,23 @@ async fn own_config(client: &Client, prefix: &str) -> String {
     name
 }
 
-/// Waits until the provider has read (GET) from `cluster` `n` more times
-/// than `from`: proof that its polls ran, where a sleep would prove nothing.
-async fn wait_reads(cluster: &str, from: u64, n: u64) {
+/// Observations of managed objects in `cluster` (from the watch cache or
+/// the server): each poll of an Object observes once.
+fn observations(cluster: &str) -> u64 {
+    metric(
+        "crossplane_rs_remote_observations_total",
+        &[("controller", "object"), ("cluster", cluster)],
+    )
+}
+
+/// Waits until the provider has observed managed objects in `cluster` `n`
+/// more times than `from`: proof that its polls ran, where a sleep would
+/// prove nothing.
+async fn wait_observations(cluster: &str, from: u64, n: u64) {
     wait_for(
         WAIT,
-        &format!("{n} reads from cluster {cluster} (polls)"),
-        || async { (requests(cluster, &["get"]) >= from + n).then_some(()) },
+        &format!("{n} observations in cluster {cluster} (polls)"),
+        || async { (observations(cluster) >= from + n).then_some(()) },
     )
     .await;
 }
@@ -432,7 +442,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
             .await;
         } else {
             // Three polls of the changed Object, and not one write.
-            wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+            wait_observations(&pc, observations(&pc), 3).await;
             assert_eq!(
                 requests(&pc, &WRITES),
                 writes,
@@ -805,7 +815,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     .unwrap();
     // Three polls of the clock later, not one write to the target.
     let writes = requests(&pc, &WRITES);
-    wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+    wait_observations(&pc, observations(&pc), 3).await;
     assert_eq!(
         requests(&pc, &WRITES),
         writes,
@@ -818,7 +828,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     );
     // Deleting while paused does nothing either.
     delete_object(&client, &name).await;
-    wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+    wait_observations(&pc, observations(&pc), 3).await;
     assert_eq!(
         requests(&pc, &WRITES),
         writes,
@@ -1097,7 +1107,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     .await;
     wait_ready(&client, &p("clock")).await;
     let before = count(p("no-kind")).await;
-    wait_reads(&pc, requests(&pc, &["get"]), 6).await;
+    wait_observations(&pc, observations(&pc), 6).await;
     let after = count(p("no-kind")).await;
     assert!(
         after - before <= 4,
@@ -1554,7 +1564,7 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
 
     // Three polls of each Object: reads, and not one write.
     let writes = requests(&pc, &WRITES);
-    wait_reads(&pc, requests(&pc, &["get"]), 6).await;
+    wait_observations(&pc, observations(&pc), 6).await;
     assert_eq!(
         requests(&pc, &WRITES),
         writes,

@@ -1,11 +1,14 @@
 //! Connection details: values of objects in the target cluster
 //! (spec.connectionDetails), published to the Secret
-//! spec.writeConnectionSecretToRef names in the control cluster. Sources and
-//! the Secret are read through shared watches, so an unchanged Secret costs
-//! no request and a changed source wakes the Object.
+//! spec.writeConnectionSecretToRef names in the control cluster. Sources are
+//! read through shared watches of the target cluster, so a changed source
+//! wakes the Object; the Secret is applied only when what it should hold
+//! changes (see [`Published`]).
+
+use std::{collections::HashMap, sync::Mutex};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt, api::Patch, discovery::ApiResource};
+use kube::{Api, ResourceExt, api::Patch};
 use runtime::{
     fieldpath,
     managed::{self, RequestFailed},
@@ -45,17 +48,8 @@ pub async fn publish(
         }
     }
     let secret = connection_secret(obj, &to.name, &to.namespace, data);
-    let target = Target {
-        cluster: ctx.local.clone(),
-        resource: ApiResource::erase::<Secret>(&()),
-        namespace: Some(to.namespace.clone()),
-        name: to.name.clone(),
-        scope: Scope::Object,
-    };
-    let current = read(session, &target)
-        .await
-        .map_err(|e| Error::control("read the connection Secret", e))?;
-    if current.is_some_and(|c| ssa::unchanged_by(&c, &secret)) {
+    let uid = obj.uid().unwrap_or_default();
+    if ctx.published.is(&uid, &secret) {
         return Ok(());
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.skeleton.client().clone(), &to.namespace);
@@ -67,7 +61,36 @@ pub async fn publish(
         )
         .await
         .map_err(|e| Error::control("write the connection Secret", e))?;
+    ctx.published.remember(&uid, secret);
     Ok(())
+}
+
+/// The connection Secret each Object last applied, by Object UID. The
+/// provider may not watch Secrets, so an unchanged Secret is told from what
+/// was applied, not read: it is applied again only when its content
+/// changes, or once after the provider starts.
+#[derive(Default)]
+pub struct Published(Mutex<HashMap<String, Value>>);
+
+impl Published {
+    fn is(&self, uid: &str, secret: &Value) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|m| m.get(uid).is_some_and(|s| s == secret))
+    }
+
+    fn remember(&self, uid: &str, secret: Value) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(uid.to_owned(), secret);
+        }
+    }
+
+    /// Forgets a deleted Object's Secret.
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(uid);
+        }
+    }
 }
 
 /// The object one connection detail reads, through a shared watch of it in
@@ -161,6 +184,19 @@ mod tests {
             encoded(&detail("Service", "spec.ports"), json!([1])),
             json!("WzFd")
         );
+    }
+
+    #[test]
+    fn a_secret_is_applied_again_only_when_its_content_changes() {
+        let published = Published::default();
+        let one = json!({"data": {"k": "MQ=="}});
+        assert!(!published.is("u1", &one));
+        published.remember("u1", one.clone());
+        assert!(published.is("u1", &one));
+        assert!(!published.is("u1", &json!({"data": {"k": "Mg=="}})));
+        assert!(!published.is("u2", &one));
+        published.forget("u1");
+        assert!(!published.is("u1", &one));
     }
 
     #[test]

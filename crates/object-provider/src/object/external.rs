@@ -184,6 +184,12 @@ impl External for ManagedObject<'_> {
     type Error = Error;
 
     async fn observe(&self) -> Result<Observation, Error> {
+        self.ctx
+            .rt
+            .metrics
+            .remote_observations
+            .with_label_values(&[super::CONTROLLER, self.target.cluster.metric_label()])
+            .inc();
         if matches!(self.cached, Cached::Unknown) && self.never_observed {
             // First sync while the watch is still listing: the apply that
             // follows answers the live object (one request instead of two).

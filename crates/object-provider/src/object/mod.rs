@@ -4,10 +4,14 @@
 //! shared reconcile skeleton (runtime::reconciler) and managed-resource
 //! contract (runtime::managed).
 //!
-//! Event-driven: the managed object, the credentials Secret, fromObject and
-//! connection-detail sources are read through shared watches
-//! (runtime::watches) that wake exactly the Object that read what changed;
-//! --poll-interval is only a safety resync answered from those caches.
+//! Event-driven: the managed object, fromObject and connection-detail
+//! sources are read through shared watches (runtime::watches) that wake
+//! exactly the Object that read what changed; --poll-interval is only a
+//! safety resync answered from those caches. Secrets in the control cluster
+//! are the exception: the provider may not list or watch them, so they are
+//! read with a GET (the credentials Secret at most once per ProviderConfig
+//! per 30 s), and a change to a Secret a fromObject reference names reaches
+//! the managed object at the next resync or any other wake.
 //!
 //! Deletion policy when the target does not answer: retried with backoff
 //! for --deletion-timeout (default 5m) after the Object was deleted, then
@@ -73,6 +77,8 @@ pub struct Ctx {
     configs: Store<ProviderConfig>,
     watches: Watches<Object>,
     applied: AppliedMemory,
+    credentials: usage::Credentials,
+    published: connection::Published,
     lifecycle: Lifecycle,
     field_manager: String,
     metrics: metrics::ObjectMetrics,
@@ -84,18 +90,21 @@ async fn read(session: &mut Session<Object>, target: &Target) -> kube::Result<Op
     match session.read(target) {
         Cached::Present(o) => Ok(Some(manifest::as_value(&o, &target.resource))),
         Cached::Absent => Ok(None),
-        Cached::Unknown => {
-            let client = target.cluster.client.clone();
-            let api: Api<kube::api::DynamicObject> = match &target.namespace {
-                Some(ns) => Api::namespaced_with(client, ns, &target.resource),
-                None => Api::all_with(client, &target.resource),
-            };
-            Ok(api
-                .get_opt(&target.name)
-                .await?
-                .map(|o| manifest::as_value(&o, &target.resource)))
-        }
+        Cached::Unknown => get(target).await,
     }
+}
+
+/// Reads `target` from the server (one GET), not through a watch.
+async fn get(target: &Target) -> kube::Result<Option<Value>> {
+    let client = target.cluster.client.clone();
+    let api: Api<kube::api::DynamicObject> = match &target.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &target.resource),
+        None => Api::all_with(client, &target.resource),
+    };
+    Ok(api
+        .get_opt(&target.name)
+        .await?
+        .map(|o| manifest::as_value(&o, &target.resource)))
 }
 
 /// Ready by the Object's readiness policy.
@@ -133,7 +142,7 @@ impl Ctx {
             .filter_map(references::object_target)
             .collect();
         references::release(self, obj, Some(&wanted)).await?;
-        let cluster = usage::connect(self, obj, session).await?;
+        let cluster = usage::connect(self, obj).await?;
         let resolved = references::resolve(self, obj, true, session, secrets).await?;
         let managed = external::locate(self, obj, &cluster, &resolved, session).await?;
         references::hold(self, obj, &resolved.referenced).await?;
@@ -189,7 +198,7 @@ impl Ctx {
         session: &mut Session<Object>,
         secrets: &mut policy::Redactions,
     ) -> Result<ManagedObject<'a>, Error> {
-        let cluster = usage::connect(self, obj, session).await?;
+        let cluster = usage::connect(self, obj).await?;
         let located = match references::resolve(self, obj, false, session, secrets).await {
             Ok(resolved) => external::locate(self, obj, &cluster, &resolved, session).await,
             Err(e) => Err(e),
@@ -289,6 +298,7 @@ impl Reconciler for Ctx {
         self.watches.release(&ObjectRef::from_obj(obj));
         if let Some(uid) = obj.uid() {
             self.applied.forget(&uid);
+            self.published.forget(&uid);
         }
     }
 }
@@ -391,6 +401,8 @@ pub fn controller(
         configs,
         watches,
         applied: AppliedMemory::default(),
+        credentials: usage::Credentials::default(),
+        published: connection::Published::default(),
         lifecycle: Lifecycle {
             deletion_timeout,
             orphaned_reason: "ManagedObjectOrphaned",

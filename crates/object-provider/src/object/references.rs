@@ -1,6 +1,7 @@
 //! References: resolving spec.references against the control cluster (in
 //! order, each read through a shared watch of the object it names, so a
-//! change to it wakes the Object), the finalizer a referenced Object carries
+//! change to it wakes the Object; a Secret, which the provider may not
+//! watch, with a GET), the finalizer a referenced Object carries
 //! for each referrer, and cycle detection.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +15,7 @@ use runtime::{
 use serde_json::Value;
 use types::kubernetes::v1alpha1::{Object, Reference};
 
-use super::{Ctx, errors::Error, read};
+use super::{Ctx, errors::Error, get, read};
 use crate::policy;
 
 /// Prefix of the finalizers referrers put on referenced Objects.
@@ -230,8 +231,7 @@ pub async fn resolve(
                 .filter(|v| !v.is_null())
                 .cloned()
                 .ok_or_else(|| not_ready(format!("{} is not set yet", p.field_path)))?;
-            if n.api_version == "v1" && n.kind == "Secret" && !p.field_path.starts_with("metadata")
-            {
+            if is_secret(n.api_version, n.kind) && !p.field_path.starts_with("metadata") {
                 secrets.add(&value);
             }
             fieldpath::set(&mut doc, &p.to_path, value).map_err(|e| {
@@ -294,9 +294,20 @@ async fn read_source(
         name: n.name.to_owned(),
         scope: Scope::Object,
     };
-    read(session, &target)
-        .await
-        .map_err(|e| Error::control(format!("read {}", n.what()), e))
+    let found = if is_secret(n.api_version, n.kind) {
+        // Never watched: the provider may not list or watch Secrets. A
+        // change to this one reaches the managed object at the next resync
+        // (--poll-interval) or any other wake of the Object.
+        get(&target).await
+    } else {
+        read(session, &target).await
+    };
+    found.map_err(|e| Error::control(format!("read {}", n.what()), e))
+}
+
+/// Whether a reference names a Secret.
+fn is_secret(api_version: &str, kind: &str) -> bool {
+    api_version == "v1" && kind == "Secret"
 }
 
 /// Puts this Object's referrer finalizer on each Object it references (no
