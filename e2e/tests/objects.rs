@@ -256,13 +256,23 @@ async fn own_config(client: &Client, prefix: &str) -> String {
     name
 }
 
-/// Waits until the provider has read (GET) from `cluster` `n` more times
-/// than `from`: proof that its polls ran, where a sleep would prove nothing.
-async fn wait_reads(cluster: &str, from: u64, n: u64) {
+/// Observations of managed objects in `cluster` (from the watch cache or
+/// the server): each poll of an Object observes once.
+fn observations(cluster: &str) -> u64 {
+    metric(
+        "crossplane_rs_remote_observations_total",
+        &[("controller", "object"), ("cluster", cluster)],
+    )
+}
+
+/// Waits until the provider has observed managed objects in `cluster` `n`
+/// more times than `from`: proof that its polls ran, where a sleep would
+/// prove nothing.
+async fn wait_observations(cluster: &str, from: u64, n: u64) {
     wait_for(
         WAIT,
-        &format!("{n} reads from cluster {cluster} (polls)"),
-        || async { (requests(cluster, &["get"]) >= from + n).then_some(()) },
+        &format!("{n} observations in cluster {cluster} (polls)"),
+        || async { (observations(cluster) >= from + n).then_some(()) },
     )
     .await;
 }
@@ -432,7 +442,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
             .await;
         } else {
             // Three polls of the changed Object, and not one write.
-            wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+            wait_observations(&pc, observations(&pc), 3).await;
             assert_eq!(
                 requests(&pc, &WRITES),
                 writes,
@@ -805,7 +815,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     .unwrap();
     // Three polls of the clock later, not one write to the target.
     let writes = requests(&pc, &WRITES);
-    wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+    wait_observations(&pc, observations(&pc), 3).await;
     assert_eq!(
         requests(&pc, &WRITES),
         writes,
@@ -818,7 +828,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     );
     // Deleting while paused does nothing either.
     delete_object(&client, &name).await;
-    wait_reads(&pc, requests(&pc, &["get"]), 3).await;
+    wait_observations(&pc, observations(&pc), 3).await;
     assert_eq!(
         requests(&pc, &WRITES),
         writes,
@@ -1097,7 +1107,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     .await;
     wait_ready(&client, &p("clock")).await;
     let before = count(p("no-kind")).await;
-    wait_reads(&pc, requests(&pc, &["get"]), 6).await;
+    wait_observations(&pc, observations(&pc), 6).await;
     let after = count(p("no-kind")).await;
     assert!(
         after - before <= 4,
@@ -1171,25 +1181,47 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
         "the managed object carries the external name"
     );
     assert!(remote_cm(&remote, &ns, &name).await.is_none());
-    // Someone deletes the usage record: it is recorded again at the next
-    // sync, and deleting it again right before the Object does not block the
-    // Object's deletion.
-    let usages = Api::<types::kubernetes::v1alpha1::ProviderConfigUsage>::all(client.clone());
-    let uid = o.uid().unwrap();
-    usages.delete(&uid, &DeleteParams::default()).await.unwrap();
-    wait_for(WAIT, "the usage to be recorded again", || async {
-        usages
-            .get_opt(&uid)
-            .await
-            .ok()?
-            .filter(|u| u.metadata.deletion_timestamp.is_none())
-            .map(|_| ())
+    // The Object's use of its ProviderConfig is recorded on the Object
+    // itself (a label, no usage record of its own to delete): the config
+    // cannot be deleted while the Object uses it, says by whom, and does
+    // not block the Object's deletion.
+    assert_eq!(
+        o.labels().get("kubernetes.crossplane.io/provider-config"),
+        Some(&"remote".to_owned())
+    );
+    let pc = testenv::unique_name("extpc");
+    remote_config(&pc);
+    let mut moved = object(
+        &name,
+        &pc,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": ns}, "data": {"a": "b"}}),
+        json!({}),
+    );
+    moved["metadata"]["annotations"] = json!({"crossplane.io/external-name": "called-this"});
+    apply_object(&client, moved).await;
+    let pcs = Api::<ProviderConfig>::all(client.clone());
+    wait_for(WAIT, "the config to count its user", || async {
+        (pcs.get_opt(&pc).await.ok()??.status?.users? == 1).then_some(())
     })
     .await;
-    usages.delete(&uid, &DeleteParams::default()).await.unwrap();
+    pcs.delete(&pc, &DeleteParams::default()).await.unwrap();
+    let msg = wait_for(WAIT, "the config to say who uses it", || async {
+        let p = pcs.get_opt(&pc).await.ok()??;
+        p.status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "InUse")
+            .and_then(|c| c.message.clone())
+    })
+    .await;
+    assert!(msg.contains(&format!("Object {name}")), "{msg}");
     delete_object(&client, &name).await;
     wait_object_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "called-this").await.is_none());
+    wait_for(WAIT, "the config to go once unused", || async {
+        pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
+    })
+    .await;
 }
 
 /// A ConfigMap in the control cluster's `default` namespace, named uniquely.
@@ -1532,7 +1564,7 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
 
     // Three polls of each Object: reads, and not one write.
     let writes = requests(&pc, &WRITES);
-    wait_reads(&pc, requests(&pc, &["get"]), 6).await;
+    wait_observations(&pc, observations(&pc), 6).await;
     assert_eq!(
         requests(&pc, &WRITES),
         writes,

@@ -5,7 +5,6 @@
 mod object;
 mod policy;
 mod providerconfig;
-mod references;
 
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use runtime::{
     CommonArgs,
     controller::{Runtime, api_resource},
 };
-use types::kubernetes::v1alpha1::{Object, ProviderConfig, ProviderConfigUsage};
+use types::kubernetes::v1alpha1::{Object, ProviderConfig};
 
 const BINARY: &str = "object-provider";
 
@@ -37,16 +36,26 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
-    let kinds = [
-        api_resource::<Object>(),
-        api_resource::<ProviderConfig>(),
-        api_resource::<ProviderConfigUsage>(),
-    ];
-    let objects = object::controller(&rt, args.deletion_timeout)?;
-    let configs = providerconfig::controller(&rt);
+    let kinds = [api_resource::<Object>(), api_resource::<ProviderConfig>()];
+    let mut configs = providerconfig::watch_configs(&rt);
+    let mut objects = object::watch_objects(&rt);
+    let changed = std::mem::replace(&mut configs.changed, futures::channel::mpsc::unbounded().1);
+    let config_wakes = std::mem::replace(
+        &mut objects.config_wakes,
+        futures::channel::mpsc::unbounded().1,
+    );
+    let object_store = objects.objects.clone();
+    let object_controller = object::controller(
+        &rt,
+        args.deletion_timeout,
+        objects,
+        configs.store.clone(),
+        changed,
+    )?;
+    let config_controller = providerconfig::controller(&rt, configs, object_store, config_wakes);
     rt.clone()
         .run(&kinds, async move {
-            tokio::join!(objects, configs);
+            tokio::join!(object_controller, config_controller);
         })
         .await?;
     Ok(())

@@ -1,124 +1,197 @@
-//! ProviderConfig: counts its users and cannot be deleted while any
-//! ProviderConfigUsage names it.
+//! ProviderConfig: counts its users and cannot be deleted while any Object
+//! uses it. The users are counted from the Objects' watch cache (the
+//! object-provider's own), by spec.providerConfigRef and by the label
+//! `kubernetes.crossplane.io/provider-config` each Object carries, so no
+//! per-Object record is written; a change of an Object's config wakes the
+//! configs it left and joined.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt, channel::mpsc};
 use kube::{
     Api, Resource, ResourceExt,
-    runtime::{Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, watcher},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
 };
 use runtime::{
     conditions,
-    controller::{Reporting, Runtime},
+    controller::Runtime,
     events::ReconcileError,
-    finalizers, ssa,
+    reconciler::{self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Reconciler, Skeleton},
 };
-use types::kubernetes::v1alpha1::{ProviderConfig, ProviderConfigUsage};
+use types::kubernetes::v1alpha1::{Object, ProviderConfig, ProviderConfigStatus};
+
+use crate::object::usage;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerconfig";
 /// Held while the ProviderConfig has users.
 pub const FINALIZER: &str = "in-use.crossplane.io";
+/// Wakes of one ProviderConfig closer together than this are reconciled
+/// once: a burst of new Objects costs one status write, not one each.
+const DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Why reconciling a ProviderConfig failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A request failed.
-    #[error("failed to {0}")]
-    Request(&'static str, #[source] kube::Error),
-    /// Serializing failed.
-    #[error("failed to serialize")]
-    Serialize(#[from] serde_json::Error),
+    /// A request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
 }
 
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
-        match self {
-            Error::Request(..) => "ProviderConfigRequestFailed",
-            Error::Serialize(_) => "CannotSerialize",
-        }
+        CONTROL_REQUEST_FAILED
     }
 }
 
 struct Ctx {
-    rt: Runtime,
-    reporting: Reporting,
+    skeleton: Skeleton,
+    objects: Store<Object>,
 }
 
-async fn reconcile(pc: Arc<ProviderConfig>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    ctx.reporting
-        .reconcile(pc.as_ref(), async {
-            let api: Api<ProviderConfig> = Api::all(ctx.rt.client.clone());
-            // One LIST by label: configs are few, and the count is then never
-            // older than this reconcile.
-            let usages: Api<ProviderConfigUsage> = Api::all(ctx.rt.client.clone());
-            let selector = format!("kubernetes.crossplane.io/provider-config={}", pc.name_any());
-            let mut users: Vec<String> = usages
-                .list(&kube::api::ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| Error::Request("list ProviderConfigUsages", e))?
-                .items
-                .iter()
-                .filter(|u| u.spec.provider_config_ref.name == pc.name_any())
-                .map(|u| format!("{} {}", u.spec.resource_ref.kind, u.spec.resource_ref.name))
-                .collect();
-            users.sort();
-            let mut status = pc.status.clone().unwrap_or_default();
-            let n = users.len() as i64;
-            let mut changed = status.users != Some(n);
-            status.users = Some(n);
-            if pc.metadata.deletion_timestamp.is_some() {
-                if users.is_empty() {
-                    finalizers::remove(&api, pc.as_ref(), FINALIZER).await.map_err(|e| Error::Request("remove the finalizer", e))?;
-                    return Ok(Action::await_change());
-                }
-                let msg = format!("in use by {n} Objects: {}; delete them (or point them at another ProviderConfig) first", users.join(", "));
-                changed |= conditions::set(&mut status.conditions, conditions::custom("InUse", true, "ProviderConfigInUse", Some(msg.clone())), &conditions::now());
-                if changed {
-                    let oref = pc.object_ref(&());
-                    ctx.reporting.events.warning(&oref, "ProviderConfigInUse", format!("cannot be deleted yet: {msg}")).await;
-                }
-            } else {
-                finalizers::add(&api, pc.as_ref(), FINALIZER).await.map_err(|e| Error::Request("add the finalizer", e))?;
-            }
-            if changed {
-                ssa::apply_status(&api, &pc.name_any(), serde_json::to_value(&status)?, &ctx.rt.field_manager())
-                    .await
-                    .map_err(|e| Error::Request("write ProviderConfig status", e))?;
-            }
-            // Usages wake their config; looking again every poll interval
-            // keeps the count right even if a wake-up is ever missed.
-            Ok(Action::requeue(ctx.rt.args.poll_interval))
-        })
-        .await
-}
-
-fn error_policy(pc: Arc<ProviderConfig>, _e: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.reporting.retry(pc.as_ref())
-}
-
-/// The ProviderConfig controller; usages wake the config they name.
-pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
-    let usage_events = watcher(
-        Api::<ProviderConfigUsage>::all(rt.client.clone()),
-        watcher::Config::default(),
+/// The message of a ProviderConfig that is in use.
+fn in_use(users: &[String]) -> String {
+    format!(
+        "in use by {} Objects: {}; delete them (or point them at another ProviderConfig) first",
+        users.len(),
+        users.join(", ")
     )
-    .default_backoff()
-    .touched_objects();
-    let ctx = Arc::new(Ctx {
-        rt: rt.clone(),
-        reporting: Reporting::new(rt, CONTROLLER),
-    });
-    Controller::new(
+}
+
+impl Ctx {
+    async fn users(&self, pc: &ProviderConfig, status: &mut ProviderConfigStatus) -> Vec<String> {
+        // Counting before the Objects are listed would count none.
+        self.objects.wait_until_ready().await.ok();
+        let state = self.objects.state();
+        let users = usage::users(state.iter().map(|o| o.as_ref()), &pc.name_any());
+        status.users = Some(users.len() as i64);
+        users
+    }
+}
+
+impl Reconciler for Ctx {
+    type Object = ProviderConfig;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.skeleton
+    }
+
+    fn api(&self, _pc: &ProviderConfig) -> Api<ProviderConfig> {
+        Api::all(self.skeleton.client().clone())
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    async fn apply(
+        &self,
+        pc: &Arc<ProviderConfig>,
+        status: &mut ProviderConfigStatus,
+    ) -> Result<Action, Error> {
+        self.users(pc, status).await;
+        // Objects wake their config; no resync needed.
+        Ok(Action::await_change())
+    }
+
+    async fn cleanup(
+        &self,
+        pc: &Arc<ProviderConfig>,
+        status: &mut ProviderConfigStatus,
+    ) -> Result<Cleanup, Error> {
+        let users = self.users(pc, status).await;
+        if users.is_empty() {
+            return Ok(Cleanup::Done);
+        }
+        let msg = in_use(&users);
+        let condition = conditions::custom("InUse", true, "ProviderConfigInUse", Some(msg.clone()));
+        if conditions::set(&mut status.conditions, condition, &conditions::now()) {
+            self.skeleton
+                .reporting
+                .events
+                .warning(
+                    &pc.object_ref(&()),
+                    "ProviderConfigInUse",
+                    format!("cannot be deleted yet: {msg}"),
+                )
+                .await;
+        }
+        Ok(Cleanup::Wait(Action::await_change()))
+    }
+}
+
+/// The ProviderConfigs' watch: its cache (the Object controller reads
+/// configs from it), and the names of configs whose spec changed.
+pub struct ConfigWatch {
+    /// The ProviderConfigs' cache.
+    pub store: Store<ProviderConfig>,
+    /// Names of ProviderConfigs whose spec changed or that were deleted.
+    pub changed: mpsc::UnboundedReceiver<String>,
+    events: futures::stream::BoxStream<'static, Result<ProviderConfig, watcher::Error>>,
+}
+
+/// Starts watching ProviderConfigs (lazily: with the controller).
+pub fn watch_configs(rt: &Runtime) -> ConfigWatch {
+    let (store, writer) = reflector::store();
+    let (tx, changed) = mpsc::unbounded();
+    let mut generations = usage::ConfigGenerations::default();
+    let events = watcher(
         Api::<ProviderConfig>::all(rt.client.clone()),
         watcher::Config::default(),
     )
-    .watches_stream(usage_events, |u: ProviderConfigUsage| {
-        Some(ObjectRef::new(&u.spec.provider_config_ref.name))
+    .default_backoff()
+    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(event) = event
+            && let Some(name) = generations.changed(event)
+        {
+            let _ = tx.unbounded_send(name);
+        }
     })
-    .with_config(rt.controller_config())
-    .graceful_shutdown_on(rt.shutdown())
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| futures::future::ready(()))
+    .applied_objects()
+    .boxed();
+    ConfigWatch {
+        store,
+        changed,
+        events,
+    }
+}
+
+/// The ProviderConfig controller; `objects` is the Objects' cache and
+/// `wakes` names configs whose users changed.
+pub fn controller(
+    rt: &Runtime,
+    configs: ConfigWatch,
+    objects: Store<Object>,
+    wakes: impl Stream<Item = ObjectRef<ProviderConfig>> + Send + 'static,
+) -> impl Future<Output = ()> {
+    let ctx = Arc::new(Ctx {
+        skeleton: Skeleton::new(rt, CONTROLLER),
+        objects,
+    });
+    let controller = Controller::for_stream(configs.events, configs.store)
+        .reconcile_on(wakes)
+        .with_config(rt.controller_config().debounce(DEBOUNCE))
+        .graceful_shutdown_on(rt.shutdown());
+    reconciler::run(controller, ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_in_use_message_names_every_user() {
+        let msg = in_use(&["Object a".to_owned(), "Object b".to_owned()]);
+        assert!(
+            msg.starts_with("in use by 2 Objects: Object a, Object b;"),
+            "{msg}"
+        );
+    }
 }

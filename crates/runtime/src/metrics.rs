@@ -40,6 +40,12 @@ pub struct Metrics {
     /// Controller objects woken because something they read changed (or
     /// its watch failed or recovered), by controller.
     pub watch_wakeups: IntCounterVec,
+    /// Managed resources' external side observed (from a watch cache or the
+    /// server), by controller and cluster (the same `cluster` label as
+    /// [`Self::api_requests`] gives that cluster's client). It counts
+    /// observations, whatever they cost: a resync answered from a cache
+    /// moves it and not the request counter.
+    pub remote_observations: IntCounterVec,
 }
 
 impl Metrics {
@@ -116,6 +122,13 @@ impl Metrics {
             ),
             &["controller"],
         )?;
+        let remote_observations = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}_remote_observations_total"),
+                "Managed resources' external side observed (from a watch cache or the server), by controller and cluster.",
+            ),
+            &["controller", "cluster"],
+        )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
@@ -126,6 +139,7 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(shared_watches.clone()))?;
         registry.register(Box::new(watch_wakeups.clone()))?;
+        registry.register(Box::new(remote_observations.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -138,6 +152,7 @@ impl Metrics {
             leader,
             shared_watches,
             watch_wakeups,
+            remote_observations,
         })
     }
 

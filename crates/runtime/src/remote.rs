@@ -121,6 +121,7 @@ pub struct RemoteCluster {
     pub watch_client: Client,
     /// The cluster's key in metrics (the KubernetesCluster or ProviderConfig name).
     pub name: String,
+    label: String,
     id: u64,
     discovery: Arc<DiscoveryCache>,
 }
@@ -143,9 +144,18 @@ impl RemoteCluster {
             client,
             watch_client,
             name: name.to_owned(),
+            label: name.to_owned(),
             id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
             discovery: Arc::default(),
         }
+    }
+
+    /// The `cluster` label this client's requests are counted under in
+    /// `crossplane_rs_kube_api_requests_total`: its name, or `other` once
+    /// [`MAX_CLUSTER_LABELS`] remote clusters have theirs. Other per-cluster
+    /// metrics use the same value, so they can be compared.
+    pub fn metric_label(&self) -> &str {
+        &self.label
     }
 
     /// This client's identity, unique in the process: clones share it, a
@@ -334,6 +344,7 @@ impl RemoteClients {
             counter: self.labels.counter.clone(),
             label: self.labels.acquire(owner),
         };
+        let label = layer.label.value.clone();
         let build = |config: Config| {
             ClientBuilder::try_from(config)
                 .map(|b| b.with_layer(&layer).build())
@@ -344,7 +355,8 @@ impl RemoteClients {
         };
         let client = build(config)?;
         let watch_client = build(watch_config)?;
-        let cluster = RemoteCluster::with_watch_client(client, watch_client, owner);
+        let mut cluster = RemoteCluster::with_watch_client(client, watch_client, owner);
+        cluster.label = label;
         self.insert(owner, credential, cluster.clone());
         Ok(cluster)
     }
@@ -907,6 +919,7 @@ mod tests {
         let _ = a.client.apiserver_version().await;
         let _ = b.client.apiserver_version().await;
         assert_eq!(series(&rc.labels.counter), ["other", "team/a"]);
+        assert_eq!((a.metric_label(), b.metric_label()), ("team/a", "other"));
         let metrics = Metrics::new().unwrap();
         let config = kubeconfig::sanitise(kubeconfig(3, "t").as_bytes(), false)
             .unwrap()

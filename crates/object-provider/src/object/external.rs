@@ -1,0 +1,256 @@
+//! The managed object, as runtime::managed's External: observed from the
+//! shared watch of its kind in the target cluster (a GET only when the watch
+//! cannot answer yet), created and updated with one server-side apply by the
+//! Object's own field manager, deleted with one DELETE.
+
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, DynamicObject, Patch},
+};
+use runtime::{
+    managed::{self, Deletion, External, Observation, RequestFailed},
+    remote::RemoteCluster,
+    ssa,
+    watches::{Cached, Scope, Session, Target},
+};
+use serde_json::Value;
+use types::kubernetes::v1alpha1::Object;
+
+use super::{Ctx, errors::Error, manifest, references::Resolved};
+use crate::policy;
+
+/// The field a user fixes when the target refuses the managed object.
+const FIELD: &str = "spec.forProvider.manifest";
+
+/// One Object's managed object in its target cluster.
+pub struct ManagedObject<'a> {
+    ctx: &'a Ctx,
+    /// Where it lives (and the shared watch that serves it).
+    pub target: Target,
+    api: Api<DynamicObject>,
+    /// The manifest to apply.
+    pub manifest: Value,
+    /// What the cache knew when it was located.
+    cached: Cached,
+    uid: String,
+    field_manager: String,
+    /// "ConfigMap name", as messages say it.
+    pub what: String,
+    cluster: String,
+    /// Whether status shows it was never observed (its first apply needs
+    /// no read before it).
+    never_observed: bool,
+}
+
+/// The target cluster of an Object, as messages and --remote-timeout's
+/// circuit breaker name it.
+pub fn target_of(obj: &Object) -> String {
+    format!(
+        "the target cluster of ProviderConfig {}",
+        obj.spec.provider_config_ref.name
+    )
+}
+
+/// Works out the managed object from the resolved Object and registers the
+/// Object's interest in it.
+pub async fn locate<'a>(
+    ctx: &'a Ctx,
+    obj: &Object,
+    cluster: &RemoteCluster,
+    resolved: &Resolved,
+    session: &mut Session<Object>,
+) -> Result<ManagedObject<'a>, Error> {
+    let mut manifest = manifest::desired(obj, &resolved.doc)?;
+    let (api_version, kind) = (
+        manifest::text(&manifest, "/apiVersion"),
+        manifest::text(&manifest, "/kind"),
+    );
+    let namespace = manifest
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let located = managed::locate(
+        cluster,
+        &target_of(obj),
+        &api_version,
+        &kind,
+        namespace.as_deref(),
+        FIELD,
+    )
+    .await?;
+    if located.namespace.is_none()
+        && let Some(m) = manifest.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        m.remove("namespace");
+    }
+    let name = manifest::text(&manifest, "/metadata/name");
+    Ok(at(ctx, obj, cluster, located, name, manifest, session))
+}
+
+/// The managed object recorded in status.managedObjectRef: what was applied
+/// when the manifest can no longer be worked out (a reference's source is
+/// gone) and the Object is deleted.
+pub async fn recorded<'a>(
+    ctx: &'a Ctx,
+    obj: &Object,
+    cluster: &RemoteCluster,
+    session: &mut Session<Object>,
+) -> Option<Result<ManagedObject<'a>, Error>> {
+    let r = obj.status.as_ref()?.managed_object_ref.clone()?;
+    let located = managed::locate(
+        cluster,
+        &target_of(obj),
+        &r.api_version,
+        &r.kind,
+        r.namespace.as_deref(),
+        FIELD,
+    )
+    .await;
+    Some(
+        located
+            .map(|l| at(ctx, obj, cluster, l, r.name, Value::Null, session))
+            .map_err(Error::from),
+    )
+}
+
+fn at<'a>(
+    ctx: &'a Ctx,
+    obj: &Object,
+    cluster: &RemoteCluster,
+    located: managed::Located,
+    name: String,
+    manifest: Value,
+    session: &mut Session<Object>,
+) -> ManagedObject<'a> {
+    let target = Target {
+        cluster: cluster.clone(),
+        resource: located.resource,
+        namespace: located.namespace,
+        name: name.clone(),
+        scope: Scope::Kind { labels: None },
+    };
+    let cached = session.read(&target);
+    ManagedObject {
+        ctx,
+        what: format!("{} {name}", target.resource.kind),
+        target,
+        api: located.api,
+        manifest,
+        cached,
+        uid: obj.uid().unwrap_or_default(),
+        field_manager: manifest::field_manager(obj),
+        cluster: target_of(obj),
+        never_observed: obj.status.as_ref().is_none_or(|s| s.at_provider.is_none()),
+    }
+}
+
+impl ManagedObject<'_> {
+    fn failed(&self, what: &str, e: kube::Error) -> Error {
+        RequestFailed::new(format!("{what} {}", self.what), &self.cluster, FIELD, e).into()
+    }
+
+    /// The live object: from the watch, else from the server.
+    async fn live(&self) -> Result<Option<Value>, Error> {
+        match &self.cached {
+            Cached::Present(o) => Ok(Some(manifest::as_value(o, &self.target.resource))),
+            Cached::Absent => Ok(None),
+            Cached::Unknown => Ok(self
+                .api
+                .get_opt(&self.target.name)
+                .await
+                .map_err(|e| self.failed("reading", e))?
+                .map(|o| manifest::as_value(&o, &self.target.resource))),
+        }
+    }
+
+    async fn apply(&self) -> Result<Value, Error> {
+        let answer = self
+            .api
+            .patch(
+                &self.target.name,
+                &ssa::params(&self.field_manager),
+                &Patch::Apply(&self.manifest),
+            )
+            .await
+            .map_err(|e| self.failed("applying", e))?;
+        let live = manifest::as_value(&answer, &self.target.resource);
+        self.ctx.applied.remember(&self.uid, &self.manifest, &live);
+        self.ctx.watches.written(&self.target, answer);
+        Ok(live)
+    }
+}
+
+impl External for ManagedObject<'_> {
+    type Error = Error;
+
+    async fn observe(&self) -> Result<Observation, Error> {
+        self.ctx
+            .rt
+            .metrics
+            .remote_observations
+            .with_label_values(&[super::CONTROLLER, self.target.cluster.metric_label()])
+            .inc();
+        if matches!(self.cached, Cached::Unknown) && self.never_observed {
+            // First sync while the watch is still listing: the apply that
+            // follows answers the live object (one request instead of two).
+            return Ok(Observation::absent());
+        }
+        let Some(live) = self.live().await? else {
+            return Ok(Observation::absent());
+        };
+        let (up_to_date, drifted) = self.ctx.applied.judge(&self.uid, &self.manifest, &live);
+        Ok(Observation {
+            exists: true,
+            up_to_date,
+            drifted,
+            live: Some(live),
+        })
+    }
+
+    async fn create(&self) -> Result<Value, Error> {
+        self.apply().await
+    }
+
+    async fn update(&self) -> Result<Value, Error> {
+        self.apply().await
+    }
+
+    async fn delete(&self) -> Result<Deletion, Error> {
+        let call = async {
+            match &self.cached {
+                Cached::Absent => return Ok(Deletion::Gone),
+                Cached::Present(o) if o.metadata.deletion_timestamp.is_some() => {
+                    return Ok(Deletion::InProgress);
+                }
+                _ => {}
+            }
+            match self
+                .api
+                .delete(&self.target.name, &DeleteParams::background())
+                .await
+            {
+                // The object is still there (it has finalizers): its watch
+                // wakes the Object when it goes.
+                Ok(answer) => match answer.left() {
+                    Some(still) => {
+                        self.ctx.watches.written(&self.target, still);
+                        Ok(Deletion::InProgress)
+                    }
+                    None => Ok(Deletion::Gone),
+                },
+                Err(e) if managed::not_found(&e) => Ok(Deletion::Gone),
+                Err(e) => Err(self.failed("deleting", e)),
+            }
+        };
+        self.ctx.rt.clusters.call(&self.cluster, call).await
+    }
+}
+
+/// What the policies of an Object allow.
+pub fn allowed(obj: &Object) -> managed::Allowed {
+    managed::Allowed {
+        create: policy::can_create(obj.spec.management_policy),
+        update: policy::can_update(obj.spec.management_policy),
+        delete: policy::can_delete(obj.spec.management_policy, obj.spec.deletion_policy),
+    }
+}

@@ -1,0 +1,125 @@
+//! The Object controller's own metrics: drift corrections, time to first
+//! Ready, and Objects by their Synced and Ready condition.
+
+use std::collections::BTreeMap;
+
+use kube::runtime::reflector::Store;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGaugeVec, Opts, Registry};
+use runtime::conditions;
+use types::kubernetes::v1alpha1::Object;
+
+/// The Object controller's metrics.
+#[derive(Clone)]
+pub struct ObjectMetrics {
+    /// Managed objects changed outside their Object and put back.
+    pub drift: IntCounter,
+    /// Time from an Object's creation to its first Ready=True.
+    pub first_ready: Histogram,
+    managed: IntGaugeVec,
+}
+
+impl ObjectMetrics {
+    /// Registers the metrics in `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let drift = IntCounter::new(
+            "crossplane_rs_drift_corrections_total",
+            "Managed objects changed outside their Object and put back.",
+        )?;
+        let first_ready = Histogram::with_opts(
+            HistogramOpts::new(
+                "crossplane_rs_time_to_first_ready_seconds",
+                "Time from an Object's creation to its first Ready=True.",
+            )
+            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0]),
+        )?;
+        let managed = IntGaugeVec::new(
+            Opts::new(
+                "crossplane_rs_managed_objects",
+                "Objects by their Synced and Ready condition status.",
+            ),
+            &["synced", "ready"],
+        )?;
+        registry.register(Box::new(drift.clone()))?;
+        registry.register(Box::new(first_ready.clone()))?;
+        registry.register(Box::new(managed.clone()))?;
+        let metrics = Self {
+            drift,
+            first_ready,
+            managed,
+        };
+        metrics.count(std::iter::empty());
+        Ok(metrics)
+    }
+
+    /// Sets the managed-objects gauge from the Objects' cache.
+    pub fn count_managed(&self, objects: &Store<Object>) {
+        let state = objects.state();
+        self.count(state.iter().map(|o| o.as_ref()));
+    }
+
+    fn count<'a>(&self, objects: impl Iterator<Item = &'a Object>) {
+        for ((s, r), n) in by_condition(objects) {
+            self.managed.with_label_values(&[s, r]).set(n);
+        }
+    }
+}
+
+const STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+
+/// Objects counted by (Synced, Ready) status; every pair is present.
+fn by_condition<'a>(
+    objects: impl Iterator<Item = &'a Object>,
+) -> BTreeMap<(&'static str, &'static str), i64> {
+    let mut counts = BTreeMap::new();
+    for s in STATUSES {
+        for r in STATUSES {
+            counts.insert((s, r), 0);
+        }
+    }
+    for o in objects {
+        let get = |t: &str| {
+            let status = o
+                .status
+                .as_ref()
+                .and_then(|s| conditions::get(&s.conditions, t))
+                .map(|c| c.status.as_str());
+            STATUSES
+                .into_iter()
+                .find(|s| Some(*s) == status)
+                .unwrap_or("Unknown")
+        };
+        *counts
+            .entry((get(conditions::TYPE_SYNCED), get(conditions::TYPE_READY)))
+            .or_default() += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn objects_are_counted_by_synced_and_ready_and_odd_statuses_are_unknown() {
+        let o = |synced: &str, ready: &str| -> Object {
+            serde_json::from_value(json!({
+                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+                "metadata": {"name": "o"},
+                "spec": {"forProvider": {"manifest": {}}},
+                "status": {"conditions": [
+                    {"type": "Synced", "status": synced, "lastTransitionTime": "2024-01-01T00:00:00Z"},
+                    {"type": "Ready", "status": ready, "lastTransitionTime": "2024-01-01T00:00:00Z"},
+                ]},
+            }))
+            .unwrap()
+        };
+        let objs = [o("True", "True"), o("True", "True"), o("False", "weird")];
+        let counts = by_condition(objs.iter());
+        assert_eq!(counts.len(), 9);
+        assert_eq!(counts[&("True", "True")], 2);
+        assert_eq!(counts[&("False", "Unknown")], 1);
+        assert_eq!(counts[&("Unknown", "Unknown")], 0);
+    }
+}

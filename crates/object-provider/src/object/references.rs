@@ -1,0 +1,407 @@
+//! References: resolving spec.references against the control cluster (in
+//! order, each read through a shared watch of the object it names, so a
+//! change to it wakes the Object; a Secret, which the provider may not
+//! watch, with a GET), the finalizer a referenced Object carries
+//! for each referrer, and cycle detection.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
+use runtime::{
+    fieldpath, finalizers,
+    managed::{self, KindError},
+    watches::{Scope, Session, Target},
+};
+use serde_json::Value;
+use types::kubernetes::v1alpha1::{Object, Reference};
+
+use super::{Ctx, errors::Error, get, read};
+use crate::policy;
+
+/// Prefix of the finalizers referrers put on referenced Objects.
+pub const REFERRED_BY: &str = "referred-by.kubernetes.crossplane.io/";
+
+/// The finalizer a referenced Object carries while `referrer` exists. A
+/// finalizer's name part is at most 63 characters; longer names are cut and
+/// suffixed with a hash so they stay unique.
+pub fn finalizer_for(referrer: &str) -> String {
+    let name: String = referrer
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.len() <= 63 {
+        return format!("{REFERRED_BY}{name}");
+    }
+    let hash = name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    format!("{REFERRED_BY}{}-{hash:016x}", &name[..46])
+}
+
+/// Whether a reference points at an Object (only those are ordered by
+/// finalizers and part of cycles).
+pub fn object_target(r: &Reference) -> Option<&str> {
+    let (api_version, kind, name) = match (&r.from_object, &r.depends_on) {
+        (Some(f), _) => (&f.api_version, &f.kind, &f.name),
+        (None, Some(d)) => (&d.api_version, &d.kind, &d.name),
+        (None, None) => return None,
+    };
+    (api_version == "kubernetes.crossplane.io/v1alpha1" && kind == "Object")
+        .then_some(name.as_str())
+}
+
+/// A cycle through `start` in the graph of Object references, as the path
+/// `start → … → start`.
+pub fn cycle_through(start: &str, edges: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn walk(
+        node: &str,
+        start: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        seen: &mut BTreeSet<String>,
+    ) -> bool {
+        for next in edges.get(node).into_iter().flatten() {
+            if next == start {
+                path.push(next.clone());
+                return true;
+            }
+            if seen.insert(next.clone()) {
+                path.push(next.clone());
+                if walk(next, start, edges, path, seen) {
+                    return true;
+                }
+                path.pop();
+            }
+        }
+        false
+    }
+    let mut path = vec![start.to_owned()];
+    let mut seen = BTreeSet::new();
+    walk(start, start, edges, &mut path, &mut seen).then_some(path)
+}
+
+/// What resolving an Object's references found.
+pub struct Resolved {
+    /// The Object as JSON, every fromObject value written at its
+    /// toFieldPath.
+    pub doc: Value,
+    /// The Objects it references (held by referrer finalizers).
+    pub referenced: Vec<String>,
+}
+
+/// The referenced object, its fieldPath (parsed), and where its value goes.
+struct Paths<'a> {
+    field_path: &'a str,
+    from: Vec<fieldpath::Segment>,
+    to: &'a str,
+    to_path: Vec<fieldpath::Segment>,
+}
+
+/// What one reference names.
+struct Named<'a> {
+    api_version: &'a str,
+    kind: &'a str,
+    name: &'a str,
+    namespace: Option<&'a str>,
+    field_path: Option<&'a str>,
+}
+
+impl Named<'_> {
+    fn what(&self) -> String {
+        match self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
+    }
+}
+
+fn named(index: usize, r: &Reference) -> Result<Named<'_>, Error> {
+    match (&r.from_object, &r.depends_on) {
+        (Some(f), _) => Ok(Named {
+            api_version: &f.api_version,
+            kind: &f.kind,
+            name: &f.name,
+            namespace: f.namespace.as_deref(),
+            field_path: Some(f.field_path.as_str()),
+        }),
+        (None, Some(d)) => Ok(Named {
+            api_version: &d.api_version,
+            kind: &d.kind,
+            name: &d.name,
+            namespace: d.namespace.as_deref(),
+            field_path: None,
+        }),
+        (None, None) => Err(Error::InvalidReference(
+            index,
+            "set dependsOn or fromObject".to_owned(),
+        )),
+    }
+}
+
+/// The paths of a fromObject reference, checked first: a malformed one is
+/// the user's to fix, whatever the referenced object holds (and whether or
+/// not it may be read).
+fn paths<'a>(index: usize, r: &'a Reference, n: &Named<'a>) -> Result<Option<Paths<'a>>, Error> {
+    let Some(field_path) = n.field_path else {
+        return Ok(None);
+    };
+    let from = fieldpath::parse(field_path)
+        .map_err(|e| Error::InvalidReference(index, format!("fromObject.fieldPath: {e}")))?;
+    let to = r.to_field_path.as_deref().unwrap_or_default();
+    let to_path = fieldpath::parse(to)
+        .map_err(|e| Error::InvalidReference(index, format!("invalid toFieldPath: {e}")))?;
+    if !to.starts_with("spec.") {
+        return Err(Error::InvalidReference(
+            index,
+            format!(
+                "invalid toFieldPath {to:?}: it must be under spec, e.g. spec.forProvider.manifest.metadata.name"
+            ),
+        ));
+    }
+    Ok(Some(Paths {
+        field_path,
+        from,
+        to,
+        to_path,
+    }))
+}
+
+/// The edges of the reference graph: each Object's referenced Objects.
+fn edges(ctx: &Ctx, obj: &Object) -> BTreeMap<String, Vec<String>> {
+    let targets = |o: &Object| -> Vec<String> {
+        o.spec
+            .references
+            .iter()
+            .filter_map(object_target)
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut edges: BTreeMap<String, Vec<String>> = ctx
+        .objects
+        .state()
+        .iter()
+        .map(|o| (o.name_any(), targets(o)))
+        .collect();
+    edges.insert(obj.name_any(), targets(obj));
+    edges
+}
+
+/// Resolves spec.references in order against the control cluster. When
+/// `installing`, a referenced Object must also be Ready; a deletion only
+/// needs the values to find what it created. Values read from a Secret
+/// (other than its metadata) are added to `secrets`.
+pub async fn resolve(
+    ctx: &Ctx,
+    obj: &Object,
+    installing: bool,
+    session: &mut Session<Object>,
+    secrets: &mut policy::Redactions,
+) -> Result<Resolved, Error> {
+    let mut doc = serde_json::to_value(obj)?;
+    let mut referenced = Vec::new();
+    // Cycles first: waiting on a cycle would wait forever.
+    if let Some(cycle) = cycle_through(&obj.name_any(), &edges(ctx, obj)) {
+        return Err(Error::Cycle(cycle.join(" → ")));
+    }
+    for (index, r) in obj.spec.references.iter().enumerate() {
+        let n = named(index, r)?;
+        let paths = paths(index, r, &n)?;
+        let not_ready = |why: String| Error::ReferenceNotReady {
+            index,
+            what: n.what(),
+            why,
+        };
+        let source = match object_target(r) {
+            Some(name) => referenced_object(ctx, name, installing).map_err(not_ready)?,
+            None => read_source(ctx, index, &n, session)
+                .await?
+                .ok_or_else(|| not_ready("it does not exist".to_owned()))?,
+        };
+        if object_target(r).is_some() {
+            referenced.push(n.name.to_owned());
+        }
+        if let Some(p) = paths {
+            let value = fieldpath::get(&source, &p.from)
+                .filter(|v| !v.is_null())
+                .cloned()
+                .ok_or_else(|| not_ready(format!("{} is not set yet", p.field_path)))?;
+            if is_secret(n.api_version, n.kind) && !p.field_path.starts_with("metadata") {
+                secrets.add(&value);
+            }
+            fieldpath::set(&mut doc, &p.to_path, value).map_err(|e| {
+                Error::InvalidReference(index, format!("invalid toFieldPath {:?}: {e}", p.to))
+            })?;
+        }
+    }
+    Ok(Resolved { doc, referenced })
+}
+
+/// A referenced Object, from the Objects' watch cache. An Object is there
+/// for its dependents once it is Ready: this is what orders an install.
+fn referenced_object(ctx: &Ctx, name: &str, installing: bool) -> Result<Value, String> {
+    let Some(o) = ctx.objects.get(&ObjectRef::new(name)) else {
+        return Err("it does not exist".to_owned());
+    };
+    let ready = o
+        .status
+        .as_ref()
+        .and_then(|s| runtime::conditions::get(&s.conditions, runtime::conditions::TYPE_READY))
+        .is_some_and(|c| c.status == "True");
+    if installing && !ready {
+        return Err("that Object is not Ready yet".to_owned());
+    }
+    serde_json::to_value(o.as_ref()).map_err(|e| e.to_string())
+}
+
+/// Reads what a reference names in the control cluster, through a shared
+/// watch of that one object.
+async fn read_source(
+    ctx: &Ctx,
+    index: usize,
+    n: &Named<'_>,
+    session: &mut Session<Object>,
+) -> Result<Option<Value>, Error> {
+    let located = managed::locate(
+        &ctx.local,
+        "the control cluster",
+        n.api_version,
+        n.kind,
+        n.namespace,
+        "spec.references",
+    )
+    .await;
+    let located = match located {
+        Ok(l) => l,
+        Err(KindError::NotServed { .. }) => {
+            return Err(Error::ReferenceNotReady {
+                index,
+                what: n.what(),
+                why: format!("kind {} is not served by the control cluster", n.kind),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let target = Target {
+        cluster: ctx.local.clone(),
+        resource: located.resource,
+        namespace: located.namespace,
+        name: n.name.to_owned(),
+        scope: Scope::Object,
+    };
+    let found = if is_secret(n.api_version, n.kind) {
+        // Never watched: the provider may not list or watch Secrets. A
+        // change to this one reaches the managed object at the next resync
+        // (--poll-interval) or any other wake of the Object.
+        get(&target).await
+    } else {
+        read(session, &target).await
+    };
+    found.map_err(|e| Error::control(format!("read {}", n.what()), e))
+}
+
+/// Whether a reference names a Secret.
+fn is_secret(api_version: &str, kind: &str) -> bool {
+    api_version == "v1" && kind == "Secret"
+}
+
+/// Puts this Object's referrer finalizer on each Object it references (no
+/// request when they carry it already).
+pub async fn hold(ctx: &Ctx, obj: &Object, referenced: &[String]) -> Result<(), Error> {
+    let finalizer = finalizer_for(&obj.name_any());
+    let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
+    for name in referenced {
+        let Some(target) = ctx.objects.get(&ObjectRef::new(name)) else {
+            continue;
+        };
+        finalizers::add(&api, target.as_ref(), &finalizer)
+            .await
+            .map_err(|e| Error::control(format!("add a finalizer to Object {name}"), e))?;
+    }
+    Ok(())
+}
+
+/// Removes this Object's referrer finalizer from every Object it no longer
+/// references (all of them when `keep` is None, i.e. when it is deleted): a
+/// reference removed from the spec must not hold its former target for ever.
+pub async fn release(ctx: &Ctx, obj: &Object, keep: Option<&BTreeSet<&str>>) -> Result<(), Error> {
+    let finalizer = finalizer_for(&obj.name_any());
+    let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
+    let holders: Vec<_> = ctx
+        .objects
+        .state()
+        .into_iter()
+        .filter(|o| finalizers::has(o.as_ref(), &finalizer))
+        .filter(|o| keep.is_none_or(|k| !k.contains(o.name_any().as_str())))
+        .collect();
+    for holder in holders {
+        finalizers::remove(&api, holder.as_ref(), &finalizer)
+            .await
+            .map_err(|e| {
+                Error::control(
+                    format!("remove a finalizer from Object {}", holder.name_any()),
+                    e,
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// Whether an Object carries referrer finalizers (its referrers still need
+/// it).
+pub fn held(obj: &Object) -> bool {
+    obj.finalizers().iter().any(|f| f.starts_with(REFERRED_BY))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        pairs
+            .iter()
+            .map(|(a, bs)| {
+                (
+                    (*a).to_owned(),
+                    bs.iter().map(|b| (*b).to_owned()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_chain_has_no_cycle() {
+        let g = graph(&[("kong", &["csv"]), ("csv", &["sub"])]);
+        assert_eq!(cycle_through("kong", &g), None);
+    }
+
+    #[test]
+    fn a_two_object_cycle_is_found_with_its_path() {
+        let g = graph(&[("a", &["b"]), ("b", &["a"])]);
+        assert_eq!(cycle_through("a", &g).unwrap(), ["a", "b", "a"]);
+    }
+
+    #[test]
+    fn a_cycle_elsewhere_does_not_implicate_an_object_outside_it() {
+        let g = graph(&[("x", &["a"]), ("a", &["b"]), ("b", &["a"])]);
+        assert_eq!(cycle_through("x", &g), None);
+        assert!(cycle_through("a", &g).is_some());
+    }
+
+    #[test]
+    fn finalizers_are_named_after_the_referrer_and_stay_valid() {
+        assert_eq!(
+            finalizer_for("kong"),
+            "referred-by.kubernetes.crossplane.io/kong"
+        );
+        let long = "x".repeat(200);
+        let f = finalizer_for(&long);
+        assert!(f.len() - REFERRED_BY.len() <= 63, "{f}");
+        assert_ne!(finalizer_for(&format!("{long}a")), f);
+    }
+}

@@ -1,0 +1,393 @@
+//! Which ProviderConfig an Object uses: the target cluster it connects to,
+//! and the label `kubernetes.crossplane.io/provider-config` that records the
+//! use. The ProviderConfig controller counts its users from the Objects'
+//! watch cache (by that label and by spec.providerConfigRef), so recording
+//! a use costs no request beyond the Object's own finalizer patch.
+//!
+//! The credentials Secret is read with a GET (the provider may not list or
+//! watch Secrets), at most once per ProviderConfig per [`CREDENTIALS_TTL`].
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, ResourceExt,
+    runtime::{reflector::ObjectRef, watcher},
+};
+use runtime::{finalizers, remote::RemoteCluster};
+use types::kubernetes::v1alpha1::{CredentialsSource, Object, ProviderConfig};
+
+use super::{Ctx, errors::Error, references};
+use crate::providerconfig::FINALIZER as IN_USE;
+
+/// The label naming the ProviderConfig an Object uses.
+pub const LABEL: &str = "kubernetes.crossplane.io/provider-config";
+
+/// The labels an Object carries (written with its finalizer).
+pub fn labels(obj: &Object) -> BTreeMap<String, String> {
+    BTreeMap::from([(LABEL.to_owned(), obj.spec.provider_config_ref.name.clone())])
+}
+
+/// The ProviderConfigs an Object counts as a user of: the one its spec names
+/// and the one its label still names (until the label follows the spec).
+pub fn configs_of(obj: &Object) -> BTreeSet<String> {
+    let mut configs = BTreeSet::from([obj.spec.provider_config_ref.name.clone()]);
+    configs.extend(obj.labels().get(LABEL).cloned());
+    configs
+}
+
+/// The Objects using the ProviderConfig `config`, sorted, as "Object name".
+pub fn users<'a>(objects: impl IntoIterator<Item = &'a Object>, config: &str) -> Vec<String> {
+    let mut users: Vec<String> = objects
+        .into_iter()
+        .filter(|o| configs_of(o).contains(config))
+        .map(|o| format!("Object {}", o.name_any()))
+        .collect();
+    users.sort();
+    users
+}
+
+/// How long a ProviderConfig's credentials Secret, once read, is used
+/// without reading it again. The provider may not list or watch Secrets (a
+/// security property: it reads only the Secrets it is pointed at), so a
+/// rotated credential is picked up within this long, with one GET per
+/// ProviderConfig per period, never one per Object.
+pub const CREDENTIALS_TTL: Duration = Duration::from_secs(30);
+
+/// The credentials Secrets last read, per ProviderConfig.
+#[derive(Default)]
+pub struct Credentials(Mutex<HashMap<String, Read>>);
+
+/// One credentials Secret as read for a ProviderConfig at one generation.
+struct Read {
+    generation: Option<i64>,
+    at: Instant,
+    secret: Arc<Secret>,
+}
+
+impl Credentials {
+    /// The Secret read for `pc` less than `ttl` ago, while its spec is
+    /// unchanged.
+    fn fresh(&self, pc: &ProviderConfig, ttl: Duration) -> Option<Arc<Secret>> {
+        let cache = self.0.lock().ok()?;
+        let read = cache.get(&pc.name_any())?;
+        (read.generation == pc.metadata.generation && read.at.elapsed() < ttl)
+            .then(|| read.secret.clone())
+    }
+
+    fn store(&self, pc: &ProviderConfig, secret: Arc<Secret>) {
+        if let Ok(mut cache) = self.0.lock() {
+            let read = Read {
+                generation: pc.metadata.generation,
+                at: Instant::now(),
+                secret,
+            };
+            cache.insert(pc.name_any(), read);
+        }
+    }
+
+    /// Forgets what was read for the ProviderConfig `name`.
+    pub fn forget(&self, name: &str) {
+        if let Ok(mut cache) = self.0.lock() {
+            cache.remove(name);
+        }
+    }
+}
+
+/// The target cluster of an Object's ProviderConfig. The credentials Secret
+/// is read with a GET at most once per ProviderConfig per
+/// [`CREDENTIALS_TTL`]; the client built from it is kept per (Secret UID,
+/// key, resourceVersion).
+pub async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
+    let name = &obj.spec.provider_config_ref.name;
+    ctx.configs.wait_until_ready().await.ok();
+    let Some(pc) = ctx.configs.get(&ObjectRef::new(name)) else {
+        ctx.remote.release(name);
+        ctx.credentials.forget(name);
+        return Err(Error::ProviderConfigNotFound(name.clone()));
+    };
+    protect(ctx, &pc).await?;
+    if pc.spec.credentials.source == CredentialsSource::InjectedIdentity {
+        // A client built while the config read a Secret is not needed.
+        ctx.remote.release(name);
+        ctx.credentials.forget(name);
+        return Ok(ctx.local.clone());
+    }
+    let Some(sel) = &pc.spec.credentials.secret_ref else {
+        ctx.remote.release(name);
+        return Err(Error::CredentialsNotFound(
+            "<unset>".to_owned(),
+            name.clone(),
+        ));
+    };
+    let secret = match ctx.credentials.fresh(&pc, CREDENTIALS_TTL) {
+        Some(secret) => secret,
+        None => {
+            let what = format!("{}/{}", sel.namespace, sel.name);
+            let api: Api<Secret> = Api::namespaced(ctx.skeleton.client().clone(), &sel.namespace);
+            let found = api
+                .get_opt(&sel.name)
+                .await
+                .map_err(|e| Error::control(format!("read Secret {what}"), e))?;
+            let Some(secret) = found else {
+                ctx.remote.release(name);
+                ctx.credentials.forget(name);
+                return Err(Error::CredentialsNotFound(what, name.clone()));
+            };
+            let secret = Arc::new(secret);
+            ctx.credentials.store(&pc, secret.clone());
+            secret
+        }
+    };
+    ctx.remote
+        .for_secret(name, &secret, &sel.key)
+        .map_err(|e| Error::Connect(name.clone(), e))
+}
+
+/// Puts the in-use finalizer on a ProviderConfig that does not carry it yet
+/// (one request per ProviderConfig, not per Object), so that it is
+/// protected before anything is made with it, whenever its own controller
+/// gets to it.
+async fn protect(ctx: &Ctx, pc: &ProviderConfig) -> Result<(), Error> {
+    if pc.metadata.deletion_timestamp.is_some() || finalizers::has(pc, IN_USE) {
+        return Ok(());
+    }
+    let api: Api<ProviderConfig> = Api::all(ctx.skeleton.client().clone());
+    finalizers::add(&api, pc, IN_USE)
+        .await
+        .map_err(|e| Error::control(format!("protect ProviderConfig {}", pc.name_any()), e))
+}
+
+/// Who to wake when an Object changes, worked out from the Objects' watch
+/// events alone: the ProviderConfigs it uses (or used, before its label or
+/// spec moved), and the Objects that reference it.
+#[derive(Default)]
+pub struct Wakes {
+    configs: HashMap<String, BTreeSet<String>>,
+    targets: HashMap<String, BTreeSet<String>>,
+    referrers: HashMap<String, BTreeSet<String>>,
+}
+
+/// What one Object event wakes.
+#[derive(Debug, Default, PartialEq)]
+pub struct Woken {
+    /// ProviderConfigs whose user count may have changed.
+    pub configs: BTreeSet<String>,
+    /// Objects that reference the changed Object.
+    pub referrers: BTreeSet<String>,
+}
+
+impl Wakes {
+    /// Takes in one event of the Objects' watch.
+    pub fn event(&mut self, event: &watcher::Event<Object>) -> Woken {
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => self.seen(o),
+            watcher::Event::Delete(o) => self.gone(o),
+            watcher::Event::Init | watcher::Event::InitDone => Woken::default(),
+        }
+    }
+
+    fn seen(&mut self, obj: &Object) -> Woken {
+        let name = obj.name_any();
+        let configs = configs_of(obj);
+        let previous = self.configs.insert(name.clone(), configs.clone());
+        let mut woken = Woken {
+            referrers: self.referrers.get(&name).cloned().unwrap_or_default(),
+            ..Woken::default()
+        };
+        if previous.as_ref() != Some(&configs) {
+            woken.configs = configs
+                .union(&previous.unwrap_or_default())
+                .cloned()
+                .collect();
+        }
+        let targets: BTreeSet<String> = obj
+            .spec
+            .references
+            .iter()
+            .filter_map(references::object_target)
+            .map(str::to_owned)
+            .collect();
+        self.retarget(&name, targets);
+        woken
+    }
+
+    fn gone(&mut self, obj: &Object) -> Woken {
+        let name = obj.name_any();
+        let mut configs = self.configs.remove(&name).unwrap_or_default();
+        configs.extend(configs_of(obj));
+        self.retarget(&name, BTreeSet::new());
+        Woken {
+            configs,
+            referrers: self.referrers.get(&name).cloned().unwrap_or_default(),
+        }
+    }
+
+    fn retarget(&mut self, referrer: &str, targets: BTreeSet<String>) {
+        let old = self.targets.remove(referrer).unwrap_or_default();
+        for t in old.difference(&targets) {
+            if let Some(set) = self.referrers.get_mut(t) {
+                set.remove(referrer);
+                if set.is_empty() {
+                    self.referrers.remove(t);
+                }
+            }
+        }
+        for t in &targets {
+            self.referrers
+                .entry(t.clone())
+                .or_default()
+                .insert(referrer.to_owned());
+        }
+        if !targets.is_empty() {
+            self.targets.insert(referrer.to_owned(), targets);
+        }
+    }
+}
+
+/// Remembers each ProviderConfig's generation, to tell a change of its spec
+/// (which wakes its Objects) from a change of its status (which does not).
+#[derive(Default)]
+pub struct ConfigGenerations(HashMap<String, Option<i64>>);
+
+impl ConfigGenerations {
+    /// Whether this event changed what the ProviderConfig connects to.
+    pub fn changed(&mut self, event: &watcher::Event<ProviderConfig>) -> Option<String> {
+        match event {
+            watcher::Event::Apply(pc) | watcher::Event::InitApply(pc) => {
+                let name = pc.name_any();
+                let previous = self.0.insert(name.clone(), pc.metadata.generation);
+                (previous.is_some_and(|g| g != pc.metadata.generation)).then_some(name)
+            }
+            watcher::Event::Delete(pc) => {
+                let name = pc.name_any();
+                self.0.remove(&name);
+                Some(name)
+            }
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(name: &str, config: &str, label: Option<&str>, refs: &[&str]) -> Object {
+        let references: Vec<_> = refs
+            .iter()
+            .map(|r| json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": r}}))
+            .collect();
+        let mut o: Object = serde_json::from_value(json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "metadata": {"name": name},
+            "spec": {"providerConfigRef": {"name": config}, "references": references,
+                     "forProvider": {"manifest": {}}},
+        }))
+        .unwrap();
+        if let Some(l) = label {
+            o.labels_mut().insert(LABEL.to_owned(), l.to_owned());
+        }
+        o
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_config_counts_objects_by_spec_and_by_label_until_the_label_follows() {
+        let objs = [
+            object("a", "pc1", Some("pc1"), &[]),
+            object("b", "pc2", Some("pc1"), &[]),
+            object("c", "pc2", None, &[]),
+        ];
+        assert_eq!(users(&objs, "pc1"), ["Object a", "Object b"]);
+        assert_eq!(users(&objs, "pc2"), ["Object b", "Object c"]);
+        assert!(users(&objs, "pc3").is_empty());
+    }
+
+    #[test]
+    fn moving_to_another_config_wakes_both_and_a_status_change_wakes_neither() {
+        let mut wakes = Wakes::default();
+        let first = wakes.event(&watcher::Event::Apply(object("a", "pc1", None, &[])));
+        assert_eq!(first.configs, set(&["pc1"]));
+        let again = wakes.event(&watcher::Event::Apply(object("a", "pc1", None, &[])));
+        assert!(again.configs.is_empty());
+        let moved = wakes.event(&watcher::Event::Apply(object("a", "pc2", Some("pc1"), &[])));
+        assert_eq!(moved.configs, set(&["pc1", "pc2"]));
+        let followed = wakes.event(&watcher::Event::Apply(object("a", "pc2", Some("pc2"), &[])));
+        assert_eq!(followed.configs, set(&["pc1", "pc2"]));
+        let gone = wakes.event(&watcher::Event::Delete(object(
+            "a",
+            "pc2",
+            Some("pc2"),
+            &[],
+        )));
+        assert_eq!(gone.configs, set(&["pc2"]));
+    }
+
+    #[test]
+    fn a_changed_object_wakes_exactly_its_referrers() {
+        let mut wakes = Wakes::default();
+        wakes.event(&watcher::Event::Apply(object("kong", "pc", None, &["csv"])));
+        wakes.event(&watcher::Event::Apply(object("other", "pc", None, &[])));
+        let csv = wakes.event(&watcher::Event::Apply(object("csv", "pc", None, &[])));
+        assert_eq!(csv.referrers, set(&["kong"]));
+        let other = wakes.event(&watcher::Event::Apply(object("other", "pc", None, &[])));
+        assert!(other.referrers.is_empty());
+        // The reference is removed: csv no longer wakes kong.
+        wakes.event(&watcher::Event::Apply(object("kong", "pc", None, &[])));
+        let csv = wakes.event(&watcher::Event::Apply(object("csv", "pc", None, &[])));
+        assert!(csv.referrers.is_empty());
+    }
+
+    #[test]
+    fn a_credentials_secret_is_read_again_after_its_ttl_or_a_spec_change() {
+        let pc = |generation: i64| -> ProviderConfig {
+            serde_json::from_value(json!({
+                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
+                "metadata": {"name": "pc", "generation": generation},
+                "spec": {"credentials": {"source": "Secret"}},
+            }))
+            .unwrap()
+        };
+        let credentials = Credentials::default();
+        assert!(credentials.fresh(&pc(1), CREDENTIALS_TTL).is_none());
+        credentials.store(&pc(1), Arc::new(Secret::default()));
+        assert!(credentials.fresh(&pc(1), CREDENTIALS_TTL).is_some());
+        assert!(credentials.fresh(&pc(2), CREDENTIALS_TTL).is_none());
+        assert!(credentials.fresh(&pc(1), Duration::ZERO).is_none());
+        credentials.forget("pc");
+        assert!(credentials.fresh(&pc(1), CREDENTIALS_TTL).is_none());
+    }
+
+    #[test]
+    fn only_a_spec_change_of_a_config_wakes_its_objects() {
+        let pc = |generation: i64| -> ProviderConfig {
+            serde_json::from_value(json!({
+                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
+                "metadata": {"name": "pc", "generation": generation},
+                "spec": {"credentials": {"source": "InjectedIdentity"}},
+            }))
+            .unwrap()
+        };
+        let mut generations = ConfigGenerations::default();
+        assert_eq!(generations.changed(&watcher::Event::InitApply(pc(1))), None);
+        assert_eq!(generations.changed(&watcher::Event::Apply(pc(1))), None);
+        assert_eq!(
+            generations.changed(&watcher::Event::Apply(pc(2))),
+            Some("pc".to_owned())
+        );
+        assert_eq!(
+            generations.changed(&watcher::Event::Delete(pc(2))),
+            Some("pc".to_owned())
+        );
+    }
+}
