@@ -50,9 +50,10 @@ impl Probe {
                         let now = Instant::now();
                         let name = o.name_any();
                         let mut s = state.lock().expect("probe lock");
-                        if s.pending.get(&name).is_some_and(|p| {
-                            serde_json::to_value(&o).is_ok_and(|v| p(&v))
-                        }) {
+                        if s.pending
+                            .get(&name)
+                            .is_some_and(|p| serde_json::to_value(&o).is_ok_and(|v| p(&v)))
+                        {
                             s.pending.remove(&name);
                             s.met.insert(name, now);
                         }
@@ -118,7 +119,11 @@ impl Probe {
         let s = self.0.lock().expect("probe lock");
         let mut out: Vec<f64> = started
             .iter()
-            .filter_map(|(n, t)| s.met.get(n).map(|m| m.saturating_duration_since(*t).as_secs_f64()))
+            .filter_map(|(n, t)| {
+                s.met
+                    .get(n)
+                    .map(|m| m.saturating_duration_since(*t).as_secs_f64())
+            })
             .collect();
         out.sort_by(f64::total_cmp);
         out
@@ -216,7 +221,12 @@ impl Usage {
             .map(|(_, rest)| rest.split_whitespace().collect())
             .unwrap_or_default();
         // utime and stime are fields 14 and 15; the rest starts at field 3.
-        let ticks = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let ticks = |i: usize| {
+            fields
+                .get(i - 3)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         Self {
             cpu_s: (ticks(14) + ticks(15)) / clock_ticks(),
             rss_mib: kib("VmRSS:"),
@@ -357,12 +367,11 @@ impl AuditMark {
         let mut clusters = serde_json::Map::new();
         let mut grand = 0u64;
         for (name, path, from) in &self.0 {
-            let end = to
-                .0
-                .iter()
-                .find(|(n, _, _)| n == name)
-                .map(|(_, _, e)| *e)
-                .unwrap_or(*from);
+            let end =
+                to.0.iter()
+                    .find(|(n, _, _)| n == name)
+                    .map(|(_, _, e)| *e)
+                    .unwrap_or(*from);
             let counts = match testenv::audit::count(path, *from, end) {
                 Ok(c) => c,
                 Err(e) => {

@@ -236,9 +236,8 @@ pub fn impersonating_kubeconfig_for(
 ) -> std::path::PathBuf {
     let mut config: serde_json::Value = serde_saphyr::from_str(&control.kubeconfig).unwrap();
     for user in config["users"].as_array_mut().unwrap() {
-        user["user"]["as"] = serde_json::json!(format!(
-            "system:serviceaccount:crossplane-system:{binary}"
-        ));
+        user["user"]["as"] =
+            serde_json::json!(format!("system:serviceaccount:crossplane-system:{binary}"));
     }
     let path = std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name(binary)));
     std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();

@@ -280,7 +280,14 @@ mod tests {
     fn an_impersonated_request_counts_for_the_impersonated_user() {
         let sa = "system:serviceaccount:crossplane-system:object-provider";
         let log = [
-            line("a", "ResponseComplete", "patch", "admin", Some(sa), "objects/status"),
+            line(
+                "a",
+                "ResponseComplete",
+                "patch",
+                "admin",
+                Some(sa),
+                "objects/status",
+            ),
             line("b", "ResponseComplete", "patch", "admin", None, "objects"),
         ]
         .join("\n");
@@ -303,8 +310,14 @@ mod tests {
         assert_eq!(mid, first.len() as u64 + 1);
         std::fs::write(&path, format!("{first}\n{second}\n")).unwrap();
         let last = end(&path).unwrap();
-        assert_eq!(count(&path, 0, mid).unwrap().by_verb("bob"), [("get".to_owned(), 1)].into());
-        assert_eq!(count(&path, mid, last).unwrap().by_verb("bob"), [("list".to_owned(), 1)].into());
+        assert_eq!(
+            count(&path, 0, mid).unwrap().by_verb("bob"),
+            [("get".to_owned(), 1)].into()
+        );
+        assert_eq!(
+            count(&path, mid, last).unwrap().by_verb("bob"),
+            [("list".to_owned(), 1)].into()
+        );
     }
 
     #[test]
@@ -319,7 +332,12 @@ mod tests {
         .join("\n");
         std::fs::write(&path, log).unwrap();
         let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
-        let counts = count_between(&path, at("2026-01-01T00:00:02Z"), at("2026-01-01T00:00:04Z")).unwrap();
+        let counts = count_between(
+            &path,
+            at("2026-01-01T00:00:02Z"),
+            at("2026-01-01T00:00:04Z"),
+        )
+        .unwrap();
         assert_eq!(counts.by_verb("bob"), [("list".to_owned(), 1)].into());
     }
 }

@@ -277,9 +277,7 @@ pub(crate) fn start(
     let names = std::iter::once("control").chain(REMOTE_NAMES.into_iter().take(remotes));
     for name in names {
         let port = free_port()?;
-        let audit_log = options
-            .audit
-            .then(|| dir.join(format!("{name}-audit.log")));
+        let audit_log = options.audit.then(|| dir.join(format!("{name}-audit.log")));
         let audit = audit_log
             .as_deref()
             .map(|log| audit_flags(&policy, log))

@@ -161,7 +161,11 @@ where
             let (sent, errors, params) = (sent.clone(), errors.clone(), params.clone());
             async move {
                 sent.lock().unwrap().insert(name.clone(), Instant::now());
-                if api.patch(&name, &params, &Patch::Apply(&body)).await.is_err() {
+                if api
+                    .patch(&name, &params, &Patch::Apply(&body))
+                    .await
+                    .is_err()
+                {
                     errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
@@ -257,7 +261,9 @@ async fn main() {
     );
     plane.remote.kubectl(&["create", "namespace", REMOTE_NS]);
     plane.control.kubectl(&["create", "namespace", REFS_NS]);
-    plane.control.kubectl(&["create", "namespace", "bench-null"]);
+    plane
+        .control
+        .kubectl(&["create", "namespace", "bench-null"]);
 
     let null_writer = null_writer(&control, n, args.concurrency).await;
     eprintln!(
@@ -277,11 +283,18 @@ async fn main() {
 
     let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, "object-provider");
     let resync = format!("{}s", args.resync.as_secs());
-    let mut provider_args = vec!["--poll-interval", &resync, "--concurrency", "16", "--log-format", "json"];
+    let mut provider_args = vec![
+        "--poll-interval",
+        &resync,
+        "--concurrency",
+        "16",
+        "--log-format",
+        "json",
+    ];
     provider_args.extend(args.provider_args.iter().map(String::as_str));
     let mut provider = e2e::Running::start("object-provider", &kubeconfig, &provider_args);
     provider.wait_healthy(Duration::from_secs(30)).await;
-    let bench = Bench {
+    let mut bench = Bench {
         plane,
         provider,
         users: [
@@ -310,7 +323,12 @@ async fn main() {
     let before = bench.mark();
     let started = Instant::now();
     let bodies = (0..n)
-        .map(|i| (name(i), object(&name(i), json!({"i": i.to_string()}), json!([]))))
+        .map(|i| {
+            (
+                name(i),
+                object(&name(i), json!({"i": i.to_string()}), json!([])),
+            )
+        })
         .collect();
     let (sent, errors) = apply_all(&objects, "object-bench", bodies, args.concurrency).await;
     let reached = object_probe.wait(&names, scaled_timeout(n)).await;
@@ -335,7 +353,10 @@ async fn main() {
     report("create", &phases["create"]);
 
     // idle
-    eprintln!("object-bench: idle for {:?} (provider --poll-interval {resync})", args.idle);
+    eprintln!(
+        "object-bench: idle for {:?} (provider --poll-interval {resync})",
+        args.idle
+    );
     let before = bench.mark();
     tokio::time::sleep(args.idle).await;
     let after = bench.mark();
@@ -364,7 +385,12 @@ async fn main() {
     let before = bench.mark();
     let started = Instant::now();
     let bodies = (0..n)
-        .map(|i| (name(i), object(&name(i), json!({"i": format!("u{i}")}), json!([]))))
+        .map(|i| {
+            (
+                name(i),
+                object(&name(i), json!({"i": format!("u{i}")}), json!([])),
+            )
+        })
         .collect();
     let (sent, errors) = apply_all(&objects, "object-bench", bodies, args.concurrency).await;
     let reached = remote_probe.wait(&names, scaled_timeout(n)).await;
@@ -395,7 +421,8 @@ async fn main() {
         object_probe.expect(
             nm,
             Box::new(move |o: &Value| {
-                o["status"]["atProvider"]["manifest"]["metadata"]["labels"]["bench/changed"].as_str()
+                o["status"]["atProvider"]["manifest"]["metadata"]["labels"]["bench/changed"]
+                    .as_str()
                     == Some(want.as_str())
             }),
         );
@@ -413,7 +440,16 @@ async fn main() {
     let after = bench.settle_and_mark().await;
     phases.insert(
         "remote_change".into(),
-        latency_phase(&bench, reached, errors, &before, &after, k, "status_shows_it", object_probe.latencies(&sent)),
+        latency_phase(
+            &bench,
+            reached,
+            errors,
+            &before,
+            &after,
+            k,
+            "status_shows_it",
+            object_probe.latencies(&sent),
+        ),
     );
     report("remote_change", &phases["remote_change"]);
 
@@ -425,15 +461,25 @@ async fn main() {
     for (i, nm) in changed.iter().enumerate() {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": nm, "namespace": REMOTE_NS}, "data": {"i": "drifted"}});
-        match remote_cms.patch(nm, &ssa("bench-drifter"), &Patch::Apply(&body)).await {
+        match remote_cms
+            .patch(nm, &ssa("bench-drifter"), &Patch::Apply(&body))
+            .await
+        {
             Ok(cm) => {
-                let drift_rv: u64 = cm.metadata.resource_version.and_then(|v| v.parse().ok()).unwrap_or(0);
+                let drift_rv: u64 = cm
+                    .metadata
+                    .resource_version
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
                 let want = format!("u{i}");
                 sent.insert(nm.clone(), Instant::now());
                 remote_probe.expect(
                     nm,
                     Box::new(move |o: &Value| {
-                        let rv: u64 = o["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+                        let rv: u64 = o["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
                         rv > drift_rv && o["data"]["i"].as_str() == Some(want.as_str())
                     }),
                 );
@@ -445,7 +491,16 @@ async fn main() {
     let after = bench.settle_and_mark().await;
     phases.insert(
         "drift".into(),
-        latency_phase(&bench, reached, errors, &before, &after, k, "reverted", remote_probe.latencies(&sent)),
+        latency_phase(
+            &bench,
+            reached,
+            errors,
+            &before,
+            &after,
+            k,
+            "reverted",
+            remote_probe.latencies(&sent),
+        ),
     );
     report("drift", &phases["drift"]);
 
@@ -454,7 +509,13 @@ async fn main() {
     let refs: Vec<String> = (0..k).map(ref_name).collect();
     let control_cms: Api<ConfigMap> = Api::namespaced(control.clone(), REFS_NS);
     let cm = |nm: &str, v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": nm, "namespace": REFS_NS}, "data": {"v": v}});
-    apply_all(&control_cms, "object-bench", refs.iter().map(|r| (r.clone(), cm(r, "a0"))).collect(), args.concurrency).await;
+    apply_all(
+        &control_cms,
+        "object-bench",
+        refs.iter().map(|r| (r.clone(), cm(r, "a0"))).collect(),
+        args.concurrency,
+    )
+    .await;
     for r in &refs {
         remote_probe.expect(r, data_is("v", "a0".to_owned()));
     }
@@ -476,7 +537,9 @@ async fn main() {
     let (sent, errors) = apply_all(
         &control_cms,
         "object-bench",
-        refs.iter().map(|r| (r.clone(), cm(r, &new_value))).collect(),
+        refs.iter()
+            .map(|r| (r.clone(), cm(r, &new_value)))
+            .collect(),
         args.concurrency,
     )
     .await;
@@ -485,7 +548,16 @@ async fn main() {
     phases.insert(
         "referenced_change".into(),
         merge(
-            latency_phase(&bench, reached, errors, &before, &after, k, "remote_carries_it", remote_probe.latencies(&sent)),
+            latency_phase(
+                &bench,
+                reached,
+                errors,
+                &before,
+                &after,
+                k,
+                "remote_carries_it",
+                remote_probe.latencies(&sent),
+            ),
             json!({"setup": setup.json()}),
         ),
     );
@@ -511,10 +583,18 @@ async fn main() {
             .is_ok_and(|l| l.items.is_empty())
     })
     .await;
-    let left = objects.list_metadata(&ListParams::default()).await.map(|l| l.items.len()).unwrap_or(all.len());
+    let left = objects
+        .list_metadata(&ListParams::default())
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(all.len());
     let duration = started.elapsed();
     let after = bench.settle_and_mark().await;
-    let deleted = Reached { done: all.len() - left.min(all.len()), of: all.len(), waited };
+    let deleted = Reached {
+        done: all.len() - left.min(all.len()),
+        of: all.len(),
+        waited,
+    };
     debug_assert_eq!(gone, deleted.all());
     phases.insert(
         "delete".into(),
@@ -526,6 +606,14 @@ async fn main() {
     report("delete", &phases["delete"]);
 
     let end = Usage::of(bench.provider.child.id());
+    // A provider that died part way explains phases that did not finish.
+    let exited = bench
+        .provider
+        .child
+        .try_wait()
+        .ok()
+        .flatten()
+        .map(|status| status.to_string());
     let result = json!({
         "benchmark": "object-provider",
         "date": e2e::bench::now(),
@@ -538,6 +626,9 @@ async fn main() {
         "users": {"control": CONTROL_USER, "remote": REMOTE_USER},
         "null_writer": null_writer,
         "provider": {"peak_rss_mib": end.peak_rss_mib, "rss_mib": end.rss_mib, "cpu_s": end.cpu_s - start_mark.usage.cpu_s},
+        "provider_exited": exited,
+        // JSON objects have no order; this is the order the phases ran in.
+        "phase_order": ["create", "idle", "update", "remote_change", "drift", "referenced_change", "delete"],
         "phases": phases,
     });
     e2e::bench::write_json(&args.out, &result);
@@ -568,7 +659,12 @@ fn latency_phase(
 
 /// One line per phase on stderr while the benchmark runs.
 fn report(phase: &str, v: &Value) {
-    let f = |p: &str| v.pointer(p).and_then(Value::as_f64).map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
+    let f = |p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_f64)
+            .map(|x| format!("{x:.3}"))
+            .unwrap_or_else(|| "-".into())
+    };
     eprintln!(
         "  {phase:<18} reached {} ({}/{}) in {}s; requests/unit metrics {} audit {}; p50 {} p99 {}",
         v["reached"],
@@ -577,10 +673,28 @@ fn report(phase: &str, v: &Value) {
         f("/waited_s"),
         f("/requests/metrics/per_unit_total"),
         f("/requests/audit/per_unit_total"),
-        [ "/ready/p50_s", "/remote_changed/p50_s", "/status_shows_it/p50_s", "/reverted/p50_s", "/remote_carries_it/p50_s"]
-            .iter().map(|p| f(p)).find(|s| s != "-").unwrap_or_else(|| "-".into()),
-        [ "/ready/p99_s", "/remote_changed/p99_s", "/status_shows_it/p99_s", "/reverted/p99_s", "/remote_carries_it/p99_s"]
-            .iter().map(|p| f(p)).find(|s| s != "-").unwrap_or_else(|| "-".into()),
+        [
+            "/ready/p50_s",
+            "/remote_changed/p50_s",
+            "/status_shows_it/p50_s",
+            "/reverted/p50_s",
+            "/remote_carries_it/p50_s"
+        ]
+        .iter()
+        .map(|p| f(p))
+        .find(|s| s != "-")
+        .unwrap_or_else(|| "-".into()),
+        [
+            "/ready/p99_s",
+            "/remote_changed/p99_s",
+            "/status_shows_it/p99_s",
+            "/reverted/p99_s",
+            "/remote_carries_it/p99_s"
+        ]
+        .iter()
+        .map(|p| f(p))
+        .find(|s| s != "-")
+        .unwrap_or_else(|| "-".into()),
     );
 }
 

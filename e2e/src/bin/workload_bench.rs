@@ -75,7 +75,9 @@ fn args() -> Args {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
-            "--applications" => a.applications = it.next().and_then(|v| v.parse().ok()).expect(USAGE),
+            "--applications" => {
+                a.applications = it.next().and_then(|v| v.parse().ok()).expect(USAGE)
+            }
             "--clusters" => a.clusters = it.next().and_then(|v| v.parse().ok()).expect(USAGE),
             "--concurrency" => a.concurrency = it.next().and_then(|v| v.parse().ok()).expect(USAGE),
             "--poll-interval" => a.poll_interval = it.next().expect(USAGE),
@@ -110,7 +112,9 @@ fn env(component: &str, n: usize) -> Value {
         .map(|i| json!({"name": format!("{}_OPTION_{i}", component.to_uppercase().replace('-', "_")), "value": format!("{component}-value-{i}")}))
         .collect();
     vars.push(json!({"name": "GITLAB_HOST", "value": "https://gitlab.example.com"}));
-    vars.push(json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}));
+    vars.push(
+        json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+    );
     Value::Array(vars)
 }
 
@@ -134,7 +138,12 @@ fn container(component: &str, image: &str, port: u16, env_vars: usize) -> Value 
 
 /// A pod template with a main container, a sidecar and an init container.
 fn pod(component: &str, port: u16) -> Value {
-    let mut init = container(&format!("{component}-certificates"), "certificates", 8000, 3);
+    let mut init = container(
+        &format!("{component}-certificates"),
+        "certificates",
+        8000,
+        3,
+    );
     // Init containers have no probes and serve nothing.
     for field in ["livenessProbe", "readinessProbe", "ports"] {
         if let Some(o) = init.as_object_mut() {
@@ -162,19 +171,50 @@ fn pod(component: &str, port: u16) -> Value {
 }
 
 const DEPLOYMENTS: [&str; 14] = [
-    "webservice", "sidekiq", "gitlab-shell", "gitlab-exporter", "registry", "kas", "toolbox",
-    "gitlab-pages", "spamcheck", "nginx-controller", "nginx-backend", "certmanager",
-    "certmanager-cainjector", "prometheus",
+    "webservice",
+    "sidekiq",
+    "gitlab-shell",
+    "gitlab-exporter",
+    "registry",
+    "kas",
+    "toolbox",
+    "gitlab-pages",
+    "spamcheck",
+    "nginx-controller",
+    "nginx-backend",
+    "certmanager",
+    "certmanager-cainjector",
+    "prometheus",
 ];
 const JOBS: [&str; 3] = ["migrations", "shared-secrets", "minio-buckets"];
 const SERVICES: [&str; 9] = [
-    "webservice", "gitlab-shell", "registry", "kas", "gitaly", "gitlab-exporter", "gitlab-pages",
-    "nginx-controller", "prometheus",
+    "webservice",
+    "gitlab-shell",
+    "registry",
+    "kas",
+    "gitaly",
+    "gitlab-exporter",
+    "gitlab-pages",
+    "nginx-controller",
+    "prometheus",
 ];
 const CONFIGMAPS: [&str; 16] = [
-    "webservice", "sidekiq", "gitlab-shell", "gitlab-exporter", "registry", "kas", "toolbox",
-    "gitlab-pages", "spamcheck", "nginx-controller", "nginx-backend", "certmanager",
-    "certmanager-cainjector", "prometheus", "gitaly", "migrations",
+    "webservice",
+    "sidekiq",
+    "gitlab-shell",
+    "gitlab-exporter",
+    "registry",
+    "kas",
+    "toolbox",
+    "gitlab-pages",
+    "spamcheck",
+    "nginx-controller",
+    "nginx-backend",
+    "certmanager",
+    "certmanager-cainjector",
+    "prometheus",
+    "gitaly",
+    "migrations",
 ];
 
 fn template(app: &str, kind: &str, name: &str, body: Value) -> Value {
@@ -199,12 +239,17 @@ fn template(app: &str, kind: &str, name: &str, body: Value) -> Value {
 fn gitlab(app: &str, remote_ns: &str) -> Vec<Value> {
     let mut t = Vec::with_capacity(TEMPLATES);
     for (i, d) in DEPLOYMENTS.iter().enumerate() {
-        t.push(template(app, "Deployment", d, json!({
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": d, "release": "gitlab"}},
-            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": pod(d, 8080 + i as u16),
-        })));
+        t.push(template(
+            app,
+            "Deployment",
+            d,
+            json!({
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": d, "release": "gitlab"}},
+                "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": pod(d, 8080 + i as u16),
+            }),
+        ));
     }
     t.push(template(app, "StatefulSet", "gitaly", json!({
         "replicas": 1,
@@ -217,7 +262,12 @@ fn gitlab(app: &str, remote_ns: &str) -> Vec<Value> {
     for j in JOBS {
         let mut p = pod(j, 8000);
         p["spec"]["restartPolicy"] = json!("OnFailure");
-        t.push(template(app, "Job", j, json!({"backoffLimit": 6, "activeDeadlineSeconds": 3600, "template": p})));
+        t.push(template(
+            app,
+            "Job",
+            j,
+            json!({"backoffLimit": 6, "activeDeadlineSeconds": 3600, "template": p}),
+        ));
     }
     for (i, s) in SERVICES.iter().enumerate() {
         t.push(template(app, "Service", s, json!({
@@ -230,11 +280,16 @@ fn gitlab(app: &str, remote_ns: &str) -> Vec<Value> {
         })));
     }
     for (i, c) in CONFIGMAPS.iter().enumerate() {
-        t.push(template(app, "ConfigMap", c, json!({
-            "config.yml": config_text(c, 2048 + 256 * (i % 4)),
-            "configure": config_text(&format!("{c}_script"), 1024),
-            "installation_type": "gitlab-helm-chart",
-        })));
+        t.push(template(
+            app,
+            "ConfigMap",
+            c,
+            json!({
+                "config.yml": config_text(c, 2048 + 256 * (i % 4)),
+                "configure": config_text(&format!("{c}_script"), 1024),
+                "installation_type": "gitlab-helm-chart",
+            }),
+        ));
     }
     for r in &mut t {
         r["spec"]["template"]["metadata"]["namespace"] = json!(remote_ns);
@@ -271,7 +326,11 @@ impl Bench {
         Mark {
             metrics: self.binaries.iter().map(|b| scrape(b.addr)).collect(),
             audit: AuditMark::now(std::iter::once(&self.plane.control).chain(self.plane.remotes())),
-            usage: self.binaries.iter().map(|b| Usage::of(b.child.id())).collect(),
+            usage: self
+                .binaries
+                .iter()
+                .map(|b| Usage::of(b.child.id()))
+                .collect(),
         }
     }
 
@@ -279,10 +338,16 @@ impl Bench {
         let mut metrics = serde_json::Map::new();
         let mut usage = serde_json::Map::new();
         for (i, b) in self.binaries.iter().enumerate() {
-            metrics.insert(b.name.clone(), metrics_delta(&to.metrics[i], &from.metrics[i], templates));
+            metrics.insert(
+                b.name.clone(),
+                metrics_delta(&to.metrics[i], &from.metrics[i], templates),
+            );
             usage.insert(b.name.clone(), to.usage[i].since_json(&from.usage[i]));
         }
-        let metrics_total: f64 = metrics.values().filter_map(|m| m["per_unit_total"].as_f64()).sum();
+        let metrics_total: f64 = metrics
+            .values()
+            .filter_map(|m| m["per_unit_total"].as_f64())
+            .sum();
         json!({
             "requests_per_template": {
                 "templates": templates,
@@ -327,7 +392,11 @@ async fn phase(
                 let body = application(&name, &format!("r{c}"), &format!("gl-{name}"));
                 sent.lock().unwrap().insert(name.clone(), Instant::now());
                 let params = PatchParams::apply("workload-bench").force();
-                if apps.patch(&name, &params, &Patch::Apply(&body)).await.is_err() {
+                if apps
+                    .patch(&name, &params, &Patch::Apply(&body))
+                    .await
+                    .is_err()
+                {
                     errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
@@ -344,7 +413,10 @@ async fn phase(
     let after = bench.mark();
     let sent = sent.into_inner().unwrap();
     merge(
-        merge(reached.json(), bench.between(&before, &after, (names.len() * TEMPLATES) as f64)),
+        merge(
+            reached.json(),
+            bench.between(&before, &after, (names.len() * TEMPLATES) as f64),
+        ),
         json!({
             "applications": names.len(),
             "templates": names.len() * TEMPLATES,
@@ -383,7 +455,10 @@ async fn main() {
     let args = args();
     let m = args.applications;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    eprintln!("workload-bench: starting a control plane with {} remote clusters (audit logs on)", args.clusters);
+    eprintln!(
+        "workload-bench: starting a control plane with {} remote clusters (audit logs on)",
+        args.clusters
+    );
     let (plane, _) = testenv::start_local_with(testenv::Options {
         audit: true,
         remotes: args.clusters,
@@ -398,7 +473,12 @@ async fn main() {
     for (c, remote) in remotes.iter().enumerate() {
         e2e::bench::grant_cluster_admin(remote, REMOTE_USER);
         let secret = format!("r{c}-kubeconfig");
-        e2e::bench::kubeconfig_secret(&plane.control, NS, &secret, remote.kubeconfig_for(REMOTE_USER).unwrap());
+        e2e::bench::kubeconfig_secret(
+            &plane.control,
+            NS,
+            &secret,
+            remote.kubeconfig_for(REMOTE_USER).unwrap(),
+        );
         let cluster = json!({
             "apiVersion": "compute.crossplane.io/v1alpha1", "kind": "KubernetesCluster",
             "metadata": {"name": format!("r{c}"), "namespace": NS, "labels": {"bench-cluster": format!("r{c}")}},
@@ -415,28 +495,51 @@ async fn main() {
         let namespaces: String = placement
             .iter()
             .filter(|(_, pc)| *pc == c)
-            .map(|(n, _)| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: gl-{n}}}\n---\n"))
+            .map(|(n, _)| {
+                format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: gl-{n}}}\n---\n")
+            })
             .collect();
         if namespaces.is_empty() {
             continue;
         }
         let out = remote.kubectl_stdin(&["apply", "-f", "-"], Some(&namespaces));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     let mut binaries = Vec::new();
     for b in BINARIES {
         let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, b);
-        let mut running = e2e::Running::start(b, &kubeconfig, &["--watch-namespace", NS, "--poll-interval", &args.poll_interval]);
+        let mut running = e2e::Running::start(
+            b,
+            &kubeconfig,
+            &[
+                "--watch-namespace",
+                NS,
+                "--poll-interval",
+                &args.poll_interval,
+            ],
+        );
         running.wait_healthy(Duration::from_secs(30)).await;
         binaries.push(running);
     }
     let sa = |b: &str| format!("system:serviceaccount:crossplane-system:{b}");
-    let mut users: BTreeMap<String, Vec<String>> = [("control".to_owned(), BINARIES.iter().map(|b| sa(b)).collect())].into();
+    let mut users: BTreeMap<String, Vec<String>> = [(
+        "control".to_owned(),
+        BINARIES.iter().map(|b| sa(b)).collect(),
+    )]
+    .into();
     for r in remotes {
         users.insert(r.name.to_owned(), vec![REMOTE_USER.to_owned()]);
     }
-    let bench = Bench { plane, binaries, users };
+    let mut bench = Bench {
+        plane,
+        binaries,
+        users,
+    };
 
     // The clusters must be Ready before anything can be scheduled to them.
     let clusters: Api<KubernetesCluster> = Api::namespaced(control.clone(), NS);
@@ -444,7 +547,11 @@ async fn main() {
         clusters.list(&Default::default()).await.is_ok_and(|l| {
             l.items.len() == remote_count
                 && l.items.iter().all(|c| {
-                    c.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                    c.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                    })
                 })
         })
     })
@@ -458,30 +565,66 @@ async fn main() {
     let start = bench.mark();
 
     eprintln!("workload-bench: one application ({TEMPLATES} templates)");
-    let one = phase(&bench, &probe, &apps, placement[..1].to_vec(), 1, args.timeout.unwrap_or(Duration::from_secs(120))).await;
-    eprintln!("  one: reached {} in {}s", one["reached"], one["duration_s"]);
+    let one = phase(
+        &bench,
+        &probe,
+        &apps,
+        placement[..1].to_vec(),
+        1,
+        args.timeout.unwrap_or(Duration::from_secs(120)),
+    )
+    .await;
+    eprintln!(
+        "  one: reached {} in {}s",
+        one["reached"], one["duration_s"]
+    );
 
-    eprintln!("workload-bench: {m} applications at once ({} templates)", m * TEMPLATES);
+    eprintln!(
+        "workload-bench: {m} applications at once ({} templates)",
+        m * TEMPLATES
+    );
     let timeout = args
         .timeout
         .unwrap_or(Duration::from_secs(120) + Duration::from_millis(50) * (m * TEMPLATES) as u32);
-    let many = phase(&bench, &probe, &apps, placement[1..].to_vec(), args.concurrency, timeout).await;
+    let many = phase(
+        &bench,
+        &probe,
+        &apps,
+        placement[1..].to_vec(),
+        args.concurrency,
+        timeout,
+    )
+    .await;
     eprintln!(
         "  many: reached {} ({}/{}) in {}s; submitted p50 {} p99 {}",
-        many["reached"], many["done"], many["of"], many["duration_s"], many["submitted"]["p50_s"], many["submitted"]["p99_s"]
+        many["reached"],
+        many["done"],
+        many["of"],
+        many["duration_s"],
+        many["submitted"]["p50_s"],
+        many["submitted"]["p99_s"]
     );
 
     let end = bench.mark();
+    // A binary that died part way explains phases that did not finish.
+    let exited: BTreeMap<String, String> = bench
+        .binaries
+        .iter_mut()
+        .filter_map(|b| Some((b.name.clone(), b.child.try_wait().ok()??.to_string())))
+        .collect();
     let binaries: serde_json::Map<String, Value> = bench
         .binaries
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            (b.name.clone(), json!({
-                "peak_rss_mib": end.usage[i].peak_rss_mib,
-                "rss_mib": end.usage[i].rss_mib,
-                "cpu_s": end.usage[i].cpu_s - start.usage[i].cpu_s,
-            }))
+            (
+                b.name.clone(),
+                json!({
+                    "peak_rss_mib": end.usage[i].peak_rss_mib,
+                    "rss_mib": end.usage[i].rss_mib,
+                    "cpu_s": end.usage[i].cpu_s - start.usage[i].cpu_s,
+                }),
+            )
         })
         .collect();
     let result = json!({
@@ -495,6 +638,8 @@ async fn main() {
         "poll_interval": args.poll_interval,
         "users": bench.users,
         "binaries": binaries,
+        "exited": exited,
+        "phase_order": ["one", "many"],
         "phases": {"one": one, "many": many},
     });
     e2e::bench::write_json(&args.out, &result);
