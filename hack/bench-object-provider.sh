@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The object-provider benchmark (a command, not a timed test): release build,
-# a local control plane, N Objects (default 1000) each managing a ConfigMap in
-# the remote cluster. Writes bench/object-provider.json and prints a table.
-#   hack/bench-object-provider.sh [--objects N] [--concurrency C] [--resync SECS]
+# a local control plane whose API servers write audit logs, N Objects
+# (default 1000) each managing a ConfigMap in the remote cluster, phase by
+# phase (null writer, create, idle, update, remote change, drift, referenced
+# change, delete). Writes bench/object-provider.json.
+#   hack/bench-object-provider.sh [--objects N] [--concurrency C] [--changes K]
+#       [--resync SECS] [--idle SECS] [--latency-timeout SECS]
+#       [--provider-arg ARG]... [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_line=$(hack/build-binaries.sh | tail -n 1)

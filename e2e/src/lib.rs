@@ -6,6 +6,7 @@
 // job, so it panics where production code would return errors.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod bench;
 pub mod proxy;
 pub mod stall;
 pub mod workloads;
@@ -203,4 +204,42 @@ pub fn yaml_documents(relative: &str) -> Vec<serde_json::Value> {
         .into_iter()
         .filter(|d| !d.is_null())
         .collect()
+}
+
+/// Applies deploy/ (the shipped ServiceAccounts and their RBAC, among the
+/// rest) to `control`, as an operator would.
+pub fn apply_deploy(control: &testenv::Cluster) {
+    let rendered = control
+        .kubectl_ok(&[
+            "kustomize",
+            &testenv::repo_root().join("deploy").to_string_lossy(),
+        ])
+        .unwrap();
+    let out = control.kubectl_stdin(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&rendered),
+    );
+    assert!(
+        out.status.success(),
+        "applying deploy/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A kubeconfig for `control` that acts as `binary`'s own ServiceAccount
+/// from deploy/ (apply it first with [`apply_deploy`]), by impersonation:
+/// the binary runs with exactly the permissions it ships with, and the
+/// API server's audit log names that ServiceAccount as the user.
+pub fn impersonating_kubeconfig_for(
+    control: &testenv::Cluster,
+    binary: &str,
+) -> std::path::PathBuf {
+    let mut config: serde_json::Value = serde_saphyr::from_str(&control.kubeconfig).unwrap();
+    for user in config["users"].as_array_mut().unwrap() {
+        user["user"]["as"] =
+            serde_json::json!(format!("system:serviceaccount:crossplane-system:{binary}"));
+    }
+    let path = std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name(binary)));
+    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+    path
 }

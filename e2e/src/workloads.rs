@@ -72,30 +72,8 @@ pub fn start(name: &str, ns: &str) -> Running {
 pub fn impersonating_kubeconfig(binary: &str) -> std::path::PathBuf {
     static RBAC: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let control = &testenv::control_plane().control;
-    RBAC.get_or_init(|| {
-        let rendered = control
-            .kubectl_ok(&[
-                "kustomize",
-                &testenv::repo_root().join("deploy").to_string_lossy(),
-            ])
-            .unwrap();
-        let out = control.kubectl_stdin(
-            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-            Some(&rendered),
-        );
-        assert!(
-            out.status.success(),
-            "applying deploy/: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    let mut config: Value = serde_saphyr::from_str(&control.kubeconfig).unwrap();
-    for user in config["users"].as_array_mut().unwrap() {
-        user["user"]["as"] = json!(format!("system:serviceaccount:crossplane-system:{binary}"));
-    }
-    let path = std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name(binary)));
-    std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
-    path
+    RBAC.get_or_init(|| crate::apply_deploy(control));
+    crate::impersonating_kubeconfig_for(control, binary)
 }
 
 /// Admin clients for the control and the remote cluster.

@@ -16,12 +16,18 @@ use kube::{
 
 /// A cluster tests talk to.
 pub struct Cluster {
-    /// "control" or "remote".
+    /// "control", "remote", or for further remote clusters "remote-2",
+    /// "remote-3", ...
     pub name: &'static str,
     /// Path of its kubeconfig file.
     pub kubeconfig_path: PathBuf,
     /// Its kubeconfig, as YAML (what a connection Secret holds).
     pub kubeconfig: String,
+    /// Its kube-apiserver's audit log (JSON lines, level Metadata), when
+    /// started with `Options::audit`; read it with [`crate::audit`].
+    pub audit_log: Option<PathBuf>,
+    /// Kubeconfigs of the extra users (`Options::users`), by user name.
+    pub(crate) user_kubeconfigs: std::collections::BTreeMap<String, String>,
     kubectl: PathBuf,
 }
 
@@ -37,8 +43,26 @@ impl Cluster {
             name,
             kubeconfig_path,
             kubeconfig,
+            audit_log: None,
+            user_kubeconfigs: Default::default(),
             kubectl,
         })
+    }
+
+    /// A kubeconfig (YAML) that authenticates to this cluster as `user`, one
+    /// of `Options::users`, by a bearer token of its own: a distinct
+    /// identity, with no permissions until a test grants some (RBAC). Fails
+    /// for a user the cluster was not started with.
+    pub fn kubeconfig_for(&self, user: &str) -> anyhow::Result<&str> {
+        self.user_kubeconfigs
+            .get(user)
+            .map(String::as_str)
+            .with_context(|| {
+                format!(
+                    "the {} cluster has no user {user:?}: start it with testenv::Options {{ users: vec![{user:?}.into()], .. }}",
+                    self.name
+                )
+            })
     }
 
     pub(crate) fn existing(

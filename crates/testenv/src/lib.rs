@@ -14,6 +14,7 @@
 // job, so it panics where production code would return errors.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod audit;
 mod cluster;
 mod process;
 
@@ -24,30 +25,86 @@ use std::{
 
 pub use cluster::Cluster;
 
-/// The two clusters tests run against.
+/// The clusters tests run against.
 pub struct ControlPlane {
     /// The control cluster: where CRDs, applications and controllers live.
     pub control: Cluster,
     /// The remote cluster applications are delivered to.
     pub remote: Cluster,
+    /// Remote clusters beyond the first ("remote-2", "remote-3", ...), when
+    /// started with `Options::remotes` above 1; empty otherwise.
+    pub more_remotes: Vec<Cluster>,
     _guard: Option<process::Processes>,
+}
+
+impl ControlPlane {
+    /// Every remote cluster: `remote`, then `more_remotes`.
+    pub fn remotes(&self) -> impl Iterator<Item = &Cluster> {
+        std::iter::once(&self.remote).chain(&self.more_remotes)
+    }
+}
+
+/// How [`start_local_with`] starts a control plane. The default is what the
+/// test suite uses: no audit log, one remote cluster, no extra users.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Each kube-apiserver writes an audit log (`Cluster::audit_log`, JSON
+    /// lines at level Metadata for every request) so a benchmark can count
+    /// requests as the server saw them. It costs the servers time and disk,
+    /// so the test suite leaves it off.
+    pub audit: bool,
+    /// How many remote clusters (1 to 8). Each is a kube-apiserver of its
+    /// own on its own etcd prefix, with its own kube-controller-manager.
+    pub remotes: usize,
+    /// Extra users every kube-apiserver accepts, each by a bearer token of
+    /// its own (`Cluster::kubeconfig_for`): identities distinct from the
+    /// admin, e.g. for a binary whose requests the audit log must tell
+    /// apart. They start with no permissions.
+    pub users: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            audit: false,
+            remotes: 1,
+            users: Vec::new(),
+        }
+    }
 }
 
 /// Starts a fresh control plane (not shared): for the `controlplane` binary
 /// that the README's run command uses. Everything stops when the returned
 /// guard is dropped or the process exits.
 pub fn start_local() -> anyhow::Result<(ControlPlane, PathBuf)> {
-    let (control, remote, guard) = process::start(&bin_dir()?)?;
+    start_local_with(Options::default())
+}
+
+/// Like [`start_local`], with `options`: for benchmarks that need audit
+/// logs, more remote clusters or distinct identities. The data directory
+/// (second value; logs, audit logs, PKI) is removed when the plane stops.
+pub fn start_local_with(options: Options) -> anyhow::Result<(ControlPlane, PathBuf)> {
+    let (control, remotes, guard) = process::start(&bin_dir()?, &options)?;
     control.install_crds()?;
     let dir = guard.dir().to_path_buf();
-    Ok((
-        ControlPlane {
-            control,
-            remote,
-            _guard: Some(guard),
-        },
-        dir,
-    ))
+    Ok((plane(control, remotes, Some(guard))?, dir))
+}
+
+fn plane(
+    control: Cluster,
+    remotes: Vec<Cluster>,
+    guard: Option<process::Processes>,
+) -> anyhow::Result<ControlPlane> {
+    let mut remotes = remotes.into_iter();
+    let remote = remotes
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("internal: no remote cluster started"))?;
+    Ok(ControlPlane {
+        control,
+        remote,
+        more_remotes: remotes.collect(),
+        _guard: guard,
+    })
 }
 
 static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
@@ -73,19 +130,11 @@ fn start() -> anyhow::Result<ControlPlane> {
         let control = Cluster::existing("control", control.into(), kubectl.clone())?;
         let remote = Cluster::existing("remote", remote.into(), kubectl)?;
         control.install_crds()?;
-        return Ok(ControlPlane {
-            control,
-            remote,
-            _guard: None,
-        });
+        return plane(control, vec![remote], None);
     }
-    let (control, remote, guard) = process::start(&bin_dir()?)?;
+    let (control, remotes, guard) = process::start(&bin_dir()?, &Options::default())?;
     control.install_crds()?;
-    Ok(ControlPlane {
-        control,
-        remote,
-        _guard: Some(guard),
-    })
+    plane(control, remotes, Some(guard))
 }
 
 /// The root of the repository.

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::cluster::Cluster;
+use crate::{Options, cluster::Cluster};
 
 /// The admin token both apiservers accept (a static token file, member of
 /// system:masters). Test clusters only; never used outside them.
@@ -104,7 +104,7 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
 
 /// A CA, a serving certificate for 127.0.0.1 and a service-account key, made
 /// with the openssl CLI.
-fn make_pki(dir: &Path) -> anyhow::Result<()> {
+fn make_pki(dir: &Path, users: &[String]) -> anyhow::Result<()> {
     let d = |f: &str| dir.join(f).to_string_lossy().into_owned();
     run(
         Command::new("openssl")
@@ -155,23 +155,88 @@ fn make_pki(dir: &Path) -> anyhow::Result<()> {
         Command::new("openssl").args(["genrsa", "-out", &d("sa.key"), "2048"]),
         "creating the service-account key",
     )?;
-    fs::write(
-        dir.join("tokens.csv"),
-        format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n"),
-    )?;
+    let mut tokens = format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n");
+    for user in users {
+        tokens.push_str(&format!("{},{user},{user}-uid\n", user_token(user)));
+    }
+    fs::write(dir.join("tokens.csv"), tokens)?;
     Ok(())
 }
 
-fn kubeconfig(name: &str, port: u16, ca_pem: &[u8]) -> String {
+/// The bearer token of an extra user (`Options::users`): test clusters only.
+fn user_token(user: &str) -> String {
+    format!("crossplane-rs-test-user-{user}")
+}
+
+/// Refuses user names that would not survive the token file (a CSV) or a
+/// kubeconfig unquoted.
+fn check_user(user: &str) -> anyhow::Result<()> {
+    let ok = !user.is_empty()
+        && user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'));
+    if !ok || user == "admin" {
+        bail!(
+            "testenv user {user:?}: use letters, digits, '-', '.', '_' or ':' (and not \"admin\")"
+        );
+    }
+    Ok(())
+}
+
+/// Every request at level Metadata (who, verb, resource, response code; no
+/// bodies), without the RequestReceived stage: a request is then logged at
+/// ResponseComplete, a watch also at ResponseStarted when it opens.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+";
+
+/// The flags that make an apiserver write an audit log to `log`.
+fn audit_flags(policy: &Path, log: &Path) -> Vec<String> {
+    vec![
+        format!("--audit-policy-file={}", policy.display()),
+        format!("--audit-log-path={}", log.display()),
+        "--audit-log-format=json".to_owned(),
+        // Written before the response returns, so a count taken after a
+        // request has answered includes it.
+        "--audit-log-mode=blocking".to_owned(),
+        // Never rotated: counts are taken between byte offsets of one file.
+        "--audit-log-maxsize=1000000".to_owned(),
+    ]
+}
+
+fn kubeconfig(name: &str, port: u16, ca_pem: &[u8], user: &str, token: &str) -> String {
     use base64_lite::encode;
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: admin\ncurrent-context: {name}\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {user}\ncurrent-context: {name}\nusers:\n- name: {user}\n  user:\n    token: {token}\n",
         ca = encode(ca_pem)
     )
 }
 
-/// Starts everything and returns the two clusters once both answer /readyz.
-pub(crate) fn start(bin: &Path) -> anyhow::Result<(Cluster, Cluster, Processes)> {
+/// The names of the remote clusters, in order (`Options::remotes` at most
+/// this many).
+pub(crate) const REMOTE_NAMES: [&str; 8] = [
+    "remote", "remote-2", "remote-3", "remote-4", "remote-5", "remote-6", "remote-7", "remote-8",
+];
+
+/// Starts everything and returns the clusters (control first, then the
+/// remotes) once each answers /readyz.
+pub(crate) fn start(
+    bin: &Path,
+    options: &Options,
+) -> anyhow::Result<(Cluster, Vec<Cluster>, Processes)> {
+    for user in &options.users {
+        check_user(user)?;
+    }
+    let remotes = options.remotes.max(1);
+    if remotes > REMOTE_NAMES.len() {
+        bail!(
+            "testenv starts at most {} remote clusters, not {remotes}",
+            REMOTE_NAMES.len()
+        );
+    }
     let dir = tempfile::Builder::new()
         .prefix("crossplane-rs-testenv-")
         .tempdir()?
@@ -180,7 +245,11 @@ pub(crate) fn start(bin: &Path) -> anyhow::Result<(Cluster, Cluster, Processes)>
         children: Vec::new(),
         dir: dir.clone(),
     };
-    make_pki(&dir)?;
+    make_pki(&dir, &options.users)?;
+    let policy = dir.join("audit-policy.yaml");
+    if options.audit {
+        fs::write(&policy, AUDIT_POLICY)?;
+    }
     start_watchdog(&dir)?;
     let d = |f: &str| dir.join(f).to_string_lossy().into_owned();
 
@@ -205,8 +274,14 @@ pub(crate) fn start(bin: &Path) -> anyhow::Result<(Cluster, Cluster, Processes)>
     let kubectl = bin.join("kubectl");
     let ca_pem = fs::read(dir.join("ca.crt"))?;
     let mut clusters = Vec::new();
-    for name in ["control", "remote"] {
+    let names = std::iter::once("control").chain(REMOTE_NAMES.into_iter().take(remotes));
+    for name in names {
         let port = free_port()?;
+        let audit_log = options.audit.then(|| dir.join(format!("{name}-audit.log")));
+        let audit = audit_log
+            .as_deref()
+            .map(|log| audit_flags(&policy, log))
+            .unwrap_or_default();
         procs.spawn(
             &format!("kube-apiserver-{name}"),
             &bin.join("kube-apiserver"),
@@ -227,15 +302,28 @@ pub(crate) fn start(bin: &Path) -> anyhow::Result<(Cluster, Cluster, Processes)>
                 "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
                 "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
                 "--profiling=false".to_owned(),
-            ],
+            ]
+            .into_iter()
+            .chain(audit)
+            .collect::<Vec<_>>(),
         )?;
         let path = dir.join(format!("{name}.kubeconfig"));
-        fs::write(&path, kubeconfig(name, port, &ca_pem))?;
-        clusters.push((name, path));
+        fs::write(&path, kubeconfig(name, port, &ca_pem, "admin", ADMIN_TOKEN))?;
+        let users = options
+            .users
+            .iter()
+            .map(|u| {
+                let kc = kubeconfig(name, port, &ca_pem, u, &user_token(u));
+                (u.clone(), kc)
+            })
+            .collect();
+        clusters.push((name, path, audit_log, users));
     }
     let mut ready = Vec::new();
-    for (name, path) in clusters {
-        let cluster = Cluster::new(name, path, kubectl.clone())?;
+    for (name, path, audit_log, users) in clusters {
+        let mut cluster = Cluster::new(name, path, kubectl.clone())?;
+        cluster.audit_log = audit_log;
+        cluster.user_kubeconfigs = users;
         // The first start of an apiserver on a cold machine can take a while.
         cluster.wait_ready(Duration::from_secs(90), || procs.check_alive())?;
         ready.push(cluster);
@@ -261,10 +349,10 @@ pub(crate) fn start(bin: &Path) -> anyhow::Result<(Cluster, Cluster, Processes)>
     }
     procs.check_alive()?;
     let mut it = ready.into_iter();
-    let (Some(control), Some(remote)) = (it.next(), it.next()) else {
-        bail!("internal: two clusters expected");
+    let Some(control) = it.next() else {
+        bail!("internal: the control cluster is missing");
     };
-    Ok((control, remote, procs))
+    Ok((control, it.collect(), procs))
 }
 
 /// A shell loop that waits for this test process to exit, then stops every

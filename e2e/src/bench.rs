@@ -1,0 +1,490 @@
+//! What the benchmarks in src/bin share: watching for the moment each object
+//! reaches a state, counting requests (a binary's /metrics and the API
+//! servers' audit logs) between two marks, a process's CPU time and memory,
+//! latency percentiles, and phases that report how far they got instead of
+//! failing.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use kube::{
+    Api, ResourceExt as _,
+    api::DynamicObject,
+    runtime::watcher::{self, Event},
+};
+use serde_json::{Value, json};
+
+/// A condition on an object, as its JSON.
+pub type Predicate = Box<dyn Fn(&Value) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct ProbeState {
+    pending: HashMap<String, Predicate>,
+    met: HashMap<String, Instant>,
+    synced: bool,
+}
+
+/// Records, from a watch, the first moment each named object satisfies the
+/// condition expected of it: exact to the watch event, whatever the polling
+/// of the benchmark. Objects are keyed by name (a probe watches one
+/// namespace, or a cluster-scoped kind).
+#[derive(Clone, Default)]
+pub struct Probe(Arc<Mutex<ProbeState>>);
+
+impl Probe {
+    /// Starts watching `api`; the task ends with the process.
+    pub fn watch(api: Api<DynamicObject>) -> Self {
+        let probe = Self::default();
+        let state = probe.0.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+            loop {
+                match stream.try_next().await {
+                    Ok(Some(Event::Apply(o) | Event::InitApply(o))) => {
+                        let now = Instant::now();
+                        let name = o.name_any();
+                        let mut s = state.lock().expect("probe lock");
+                        if s.pending
+                            .get(&name)
+                            .is_some_and(|p| serde_json::to_value(&o).is_ok_and(|v| p(&v)))
+                        {
+                            s.pending.remove(&name);
+                            s.met.insert(name, now);
+                        }
+                    }
+                    Ok(Some(Event::InitDone)) => state.lock().expect("probe lock").synced = true,
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    // The watcher retries by itself; slow down a little.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        });
+        probe
+    }
+
+    /// Waits (up to `timeout`) for the watch's first list to finish.
+    pub async fn synced(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.0.lock().expect("probe lock").synced {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+
+    /// From now on, records when `name` first satisfies `condition`
+    /// (forgetting an earlier record of it).
+    pub fn expect(&self, name: &str, condition: Predicate) {
+        let mut s = self.0.lock().expect("probe lock");
+        s.met.remove(name);
+        s.pending.insert(name.to_owned(), condition);
+    }
+
+    /// When `name` met its condition, if it has.
+    pub fn met(&self, name: &str) -> Option<Instant> {
+        self.0.lock().expect("probe lock").met.get(name).copied()
+    }
+
+    /// Waits until every one of `names` has met its condition, or `timeout`.
+    pub async fn wait(&self, names: &[String], timeout: Duration) -> Reached {
+        let started = Instant::now();
+        loop {
+            let done = {
+                let s = self.0.lock().expect("probe lock");
+                names.iter().filter(|n| s.met.contains_key(*n)).count()
+            };
+            if done == names.len() || started.elapsed() >= timeout {
+                return Reached {
+                    done,
+                    of: names.len(),
+                    waited: started.elapsed(),
+                };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Seconds from each name's start to when it met its condition, sorted
+    /// (names that have not met it are left out).
+    pub fn latencies(&self, started: &HashMap<String, Instant>) -> Vec<f64> {
+        let s = self.0.lock().expect("probe lock");
+        let mut out: Vec<f64> = started
+            .iter()
+            .filter_map(|(n, t)| {
+                s.met
+                    .get(n)
+                    .map(|m| m.saturating_duration_since(*t).as_secs_f64())
+            })
+            .collect();
+        out.sort_by(f64::total_cmp);
+        out
+    }
+}
+
+/// How far a phase got.
+#[derive(Clone, Copy, Debug)]
+pub struct Reached {
+    /// How many reached the goal.
+    pub done: usize,
+    /// Of how many.
+    pub of: usize,
+    /// How long the phase waited.
+    pub waited: Duration,
+}
+
+impl Reached {
+    /// Whether all did.
+    pub fn all(&self) -> bool {
+        self.done == self.of
+    }
+
+    /// As JSON: `reached`, `done`, `of`, `waited_s`.
+    pub fn json(&self) -> Value {
+        json!({"reached": self.all(), "done": self.done, "of": self.of, "waited_s": self.waited.as_secs_f64()})
+    }
+}
+
+/// Polls `check` every 250 ms until it is true or `timeout` passes.
+pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F) -> (bool, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await {
+            return (true, started.elapsed());
+        }
+        if started.elapsed() >= timeout {
+            return (false, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The value at quantile `p` (0..=1) of sorted `values`; None when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied()
+}
+
+/// p50, p99 and max of sorted latencies, in seconds, as JSON.
+pub fn latency_json(sorted: &[f64]) -> Value {
+    json!({
+        "p50_s": percentile(sorted, 0.5),
+        "p99_s": percentile(sorted, 0.99),
+        "max_s": sorted.last(),
+        "samples": sorted.len(),
+    })
+}
+
+/// CPU time and memory of a process, from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// User plus system CPU seconds so far.
+    pub cpu_s: f64,
+    /// Resident memory now, MiB.
+    pub rss_mib: f64,
+    /// Peak resident memory (VmHWM), MiB.
+    pub peak_rss_mib: f64,
+}
+
+impl Usage {
+    /// Reads the usage of `pid` (zeros when it has gone).
+    pub fn of(pid: u32) -> Self {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|k| k / 1024.0)
+                .unwrap_or(0.0)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command (which may hold spaces) end with ')'.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        // utime and stime are fields 14 and 15; the rest starts at field 3.
+        let ticks = |i: usize| {
+            fields
+                .get(i - 3)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Self {
+            cpu_s: (ticks(14) + ticks(15)) / clock_ticks(),
+            rss_mib: kib("VmRSS:"),
+            peak_rss_mib: kib("VmHWM:"),
+        }
+    }
+
+    /// CPU seconds since `before`, memory now, as JSON.
+    pub fn since_json(&self, before: &Usage) -> Value {
+        json!({
+            "cpu_s": self.cpu_s - before.cpu_s,
+            "rss_mib": self.rss_mib,
+            "peak_rss_mib": self.peak_rss_mib,
+        })
+    }
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// `crossplane_rs_kube_api_requests_total` by (cluster, verb), and
+/// `crossplane_rs_reconcile_total` by ("reconciles", result), of the binary
+/// serving /metrics at `addr` (empty when it does not answer).
+pub fn scrape(addr: SocketAddr) -> BTreeMap<(String, String), f64> {
+    let body = crate::http_get(addr, "/metrics")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for (series, value) in body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+    {
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        let label = |k: &str| {
+            labels
+                .split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let key = match name {
+            "crossplane_rs_kube_api_requests_total" => (label("cluster"), label("verb")),
+            "crossplane_rs_reconcile_total" => ("reconciles".to_owned(), label("result")),
+            _ => continue,
+        };
+        *out.entry(key).or_default() += value.parse::<f64>().unwrap_or(0.0);
+    }
+    out
+}
+
+/// What a binary's own client counted between two scrapes, divided by
+/// `per` (Objects, templates): totals, writes, and by cluster and verb.
+/// Reconciles are reported apart, not as requests.
+pub fn metrics_delta(
+    after: &BTreeMap<(String, String), f64>,
+    before: &BTreeMap<(String, String), f64>,
+    per: f64,
+) -> Value {
+    let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    let mut reconciles: BTreeMap<String, f64> = BTreeMap::new();
+    let (mut total, mut writes) = (0.0, 0.0);
+    for ((cluster, verb), v) in after {
+        let d = v - before
+            .get(&(cluster.clone(), verb.clone()))
+            .copied()
+            .unwrap_or(0.0);
+        if d <= 0.0 {
+            continue;
+        }
+        if cluster == "reconciles" {
+            reconciles.insert(verb.clone(), d);
+            continue;
+        }
+        *by.entry(cluster.clone())
+            .or_default()
+            .entry(verb.clone())
+            .or_default() += d / per;
+        total += d;
+        if is_write(verb) {
+            writes += d;
+        }
+    }
+    json!({
+        "per_unit_total": total / per,
+        "per_unit_writes": writes / per,
+        "total": total,
+        "per_unit_by_cluster_and_verb": by,
+        "reconciles": reconciles,
+    })
+}
+
+fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "create" | "update" | "patch" | "apply" | "delete" | "deletecollection"
+    )
+}
+
+/// Byte offsets of the audit logs of several clusters, taken at one moment.
+#[derive(Clone, Debug)]
+pub struct AuditMark(Vec<(String, PathBuf, u64)>);
+
+impl AuditMark {
+    /// The current end of each cluster's audit log (clusters without one
+    /// are left out).
+    pub fn now<'a>(clusters: impl IntoIterator<Item = &'a testenv::Cluster>) -> Self {
+        Self(
+            clusters
+                .into_iter()
+                .filter_map(|c| {
+                    let path = c.audit_log.clone()?;
+                    let end = testenv::audit::end(&path).unwrap_or(0);
+                    Some((c.name.to_owned(), path, end))
+                })
+                .collect(),
+        )
+    }
+
+    /// The requests each of `users` made on each cluster from `self` to
+    /// `to`, divided by `per`: by cluster, the user's total, by verb, and by
+    /// verb and resource (counts, not divided); and the grand total per unit.
+    /// `users` maps a cluster name to the users counted there (a key "*"
+    /// applies to every cluster).
+    pub fn delta(&self, to: &AuditMark, users: &BTreeMap<String, Vec<String>>, per: f64) -> Value {
+        let mut clusters = serde_json::Map::new();
+        let mut grand = 0u64;
+        for (name, path, from) in &self.0 {
+            let end =
+                to.0.iter()
+                    .find(|(n, _, _)| n == name)
+                    .map(|(_, _, e)| *e)
+                    .unwrap_or(*from);
+            let counts = match testenv::audit::count(path, *from, end) {
+                Ok(c) => c,
+                Err(e) => {
+                    clusters.insert(name.clone(), json!({"error": e.to_string()}));
+                    continue;
+                }
+            };
+            let wanted = users
+                .get(name)
+                .or_else(|| users.get("*"))
+                .cloned()
+                .unwrap_or_default();
+            let mut per_user = serde_json::Map::new();
+            for user in wanted {
+                let total = counts.total(&user);
+                grand += total;
+                let by_verb: BTreeMap<String, f64> = counts
+                    .by_verb(&user)
+                    .into_iter()
+                    .map(|(v, n)| (v, n as f64 / per))
+                    .collect();
+                let watches = counts.by_verb(&user).get("watch").copied().unwrap_or(0);
+                per_user.insert(
+                    user.clone(),
+                    json!({
+                        "total": total,
+                        "per_unit_total": total as f64 / per,
+                        "per_unit_excluding_watches": (total - watches) as f64 / per,
+                        "per_unit_by_verb": by_verb,
+                        "by_verb_and_resource": counts.by_verb_and_resource(&user),
+                    }),
+                );
+            }
+            clusters.insert(name.clone(), Value::Object(per_user));
+        }
+        json!({"per_unit_total": grand as f64 / per, "total": grand, "by_cluster": clusters})
+    }
+}
+
+/// Writes `value` as pretty JSON to `out`, creating its directory.
+pub fn write_json(out: &std::path::Path, value: &Value) {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).expect("create the output directory");
+    }
+    std::fs::write(out, serde_json::to_string_pretty(value).expect("JSON")).expect("write JSON");
+}
+
+/// How long a phase waiting on `n` objects may take: a minute, plus 200 ms
+/// per object (an order of magnitude slower than the provider has ever
+/// been), so 10,000 Objects get about 34 minutes.
+pub fn scaled_timeout(n: usize) -> Duration {
+    Duration::from_secs(60) + Duration::from_millis(200) * n as u32
+}
+
+/// Grants `user` cluster-admin in `cluster` (the identity a benchmarked
+/// binary uses there through a kubeconfig in a Secret).
+pub fn grant_cluster_admin(cluster: &testenv::Cluster, user: &str) {
+    let binding = format!("bench:{user}");
+    let out = cluster.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=cluster-admin",
+        &format!("--user={user}"),
+    ]);
+    assert!(
+        out.status.success(),
+        "granting {user} cluster-admin in the {} cluster: {}",
+        cluster.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Creates (or replaces) Secret `ns/name` in `cluster` holding `kubeconfig`
+/// under the key `kubeconfig`.
+pub fn kubeconfig_secret(cluster: &testenv::Cluster, ns: &str, name: &str, kubeconfig: &str) {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "stringData": {"kubeconfig": kubeconfig},
+    });
+    let out = cluster.kubectl_stdin(&["apply", "-f", "-"], Some(&secret.to_string()));
+    assert!(
+        out.status.success(),
+        "creating Secret {ns}/{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Now, UTC, RFC 3339 to the second.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// What the machine is: CPUs, their model and memory.
+pub fn machine() -> Value {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let first = |file: &str, key: &str| {
+        std::fs::read_to_string(file).ok().and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+    };
+    let mem_kib: f64 = first("/proc/meminfo", "MemTotal")
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    json!({
+        "cpus": cpus,
+        "cpu_model": first("/proc/cpuinfo", "model name").unwrap_or_default(),
+        "memory_gib": (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+    })
+}
