@@ -6,6 +6,7 @@
 // job, so it panics where production code would return errors.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod objects;
 pub mod proxy;
 pub mod stall;
 pub mod workloads;
