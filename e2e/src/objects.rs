@@ -126,6 +126,17 @@ pub async fn clients(setup: &ProviderSetup) -> (Client, Client) {
     (plane.control.client().await, plane.remote.client().await)
 }
 
+/// The start of most Object tests: the provider started as `setup` says
+/// (once), admin clients for the control and the remote cluster, a guard that
+/// prints the provider's log if the test fails, and a fresh namespace in the
+/// remote cluster named after `prefix`.
+pub async fn begin(setup: &ProviderSetup, prefix: &str) -> (Client, Client, DumpOnPanic, String) {
+    let (client, remote) = clients(setup).await;
+    let dump = DumpOnPanic;
+    let ns = remote_ns(&remote, prefix).await;
+    (client, remote, dump, ns)
+}
+
 /// An Object `name` managing `manifest` through the ProviderConfig
 /// `config`, with the fields of `extra` added to its spec.
 pub fn object(name: &str, config: &str, manifest: Value, extra: Value) -> Value {

@@ -111,9 +111,7 @@ async fn edit(remote: &Client, ns: &str, name: &str, patch: Value) {
 
 #[tokio::test]
 async fn a_remote_label_change_reaches_the_objects_status_within_two_seconds() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ev-status").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ev-status").await;
     let name = format!("{ns}-cm");
     let manifest = configmap("cm", &ns, json!({"k": "v"}));
     apply_object(&client, object(&name, "remote", manifest, json!({}))).await;
@@ -144,9 +142,7 @@ async fn a_remote_label_change_reaches_the_objects_status_within_two_seconds() {
 
 #[tokio::test]
 async fn a_drift_edit_by_another_field_manager_is_put_back_within_two_seconds() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ev-drift").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ev-drift").await;
     let name = format!("{ns}-cm");
     let manifest = configmap("cm", &ns, json!({"k": "v"}));
     apply_object(&client, object(&name, "remote", manifest, json!({}))).await;
@@ -182,9 +178,7 @@ async fn a_drift_edit_by_another_field_manager_is_put_back_within_two_seconds() 
 
 #[tokio::test]
 async fn a_referenced_configmaps_change_reaches_the_managed_object_within_two_seconds() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ev-ref").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ev-ref").await;
     let source = testenv::unique_name("ev-source");
     let sources: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let body: ConfigMap =

@@ -203,9 +203,7 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
 
 #[tokio::test]
 async fn every_row_of_the_management_policy_table_is_honoured() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "policy").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "policy").await;
     let pc = own_config(&client, "policy").await;
     let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
     // (policy, deletionPolicy, may create/update, may delete)
@@ -512,9 +510,7 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
 
 #[tokio::test]
 async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ref").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ref").await;
     let settings: ConfigMap = serde_json::from_value(configmap(
         "common-settings",
         "default",
@@ -567,9 +563,7 @@ async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
 
 #[tokio::test]
 async fn paused_objects_are_left_alone_and_drift_is_put_back() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "drift").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "drift").await;
     let pc = own_config(&client, "paused").await;
     // A steady Object on the same ProviderConfig: its polls (reads) measure
     // time in poll intervals while the paused one must do nothing.
@@ -679,9 +673,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
 
 #[tokio::test]
 async fn connection_details_are_published_and_secrets_are_redacted() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "conn").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "conn").await;
     let name = format!("{ns}-secret");
     let conn = testenv::unique_name("conn");
     apply_object(
@@ -719,9 +711,7 @@ async fn connection_details_are_published_and_secrets_are_redacted() {
 
 #[tokio::test]
 async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "inuse").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "inuse").await;
     let plane = testenv::control_plane();
     let pc = testenv::unique_name("pc");
     let out = plane.control.kubectl_stdin(
@@ -773,9 +763,7 @@ async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
 
 #[tokio::test]
 async fn bad_input_gets_a_condition_that_says_what_to_fix() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "badobj").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "badobj").await;
     let plane = testenv::control_plane();
     let p = |s: &str| format!("{ns}-{s}");
     apply_object(
@@ -987,9 +975,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
 
 #[tokio::test]
 async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "extname").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "extname").await;
     let name = format!("{ns}-external");
     let mut body = object(
         &name,
@@ -1060,9 +1046,7 @@ async fn local_cm(client: &Client, prefix: &str, data: Value) -> String {
 
 #[tokio::test]
 async fn a_string_written_over_the_manifest_metadata_is_refused_and_the_provider_keeps_working() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "metastr").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "metastr").await;
     let pid = provider().lock().unwrap().child.id();
     let source = local_cm(&client, "meta", json!({"meta": "not-an-object"})).await;
     let bad = format!("{ns}-bad");
@@ -1110,9 +1094,7 @@ async fn a_string_written_over_the_manifest_metadata_is_refused_and_the_provider
 
 #[tokio::test]
 async fn a_removed_reference_no_longer_holds_its_former_target() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "unref").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "unref").await;
     let (target, referrer) = (format!("{ns}-target"), format!("{ns}-referrer"));
     apply_object(
         &client,
@@ -1176,9 +1158,7 @@ async fn a_removed_reference_no_longer_holds_its_former_target() {
 
 #[tokio::test]
 async fn deleting_an_object_whose_source_is_gone_deletes_what_it_applied() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "srcgone").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "srcgone").await;
     let source = local_cm(&client, "srcname", json!({"name": "named-by-source"})).await;
     let name = format!("{ns}-named");
     apply_object(
@@ -1230,9 +1210,7 @@ fn remote_config(name: &str) {
 
 #[tokio::test]
 async fn the_usage_follows_the_provider_config_ref_both_ways() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "switch").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "switch").await;
     let (a, b) = (testenv::unique_name("pca"), testenv::unique_name("pcb"));
     remote_config(&a);
     remote_config(&b);
@@ -1315,9 +1293,7 @@ async fn the_usage_follows_the_provider_config_ref_both_ways() {
 
 #[tokio::test]
 async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "normal").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "normal").await;
     let pc = own_config(&client, "normal").await;
     let secret = format!("{ns}-secret");
     let deployment = format!("{ns}-deployment");
@@ -1449,9 +1425,7 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
 
 #[tokio::test]
 async fn values_read_from_a_secret_never_show_in_status() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "redact").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "redact").await;
     let token = testenv::unique_name("tok");
     let source = testenv::unique_name("source");
     let s: Secret = serde_json::from_value(json!({"metadata": {"name": source, "namespace": "default"}, "stringData": {"token": token}})).unwrap();
@@ -1498,9 +1472,7 @@ async fn values_read_from_a_secret_never_show_in_status() {
 
 #[tokio::test]
 async fn references_read_with_the_providers_shipped_identity() {
-    let (client, remote) = clients(&PROVIDER).await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "identity").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "identity").await;
     // Neither deploy/ nor the injected-identity component this test binary
     // applies grants reading ClusterRoles: the provider, running as its
     // ServiceAccount, is refused, and says so.
