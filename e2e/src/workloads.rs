@@ -8,7 +8,7 @@ use crate::{Running, wait_for};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
-    api::{DynamicObject, Patch, PatchParams, PostParams},
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 use types::workload::v1alpha1::{KubernetesApplication, KubernetesApplicationResource};
@@ -270,4 +270,22 @@ pub async fn remote_ns(remote: &Client, prefix: &str) -> String {
         .remote
         .namespace(remote, prefix)
         .await
+}
+
+/// Deletes the `K` called `name` in `ns` and waits until it is gone, failing
+/// after `WAIT` with `what` (what the test was waiting for).
+pub async fn delete_and_wait_gone<K>(client: &Client, ns: &str, name: &str, what: &str)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api = Api::<K>::namespaced(client.clone(), ns);
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    wait_for(WAIT, what, || async {
+        api.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
 }

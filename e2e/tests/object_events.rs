@@ -7,133 +7,37 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::{
-    sync::{Mutex, OnceLock},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
-use e2e::{Running, wait_for};
+use e2e::{objects::*, wait_for};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::watcher,
 };
 use serde_json::{Value, json};
-use types::kubernetes::v1alpha1::{Object, ProviderConfig};
+use types::kubernetes::v1alpha1::Object;
 
-const WAIT: Duration = Duration::from_secs(60);
 /// The latency target of issue 8 for every event this file exercises.
 const TARGET: Duration = Duration::from_secs(2);
 
-/// One object-provider for this test binary, as its shipped ServiceAccount,
-/// with no --poll-interval (the 10m default), and the ProviderConfig
-/// `remote` (the remote cluster's kubeconfig).
-fn provider() -> &'static Mutex<Running> {
-    static PROVIDER: OnceLock<Mutex<Running>> = OnceLock::new();
-    PROVIDER.get_or_init(|| {
-        let plane = testenv::control_plane();
-        let control = &plane.control;
-        let secret = control.kubectl_stdin(
-            &["-n", "default", "create", "secret", "generic", "remote-kubeconfig", "--from-file=kubeconfig=/dev/stdin", "--dry-run=client", "-o", "yaml"],
-            Some(&plane.remote.kubeconfig),
-        );
-        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&String::from_utf8_lossy(&secret.stdout)));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let config = r#"
+/// This file's object-provider: as its shipped ServiceAccount, with no
+/// --poll-interval (the 10m default), and the ProviderConfig `remote` (the
+/// remote cluster's kubeconfig).
+const PROVIDER: ProviderSetup = ProviderSetup {
+    configs: r#"
 apiVersion: kubernetes.crossplane.io/v1alpha1
 kind: ProviderConfig
 metadata: {name: remote}
 spec: {credentials: {source: Secret, secretRef: {namespace: default, name: remote-kubeconfig, key: kubeconfig}}}
-"#;
-        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(config));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let as_its_service_account = e2e::workloads::impersonating_kubeconfig("object-provider");
-        let running = Running::start("object-provider", &as_its_service_account, &[]);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !matches!(e2e::http_get(running.addr, "/healthz"), Some((200, _))) {
-            assert!(Instant::now() < deadline, "object-provider not healthy: {}", running.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Mutex::new(running)
-    })
-}
-
-/// Prints the provider's log when the test it lives in fails.
-struct DumpOnPanic;
-
-impl Drop for DumpOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking()
-            && let Ok(p) = provider().lock()
-        {
-            eprintln!("----- object-provider log -----\n{}", p.log());
-        }
-    }
-}
-
-async fn clients() -> (Client, Client) {
-    provider();
-    let plane = testenv::control_plane();
-    (plane.control.client().await, plane.remote.client().await)
-}
-
-fn object(name: &str, config: &str, manifest: Value, extra: Value) -> Value {
-    let mut spec =
-        json!({"forProvider": {"manifest": manifest}, "providerConfigRef": {"name": config}});
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        s.extend(e.clone());
-    }
-    json!({"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "metadata": {"name": name}, "spec": spec})
-}
-
-fn configmap(name: &str, ns: &str, data: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data})
-}
-
-async fn apply_object(client: &Client, body: Value) {
-    Api::<Object>::all(client.clone())
-        .patch(
-            body["metadata"]["name"].as_str().unwrap(),
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying Object: {e}"));
-}
-
-async fn get_object(client: &Client, name: &str) -> Option<Object> {
-    Api::<Object>::all(client.clone())
-        .get_opt(name)
-        .await
-        .unwrap()
-}
-
-fn condition_true(o: &Object, t: &str) -> bool {
-    o.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == t && c.status == "True")
-    })
-}
-
-async fn wait_ready(client: &Client, name: &str) -> Object {
-    wait_for(WAIT, &format!("Object {name} Synced and Ready"), || async {
-        let o = get_object(client, name).await?;
-        (condition_true(&o, "Synced") && condition_true(&o, "Ready")).then_some(o)
-    })
-    .await
-}
-
-async fn delete_and_wait_gone(client: &Client, name: &str) {
-    let _ = Api::<Object>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    wait_for(WAIT, &format!("Object {name} to be gone"), || async {
-        get_object(client, name).await.is_none().then_some(())
-    })
-    .await;
-}
+"#,
+    prepare: || {},
+    args: &[],
+};
 
 /// A value of the managed object, as the Object's status shows it.
 fn shown(o: &Object, pointer: &str) -> Option<Value> {
@@ -205,47 +109,9 @@ async fn edit(remote: &Client, ns: &str, name: &str, patch: Value) {
         .unwrap();
 }
 
-async fn remote_ns(remote: &Client, prefix: &str) -> String {
-    testenv::control_plane()
-        .remote
-        .namespace(remote, prefix)
-        .await
-}
-
-/// The sum of the provider's metric `name` over the series that carry every
-/// label of `labels`.
-fn metric(name: &str, labels: &[(&str, &str)]) -> u64 {
-    let text = provider().lock().unwrap().metrics();
-    e2e::metric_sum(&text, name, labels) as u64
-}
-
-/// Requests the provider sent to `cluster` other than its watches (list and
-/// watch): what an Object costs beyond the open watches.
-fn requests(cluster: &str) -> u64 {
-    ["get", "create", "update", "patch", "delete"]
-        .iter()
-        .map(|v| {
-            metric(
-                "crossplane_rs_kube_api_requests_total",
-                &[("cluster", cluster), ("verb", v)],
-            )
-        })
-        .sum()
-}
-
-/// Observations of managed objects in `cluster` (cache or server).
-fn observations(cluster: &str) -> u64 {
-    metric(
-        "crossplane_rs_remote_observations_total",
-        &[("controller", "object"), ("cluster", cluster)],
-    )
-}
-
 #[tokio::test]
 async fn a_remote_label_change_reaches_the_objects_status_within_two_seconds() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ev-status").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ev-status").await;
     let name = format!("{ns}-cm");
     let manifest = configmap("cm", &ns, json!({"k": "v"}));
     apply_object(&client, object(&name, "remote", manifest, json!({}))).await;
@@ -276,9 +142,7 @@ async fn a_remote_label_change_reaches_the_objects_status_within_two_seconds() {
 
 #[tokio::test]
 async fn a_drift_edit_by_another_field_manager_is_put_back_within_two_seconds() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ev-drift").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ev-drift").await;
     let name = format!("{ns}-cm");
     let manifest = configmap("cm", &ns, json!({"k": "v"}));
     apply_object(&client, object(&name, "remote", manifest, json!({}))).await;
@@ -314,9 +178,7 @@ async fn a_drift_edit_by_another_field_manager_is_put_back_within_two_seconds() 
 
 #[tokio::test]
 async fn a_referenced_configmaps_change_reaches_the_managed_object_within_two_seconds() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = remote_ns(&remote, "ev-ref").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ev-ref").await;
     let source = testenv::unique_name("ev-source");
     let sources: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let body: ConfigMap =
@@ -360,37 +222,9 @@ async fn a_referenced_configmaps_change_reaches_the_managed_object_within_two_se
         .unwrap();
 }
 
-/// A ProviderConfig for the remote cluster whose kubeconfig Secret is its
-/// own: the provider builds it a client of its own, so that the
-/// `cluster="<its name>"` series count exactly the requests and
-/// observations of the Objects that use it.
-async fn own_config(client: &Client, prefix: &str) -> String {
-    let name = testenv::unique_name(prefix);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "stringData": {"kubeconfig": testenv::control_plane().remote.kubeconfig},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let pc: ProviderConfig = serde_json::from_value(json!({
-        "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
-        "metadata": {"name": name},
-        "spec": {"credentials": {"source": "Secret", "secretRef": {"namespace": "default", "name": name, "key": "kubeconfig"}}},
-    }))
-    .unwrap();
-    Api::<ProviderConfig>::all(client.clone())
-        .create(&PostParams::default(), &pc)
-        .await
-        .unwrap();
-    name
-}
-
 #[tokio::test]
 async fn an_idle_object_costs_no_request_even_when_woken() {
-    let (client, remote) = clients().await;
+    let (client, remote) = clients(&PROVIDER).await;
     let _dump = DumpOnPanic;
     let pc = own_config(&client, "ev-idle").await;
     let ns = remote_ns(&remote, "ev-idle").await;
@@ -402,7 +236,7 @@ async fn an_idle_object_costs_no_request_even_when_woken() {
     for name in &names {
         wait_ready(&client, name).await;
     }
-    let requests_before = requests(&pc);
+    let requests_before = requests(&pc, &BEYOND_WATCHES);
     let observed_before = observations(&pc);
 
     // Wake every Object without changing what it manages: an annotation of
@@ -427,7 +261,7 @@ async fn an_idle_object_costs_no_request_even_when_woken() {
     )
     .await;
     assert_eq!(
-        requests(&pc),
+        requests(&pc, &BEYOND_WATCHES),
         requests_before,
         "woken idle Objects sent requests to their target"
     );

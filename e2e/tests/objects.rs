@@ -5,12 +5,9 @@
 // Test helpers fail the test loudly, with what went wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{
-    sync::{Mutex, OnceLock},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use e2e::{Running, wait_for};
+use e2e::{objects::*, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use kube::{
     Api, Client, ResourceExt,
@@ -20,25 +17,12 @@ use kube::{
 use serde_json::{Value, json};
 use types::kubernetes::v1alpha1::{Object, ProviderConfig};
 
-const WAIT: Duration = Duration::from_secs(60);
-
-/// One object-provider for this test binary (Objects are cluster-scoped),
-/// running as its shipped ServiceAccount (deploy/), with a ProviderConfig
-/// `remote` (the remote cluster's kubeconfig), `kubernetes-provider` (the
-/// seed's name, the same) and `local` (InjectedIdentity, the control
-/// cluster).
-fn provider() -> &'static Mutex<Running> {
-    static PROVIDER: OnceLock<Mutex<Running>> = OnceLock::new();
-    PROVIDER.get_or_init(|| {
-        let plane = testenv::control_plane();
-        let control = &plane.control;
-        let secret = control.kubectl_stdin(
-            &["-n", "default", "create", "secret", "generic", "remote-kubeconfig", "--from-file=kubeconfig=/dev/stdin", "--dry-run=client", "-o", "yaml"],
-            Some(&plane.remote.kubeconfig),
-        );
-        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&String::from_utf8_lossy(&secret.stdout)));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let configs = r#"
+/// This file's object-provider, running as its shipped ServiceAccount
+/// (deploy/), polling every second, with a ProviderConfig `remote` (the
+/// remote cluster's kubeconfig), `kubernetes-provider` (the seed's name, the
+/// same) and `local` (InjectedIdentity, the control cluster).
+const PROVIDER: ProviderSetup = ProviderSetup {
+    configs: r#"
 apiVersion: kubernetes.crossplane.io/v1alpha1
 kind: ProviderConfig
 metadata: {name: remote}
@@ -58,125 +42,48 @@ apiVersion: kubernetes.crossplane.io/v1alpha1
 kind: ProviderConfig
 metadata: {name: local}
 spec: {credentials: {source: InjectedIdentity}}
-"#;
-        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(configs));
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let crds = testenv::repo_root().join("e2e/testdata/olm-crds.yaml");
-        let out = plane.remote.kubectl(&["apply", "-f", &crds.to_string_lossy()]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let out = plane.remote.kubectl(&["wait", "--for=condition=Established", "-f", &crds.to_string_lossy()]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        // Beyond deploy/: the `local` (InjectedIdentity) cases manage
-        // Namespaces in the control cluster, which needs the opt-in
-        // component's ClusterRole, exactly as an operator would apply it.
-        let injected = testenv::repo_root()
-            .join("deploy/components/object-provider-injected-identity/clusterrole.yaml");
-        let out = control.kubectl(&["apply", "-f", &injected.to_string_lossy()]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let as_its_service_account = e2e::workloads::impersonating_kubeconfig("object-provider");
-        let running = Running::start(
-            "object-provider",
-            &as_its_service_account,
-            &["--poll-interval", "1s", "--deletion-timeout", "10s"],
-        );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !matches!(e2e::http_get(running.addr, "/healthz"), Some((200, _))) {
-            assert!(Instant::now() < deadline, "object-provider not healthy: {}", running.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Mutex::new(running)
-    })
-}
+"#,
+    prepare,
+    args: &["--poll-interval", "1s", "--deletion-timeout", "10s"],
+};
 
-/// Prints the provider's log when the test it lives in fails.
-struct DumpOnPanic;
-
-impl Drop for DumpOnPanic {
-    fn drop(&mut self) {
-        if std::thread::panicking()
-            && let Ok(p) = provider().lock()
-        {
-            eprintln!("----- object-provider log -----\n{}", p.log());
-        }
-    }
-}
-
-async fn clients() -> (Client, Client) {
-    provider();
+/// The OLM CRDs of seed 003 in the remote cluster and, beyond deploy/, the
+/// ClusterRole of the opt-in InjectedIdentity component.
+fn prepare() {
     let plane = testenv::control_plane();
-    (plane.control.client().await, plane.remote.client().await)
-}
-
-async fn apply_object(client: &Client, body: Value) {
-    let api: Api<Object> = Api::all(client.clone());
-    api.patch(
-        body["metadata"]["name"].as_str().unwrap(),
-        &PatchParams::apply("e2e-test").force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("applying Object: {e}"));
-}
-
-fn object(name: &str, config: &str, manifest: Value, extra: Value) -> Value {
-    let mut spec =
-        json!({"forProvider": {"manifest": manifest}, "providerConfigRef": {"name": config}});
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    json!({"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "metadata": {"name": name}, "spec": spec})
-}
-
-fn configmap(name: &str, ns: &str, data: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data})
-}
-
-async fn get_object(client: &Client, name: &str) -> Option<Object> {
-    Api::<Object>::all(client.clone())
-        .get_opt(name)
-        .await
-        .unwrap()
-}
-
-fn cond(o: &Object, t: &str) -> Option<(String, String, String)> {
-    o.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
-}
-
-async fn wait_ready(client: &Client, name: &str) -> Object {
-    let last = Mutex::new(String::new());
-    let found = tokio::time::timeout(WAIT, async {
-        loop {
-            if let Some(o) = get_object(client, name).await {
-                *last.lock().unwrap() = format!("{:?}", o.status);
-                if cond(&o, "Synced").is_some_and(|c| c.0 == "True")
-                    && cond(&o, "Ready").is_some_and(|c| c.0 == "True")
-                {
-                    return o;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| {
-        panic!(
-            "Object {name} not Synced and Ready within {WAIT:?}; last status: {}",
-            last.lock().unwrap()
-        )
-    })
+    let crds = testenv::repo_root().join("e2e/testdata/olm-crds.yaml");
+    let out = plane
+        .remote
+        .kubectl(&["apply", "-f", &crds.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = plane.remote.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "-f",
+        &crds.to_string_lossy(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Beyond deploy/: the `local` (InjectedIdentity) cases manage
+    // Namespaces in the control cluster, which needs the opt-in
+    // component's ClusterRole, exactly as an operator would apply it.
+    let injected = testenv::repo_root()
+        .join("deploy/components/object-provider-injected-identity/clusterrole.yaml");
+    let out = plane
+        .control
+        .kubectl(&["apply", "-f", &injected.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 async fn wait_synced_false(client: &Client, name: &str, needle: &str) -> String {
@@ -190,79 +97,6 @@ async fn wait_synced_false(client: &Client, name: &str, needle: &str) -> String 
         },
     )
     .await
-}
-
-async fn delete_object(client: &Client, name: &str) {
-    let _ = Api::<Object>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-}
-
-async fn wait_object_gone(client: &Client, name: &str) {
-    wait_for(WAIT, &format!("Object {name} to be gone"), || async {
-        get_object(client, name).await.is_none().then_some(())
-    })
-    .await;
-}
-
-/// The sum of the provider's metric `name` over the series that carry every
-/// label of `labels`.
-fn metric(name: &str, labels: &[(&str, &str)]) -> u64 {
-    let text = provider().lock().unwrap().metrics();
-    e2e::metric_sum(&text, name, labels) as u64
-}
-
-/// Requests the provider sent to `cluster` with one of `verbs`.
-fn requests(cluster: &str, verbs: &[&str]) -> u64 {
-    verbs
-        .iter()
-        .map(|v| {
-            metric(
-                "crossplane_rs_kube_api_requests_total",
-                &[("cluster", cluster), ("verb", v)],
-            )
-        })
-        .sum()
-}
-
-/// The verbs that change something.
-const WRITES: [&str; 4] = ["create", "update", "patch", "delete"];
-
-/// A ProviderConfig for the remote cluster whose kubeconfig Secret is its
-/// own: the provider builds it a client of its own, so that
-/// `crossplane_rs_kube_api_requests_total{cluster="<its name>"}` counts the
-/// requests of exactly the Objects that use it, whatever other tests do.
-async fn own_config(client: &Client, prefix: &str) -> String {
-    let name = testenv::unique_name(prefix);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "stringData": {"kubeconfig": testenv::control_plane().remote.kubeconfig},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let pc: ProviderConfig = serde_json::from_value(json!({
-        "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
-        "metadata": {"name": name},
-        "spec": {"credentials": {"source": "Secret", "secretRef": {"namespace": "default", "name": name, "key": "kubeconfig"}}},
-    }))
-    .unwrap();
-    Api::<ProviderConfig>::all(client.clone())
-        .create(&PostParams::default(), &pc)
-        .await
-        .unwrap();
-    name
-}
-
-/// Observations of managed objects in `cluster` (from the watch cache or
-/// the server): each poll of an Object observes once.
-fn observations(cluster: &str) -> u64 {
-    metric(
-        "crossplane_rs_remote_observations_total",
-        &[("controller", "object"), ("cluster", cluster)],
-    )
 }
 
 /// Waits until the provider has observed managed objects in `cluster` `n`
@@ -293,17 +127,10 @@ async fn remote_cm(remote: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
         .unwrap()
 }
 
-async fn test_ns(remote: &Client, prefix: &str) -> String {
-    testenv::control_plane()
-        .remote
-        .namespace(remote, prefix)
-        .await
-}
-
 #[tokio::test]
 async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_with_injected_identity()
  {
-    let (client, remote) = clients().await;
+    let (client, remote) = clients(&PROVIDER).await;
     let _dump = DumpOnPanic;
     let plane = testenv::control_plane();
     let file = testenv::repo_root().join("examples/seeds/002-object-sample-namespace.yaml");
@@ -371,15 +198,12 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
         (pc.status?.users? >= 1).then_some(())
     })
     .await;
-    delete_object(&client, &local_name).await;
-    wait_object_gone(&client, &local_name).await;
+    delete_and_wait_gone(&client, &local_name).await;
 }
 
 #[tokio::test]
 async fn every_row_of_the_management_policy_table_is_honoured() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "policy").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "policy").await;
     let pc = own_config(&client, "policy").await;
     let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
     // (policy, deletionPolicy, may create/update, may delete)
@@ -454,8 +278,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
                 "{policy}: no update"
             );
         }
-        delete_object(&client, &obj_name).await;
-        wait_object_gone(&client, &obj_name).await;
+        delete_and_wait_gone(&client, &obj_name).await;
         let left = remote_cm(&remote, &ns, &name).await;
         assert_eq!(
             left.is_none(),
@@ -486,7 +309,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
 
 #[tokio::test]
 async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_in_reverse() {
-    let (client, remote) = clients().await;
+    let (client, remote) = clients(&PROVIDER).await;
     let _dump = DumpOnPanic;
     let plane = testenv::control_plane();
     let _ = plane.remote.kubectl(&["create", "namespace", "operators"]);
@@ -687,9 +510,7 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
 
 #[tokio::test]
 async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "ref").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "ref").await;
     let settings: ConfigMap = serde_json::from_value(configmap(
         "common-settings",
         "default",
@@ -742,9 +563,7 @@ async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
 
 #[tokio::test]
 async fn paused_objects_are_left_alone_and_drift_is_put_back() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "drift").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "drift").await;
     let pc = own_config(&client, "paused").await;
     // A steady Object on the same ProviderConfig: its polls (reads) measure
     // time in poll intervals while the paused one must do nothing.
@@ -854,9 +673,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
 
 #[tokio::test]
 async fn connection_details_are_published_and_secrets_are_redacted() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "conn").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "conn").await;
     let name = format!("{ns}-secret");
     let conn = testenv::unique_name("conn");
     apply_object(
@@ -894,9 +711,7 @@ async fn connection_details_are_published_and_secrets_are_redacted() {
 
 #[tokio::test]
 async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "inuse").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "inuse").await;
     let plane = testenv::control_plane();
     let pc = testenv::unique_name("pc");
     let out = plane.control.kubectl_stdin(
@@ -939,8 +754,7 @@ async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
         pcs.get_opt(&pc).await.unwrap().is_some(),
         "deletion refused while in use"
     );
-    delete_object(&client, &name).await;
-    wait_object_gone(&client, &name).await;
+    delete_and_wait_gone(&client, &name).await;
     wait_for(WAIT, "the ProviderConfig to go once unused", || async {
         pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
     })
@@ -949,9 +763,7 @@ async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
 
 #[tokio::test]
 async fn bad_input_gets_a_condition_that_says_what_to_fix() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "badobj").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "badobj").await;
     let plane = testenv::control_plane();
     let p = |s: &str| format!("{ns}-{s}");
     apply_object(
@@ -1163,9 +975,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
 
 #[tokio::test]
 async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "extname").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "extname").await;
     let name = format!("{ns}-external");
     let mut body = object(
         &name,
@@ -1215,8 +1025,7 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
     })
     .await;
     assert!(msg.contains(&format!("Object {name}")), "{msg}");
-    delete_object(&client, &name).await;
-    wait_object_gone(&client, &name).await;
+    delete_and_wait_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "called-this").await.is_none());
     wait_for(WAIT, "the config to go once unused", || async {
         pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
@@ -1237,9 +1046,7 @@ async fn local_cm(client: &Client, prefix: &str, data: Value) -> String {
 
 #[tokio::test]
 async fn a_string_written_over_the_manifest_metadata_is_refused_and_the_provider_keeps_working() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "metastr").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "metastr").await;
     let pid = provider().lock().unwrap().child.id();
     let source = local_cm(&client, "meta", json!({"meta": "not-an-object"})).await;
     let bad = format!("{ns}-bad");
@@ -1281,16 +1088,13 @@ async fn a_string_written_over_the_manifest_metadata_is_refused_and_the_provider
         assert!(!p.log().contains("panicked"), "{}", p.log());
     }
     for name in [&bad, &good] {
-        delete_object(&client, name).await;
-        wait_object_gone(&client, name).await;
+        delete_and_wait_gone(&client, name).await;
     }
 }
 
 #[tokio::test]
 async fn a_removed_reference_no_longer_holds_its_former_target() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "unref").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "unref").await;
     let (target, referrer) = (format!("{ns}-target"), format!("{ns}-referrer"));
     apply_object(
         &client,
@@ -1349,15 +1153,12 @@ async fn a_removed_reference_no_longer_holds_its_former_target() {
     )
     .await;
     assert!(remote_cm(&remote, &ns, "t").await.is_none());
-    delete_object(&client, &referrer).await;
-    wait_object_gone(&client, &referrer).await;
+    delete_and_wait_gone(&client, &referrer).await;
 }
 
 #[tokio::test]
 async fn deleting_an_object_whose_source_is_gone_deletes_what_it_applied() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "srcgone").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "srcgone").await;
     let source = local_cm(&client, "srcname", json!({"name": "named-by-source"})).await;
     let name = format!("{ns}-named");
     apply_object(
@@ -1387,8 +1188,7 @@ async fn deleting_an_object_whose_source_is_gone_deletes_what_it_applied() {
         .delete(&source, &DeleteParams::default())
         .await
         .unwrap();
-    delete_object(&client, &name).await;
-    wait_object_gone(&client, &name).await;
+    delete_and_wait_gone(&client, &name).await;
     assert!(
         remote_cm(&remote, &ns, "named-by-source").await.is_none(),
         "the managed object was orphaned"
@@ -1410,9 +1210,7 @@ fn remote_config(name: &str) {
 
 #[tokio::test]
 async fn the_usage_follows_the_provider_config_ref_both_ways() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "switch").await;
+    let (client, _, _dump, ns) = begin(&PROVIDER, "switch").await;
     let (a, b) = (testenv::unique_name("pca"), testenv::unique_name("pcb"));
     remote_config(&a);
     remote_config(&b);
@@ -1489,16 +1287,13 @@ async fn the_usage_follows_the_provider_config_ref_both_ways() {
     pcs.delete(&a, &DeleteParams::default()).await.unwrap();
     refused(a.clone()).await;
 
-    delete_object(&client, &name).await;
-    wait_object_gone(&client, &name).await;
+    delete_and_wait_gone(&client, &name).await;
     gone(a.clone()).await;
 }
 
 #[tokio::test]
 async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "normal").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "normal").await;
     let pc = own_config(&client, "normal").await;
     let secret = format!("{ns}-secret");
     let deployment = format!("{ns}-deployment");
@@ -1624,16 +1419,13 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
         .await;
     }
     for name in [&secret, &deployment] {
-        delete_object(&client, name).await;
-        wait_object_gone(&client, name).await;
+        delete_and_wait_gone(&client, name).await;
     }
 }
 
 #[tokio::test]
 async fn values_read_from_a_secret_never_show_in_status() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "redact").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "redact").await;
     let token = testenv::unique_name("tok");
     let source = testenv::unique_name("source");
     let s: Secret = serde_json::from_value(json!({"metadata": {"name": source, "namespace": "default"}, "stringData": {"token": token}})).unwrap();
@@ -1675,15 +1467,12 @@ async fn values_read_from_a_secret_never_show_in_status() {
     );
     let log = provider().lock().unwrap().log();
     assert!(!log.contains(&encoded) && !log.contains(&token));
-    delete_object(&client, &name).await;
-    wait_object_gone(&client, &name).await;
+    delete_and_wait_gone(&client, &name).await;
 }
 
 #[tokio::test]
 async fn references_read_with_the_providers_shipped_identity() {
-    let (client, remote) = clients().await;
-    let _dump = DumpOnPanic;
-    let ns = test_ns(&remote, "identity").await;
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "identity").await;
     // Neither deploy/ nor the injected-identity component this test binary
     // applies grants reading ClusterRoles: the provider, running as its
     // ServiceAccount, is refused, and says so.
@@ -1733,6 +1522,5 @@ async fn references_read_with_the_providers_shipped_identity() {
             "may the object-provider {verb} Secrets?"
         );
     }
-    delete_object(&client, &name).await;
-    wait_object_gone(&client, &name).await;
+    delete_and_wait_gone(&client, &name).await;
 }

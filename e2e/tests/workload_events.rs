@@ -16,7 +16,7 @@ use e2e::{Running, metric_sum, wait_for, workloads::*};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::{
     Api, Client,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 use types::{
@@ -292,16 +292,12 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
     // Delete: a delete per remote object (the Secret's copy too) and the
     // finalizer patch.
     let before = requests(&controller);
-    Api::<KubernetesApplicationResource>::namespaced(client.clone(), &ns)
-        .delete("measured", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(WAIT, "the resource to be gone", || async {
-        get_res(&client, &ns, "measured")
-            .await
-            .is_none()
-            .then_some(())
-    })
+    delete_and_wait_gone::<KubernetesApplicationResource>(
+        &client,
+        &ns,
+        "measured",
+        "the resource to be gone",
+    )
     .await;
     assert_eq!(wake_all(&client, &ns, &controller, 1.0, 3).await, 0.0);
     let deleted = requests(&controller) - before;

@@ -663,16 +663,12 @@ async fn conflicts_are_reported_and_the_first_owner_is_untouched() {
         .unwrap();
     assert_eq!(cm.data.unwrap()["owner"], "someone");
     // Deleting the resource that lost must not delete what is not its own.
-    Api::<KubernetesApplication>::namespaced(client.clone(), &ns)
-        .delete("fourth", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(WAIT, "application fourth to be gone", || async {
-        get_app(&client, &ns, "fourth")
-            .await
-            .is_none()
-            .then_some(())
-    })
+    delete_and_wait_gone::<KubernetesApplication>(
+        &client,
+        &ns,
+        "fourth",
+        "application fourth to be gone",
+    )
     .await;
     assert!(
         Api::<ConfigMap>::namespaced(remote.clone(), &rns)
@@ -859,13 +855,12 @@ async fn deleting_after_the_cluster_secret_is_gone_orphans_with_an_event_instead
         .delete("target-kubeconfig", &DeleteParams::default())
         .await
         .unwrap();
-    Api::<KubernetesApplication>::namespaced(client.clone(), &ns)
-        .delete("app", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(WAIT, "the application to be gone", || async {
-        get_app(&client, &ns, "app").await.is_none().then_some(())
-    })
+    delete_and_wait_gone::<KubernetesApplication>(
+        &client,
+        &ns,
+        "app",
+        "the application to be gone",
+    )
     .await;
     let orphaned = orphaned_message(&client, &ns).await;
     assert!(orphaned.contains("connection Secret"), "{orphaned}");
