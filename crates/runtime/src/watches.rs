@@ -277,16 +277,22 @@ impl Cache {
     }
 
     /// Puts `object` unless the cache holds a newer version (or a newer
-    /// tombstone). Whether it was taken.
+    /// tombstone). Whether that changed anything: the same resourceVersion
+    /// again (the watch event of a write whose answer `written` already put
+    /// here) is nothing new, and wakes nobody.
     fn put(&mut self, key: ObjKey, object: Arc<DynamicObject>) -> bool {
-        let incoming = object.metadata.resource_version.as_deref();
-        if let Some(cached) = self.slots.get(&key)
-            && !not_older(incoming, cached.resource_version())
-        {
-            return false;
+        let incoming = object.metadata.resource_version.clone();
+        let mut same = false;
+        if let Some(cached) = self.slots.get(&key) {
+            if !not_older(incoming.as_deref(), cached.resource_version()) {
+                return false;
+            }
+            same = matches!(cached, Slot::Live(_))
+                && incoming.is_some()
+                && incoming.as_deref() == cached.resource_version();
         }
         self.slots.insert(key, Slot::Live(object));
-        true
+        !same
     }
 
     /// Lays a tombstone at `resource_version` unless the cache holds a newer
@@ -910,7 +916,9 @@ mod tests {
         assert!(c.put(key("a"), strip(object("ns", "a", "10"))));
         assert!(!c.put(key("a"), strip(object("ns", "a", "9"))));
         assert_eq!(rv(&c.get(&key("a"))).as_deref(), Some("10"));
-        assert!(c.put(key("a"), strip(object("ns", "a", "10"))));
+        // The same version again (our own write, then its watch event) is
+        // nothing new: it wakes nobody.
+        assert!(!c.put(key("a"), strip(object("ns", "a", "10"))));
         assert!(c.put(key("a"), strip(object("ns", "a", "11"))));
         assert_eq!(rv(&c.get(&key("a"))).as_deref(), Some("11"));
     }

@@ -184,7 +184,11 @@ impl Reconciler for Readiness {
 }
 
 /// The cluster readiness controller.
-pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = ()> + use<> {
+pub fn controller(
+    rt: &Runtime,
+    remote: RemoteClients,
+    probe_interval: std::time::Duration,
+) -> impl Future<Output = ()> + use<> {
     let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
     let by_secret = ctrl.store();
     let secrets = rt.api::<PartialObjectMeta<Secret>>();
@@ -193,7 +197,7 @@ pub fn controller(rt: &Runtime, remote: RemoteClients) -> impl Future<Output = (
         remote,
         limits: rt.clusters.clone(),
         clusters: ctrl.store(),
-        poll: rt.args.poll_interval,
+        poll: probe_interval,
     });
     let ctrl = ctrl
         .with_config(rt.controller_config())

@@ -23,6 +23,14 @@ const BINARY: &str = "scheduler";
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// How often each KubernetesCluster's API server is asked `/version` to
+    /// keep its Ready condition true (±10% per cluster). A cluster's
+    /// liveness cannot be watched, so this is a probe, not a resync: a
+    /// cluster that stops answering becomes not Ready, and no longer gets
+    /// new applications, within this time.
+    #[arg(long, env = "CLUSTER_PROBE_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    cluster_probe_interval: std::time::Duration,
 }
 
 #[tokio::main]
@@ -35,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesCluster>(),
     ];
     let remote = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
-    let clusters = clusters::controller(&rt, remote);
+    let clusters = clusters::controller(&rt, remote, args.cluster_probe_interval);
     let applications = applications::controller(&rt)?;
     rt.clone()
         .run(&kinds, async move {

@@ -461,30 +461,32 @@ async fn main() {
     for (i, nm) in changed.iter().enumerate() {
         let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": nm, "namespace": REMOTE_NS}, "data": {"i": "drifted"}});
-        match remote_cms
+        // Expected before the edit is sent: the provider may put the value
+        // back before the edit's answer reaches this benchmark. Met by the
+        // first event with our value after one with the drifted value.
+        let want = format!("u{i}");
+        let seen_drift = std::sync::atomic::AtomicBool::new(false);
+        remote_probe.expect(
+            nm,
+            Box::new(move |o: &Value| {
+                use std::sync::atomic::Ordering::SeqCst;
+                match o["data"]["i"].as_str() {
+                    Some("drifted") => {
+                        seen_drift.store(true, SeqCst);
+                        false
+                    }
+                    Some(v) => v == want && seen_drift.load(SeqCst),
+                    None => false,
+                }
+            }),
+        );
+        sent.insert(nm.clone(), Instant::now());
+        if remote_cms
             .patch(nm, &ssa("bench-drifter"), &Patch::Apply(&body))
             .await
+            .is_err()
         {
-            Ok(cm) => {
-                let drift_rv: u64 = cm
-                    .metadata
-                    .resource_version
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                let want = format!("u{i}");
-                sent.insert(nm.clone(), Instant::now());
-                remote_probe.expect(
-                    nm,
-                    Box::new(move |o: &Value| {
-                        let rv: u64 = o["metadata"]["resourceVersion"]
-                            .as_str()
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        rv > drift_rv && o["data"]["i"].as_str() == Some(want.as_str())
-                    }),
-                );
-            }
-            Err(_) => errors += 1,
+            errors += 1;
         }
     }
     let reached = remote_probe.wait(&changed, args.latency_timeout).await;
