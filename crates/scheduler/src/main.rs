@@ -28,7 +28,8 @@ struct Args {
     /// keep its Ready condition true (±10% per cluster). A cluster's
     /// liveness cannot be watched, so this is a probe, not a resync: a
     /// cluster that stops answering becomes not Ready, and no longer gets
-    /// new applications, within this time.
+    /// new applications, within this time. A shorter --poll-interval
+    /// shortens it too.
     #[arg(long, env = "CLUSTER_PROBE_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     cluster_probe_interval: std::time::Duration,
 }
@@ -43,7 +44,8 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesCluster>(),
     ];
     let remote = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
-    let clusters = clusters::controller(&rt, remote, args.cluster_probe_interval);
+    let probe = args.cluster_probe_interval.min(rt.args.poll_interval);
+    let clusters = clusters::controller(&rt, remote, probe);
     let applications = applications::controller(&rt)?;
     rt.clone()
         .run(&kinds, async move {
