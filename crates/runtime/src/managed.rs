@@ -347,12 +347,6 @@ impl RequestFailed {
             source: Box::new(source),
         }
     }
-
-    /// Whether the target refused the request (as opposed to not
-    /// answering).
-    pub fn refused(&self) -> bool {
-        matches!(*self.source, kube::Error::Api(_))
-    }
 }
 
 /// What to do about a failed request to a target.
@@ -397,7 +391,7 @@ impl AppliedMemory {
     /// answered `answer`.
     pub fn remember(&self, uid: &str, desired: &Value, answer: &Value) {
         let applied = Applied {
-            desired: value_hash(desired),
+            desired: crate::reconciler::value_hash(desired),
             stored: project(answer, desired),
         };
         if let Ok(mut m) = self.by_uid.lock() {
@@ -407,7 +401,7 @@ impl AppliedMemory {
 
     /// Judges `live` against `desired` for `uid`: (up to date, drifted).
     pub fn judge(&self, uid: &str, desired: &Value, live: &Value) -> (bool, bool) {
-        let hash = value_hash(desired);
+        let hash = crate::reconciler::value_hash(desired);
         let remembered = self.by_uid.lock().ok().and_then(|m| {
             m.get(uid)
                 .filter(|a| a.desired == hash)
@@ -456,13 +450,6 @@ pub fn project(value: &Value, shape: &Value) -> Value {
         ),
         (v, _) => v.clone(),
     }
-}
-
-fn value_hash(value: &Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    value.to_string().hash(&mut h);
-    h.finish()
 }
 
 #[cfg(test)]

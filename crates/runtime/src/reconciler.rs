@@ -522,7 +522,8 @@ pub fn older(a: &str, b: &str) -> bool {
     }
 }
 
-fn value_hash(value: &serde_json::Value) -> u64 {
+/// A hash of a JSON value, to tell whether it changed without keeping it.
+pub(crate) fn value_hash(value: &serde_json::Value) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     value.to_string().hash(&mut h);
     h.finish()

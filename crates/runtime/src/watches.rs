@@ -218,13 +218,7 @@ struct TargetKey {
 /// numbers and `incoming` is the smaller. resourceVersions are opaque to
 /// clients in principle; every API server in practice uses etcd's revision.
 fn not_older(incoming: Option<&str>, cached: Option<&str>) -> bool {
-    match (
-        incoming.and_then(|v| v.parse::<u64>().ok()),
-        cached.and_then(|v| v.parse::<u64>().ok()),
-    ) {
-        (Some(i), Some(c)) => i >= c,
-        _ => true,
-    }
+    !matches!((incoming, cached), (Some(i), Some(c)) if crate::reconciler::older(i, c))
 }
 
 /// What one watch knows about one object.
