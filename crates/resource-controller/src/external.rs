@@ -91,26 +91,38 @@ pub fn breaker_label(res: &Res, cluster: &str) -> String {
 pub async fn connect(ctx: &Ctx, res: &Res, cluster: &str) -> Result<RemoteCluster, Error> {
     let ns = res.namespace().unwrap_or_default();
     let owner = format!("{ns}/{cluster}");
-    let Some(kc) = ctx
+    // A cluster missing from the cache may only be newer than the cache (it
+    // was created a moment ago): the server confirms before anything is
+    // reported or, when deleting, left in place. Costs a request only then.
+    let kc = match ctx
         .clusters
         .get(&ObjectRef::<KubernetesCluster>::new(cluster).within(&ns))
-    else {
-        ctx.remote.release(&owner);
-        return Err(Error::ClusterNotFound(owner));
+    {
+        Some(kc) => kc,
+        None => match Api::<KubernetesCluster>::namespaced(ctx.rt.client.clone(), &ns)
+            .get_opt(cluster)
+            .await
+            .map_err(|e| Error::Read(format!("KubernetesCluster {owner}"), e))?
+        {
+            Some(kc) => Arc::new(kc),
+            None => {
+                ctx.remote.release(&owner);
+                return Err(Error::ClusterNotFound(owner));
+            }
+        },
     };
     let secret_ref = &kc.spec.connection_secret_ref;
     let secret_key = format!("{ns}/{}", secret_ref.name);
-    let Some(meta) = ctx.secret_meta(&ns, &secret_ref.name) else {
-        ctx.remote.release(&owner);
-        return Err(Error::SecretNotFound(secret_key, owner));
-    };
-    let (uid, rv) = (meta.uid().unwrap_or_default(), meta.resource_version());
-    if let Some(hit) = ctx.remote.cached(
-        &owner,
-        &uid,
-        &secret_ref.key,
-        rv.as_deref().unwrap_or_default(),
-    ) {
+    // The Secret's metadata from the cache says which client is current; a
+    // Secret the cache does not show (yet) is read from the server.
+    if let Some(meta) = ctx.secret_meta(&ns, &secret_ref.name)
+        && let Some(hit) = ctx.remote.cached(
+            &owner,
+            &meta.uid().unwrap_or_default(),
+            &secret_ref.key,
+            meta.resource_version().as_deref().unwrap_or_default(),
+        )
+    {
         return Ok(hit);
     }
     let Some(secret) = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
