@@ -25,10 +25,10 @@
 //! cannot reconcile around it.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     fmt::Debug,
     hash::{Hash, Hasher},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
@@ -257,7 +257,7 @@ async fn steps<R: Reconciler>(
 ) -> Result<Action, R::Error> {
     let sk = r.skeleton();
     let api = r.api(obj.as_ref());
-    let mut status = obj.status().cloned().unwrap_or_default();
+    let mut status = sk.status.base(obj.as_ref());
     if paused(obj.as_ref()) {
         return pause(r, &api, obj, status).await;
     }
@@ -445,23 +445,51 @@ fn machinery_failed<E: std::error::Error + 'static>(
 ///
 /// "Changed" is judged against the object as the cache shows it, and
 /// against what this writer last wrote: a reconcile that runs before the
-/// watch delivered our own previous write sees the old status, and must not
-/// write the same new one again. What was written is remembered per object
-/// UID with the resourceVersion the write produced, and trusted only while
-/// the cache is older than that write.
+/// watch delivered our own previous write sees the old status. So what was
+/// written is kept for a short while ([`WRITTEN_TTL`]) with the
+/// resourceVersion the write produced, and while the cache is older than
+/// that write the next reconcile drafts from it ([`StatusWriter::base`]):
+/// it neither writes the same status again nor works from a stale one
+/// (whose conditions would get new transition times).
 #[derive(Clone)]
 pub struct StatusWriter {
     field_manager: String,
-    written: Arc<Mutex<HashMap<String, (u64, String)>>>,
+    written: crate::expiring::Expiring<String, (serde_json::Value, String)>,
 }
+
+/// How long a written status is trusted over a cache that has not shown it
+/// yet. Watch events follow a write within milliseconds; the bound keeps the
+/// memory to the writes of the last moments.
+pub const WRITTEN_TTL: Duration = Duration::from_secs(30);
 
 impl StatusWriter {
     /// A writer applying with `field_manager`.
     pub fn new(field_manager: String) -> Self {
         Self {
             field_manager,
-            written: Arc::default(),
+            written: crate::expiring::Expiring::new(WRITTEN_TTL),
         }
+    }
+
+    /// What this writer last wrote for `obj`, while the cache is older than
+    /// that write; None once the cache shows it (or something newer).
+    fn fresher<K: Resource>(&self, obj: &K) -> Option<serde_json::Value> {
+        let uid = obj.meta().uid.as_deref().unwrap_or_default();
+        let cached_rv = obj.meta().resource_version.as_deref().unwrap_or_default();
+        let (value, rv) = self.written.get(&uid.to_owned())?;
+        older(cached_rv, &rv).then_some(value)
+    }
+
+    /// The status a reconcile starts from: the object's, or what this
+    /// writer wrote after the version the cache shows.
+    pub fn base<K>(&self, obj: &K) -> K::Status
+    where
+        K: Resource + Conditioned,
+    {
+        self.fresher(obj)
+            .and_then(|v| serde_json::from_value(v).ok())
+            .or_else(|| obj.status().cloned())
+            .unwrap_or_default()
     }
 
     /// Writes `status` unless the object already has it (or this writer
@@ -481,33 +509,25 @@ impl StatusWriter {
         }
         let value = serde_json::to_value(status)
             .map_err(|e| ControlError::new("serialize the status", kube::Error::SerdeError(e)))?;
-        let hash = value_hash(&value);
-        let uid = obj.meta().uid.clone().unwrap_or_default();
-        let cached_rv = obj.meta().resource_version.as_deref().unwrap_or_default();
-        let just_wrote = self
-            .written
-            .lock()
-            .ok()
-            .and_then(|w| w.get(&uid).cloned())
-            .is_some_and(|(h, rv)| h == hash && older(cached_rv, &rv));
-        if just_wrote {
+        if self.fresher(obj).as_ref() == Some(&value) {
             return Ok(false);
         }
-        let written = ssa::apply_status(api, &obj.name_any(), value, &self.field_manager)
+        let written = ssa::apply_status(api, &obj.name_any(), value.clone(), &self.field_manager)
             .await
             .map_err(|e| ControlError::new("write the status", e))?;
-        if let (Ok(mut w), Some(rv)) =
-            (self.written.lock(), written.meta().resource_version.clone())
-        {
-            w.insert(uid, (hash, rv));
+        if let (Some(uid), Some(rv)) = (
+            obj.meta().uid.clone(),
+            written.meta().resource_version.clone(),
+        ) {
+            self.written.insert(uid, (value, rv));
         }
         Ok(true)
     }
 
     /// Forgets what was written for an object that is gone.
     pub fn forget<K: Resource>(&self, obj: &K) {
-        if let (Ok(mut w), Some(uid)) = (self.written.lock(), obj.meta().uid.as_ref()) {
-            w.remove(uid);
+        if let Some(uid) = obj.meta().uid.as_ref() {
+            self.written.remove(uid);
         }
     }
 }

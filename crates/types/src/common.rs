@@ -201,7 +201,7 @@ pub struct TemplateMetadata {
 /// knowing the kind.
 pub trait Conditioned {
     /// The kind's status.
-    type Status: Clone + Default + PartialEq + Serialize + Send + Sync;
+    type Status: Clone + Default + PartialEq + Serialize + serde::de::DeserializeOwned + Send + Sync;
     /// The status, if the object has one yet.
     fn status(&self) -> Option<&Self::Status>;
     /// The conditions of a status.
