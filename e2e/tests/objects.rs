@@ -339,10 +339,12 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
         "operators",
         &ar("charts.konghq.com", "Kong", "kongs"),
     );
-    // Every Added and Deleted of the three kinds, numbered in the order the
-    // watch events arrive (one merged stream), so that order is proven by
-    // the API server's own events, compared strictly.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&str, &str)>();
+    // Every Added and Deleted of the three kinds with the resourceVersion
+    // the API server gave that change: order is proven by the server's own
+    // revisions (one etcd, one sequence), compared strictly. The arrival
+    // order is not: three watch streams may deliver changes milliseconds
+    // apart in either order.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(&str, &str, u64)>();
     let watches = {
         use futures::StreamExt;
         use kube::runtime::{WatchStreamExt, watcher};
@@ -359,30 +361,41 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
         ]);
         tokio::spawn(async move {
             while let Some((kind, event)) = merged.next().await {
-                let what = match event {
-                    Ok(watcher::Event::InitDone) => "ready",
-                    Ok(watcher::Event::Apply(_)) => "Added",
-                    Ok(watcher::Event::InitApply(_)) => "existed",
-                    Ok(watcher::Event::Delete(_)) => "Deleted",
+                let revision = |o: &DynamicObject| {
+                    o.metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                let (what, rv) = match event {
+                    Ok(watcher::Event::InitDone) => ("ready", 0),
+                    Ok(watcher::Event::Apply(o)) => ("Added", revision(&o)),
+                    Ok(watcher::Event::InitApply(o)) => ("existed", revision(&o)),
+                    Ok(watcher::Event::Delete(o)) => ("Deleted", revision(&o)),
                     _ => continue,
                 };
-                if tx.send((kind, what)).is_err() {
+                if tx.send((kind, what, rv)).is_err() {
                     break;
                 }
             }
         })
     };
-    let mut order: Vec<(&str, &str)> = Vec::new();
-    while order.iter().filter(|(_, w)| *w == "ready").count() < 3 {
+    let mut order: Vec<(&str, &str, u64)> = Vec::new();
+    while order.iter().filter(|(_, w, _)| *w == "ready").count() < 3 {
         order.push(rx.recv().await.unwrap());
     }
     assert!(
-        !order.iter().any(|(_, w)| *w == "existed"),
+        !order.iter().any(|(_, w, _)| *w == "existed"),
         "left over from an earlier run: {order:?}"
     );
-    // Position of the first `what` event of `kind`.
-    let position = |order: &[(&str, &str)], kind: &str, what: &str| {
-        order.iter().position(|e| *e == (kind, what))
+    // The revision of the first `what` event of `kind`.
+    let position = |order: &[(&str, &str, u64)], kind: &str, what: &str| {
+        order
+            .iter()
+            .filter(|(k, w, _)| (*k, *w) == (kind, what))
+            .map(|(_, _, rv)| *rv)
+            .min()
     };
     // A small OLM: a Subscription gets status.currentCSV and its CSV.
     let olm = {
@@ -444,13 +457,18 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
     );
     apply_object(&client, sub_kong).await;
 
-    // Install order: the Kong is created only after the CSV exists.
+    // Install order: the Kong is created only after the CSV exists. Both
+    // creations are awaited (their events may arrive in either order), then
+    // their revisions compared.
     let deadline = Instant::now() + WAIT;
-    while position(&order, "Kong", "Added").is_none() {
+    while ["Kong", "ClusterServiceVersion"]
+        .iter()
+        .any(|k| position(&order, k, "Added").is_none())
+    {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, rx.recv()).await {
             Ok(Some(e)) => order.push(e),
-            _ => panic!("the Kong was never created: {order:?}"),
+            _ => panic!("the Kong or its CSV was never created: {order:?}"),
         }
     }
     let (csv_added, kong_added) = (
