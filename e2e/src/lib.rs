@@ -194,6 +194,67 @@ where
     }
 }
 
+/// Like [`wait_for`], but a timeout also says what `explain` finds then
+/// (the object's status, say), so a failure in CI shows where it stood.
+pub async fn wait_for_explained<T, F, Fut, E, EFut>(
+    timeout: Duration,
+    what: &str,
+    mut check: F,
+    explain: E,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+    E: FnOnce() -> EFut,
+    EFut: Future<Output = String>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let seen = explain().await;
+            panic!("timed out after {timeout:?} waiting for {what}; it stood at: {seen}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits for an Event with `reason` about the object called `involved`
+/// (any kind) in `ns`: events are posted after the change they report, so a
+/// test that saw the change waits for its event rather than listing once.
+pub async fn wait_event(
+    client: &kube::Client,
+    ns: Option<&str>,
+    involved: Option<&str>,
+    reason: &str,
+) -> k8s_openapi::api::core::v1::Event {
+    use k8s_openapi::api::core::v1::Event;
+    let api = match ns {
+        Some(ns) => kube::Api::<Event>::namespaced(client.clone(), ns),
+        None => kube::Api::<Event>::all(client.clone()),
+    };
+    let mut lp = kube::api::ListParams::default();
+    if let Some(name) = involved {
+        lp = lp.fields(&format!("involvedObject.name={name}"));
+    }
+    let about = involved.unwrap_or("anything");
+    wait_for(
+        Duration::from_secs(60),
+        &format!("a {reason} event about {about}"),
+        || async {
+            api.list(&lp)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+        },
+    )
+    .await
+}
+
 /// Reads a YAML file of the repository (relative to its root) as JSON
 /// documents.
 pub fn yaml_documents(relative: &str) -> Vec<serde_json::Value> {

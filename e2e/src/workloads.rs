@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::{Running, wait_for};
+use crate::{Running, wait_for, wait_for_explained};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
@@ -224,7 +224,7 @@ pub async fn wait_app_state(
     name: &str,
     state: &str,
 ) -> KubernetesApplication {
-    wait_for(
+    wait_for_explained(
         WAIT,
         &format!("application {ns}/{name} to be {state}"),
         || async {
@@ -232,8 +232,48 @@ pub async fn wait_app_state(
                 .await
                 .filter(|a| state_of_app(a) == state)
         },
+        || explain(client, ns),
     )
     .await
+}
+
+/// The statuses of the applications and resources in `ns`, for a timeout's
+/// message.
+async fn explain(client: &Client, ns: &str) -> String {
+    let lp = kube::api::ListParams::default();
+    let apps = Api::<KubernetesApplication>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .map(|a| {
+                    format!(
+                        "app {}: {}",
+                        a.metadata.name.as_deref().unwrap_or_default(),
+                        json!(a.status)
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let resources = Api::<KubernetesApplicationResource>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .map(|r| {
+                    format!(
+                        "resource {}: {}",
+                        r.metadata.name.as_deref().unwrap_or_default(),
+                        json!(r.status)
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    [apps, resources].concat().join("\n")
 }
 
 /// Waits for a resource to reach `state`.
@@ -243,7 +283,7 @@ pub async fn wait_res_state(
     name: &str,
     state: &str,
 ) -> KubernetesApplicationResource {
-    wait_for(
+    wait_for_explained(
         WAIT,
         &format!("resource {ns}/{name} to be {state}"),
         || async {
@@ -251,6 +291,7 @@ pub async fn wait_res_state(
                 .await
                 .filter(|r| state_of_res(r) == state)
         },
+        || explain(client, ns),
     )
     .await
 }

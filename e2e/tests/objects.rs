@@ -617,17 +617,8 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
         (remote_cm(&remote, &ns, "cm").await?.data?.get("k")? == "mine").then_some(())
     })
     .await;
-    let events = Api::<Event>::all(client.clone())
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .unwrap();
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("DriftCorrected")),
-        "a DriftCorrected event"
-    );
+    // The event follows the write that put the field back.
+    e2e::wait_event(&client, None, Some(&name), "DriftCorrected").await;
 
     // Paused: Synced=False ReconcilePaused, and nothing is done.
     Api::<Object>::all(client.clone())

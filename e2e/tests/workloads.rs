@@ -616,17 +616,7 @@ async fn conflicts_are_reported_and_the_first_owner_is_untouched() {
         shared.uid().unwrap()
     );
     // An event says so too.
-    let events = Api::<Event>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("RemoteObjectConflict")),
-        "no RemoteObjectConflict event"
-    );
+    e2e::wait_event(&client, Some(&ns), None, "RemoteObjectConflict").await;
 
     // A remote object created by someone else is never touched either.
     let foreign: ConfigMap = serde_json::from_value(
