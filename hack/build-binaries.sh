@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # Builds the pinned upstream binaries the crossplane-rs tests run against
-# (etcd, kube-apiserver, kube-controller-manager, kubectl, registry) from source
-# via the Go module proxy, once per version, into a cache outside the repo.
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy, kubectl, registry) from source via the Go module proxy, once per
+# version, into a cache outside the repo; builds the test node's small static
+# programs from hack/node-programs/; and installs Debian's containerd, runc,
+# containernetworking-plugins and iptables (the test node's runtime) when they
+# are missing.
 #
 #   hack/build-binaries.sh            # prints CROSSPLANE_RS_BIN=<dir> as its last stdout line
 #
 # Versions come from hack/versions.env. Layout of the cache
 # (${CROSSPLANE_RS_CACHE:-$HOME/.cache/crossplane-rs}):
 #
-#   kubernetes-<ver>/{kube-apiserver,kube-controller-manager,kubectl}
+#   kubernetes-<ver>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl}
 #   etcd-<ver>/etcd
 #   registry-<ver>/registry
+#   node-programs-<hash>/{pause,apicheck}    (hash of hack/node-programs/)
 #   bin/<name> -> ../<component>-<ver>/<name>    (rewritten on every run)
 #   work/      throwaway Go modules used for the builds
 #   logs/      full output of every go / apt invocation
 #
-# Binaries that already exist are not rebuilt, so a warm run takes seconds
-# and needs neither Go nor the network. Progress goes to stderr.
+# Binaries that already exist are not rebuilt and packages already installed
+# are not touched, so a warm run takes seconds and needs neither Go nor the
+# network. Progress goes to stderr.
 #
 # Environment knobs:
 #   CROSSPLANE_RS_CACHE           cache root (default $HOME/.cache/crossplane-rs)
@@ -270,7 +276,7 @@ EOF
 # ---------------------------------------------------------------------------
 # Components
 # ---------------------------------------------------------------------------
-K8S_BINS=(kube-apiserver kube-controller-manager kubectl)
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 all_present() { # <dir> <bin>...
   local d="$1" b; shift
@@ -410,6 +416,70 @@ build_registry() {
   REGISTRY_TARGET=/usr/bin/docker-registry
 }
 
+# The test node's own small programs (hack/node-programs/: standard library
+# only, so no network): built static into a directory named by the hash of
+# their sources, so an edit rebuilds them and a warm run does not.
+NODE_PROGRAMS=(pause apicheck)
+NODE_PROGRAMS_DIR=""  # what bin/<program> points into
+build_node_programs() {
+  local src="$HACK_DIR/node-programs" hash dir p t0 tmp
+  hash="$(cd "$src" && find . -type f \( -name '*.go' -o -name go.mod \) -print0 | LC_ALL=C sort -z |
+          xargs -0 sha256sum | sha256sum | cut -c1-12)"
+  dir="$CACHE/node-programs-$hash"
+  NODE_PROGRAMS_DIR="../node-programs-$hash"
+  if all_present "$dir" "${NODE_PROGRAMS[@]}"; then log "node programs: cached (${NODE_PROGRAMS[*]})"; return 0; fi
+  need_go
+  mkdir -p "$dir" "$CACHE/logs"
+  for p in "${NODE_PROGRAMS[@]}"; do
+    tmp="$dir/.$p.tmp.$$"
+    TMP_PATHS+=("$tmp")
+    t0=$SECONDS
+    : >"$CACHE/logs/node-program-$p-build.log"
+    run_logged "building the node program $p (hack/node-programs/$p)" \
+      "$BUILD_TIMEOUT" "$CACHE/logs/node-program-$p-build.log" \
+      env -C "$src" GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w" -o "$tmp" "./$p"
+    mv -f "$tmp" "$dir/$p"
+    log "node program $p: built in $(fmt_secs $((SECONDS - t0))) → $dir/$p"
+  done
+}
+
+# The test node's container runtime comes from Debian: containerd, runc, the
+# CNI plugins (bridge, host-local, loopback, portmap) and iptables (for
+# kube-proxy and the bridge plugin's masquerading). Installed only when
+# missing; needs root and apt-get.
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables)
+node_package_present() { # <package>
+  case "$1" in
+    containerd) command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 ;;
+    runc) command -v runc >/dev/null 2>&1 || [[ -x /usr/sbin/runc ]] ;;
+    containernetworking-plugins) [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback && -x /usr/lib/cni/portmap ]] ;;
+    iptables) command -v iptables >/dev/null 2>&1 || [[ -x /usr/sbin/iptables ]] ;;
+  esac
+}
+install_node_packages() {
+  local p logf="$CACHE/logs/node-packages-apt.log"
+  local -a missing=()
+  for p in "${NODE_PACKAGES[@]}"; do node_package_present "$p" || missing+=("$p"); done
+  if ((${#missing[@]} == 0)); then log "node packages: installed (${NODE_PACKAGES[*]})"; return 0; fi
+  command -v apt-get >/dev/null 2>&1 ||
+    die "the test node needs ${missing[*]} and apt-get is not available — install them with your package manager"
+  [[ "$(id -u)" == 0 ]] ||
+    die "the test node needs ${missing[*]}: run 'apt-get install ${missing[*]}' as root (or rerun this as root)"
+  log "node packages: installing ${missing[*]} with apt-get (the test node's container runtime)…"
+  local t0=$SECONDS
+  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
+  : >"$logf"
+  if ! run_bg "$FETCH_TIMEOUT" "$logf" "$logf" "${apt[@]}"; then
+    log "node packages: apt-get install failed; running apt-get update and trying again…"
+    run_logged "node packages: apt-get update" "$FETCH_TIMEOUT" "$logf" apt-get update
+    run_logged "node packages: apt-get install ${missing[*]}" "$FETCH_TIMEOUT" "$logf" "${apt[@]}"
+  fi
+  for p in "${missing[@]}"; do
+    node_package_present "$p" || die "node packages: $p is still missing after apt-get install (log: $logf)"
+  done
+  log "node packages: installed ${missing[*]} in $(fmt_secs $((SECONDS - t0)))"
+}
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -425,6 +495,8 @@ log "cache: $CACHE (kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, registry
 build_etcd
 build_kubernetes
 build_registry
+build_node_programs
+install_node_packages
 
 # (Re)create bin/ — each link is replaced atomically so concurrent readers
 # never see a missing file; anything else in bin/ is removed.
@@ -432,9 +504,13 @@ declare -A LINKS=(
   [etcd]="../etcd-$ETCD_VERSION/etcd"
   [kube-apiserver]="../kubernetes-$KUBERNETES_VERSION/kube-apiserver"
   [kube-controller-manager]="../kubernetes-$KUBERNETES_VERSION/kube-controller-manager"
+  [kube-scheduler]="../kubernetes-$KUBERNETES_VERSION/kube-scheduler"
+  [kubelet]="../kubernetes-$KUBERNETES_VERSION/kubelet"
+  [kube-proxy]="../kubernetes-$KUBERNETES_VERSION/kube-proxy"
   [kubectl]="../kubernetes-$KUBERNETES_VERSION/kubectl"
   [registry]="$REGISTRY_TARGET"
 )
+for name in "${NODE_PROGRAMS[@]}"; do LINKS[$name]="$NODE_PROGRAMS_DIR/$name"; done
 mkdir -p "$CACHE/bin"
 for name in "${!LINKS[@]}"; do
   ln -sfn "${LINKS[$name]}" "$CACHE/bin/.$name.tmp"
