@@ -6,6 +6,10 @@
 //! stopped when the test process exits, even when a test panics. Tests
 //! isolate themselves by namespace.
 //!
+//! With a node ([`control_plane_with_node`], `Options::node`, or
+//! `CROSSPLANE_RS_TEST_NODE=1` for every test binary) the control cluster
+//! also runs pods: see [`node`].
+//!
 //! With `CROSSPLANE_RS_CONTROL_KUBECONFIG` (and optionally
 //! `CROSSPLANE_RS_REMOTE_KUBECONFIG`) set, the tests use those clusters
 //! instead of starting their own.
@@ -16,6 +20,8 @@
 
 pub mod audit;
 mod cluster;
+pub mod image;
+pub mod node;
 mod process;
 
 use std::{
@@ -34,6 +40,10 @@ pub struct ControlPlane {
     /// Remote clusters beyond the first ("remote-2", "remote-3", ...), when
     /// started with `Options::remotes` above 1; empty otherwise.
     pub more_remotes: Vec<Cluster>,
+    /// The control cluster's node, when started with one (`Options::node`,
+    /// [`control_plane_with_node`]); `None` for clusters the tests were
+    /// pointed at.
+    pub node: Option<node::Node>,
     _guard: Option<process::Processes>,
 }
 
@@ -61,6 +71,11 @@ pub struct Options {
     /// admin, e.g. for a binary whose requests the audit log must tell
     /// apart. They start with no permissions.
     pub users: Vec<String>,
+    /// The control cluster gets a real node (containerd, kubelet,
+    /// kube-proxy, kube-scheduler; see [`node`]) so pods run. Needs root,
+    /// and costs a few seconds and ~300 MiB. Default: whether
+    /// `CROSSPLANE_RS_TEST_NODE` is `1`.
+    pub node: bool,
 }
 
 impl Default for Options {
@@ -69,8 +84,14 @@ impl Default for Options {
             audit: false,
             remotes: 1,
             users: Vec::new(),
+            node: node_by_default(),
         }
     }
+}
+
+/// `CROSSPLANE_RS_TEST_NODE=1` starts the node with every control plane.
+fn node_by_default() -> bool {
+    std::env::var("CROSSPLANE_RS_TEST_NODE").is_ok_and(|v| v == "1")
 }
 
 /// Starts a fresh control plane (not shared): for the `controlplane` binary
@@ -84,15 +105,16 @@ pub fn start_local() -> anyhow::Result<(ControlPlane, PathBuf)> {
 /// logs, more remote clusters or distinct identities. The data directory
 /// (second value; logs, audit logs, PKI) is removed when the plane stops.
 pub fn start_local_with(options: Options) -> anyhow::Result<(ControlPlane, PathBuf)> {
-    let (control, remotes, guard) = process::start(&bin_dir()?, &options)?;
+    let (control, remotes, node, guard) = process::start(&bin_dir()?, &options)?;
     control.install_crds()?;
     let dir = guard.dir().to_path_buf();
-    Ok((plane(control, remotes, Some(guard))?, dir))
+    Ok((plane(control, remotes, node, Some(guard))?, dir))
 }
 
 fn plane(
     control: Cluster,
     remotes: Vec<Cluster>,
+    node: Option<node::Node>,
     guard: Option<process::Processes>,
 ) -> anyhow::Result<ControlPlane> {
     let mut remotes = remotes.into_iter();
@@ -103,6 +125,7 @@ fn plane(
         control,
         remote,
         more_remotes: remotes.collect(),
+        node,
         _guard: guard,
     })
 }
@@ -112,13 +135,30 @@ static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 /// The control plane of this test binary, started on first call. Panics with
 /// the step that failed and why when it cannot start.
 pub fn control_plane() -> &'static ControlPlane {
-    match PLANE.get_or_init(|| start().map_err(|e| format!("{e:#}"))) {
+    shared(node_by_default())
+}
+
+/// Like [`control_plane`], with a node for the control cluster, so pods
+/// run: a test binary that needs one calls this (first). Panics when this
+/// binary's control plane already started without one.
+pub fn control_plane_with_node() -> &'static ControlPlane {
+    let plane = shared(true);
+    if plane.node.is_none() && plane._guard.is_some() {
+        panic!(
+            "this test binary's control plane started without a node: call testenv::control_plane_with_node() in every test of the binary"
+        );
+    }
+    plane
+}
+
+fn shared(node: bool) -> &'static ControlPlane {
+    match PLANE.get_or_init(|| start(node).map_err(|e| format!("{e:#}"))) {
         Ok(plane) => plane,
         Err(e) => panic!("the test control plane could not start: {e}"),
     }
 }
 
-fn start() -> anyhow::Result<ControlPlane> {
+fn start(node: bool) -> anyhow::Result<ControlPlane> {
     if let Ok(control) = std::env::var("CROSSPLANE_RS_CONTROL_KUBECONFIG") {
         let remote = std::env::var("CROSSPLANE_RS_REMOTE_KUBECONFIG").unwrap_or(control.clone());
         let kubectl = bin_dir()?.join("kubectl");
@@ -130,11 +170,15 @@ fn start() -> anyhow::Result<ControlPlane> {
         let control = Cluster::existing("control", control.into(), kubectl.clone())?;
         let remote = Cluster::existing("remote", remote.into(), kubectl)?;
         control.install_crds()?;
-        return plane(control, vec![remote], None);
+        return plane(control, vec![remote], None, None);
     }
-    let (control, remotes, guard) = process::start(&bin_dir()?, &Options::default())?;
+    let options = Options {
+        node,
+        ..Options::default()
+    };
+    let (control, remotes, node, guard) = process::start(&bin_dir()?, &options)?;
     control.install_crds()?;
-    plane(control, remotes, Some(guard))
+    plane(control, remotes, node, Some(guard))
 }
 
 /// The root of the repository.

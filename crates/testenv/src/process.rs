@@ -11,7 +11,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{Options, cluster::Cluster};
+use crate::{Options, cluster::Cluster, node};
+
+/// The `kubernetes` Service's address (first of the service range).
+const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
 /// The admin token both apiservers accept (a static token file, member of
 /// system:masters). Test clusters only; never used outside them.
@@ -37,25 +40,34 @@ impl Processes {
                 bin.display()
             );
         }
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        self.spawn_command(name, cmd)?;
+        Ok(())
+    }
+
+    /// Starts `cmd` as `name` (output to `<name>.log`, stopped with the
+    /// rest) and returns its pid.
+    pub(crate) fn spawn_command(&mut self, name: &str, mut cmd: Command) -> anyhow::Result<u32> {
         let log = fs::File::create(self.dir.join(format!("{name}.log")))?;
-        let child = Command::new(bin)
-            .args(args)
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("starting {name} ({})", bin.display()))?;
+            .with_context(|| format!("starting {name} ({:?})", cmd.get_program()))?;
         let mut pids = fs::OpenOptions::new()
             .append(true)
             .create(true)
             .open(self.dir.join("pids"))?;
-        writeln!(pids, "{}", child.id())?;
+        let pid = child.id();
+        writeln!(pids, "{pid}")?;
         self.children.push((name.to_owned(), child));
-        Ok(())
+        Ok(pid)
     }
 
     /// Fails naming the process and the end of its log when one has exited.
-    fn check_alive(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn check_alive(&mut self) -> anyhow::Result<()> {
         for (name, child) in &mut self.children {
             if let Ok(Some(status)) = child.try_wait() {
                 let log =
@@ -74,10 +86,12 @@ impl Processes {
 
 impl Drop for Processes {
     fn drop(&mut self) {
-        for (_, child) in &mut self.children {
+        // Newest first: the node's components before the API servers.
+        for (_, child) in self.children.iter_mut().rev() {
             let _ = child.kill();
             let _ = child.wait();
         }
+        crate::node::teardown(&self.dir);
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
@@ -102,9 +116,12 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A CA, a serving certificate for 127.0.0.1 and a service-account key, made
-/// with the openssl CLI.
-fn make_pki(dir: &Path, users: &[String]) -> anyhow::Result<()> {
+/// A CA, a serving certificate for 127.0.0.1 (and, with a node, for the
+/// host's address on the node's veth and the `kubernetes` Service, so pods
+/// can use in-cluster config) and a service-account key, made with the
+/// openssl CLI; with a node also the API servers' client certificate for
+/// kubelets (`kubectl logs`, `exec`).
+fn make_pki(dir: &Path, users: &[String], node: Option<&node::Plan>) -> anyhow::Result<()> {
     let d = |f: &str| dir.join(f).to_string_lossy().into_owned();
     run(
         Command::new("openssl")
@@ -134,10 +151,14 @@ fn make_pki(dir: &Path, users: &[String]) -> anyhow::Result<()> {
             ]),
         "creating the serving key",
     )?;
-    fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )?;
+    let mut san = "subjectAltName=IP:127.0.0.1,DNS:localhost".to_owned();
+    if let Some(plan) = node {
+        san.push_str(&format!(
+            ",IP:{},IP:{KUBERNETES_SERVICE_IP},DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc",
+            plan.host_ip
+        ));
+    }
+    fs::write(dir.join("san.ext"), format!("{san}\n"))?;
     run(
         Command::new("openssl")
             .args(["x509", "-req", "-days", "3650", "-in", &d("serving.csr")])
@@ -155,7 +176,47 @@ fn make_pki(dir: &Path, users: &[String]) -> anyhow::Result<()> {
         Command::new("openssl").args(["genrsa", "-out", &d("sa.key"), "2048"]),
         "creating the service-account key",
     )?;
+    if node.is_some() {
+        run(
+            Command::new("openssl")
+                .args(["req", "-newkey", "rsa:2048", "-nodes"])
+                .args([
+                    "-keyout",
+                    &d("kubelet-client.key"),
+                    "-out",
+                    &d("kubelet-client.csr"),
+                ])
+                .args([
+                    "-subj",
+                    "/O=system:masters/CN=kube-apiserver-kubelet-client",
+                ]),
+            "creating the kubelet client key",
+        )?;
+        run(
+            Command::new("openssl")
+                .args([
+                    "x509",
+                    "-req",
+                    "-days",
+                    "3650",
+                    "-in",
+                    &d("kubelet-client.csr"),
+                ])
+                .args([
+                    "-CA",
+                    &d("ca.crt"),
+                    "-CAkey",
+                    &d("ca.key"),
+                    "-CAcreateserial",
+                ])
+                .args(["-out", &d("kubelet-client.crt")]),
+            "signing the kubelet client certificate",
+        )?;
+    }
     let mut tokens = format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n");
+    if node.is_some() {
+        tokens.push_str(&node::token_lines());
+    }
     for user in users {
         tokens.push_str(&format!("{},{user},{user}-uid\n", user_token(user)));
     }
@@ -208,9 +269,21 @@ fn audit_flags(policy: &Path, log: &Path) -> Vec<String> {
 }
 
 fn kubeconfig(name: &str, port: u16, ca_pem: &[u8], user: &str, token: &str) -> String {
+    kubeconfig_at(name, "127.0.0.1", port, ca_pem, user, token)
+}
+
+/// A kubeconfig for `https://<host>:<port>` with a bearer token.
+pub(crate) fn kubeconfig_at(
+    name: &str,
+    host: &str,
+    port: u16,
+    ca_pem: &[u8],
+    user: &str,
+    token: &str,
+) -> String {
     use base64_lite::encode;
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {user}\ncurrent-context: {name}\nusers:\n- name: {user}\n  user:\n    token: {token}\n",
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://{host}:{port}\n    certificate-authority-data: {ca}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {user}\ncurrent-context: {name}\nusers:\n- name: {user}\n  user:\n    token: {token}\n",
         ca = encode(ca_pem)
     )
 }
@@ -226,7 +299,7 @@ pub(crate) const REMOTE_NAMES: [&str; 8] = [
 pub(crate) fn start(
     bin: &Path,
     options: &Options,
-) -> anyhow::Result<(Cluster, Vec<Cluster>, Processes)> {
+) -> anyhow::Result<(Cluster, Vec<Cluster>, Option<node::Node>, Processes)> {
     for user in &options.users {
         check_user(user)?;
     }
@@ -245,12 +318,17 @@ pub(crate) fn start(
         children: Vec::new(),
         dir: dir.clone(),
     };
-    make_pki(&dir, &options.users)?;
+    start_watchdog(&dir)?;
+    let mut node_plan = if options.node {
+        Some(node::prepare(&dir).context("preparing the test node")?)
+    } else {
+        None
+    };
+    make_pki(&dir, &options.users, node_plan.as_ref())?;
     let policy = dir.join("audit-policy.yaml");
     if options.audit {
         fs::write(&policy, AUDIT_POLICY)?;
     }
-    start_watchdog(&dir)?;
     let d = |f: &str| dir.join(f).to_string_lossy().into_owned();
 
     let (client_port, peer_port) = (free_port()?, free_port()?);
@@ -270,10 +348,12 @@ pub(crate) fn start(
             "--log-level=warn".to_owned(),
         ],
     )?;
+    let etcd_started = std::time::Instant::now();
 
     let kubectl = bin.join("kubectl");
     let ca_pem = fs::read(dir.join("ca.crt"))?;
     let mut clusters = Vec::new();
+    let mut control_port = 0;
     let names = std::iter::once("control").chain(REMOTE_NAMES.into_iter().take(remotes));
     for name in names {
         let port = free_port()?;
@@ -282,21 +362,41 @@ pub(crate) fn start(
             .as_deref()
             .map(|log| audit_flags(&policy, log))
             .unwrap_or_default();
+        // With a node, every API server also listens on the host's address
+        // on the node's veth (pods reach them there); the control cluster
+        // advertises it, so its `kubernetes` Service leads there.
+        let (bind, advertise, node_flags) = match &node_plan {
+            Some(plan) if name == "control" => {
+                control_port = port;
+                (
+                    "0.0.0.0",
+                    plan.host_ip.to_string(),
+                    node::apiserver_flags(plan, &dir),
+                )
+            }
+            Some(_) => ("0.0.0.0", "127.0.0.1".to_owned(), Vec::new()),
+            None => ("127.0.0.1", "127.0.0.1".to_owned(), Vec::new()),
+        };
+        let authorization = if node_flags.is_empty() {
+            "RBAC"
+        } else {
+            "Node,RBAC"
+        };
         procs.spawn(
             &format!("kube-apiserver-{name}"),
             &bin.join("kube-apiserver"),
             &[
                 format!("--etcd-servers={etcd_url}"),
                 format!("--etcd-prefix=/registry-{name}"),
-                "--bind-address=127.0.0.1".to_owned(),
-                "--advertise-address=127.0.0.1".to_owned(),
+                format!("--bind-address={bind}"),
+                format!("--advertise-address={advertise}"),
                 format!("--secure-port={port}"),
                 format!("--cert-dir={}", d(&format!("certs-{name}"))),
                 format!("--tls-cert-file={}", d("serving.crt")),
                 format!("--tls-private-key-file={}", d("serving.key")),
                 format!("--client-ca-file={}", d("ca.crt")),
                 format!("--token-auth-file={}", d("tokens.csv")),
-                "--authorization-mode=RBAC".to_owned(),
+                format!("--authorization-mode={authorization}"),
                 format!("--service-account-key-file={}", d("sa.key")),
                 format!("--service-account-signing-key-file={}", d("sa.key")),
                 "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
@@ -305,6 +405,7 @@ pub(crate) fn start(
             ]
             .into_iter()
             .chain(audit)
+            .chain(node_flags)
             .collect::<Vec<_>>(),
         )?;
         let path = dir.join(format!("{name}.kubeconfig"));
@@ -318,6 +419,10 @@ pub(crate) fn start(
             })
             .collect();
         clusters.push((name, path, audit_log, users));
+    }
+    // containerd needs no API server: start it while they come up.
+    if let Some(plan) = node_plan.as_mut() {
+        node::start_containerd(&mut procs, plan).context("starting the test node's containerd")?;
     }
     let mut ready = Vec::new();
     for (name, path, audit_log, users) in clusters {
@@ -352,11 +457,27 @@ pub(crate) fn start(
     let Some(control) = it.next() else {
         bail!("internal: the control cluster is missing");
     };
-    Ok((control, it.collect(), procs))
+    let node = match &node_plan {
+        Some(plan) => Some(
+            node::start(
+                &mut procs,
+                bin,
+                plan,
+                &control,
+                control_port,
+                &ca_pem,
+                etcd_started,
+            )
+            .context("starting the test node")?,
+        ),
+        None => None,
+    };
+    Ok((control, it.collect(), node, procs))
 }
 
 /// A shell loop that waits for this test process to exit, then stops every
-/// pid listed in `dir/pids` and removes `dir`.
+/// pid listed in `dir/pids`, tears the node down (`dir/node/teardown.sh`)
+/// and removes `dir`.
 fn start_watchdog(dir: &Path) -> anyhow::Result<()> {
     let script = r#"
 while kill -0 "$1" 2>/dev/null; do sleep 1; done
@@ -364,6 +485,7 @@ pids=$(cat "$2/pids" 2>/dev/null)
 [ -n "$pids" ] && kill $pids 2>/dev/null
 sleep 3
 [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+[ -f "$2/node/teardown.sh" ] && sh "$2/node/teardown.sh"
 rm -rf "$2"
 "#;
     Command::new("sh")

@@ -239,6 +239,7 @@ async fn main() {
         audit: true,
         remotes: 1,
         users: vec![REMOTE_USER.to_owned()],
+        ..testenv::Options::default()
     })
     .unwrap();
     let control = plane.control.client().await;

@@ -463,6 +463,7 @@ async fn main() {
         audit: true,
         remotes: args.clusters,
         users: vec![REMOTE_USER.to_owned()],
+        ..testenv::Options::default()
     })
     .unwrap();
     let control = plane.control.client().await;

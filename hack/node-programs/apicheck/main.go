@@ -4,7 +4,7 @@
 // authenticating with its token. Until both answer it retries every second,
 // printing each failure; then it prints
 //
-//	apicheck: version <gitVersion>
+//	apicheck: version <gitVersion> (<the API server address it used>)
 //	apicheck: authenticated as <user name the API server gave the token>
 //
 // and sleeps until SIGTERM/SIGINT, so a Deployment of it stays Available and
@@ -68,7 +68,7 @@ func check(base string) error {
 	if err := call(http.MethodPost, base+"/apis/authentication.k8s.io/v1/selfsubjectreviews", review, &who); err != nil {
 		return err
 	}
-	fmt.Printf("apicheck: version %s\n", version.GitVersion)
+	fmt.Printf("apicheck: version %s (%s)\n", version.GitVersion, base)
 	fmt.Printf("apicheck: authenticated as %s\n", who.Status.UserInfo.Username)
 	return nil
 }
