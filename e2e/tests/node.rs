@@ -245,7 +245,9 @@ fn a_node_leaves_nothing_on_the_host() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let footprint: Footprint = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("FOOTPRINT "))
+        // The harness prints "test node_child_process ... " first, on the
+        // same line.
+        .find_map(|l| l.split_once("FOOTPRINT ").map(|(_, json)| json))
         .map(|j| serde_json::from_str(j).unwrap())
         .unwrap_or_else(|| {
             panic!(
