@@ -517,6 +517,10 @@ for name in "${!LINKS[@]}"; do
   mv -Tf "$CACHE/bin/.$name.tmp" "$CACHE/bin/$name"
   [[ -x "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not an executable (cache corrupted? delete $CACHE and rerun)"
 done
+# Node programs built from older sources are no longer linked.
+for f in "$CACHE"/node-programs-*; do
+  [[ -d "$f" && "../$(basename "$f")" != "$NODE_PROGRAMS_DIR" ]] && rm -rf -- "$f"
+done
 for f in "$CACHE/bin"/* "$CACHE/bin"/.[!.]*; do
   [[ -e "$f" || -L "$f" ]] || continue
   [[ -n "${LINKS[$(basename "$f")]+x}" ]] || rm -f -- "$f"
