@@ -217,7 +217,7 @@ mod tests {
         let listing = String::from_utf8_lossy(&out.stdout);
         assert!(listing.contains("etc/passwd"), "{listing}");
         assert!(
-            listing.contains("-rw-r--r-- root/root      17"),
+            listing.contains("-rw-r--r-- root/root        17 1970-01-01 00:00 etc/passwd"),
             "{listing}"
         );
     }
