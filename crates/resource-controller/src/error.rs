@@ -72,6 +72,13 @@ impl ReconcileError for Error {
             Error::NotAnswering(_) => "ClusterNotAnswering",
         }
     }
+
+    /// A cluster that did not answer is probed at least every
+    /// `limits::PROBE_CAP`: its objects are retried as often, so they follow
+    /// within that time once it answers again.
+    fn retry_within(&self) -> Option<std::time::Duration> {
+        matches!(self, Error::NotAnswering(_)).then_some(runtime::limits::PROBE_CAP)
+    }
 }
 
 impl ManagedError for Error {
@@ -104,5 +111,16 @@ mod tests {
         let conflict = Error::Conflict("x".into());
         assert_eq!(conflict.category(), "RemoteObjectConflict");
         assert!(!conflict.target_gone() && !conflict.nothing_made());
+    }
+
+    #[test]
+    fn a_cluster_that_did_not_answer_is_retried_within_the_probe_cap() {
+        let stalled = Error::NotAnswering(runtime::limits::NotAnswering {
+            cluster: "KubernetesCluster ns/c".into(),
+            why: "nothing came back within 10s".into(),
+            skipped: true,
+        });
+        assert_eq!(stalled.retry_within(), Some(runtime::limits::PROBE_CAP));
+        assert_eq!(Error::InvalidTemplate("x".into()).retry_within(), None);
     }
 }

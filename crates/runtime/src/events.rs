@@ -28,6 +28,15 @@ pub trait ReconcileError: StdError {
     {
         is_conflict(self)
     }
+
+    /// The longest a retry of this failure may wait, when the failure says
+    /// when trying again makes sense: a cluster whose breaker is open is
+    /// probed at least every [`crate::limits::PROBE_CAP`], so its objects
+    /// must not sit out a longer per-object backoff once it answers again.
+    /// By default: no bound beyond the backoff's own cap.
+    fn retry_within(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Whether `error` or one of its sources is an API server's 409 Conflict

@@ -105,6 +105,13 @@ impl ReconcileError for Error {
             other => runtime::events::is_conflict(other),
         }
     }
+
+    /// A cluster that did not answer is probed at least every
+    /// `limits::PROBE_CAP`: its objects are retried as often, so they follow
+    /// within that time once it answers again.
+    fn retry_within(&self) -> Option<std::time::Duration> {
+        matches!(self, Error::NotAnswering(_)).then_some(runtime::limits::PROBE_CAP)
+    }
 }
 
 impl ManagedError for Error {

@@ -122,7 +122,15 @@ impl Reporting {
             }
             Ok(Err(e)) => {
                 self.events.report_error(&obj.object_ref(&()), &e).await;
-                ("error", Err(e))
+                match e.retry_within() {
+                    // Reported like any failure, but retried no later than
+                    // the failure says (the error policy is not asked).
+                    Some(bound) => (
+                        "error",
+                        Ok(Action::requeue(self.backoff.failed(&key).min(bound))),
+                    ),
+                    None => ("error", Err(e)),
+                }
             }
             Err(_) => {
                 self.timed_out(obj).await;
