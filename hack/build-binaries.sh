@@ -126,7 +126,9 @@ run_logged() {
 # ---------------------------------------------------------------------------
 GO_READY=""
 need_go() {
-  [[ -n "$GO_READY" ]] && return 0
+  # A subshell that built something (the registry) wiped the temporary
+  # directory on its exit: make sure it is there for the next build.
+  [[ -n "$GO_READY" ]] && { mkdir -p "$GOTMPDIR"; return 0; }
   command -v go >/dev/null 2>&1 ||
     die "go not found on PATH — install Go (>= the 'go' line of https://proxy.golang.org/k8s.io/kubernetes/@v/$KUBERNETES_VERSION.mod, 1.26 for v1.36)"
   # Deterministic, self-contained go environment: never switch toolchains
