@@ -158,8 +158,8 @@ impl Image {
 
 fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
     let mut config = ClientConfig {
-        // Layers of a few hundred megabytes: one request each instead of
-        // oci-client's small chunks.
+        // One request per blob instead of oci-client's small chunks (a
+        // binaries layer is tens of megabytes).
         use_monolithic_push: true,
         ..ClientConfig::default()
     };
@@ -171,6 +171,13 @@ fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
         }),
         Tls::InsecureSkipVerify => config.accept_invalid_certificates = true,
         Tls::PlainHttp => config.protocol = ClientProtocol::Http,
+    }
+    // reqwest (without a provider of its own) panics unless the process has
+    // a default crypto provider: install ring, the one the workspace
+    // enables, unless one is installed already.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // An Err means another thread installed one meanwhile: as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
     // NB: not Client::new, which falls back to a default client (ignoring
     // the CA) when the configured one cannot be built.
