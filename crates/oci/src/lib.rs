@@ -1,0 +1,148 @@
+//! OCI images written from files, with no container daemon: layers (gzip
+//! tars with fixed owners and times, so the same files always give the same
+//! digest), an image config, the manifest, OCI image-layout archives that
+//! `ctr images import` reads, and pushes to registries (`oci-client`, rustls
+//! on ring).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), oci::Error> {
+//! use oci::{Auth, Config, Image, LayerBuilder, Tls};
+//! let layer = LayerBuilder::new()
+//!     .file("usr/local/bin/hello", 0o755, std::fs::read("hello").unwrap_or_default())
+//!     .build()?;
+//! let image = Image::new(Config {
+//!     entrypoint: vec!["/usr/local/bin/hello".into()],
+//!     ..Config::default()
+//! })
+//! .layer(layer);
+//! image.write_archive("hello.tar".as_ref(), "registry.local/hello:1")?;
+//! let pem = std::fs::read("ca.crt").unwrap_or_default();
+//! image.push("127.0.0.1:5000/hello:1", &Auth::Anonymous, &Tls::Ca(pem)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`project`] builds the crossplane-rs image itself: a Debian base layer
+//! ([`debian`]) and the six binaries.
+
+pub mod debian;
+mod image;
+mod layer;
+pub mod project;
+mod push;
+
+use std::path::Path;
+
+pub use image::{
+    CONFIG_MEDIA_TYPE, CONTAINERD_NAME_ANNOTATION, Config, INDEX_MEDIA_TYPE, Image,
+    LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, REF_NAME_ANNOTATION, Serialized, host_architecture,
+};
+pub use layer::{Content, Digest, Entry, Layer, LayerBuilder};
+pub use push::{Auth, Pushed, Tls};
+
+/// Why building, writing or pushing an image failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A path cannot go into a layer.
+    #[error("{path}: {reason}")]
+    Path {
+        /// The path as given.
+        path: String,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// Reading a file or directory for a layer failed.
+    #[error("failed to read {path}")]
+    Read {
+        /// What was being read.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the tar of a layer failed.
+    #[error("failed to add {path} to a layer")]
+    Tar {
+        /// The entry being written.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// gzip failed.
+    #[error("failed to compress a layer")]
+    Compress(#[source] std::io::Error),
+    /// Serializing the config or manifest failed.
+    #[error("failed to serialize the image config or manifest")]
+    Json(#[source] serde_json::Error),
+    /// Writing an archive failed.
+    #[error("failed to write {path}")]
+    Write {
+        /// The archive being written.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The image reference does not parse.
+    #[error("{reference:?} is not an image reference (host[:port]/repository[:tag]): {reason}")]
+    Reference {
+        /// The reference as given.
+        reference: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The registry wants credentials, or refused the ones given.
+    #[error(
+        "the registry {registry} refused the push: {}",
+        if *with_credentials {
+            "it does not accept these credentials (check the user name and password)"
+        } else {
+            "it requires credentials (give a user name and password)"
+        }
+    )]
+    Unauthorized {
+        /// The registry host.
+        registry: String,
+        /// Whether credentials were sent.
+        with_credentials: bool,
+        /// What the client reported.
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
+    /// A step of a push failed for another reason (network, TLS, the
+    /// registry's answer).
+    #[error("failed to push {reference}: {step}")]
+    Push {
+        /// The reference being pushed.
+        reference: String,
+        /// The step that failed.
+        step: &'static str,
+        /// What the client reported.
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
+    /// Fetching or unpacking Debian packages for a base layer failed.
+    #[error("{what}: {detail}")]
+    Debian {
+        /// The step.
+        what: String,
+        /// The command's error output, or why it could not run.
+        detail: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn read(path: &Path, source: std::io::Error) -> Self {
+        Self::Read {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn write(path: &Path, source: std::io::Error) -> Self {
+        Self::Write {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Pushing an image to a registry (OCI distribution API, through
+//! `oci-client`).
+
+use std::fmt;
+
+use oci_client::{
+    Client, Reference, RegistryOperation,
+    client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol},
+    errors::{OciDistributionError, OciErrorCode},
+    secrets::RegistryAuth,
+};
+
+use crate::{Digest, Error, Image, image::MANIFEST_MEDIA_TYPE};
+
+/// Who the registry sees pushing.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum Auth {
+    /// No credentials.
+    #[default]
+    Anonymous,
+    /// HTTP basic authentication (an htpasswd user, a robot account, a token
+    /// as password).
+    Basic {
+        /// The user name.
+        username: String,
+        /// The password or token. Never printed (`Debug` redacts it).
+        password: String,
+    },
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Anonymous => f.write_str("Anonymous"),
+            Self::Basic { username, .. } => f
+                .debug_struct("Basic")
+                .field("username", username)
+                .field("password", &"<redacted>")
+                .finish(),
+        }
+    }
+}
+
+/// How the connection to the registry is secured.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Tls {
+    /// HTTPS, trusting the system's roots.
+    #[default]
+    System,
+    /// HTTPS, trusting these PEM certificates (e.g. a private CA) as well as
+    /// the system's roots.
+    Ca(Vec<u8>),
+    /// HTTPS without verifying the server's certificate. For throwaway
+    /// registries only: anyone on the path can read and change the push.
+    InsecureSkipVerify,
+    /// Plain HTTP, as a registry on `localhost` without TLS serves.
+    PlainHttp,
+}
+
+/// What a push did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// The manifest digest: `<repository>@<digest>` pulls exactly this image.
+    pub digest: Digest,
+    /// Blobs (layers and config) uploaded.
+    pub uploaded: usize,
+    /// Blobs the registry already had, so were not sent again.
+    pub skipped: usize,
+    /// Bytes uploaded.
+    pub bytes: u64,
+}
+
+impl Image {
+    /// Pushes the image to `reference` (`host[:port]/repository:tag`): every
+    /// layer and the config the registry does not already have, then the
+    /// manifest, byte for byte as [`Image::serialize`] makes it (so the digest
+    /// the registry reports is [`Pushed::digest`]). A registry that wants
+    /// credentials it was not given, or refuses the ones it was given, fails
+    /// with [`Error::Unauthorized`].
+    pub async fn push(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Pushed, Error> {
+        let image: Reference = reference.parse().map_err(|e| Error::Reference {
+            reference: reference.to_owned(),
+            reason: format!("{e}"),
+        })?;
+        let registry = image.resolve_registry().to_owned();
+        let fail = |step: &'static str| {
+            let reference = reference.to_owned();
+            let registry = registry.clone();
+            let with_credentials = *auth != Auth::Anonymous;
+            move |source: OciDistributionError| {
+                if is_unauthorized(&source) {
+                    Error::Unauthorized {
+                        registry,
+                        with_credentials,
+                        source: Box::new(source),
+                    }
+                } else {
+                    Error::Push {
+                        reference,
+                        step,
+                        source: Box::new(source),
+                    }
+                }
+            }
+        };
+        let client = client(tls).map_err(fail("setting up the HTTP client"))?;
+        let auth = match auth {
+            Auth::Anonymous => RegistryAuth::Anonymous,
+            Auth::Basic { username, password } => {
+                RegistryAuth::Basic(username.clone(), password.clone())
+            }
+        };
+        client
+            .auth(&image, &auth, RegistryOperation::Push)
+            .await
+            .map_err(fail("authenticating"))?;
+
+        let s = self.serialize()?;
+        let mut blobs: Vec<(&Digest, &[u8])> = self
+            .layers()
+            .iter()
+            .map(|l| (l.digest(), l.blob()))
+            .collect();
+        blobs.push((&s.config_digest, &s.config));
+        let mut pushed = Pushed {
+            digest: s.digest.clone(),
+            uploaded: 0,
+            skipped: 0,
+            bytes: 0,
+        };
+        for (digest, bytes) in blobs {
+            let present = client
+                .blob_exists(&image, digest.as_str())
+                .await
+                .map_err(fail("checking which blobs the registry has"))?;
+            if present {
+                pushed.skipped += 1;
+                continue;
+            }
+            client
+                .push_blob(&image, bytes.to_vec(), digest.as_str())
+                .await
+                .map_err(fail("uploading a blob"))?;
+            pushed.uploaded += 1;
+            pushed.bytes += bytes.len() as u64;
+        }
+        client
+            .push_manifest_raw(
+                &image,
+                s.manifest,
+                http::HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
+            )
+            .await
+            .map_err(fail("uploading the manifest"))?;
+        Ok(pushed)
+    }
+}
+
+fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
+    let mut config = ClientConfig {
+        // Layers of a few hundred megabytes: one request each instead of
+        // oci-client's small chunks.
+        use_monolithic_push: true,
+        ..ClientConfig::default()
+    };
+    match tls {
+        Tls::System => {}
+        Tls::Ca(pem) => config.extra_root_certificates.push(Certificate {
+            encoding: CertificateEncoding::Pem,
+            data: pem.clone(),
+        }),
+        Tls::InsecureSkipVerify => config.accept_invalid_certificates = true,
+        Tls::PlainHttp => config.protocol = ClientProtocol::Http,
+    }
+    // NB: not Client::new, which falls back to a default client (ignoring
+    // the CA) when the configured one cannot be built.
+    Client::try_from(config)
+}
+
+/// Whether the registry turned the request away for want of (valid)
+/// credentials.
+fn is_unauthorized(e: &OciDistributionError) -> bool {
+    match e {
+        OciDistributionError::UnauthorizedError { .. }
+        | OciDistributionError::AuthenticationFailure(_) => true,
+        OciDistributionError::ServerError { code, .. } => matches!(code, 401 | 403),
+        OciDistributionError::RequestError(e) => {
+            e.status().is_some_and(|s| matches!(s.as_u16(), 401 | 403))
+        }
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
+        _ => false,
+    }
+}
