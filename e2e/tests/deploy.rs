@@ -105,3 +105,118 @@ fn overlay_changes_only_the_image() {
         assert!(n >= BINARIES.len(), "only {n} {kind}s rendered");
     }
 }
+
+/// The project's image (Debian base layer and the six binaries this test
+/// run built), written by crates/oci and imported into the node's
+/// containerd under the overlay's name. Returns the archive's size.
+fn import_project_image(node: &testenv::node::Node, dir: &std::path::Path) -> u64 {
+    let cache = oci::debian::default_cache().expect("the .deb cache");
+    let debs = oci::debian::download(&oci::debian::BASE_PACKAGES, &cache)
+        .expect("apt-get download of the base packages");
+    let base = oci::debian::base_layer(&debs).expect("the base layer");
+    let bins = testenv::workspace_binary("scheduler");
+    let bin_dir = bins.parent().expect("the binaries' directory");
+    let image = oci::project::image(base, bin_dir).expect("the project image");
+    let archive = dir.join("crossplane-rs.tar");
+    image
+        .write_archive(&archive, OVERLAY_IMAGE)
+        .expect("write the image archive");
+    node.import_image(&archive)
+        .expect("import the image into the node");
+    std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0)
+}
+
+/// `kubectl` against the control cluster, panicking with its output when
+/// it fails.
+fn kubectl(args: &[&str]) -> String {
+    testenv::control_plane_with_node()
+        .control
+        .kubectl_ok(args)
+        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
+}
+
+/// Waits until every Deployment of the six is Available, or panics with the
+/// pods' state.
+fn wait_available(timeout: std::time::Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let out = kubectl(&[
+            "get",
+            "deployments",
+            "-n",
+            "crossplane-system",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Available\")].status}{\"\\n\"}{end}",
+        ]);
+        let available: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_suffix("=True"))
+            .collect();
+        if BINARIES.iter().all(|b| available.contains(b)) {
+            return;
+        }
+        if std::time::Instant::now() >= deadline {
+            let pods = kubectl(&["get", "pods", "-n", "crossplane-system", "-o", "wide"]);
+            let events = kubectl(&["get", "events", "-n", "crossplane-system"]);
+            panic!(
+                "not every Deployment became Available within {timeout:?}: {out}\n{pods}\n{events}"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn deploy_runs_for_real_on_the_node() {
+    let plane = testenv::control_plane_with_node();
+    let node = plane
+        .node
+        .as_ref()
+        .expect("this test needs testenv's node (not an existing cluster)");
+    let dir = std::env::temp_dir().join(testenv::unique_name("deploy-image"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = std::time::Instant::now();
+    let size = import_project_image(node, &dir);
+    let built = started.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    let overlay = testenv::repo_root().join("deploy/overlays/local-node");
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        overlay.to_str().unwrap(),
+    ]);
+    let applied = std::time::Instant::now();
+    wait_available(std::time::Duration::from_secs(180));
+    eprintln!(
+        "deploy: image {} MiB built and imported in {built:?}; all six Deployments Available {:?} after apply",
+        size / (1024 * 1024),
+        applied.elapsed()
+    );
+    // Each controller, as a pod under its shipped ServiceAccount, logged its
+    // start-up line (the HTTP server it serves /healthz and /metrics on).
+    for binary in BINARIES {
+        let logs = kubectl(&[
+            "logs",
+            "-n",
+            "crossplane-system",
+            &format!("deployment/{binary}"),
+        ]);
+        assert!(
+            logs.contains("serving /metrics, /healthz and /readyz"),
+            "{binary}'s log has no start-up line: {logs}"
+        );
+        let sa = kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "crossplane-system",
+            "-l",
+            &format!("app.kubernetes.io/name={binary}"),
+            "-o",
+            "jsonpath={.items[*].spec.serviceAccountName}",
+        ]);
+        assert_eq!(sa.trim(), binary, "{binary} runs as another ServiceAccount");
+    }
+}
