@@ -3,6 +3,8 @@
 //! applied to the control cluster, whose node then runs the six controllers
 //! as pods under their shipped ServiceAccounts and RBAC.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{collections::BTreeMap, process::Command};
 
 use serde_json::Value;
@@ -219,4 +221,82 @@ fn deploy_runs_for_real_on_the_node() {
         ]);
         assert_eq!(sa.trim(), binary, "{binary} runs as another ServiceAccount");
     }
+
+    // The seed's wordpress-demo, delivered by the controllers running as
+    // pods: its cluster's kubeconfig names the remote API server at the
+    // node-facing address (127.0.0.1 in a pod is the pod itself).
+    let pod_kubeconfig = plane
+        .remote
+        .kubeconfig
+        .replace("https://127.0.0.1:", &format!("https://{}:", node.host_ip));
+    assert_ne!(
+        pod_kubeconfig, plane.remote.kubeconfig,
+        "the remote kubeconfig names 127.0.0.1"
+    );
+    let kubeconfig_file = std::env::temp_dir().join(testenv::unique_name("remote-pod.kubeconfig"));
+    std::fs::write(&kubeconfig_file, &pod_kubeconfig).unwrap();
+    let secret = kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "wordpress-demo-cluster",
+        "-n",
+        "complex",
+        &format!("--from-file=kubeconfig={}", kubeconfig_file.display()),
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    let _ = std::fs::remove_file(&kubeconfig_file);
+    let control = &plane.control;
+    let ns = control.kubectl_stdin(&["create", "namespace", "complex"], None);
+    assert!(ns.status.success(), "create namespace complex");
+    let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&secret));
+    assert!(out.status.success(), "apply the cluster Secret: {out:?}");
+    for path in [
+        "examples/wordpress-demo/",
+        "examples/seeds/000-wordpress-demo.yaml",
+    ] {
+        let full = testenv::repo_root().join(path);
+        kubectl(&["apply", "-f", full.to_str().unwrap()]);
+    }
+    let delivered = std::time::Instant::now();
+    let deadline = delivered + std::time::Duration::from_secs(120);
+    loop {
+        let state = kubectl(&[
+            "get",
+            "kubernetesapplication",
+            "wordpress-demo",
+            "-n",
+            "complex",
+            "-o",
+            "jsonpath={.status.state} {.status.submittedResources}/{.status.desiredResources}",
+        ]);
+        if state.trim() == "Submitted 3/3" {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let logs: Vec<String> = ["scheduler", "application-controller", "resource-controller"]
+                .iter()
+                .map(|b| {
+                    kubectl(&[
+                        "logs",
+                        "-n",
+                        "crossplane-system",
+                        &format!("deployment/{b}"),
+                        "--tail=20",
+                    ])
+                })
+                .collect();
+            panic!(
+                "wordpress-demo is {state:?}, not Submitted 3/3, after 120s:\n{}",
+                logs.join("\n")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    eprintln!(
+        "deploy: wordpress-demo Submitted 3/3 {:?} after apply, by the controllers as pods",
+        delivered.elapsed()
+    );
 }
