@@ -299,4 +299,144 @@ fn deploy_runs_for_real_on_the_node() {
         "deploy: wordpress-demo Submitted 3/3 {:?} after apply, by the controllers as pods",
         delivered.elapsed()
     );
+    leader_failover(control);
+}
+
+/// Polls `check` every 250ms until it gives Some, or panics naming `what`.
+fn wait_until<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// Who holds the scheduler's leader-election Lease.
+fn scheduler_leader() -> String {
+    kubectl(&[
+        "get",
+        "lease",
+        "crossplane-rs-scheduler",
+        "-n",
+        "crossplane-system",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+    .trim()
+    .to_owned()
+}
+
+/// Two scheduler replicas: the Lease names one; its pod is killed; the
+/// Lease moves to the other replica, which then schedules a new application
+/// (delivered to the remote cluster by the other controllers).
+fn leader_failover(control: &testenv::Cluster) {
+    kubectl(&[
+        "scale",
+        "deployment/scheduler",
+        "-n",
+        "crossplane-system",
+        "--replicas=2",
+    ]);
+    let pods_of = || {
+        kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "crossplane-system",
+            "-l",
+            "app.kubernetes.io/name=scheduler",
+            "--field-selector=status.phase=Running",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+        ])
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 1)
+        .map(|l| l.trim().to_owned())
+        .collect::<Vec<_>>()
+    };
+    let pods = wait_until(
+        "two running scheduler pods",
+        std::time::Duration::from_secs(60),
+        || {
+            let pods = pods_of();
+            (pods.len() == 2).then_some(pods)
+        },
+    );
+    let leader = wait_until(
+        "a scheduler to hold the Lease",
+        std::time::Duration::from_secs(60),
+        || {
+            let holder = scheduler_leader();
+            pods.contains(&holder).then_some(holder)
+        },
+    );
+    let standby = pods.iter().find(|p| **p != leader).cloned().unwrap();
+    let killed = std::time::Instant::now();
+    kubectl(&[
+        "delete",
+        "pod",
+        &leader,
+        "-n",
+        "crossplane-system",
+        "--wait=false",
+    ]);
+    wait_until(
+        "the Lease to move to the standby replica",
+        std::time::Duration::from_secs(60),
+        || (scheduler_leader() == standby).then_some(()),
+    );
+    eprintln!(
+        "deploy: the scheduler's Lease moved from {leader} to {standby} {:?} after the kill",
+        killed.elapsed()
+    );
+    // Work goes on under the new leader.
+    let app = serde_json::json!({
+        "apiVersion": "workload.crossplane.io/v1alpha1",
+        "kind": "KubernetesApplication",
+        "metadata": {"name": "after-failover", "namespace": "complex"},
+        "spec": {
+            "clusterSelector": {"matchLabels": {"app": "wordpress-demo"}},
+            "resourceTemplates": [{
+                "metadata": {"name": "after-failover-cm"},
+                "spec": {"template": {
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "after-failover", "namespace": "default"},
+                    "data": {"scheduled": "by the new leader"},
+                }},
+            }],
+        },
+    });
+    let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&app.to_string()));
+    assert!(out.status.success(), "apply after-failover: {out:?}");
+    wait_until(
+        "after-failover to be Submitted",
+        std::time::Duration::from_secs(60),
+        || {
+            let state = kubectl(&[
+                "get",
+                "kubernetesapplication",
+                "after-failover",
+                "-n",
+                "complex",
+                "-o",
+                "jsonpath={.status.state}",
+            ]);
+            (state.trim() == "Submitted").then_some(())
+        },
+    );
+    let logs = kubectl(&["logs", "-n", "crossplane-system", &standby]);
+    assert!(
+        logs.contains("after-failover"),
+        "the new leader {standby} did not schedule after-failover: {logs}"
+    );
 }
