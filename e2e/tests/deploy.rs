@@ -9,14 +9,7 @@ use std::{collections::BTreeMap, process::Command};
 
 use serde_json::Value;
 
-const BINARIES: [&str; 6] = [
-    "scheduler",
-    "application-controller",
-    "resource-controller",
-    "object-provider",
-    "package-manager",
-    "rbac-manager",
-];
+use oci::project::BINARIES;
 
 /// The image the local-node overlay names (see its kustomization.yaml).
 const OVERLAY_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";

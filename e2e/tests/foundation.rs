@@ -19,14 +19,7 @@ use kube::{Api, Client, api::PostParams};
 use serde_json::{Value, json};
 use types::compute::v1alpha1::KubernetesCluster;
 
-const BINARIES: [&str; 6] = [
-    "scheduler",
-    "application-controller",
-    "resource-controller",
-    "object-provider",
-    "package-manager",
-    "rbac-manager",
-];
+use oci::project::BINARIES;
 
 /// The common metric names every binary exports.
 const COMMON_METRICS: [&str; 6] = [

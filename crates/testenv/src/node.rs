@@ -41,7 +41,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{cluster::Cluster, process::Processes};
+use crate::{
+    cluster::Cluster,
+    process::{Processes, run},
+};
 
 /// The name the node registers under.
 pub const NODE_NAME: &str = "testenv-node";
@@ -273,19 +276,6 @@ impl Plan {
 
 /// Where the node's processes find iptables, runc, ip and the like.
 const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("{what}: cannot run {:?}", cmd.get_program()))?;
-    if !out.status.success() {
-        bail!(
-            "{what} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// The teardown script; `$1` is unused, everything is baked in.
 fn teardown_script(plan: &Plan) -> String {

@@ -103,7 +103,9 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+/// Runs `cmd` to completion; its stdout, or an error with its stderr
+/// naming `what`.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("{what}: cannot run {:?}", cmd.get_program()))?;
@@ -113,7 +115,7 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// A CA, a serving certificate for 127.0.0.1 (and, with a node, for the
