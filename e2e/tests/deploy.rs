@@ -121,6 +121,27 @@ fn import_project_image(node: &testenv::node::Node, dir: &std::path::Path) -> u6
     std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0)
 }
 
+/// "<status> <body>" of a GET of `url` from inside the node's network
+/// namespace (where Service IPs route), with curl.
+fn through_node(node: &testenv::node::Node, url: &str) -> String {
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", node.footprint.netns_pin.display()))
+        .args([
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "-w",
+            "\n%{http_code}",
+            url,
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nsenter curl: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    format!("{code} {body}{}", String::from_utf8_lossy(&out.stderr))
+}
+
 /// `kubectl` against the control cluster, panicking with its output when
 /// it fails.
 fn kubectl(args: &[&str]) -> String {
@@ -213,6 +234,29 @@ fn deploy_runs_for_real_on_the_node() {
             "jsonpath={.items[*].spec.serviceAccountName}",
         ]);
         assert_eq!(sa.trim(), binary, "{binary} runs as another ServiceAccount");
+        // /healthz and /metrics through the binary's Service: its ClusterIP,
+        // from inside the node's network (kube-proxy's rules send it on to
+        // the pod), as Prometheus in the cluster would scrape it.
+        let ip = kubectl(&[
+            "get",
+            "service",
+            binary,
+            "-n",
+            "crossplane-system",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]);
+        let healthz = through_node(node, &format!("http://{}:8080/healthz", ip.trim()));
+        assert!(
+            healthz.starts_with("200 "),
+            "{binary} /healthz through its Service: {healthz}"
+        );
+        let metrics = through_node(node, &format!("http://{}:8080/metrics", ip.trim()));
+        assert!(
+            metrics.starts_with("200 ") && metrics.contains("crossplane_rs_reconcile_total"),
+            "{binary} /metrics through its Service: {}",
+            metrics.chars().take(300).collect::<String>()
+        );
     }
 
     // The seed's wordpress-demo, delivered by the controllers running as
