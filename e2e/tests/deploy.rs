@@ -1,5 +1,5 @@
 //! deploy/ for real: the project's image built by crates/oci and pushed to
-//! testenv's registry, deploy/ rendered with the local-node overlay and
+//! a CNCF registry the node pulls from, deploy/ rendered with the local-node overlay and
 //! applied to the control cluster, whose node then runs the six controllers
 //! as pods under their shipped ServiceAccounts and RBAC.
 
@@ -101,10 +101,83 @@ fn overlay_changes_only_the_image() {
     }
 }
 
+/// The CNCF `registry` (built by hack/build-binaries.sh), serving plain
+/// HTTP on the host end of the node's link, so the node's containerd can
+/// pull from it; stopped when dropped.
+struct LocalRegistry {
+    child: std::process::Child,
+    address: String,
+    dir: std::path::PathBuf,
+}
+
+impl LocalRegistry {
+    fn start(node: &testenv::node::Node) -> Self {
+        let port = std::net::TcpListener::bind((node.host_ip, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port on the node's host address")
+            .port();
+        let address = format!("{}:{port}", node.host_ip);
+        let dir = std::env::temp_dir().join(testenv::unique_name("registry"));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
+        let child = Command::new(testenv::bin_dir().unwrap().join("registry"))
+            .arg("serve")
+            .arg(&config)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start the registry");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(&address).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the registry did not listen on {address}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // The node's containerd takes the overlay's registry name from it
+        // (certs.d: hosts.toml per registry host).
+        let hosts = node
+            .registry_config_dir()
+            .join(OVERLAY_IMAGE.split('/').next().unwrap());
+        std::fs::create_dir_all(&hosts).unwrap();
+        std::fs::write(
+            hosts.join("hosts.toml"),
+            format!(
+                "server = \"http://{address}\"\n\n[host.\"http://{address}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+            ),
+        )
+        .unwrap();
+        Self {
+            child,
+            address,
+            dir,
+        }
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// The project's image (Debian base layer and the six binaries this test
-/// run built), written by crates/oci and imported into the node's
-/// containerd under the overlay's name. Returns the archive's size.
-fn import_project_image(node: &testenv::node::Node, dir: &std::path::Path) -> u64 {
+/// run built), written by crates/oci and pushed to `registry` under the
+/// overlay's repository and tag. Returns the bytes uploaded and the
+/// manifest's digest.
+fn push_project_image(registry: &LocalRegistry) -> (u64, String) {
     let cache = oci::debian::default_cache().expect("the .deb cache");
     let debs = oci::debian::download(&oci::debian::BASE_PACKAGES, &cache)
         .expect("apt-get download of the base packages");
@@ -112,13 +185,19 @@ fn import_project_image(node: &testenv::node::Node, dir: &std::path::Path) -> u6
     let bins = testenv::workspace_binary("scheduler");
     let bin_dir = bins.parent().expect("the binaries' directory");
     let image = oci::project::image(base, bin_dir).expect("the project image");
-    let archive = dir.join("crossplane-rs.tar");
-    image
-        .write_archive(&archive, OVERLAY_IMAGE)
-        .expect("write the image archive");
-    node.import_image(&archive)
-        .expect("import the image into the node");
-    std::fs::metadata(&archive).map(|m| m.len()).unwrap_or(0)
+    let repository = OVERLAY_IMAGE.split_once('/').unwrap().1;
+    let reference = format!("{}/{repository}", registry.address);
+    let pushed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(image.push(&reference, &oci::Auth::Anonymous, &oci::Tls::PlainHttp))
+        .unwrap_or_else(|e| panic!("push {reference}: {e}"));
+    assert!(
+        pushed.uploaded >= 3,
+        "layers and config uploaded: {pushed:?}"
+    );
+    (pushed.bytes, pushed.digest.as_str().to_owned())
 }
 
 /// "<status> <body>" of a GET of `url` from inside the node's network
@@ -189,12 +268,10 @@ fn deploy_runs_for_real_on_the_node() {
         .node
         .as_ref()
         .expect("this test needs testenv's node (not an existing cluster)");
-    let dir = std::env::temp_dir().join(testenv::unique_name("deploy-image"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let registry = LocalRegistry::start(node);
     let started = std::time::Instant::now();
-    let size = import_project_image(node, &dir);
+    let (size, digest) = push_project_image(&registry);
     let built = started.elapsed();
-    let _ = std::fs::remove_dir_all(&dir);
     let overlay = testenv::repo_root().join("deploy/overlays/local-node");
     kubectl(&[
         "apply",
@@ -206,7 +283,7 @@ fn deploy_runs_for_real_on_the_node() {
     let applied = std::time::Instant::now();
     wait_available(std::time::Duration::from_secs(180));
     eprintln!(
-        "deploy: image {} MiB built and imported in {built:?}; all six Deployments Available {:?} after apply",
+        "deploy: image {} MiB built and pushed in {built:?}; all six Deployments Available {:?} after apply",
         size / (1024 * 1024),
         applied.elapsed()
     );
@@ -234,6 +311,20 @@ fn deploy_runs_for_real_on_the_node() {
             "jsonpath={.items[*].spec.serviceAccountName}",
         ]);
         assert_eq!(sa.trim(), binary, "{binary} runs as another ServiceAccount");
+        let image_id = kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "crossplane-system",
+            "-l",
+            &format!("app.kubernetes.io/name={binary}"),
+            "-o",
+            "jsonpath={.items[*].status.containerStatuses[*].imageID}",
+        ]);
+        assert!(
+            image_id.contains(&digest),
+            "{binary} does not run the pushed image {digest}: {image_id}"
+        );
         // /healthz and /metrics through the binary's Service: its ClusterIP,
         // from inside the node's network (kube-proxy's rules send it on to
         // the pod), as Prometheus in the cluster would scrape it.
