@@ -101,17 +101,20 @@ fn overlay_changes_only_the_image() {
     }
 }
 
-/// The CNCF `registry` (built by hack/build-binaries.sh), serving plain
-/// HTTP on the host end of the node's link, so the node's containerd can
-/// pull from it; stopped when dropped.
+/// The CNCF `registry` (built by hack/build-binaries.sh), serving HTTPS
+/// with testenv's serving certificate on the host end of the node's link,
+/// so the node's containerd (trusting testenv's CA for it) can pull from
+/// it; stopped when dropped.
 struct LocalRegistry {
     child: std::process::Child,
     address: String,
     dir: std::path::PathBuf,
+    ca_pem: Vec<u8>,
 }
 
 impl LocalRegistry {
-    fn start(node: &testenv::node::Node) -> Self {
+    fn start(plane: &testenv::ControlPlane, node: &testenv::node::Node) -> Self {
+        let tls = plane.serving_tls().expect("testenv's own PKI");
         let port = std::net::TcpListener::bind((node.host_ip, 0))
             .and_then(|l| l.local_addr())
             .expect("a free port on the node's host address")
@@ -123,8 +126,10 @@ impl LocalRegistry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
-                dir.join("data").display()
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n  tls:\n    certificate: {}\n    key: {}\n",
+                dir.join("data").display(),
+                tls.cert.display(),
+                tls.key.display(),
             ),
         )
         .unwrap();
@@ -153,14 +158,17 @@ impl LocalRegistry {
         std::fs::write(
             hosts.join("hosts.toml"),
             format!(
-                "server = \"http://{address}\"\n\n[host.\"http://{address}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+                "server = \"https://{address}\"\n\n[host.\"https://{address}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{}\"\n",
+                tls.ca.display()
             ),
         )
         .unwrap();
+        let ca_pem = std::fs::read(&tls.ca).unwrap();
         Self {
             child,
             address,
             dir,
+            ca_pem,
         }
     }
 }
@@ -191,7 +199,11 @@ fn push_project_image(registry: &LocalRegistry) -> (u64, String) {
         .enable_all()
         .build()
         .unwrap()
-        .block_on(image.push(&reference, &oci::Auth::Anonymous, &oci::Tls::PlainHttp))
+        .block_on(image.push(
+            &reference,
+            &oci::Auth::Anonymous,
+            &oci::Tls::Ca(registry.ca_pem.clone()),
+        ))
         .unwrap_or_else(|e| panic!("push {reference}: {e}"));
     assert!(
         pushed.uploaded >= 3,
@@ -268,7 +280,7 @@ fn deploy_runs_for_real_on_the_node() {
         .node
         .as_ref()
         .expect("this test needs testenv's node (not an existing cluster)");
-    let registry = LocalRegistry::start(node);
+    let registry = LocalRegistry::start(plane, node);
     let started = std::time::Instant::now();
     let (size, digest) = push_project_image(&registry);
     let built = started.elapsed();

@@ -52,6 +52,30 @@ impl ControlPlane {
     pub fn remotes(&self) -> impl Iterator<Item = &Cluster> {
         std::iter::once(&self.remote).chain(&self.more_remotes)
     }
+
+    /// testenv's CA and the serving certificate and key it signed (valid
+    /// for 127.0.0.1 and, with a node, the node-facing host address), for
+    /// test servers beside the API servers, such as a registry the node
+    /// pulls from. None for clusters the tests were pointed at.
+    pub fn serving_tls(&self) -> Option<ServingTls> {
+        let dir = self._guard.as_ref()?.dir();
+        Some(ServingTls {
+            ca: dir.join("ca.crt"),
+            cert: dir.join("serving.crt"),
+            key: dir.join("serving.key"),
+        })
+    }
+}
+
+/// Files of [`ControlPlane::serving_tls`] (PEM).
+#[derive(Clone, Debug)]
+pub struct ServingTls {
+    /// The CA certificate that signed `cert`.
+    pub ca: PathBuf,
+    /// The serving certificate.
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
 }
 
 /// How [`start_local_with`] starts a control plane. The default is what the
