@@ -113,7 +113,20 @@ struct LocalRegistry {
 }
 
 impl LocalRegistry {
-    fn start(plane: &testenv::ControlPlane, node: &testenv::node::Node) -> Self {
+    /// A registry taking pushes and pulls from anyone, trusted by the node
+    /// under `host` (a name images use: containerd maps it here).
+    fn start(plane: &testenv::ControlPlane, node: &testenv::node::Node, host: &str) -> Self {
+        Self::start_with(plane, node, host, None)
+    }
+
+    /// With `auth` (user, password): a private registry that answers only
+    /// requests with those credentials (htpasswd, bcrypt).
+    fn start_with(
+        plane: &testenv::ControlPlane,
+        node: &testenv::node::Node,
+        host: &str,
+        auth: Option<(&str, &str)>,
+    ) -> Self {
         let tls = plane.serving_tls().expect("testenv's own PKI");
         let port = std::net::TcpListener::bind((node.host_ip, 0))
             .and_then(|l| l.local_addr())
@@ -133,6 +146,16 @@ impl LocalRegistry {
             ),
         )
         .unwrap();
+        if let Some((user, password)) = auth {
+            let hash = bcrypt::hash(password, 5).unwrap();
+            std::fs::write(dir.join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
+            let mut text = std::fs::read_to_string(&config).unwrap();
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: testenv\n    path: {}\n",
+                dir.join("htpasswd").display()
+            ));
+            std::fs::write(&config, text).unwrap();
+        }
         let log = std::fs::File::create(dir.join("registry.log")).unwrap();
         let child = Command::new(testenv::bin_dir().unwrap().join("registry"))
             .arg("serve")
@@ -151,9 +174,7 @@ impl LocalRegistry {
         }
         // The node's containerd takes the overlay's registry name from it
         // (certs.d: hosts.toml per registry host).
-        let hosts = node
-            .registry_config_dir()
-            .join(OVERLAY_IMAGE.split('/').next().unwrap());
+        let hosts = node.registry_config_dir().join(host);
         std::fs::create_dir_all(&hosts).unwrap();
         std::fs::write(
             hosts.join("hosts.toml"),
@@ -280,7 +301,7 @@ fn deploy_runs_for_real_on_the_node() {
         .node
         .as_ref()
         .expect("this test needs testenv's node (not an existing cluster)");
-    let registry = LocalRegistry::start(plane, node);
+    let registry = LocalRegistry::start(plane, node, OVERLAY_IMAGE.split('/').next().unwrap());
     let started = std::time::Instant::now();
     let (size, digest) = push_project_image(&registry);
     let built = started.elapsed();
@@ -579,4 +600,110 @@ fn leader_failover(control: &testenv::Cluster) {
         logs.contains("after-failover"),
         "the new leader {standby} did not schedule after-failover: {logs}"
     );
+}
+
+/// A pod of `image` in `ns` that pulls (always) with `pull_secret`, if any.
+fn pause_pod(
+    control: &testenv::Cluster,
+    ns: &str,
+    name: &str,
+    image: &str,
+    pull_secret: Option<&str>,
+) {
+    let secrets: Vec<Value> = pull_secret
+        .iter()
+        .map(|s| serde_json::json!({"name": s}))
+        .collect();
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "imagePullSecrets": secrets,
+            "containers": [{"name": "pause", "image": image, "imagePullPolicy": "Always"}],
+        },
+    });
+    let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&pod.to_string()));
+    assert!(out.status.success(), "create pod {name}: {out:?}");
+}
+
+/// The pod's phase and its container's waiting reason.
+fn pod_state(ns: &str, name: &str) -> String {
+    kubectl(&[
+        "get",
+        "pod",
+        name,
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}",
+    ])
+}
+
+#[test]
+fn a_private_registry_needs_its_credentials_to_push_and_to_pull() {
+    let plane = testenv::control_plane_with_node();
+    let node = plane.node.as_ref().expect("testenv's node");
+    let host = "private.crossplane-rs.test";
+    let registry = LocalRegistry::start_with(plane, node, host, Some(("robot", "s3cret-pull")));
+    let image = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
+    let reference = format!("{}/team/pause:v1", registry.address);
+    let tls = oci::Tls::Ca(registry.ca_pem.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for auth in [
+        oci::Auth::Anonymous,
+        oci::Auth::Basic {
+            username: "robot".to_owned(),
+            password: "wrong".to_owned(),
+        },
+    ] {
+        let refused = rt.block_on(image.push(&reference, &auth, &tls));
+        assert!(
+            matches!(refused, Err(oci::Error::Unauthorized { .. })),
+            "a push as {auth:?} was not refused as unauthorized: {refused:?}"
+        );
+    }
+    let good = oci::Auth::Basic {
+        username: "robot".to_owned(),
+        password: "s3cret-pull".to_owned(),
+    };
+    rt.block_on(image.push(&reference, &good, &tls))
+        .expect("a push with the credentials");
+
+    // A pod pulls it by the name containerd maps to the registry, only with
+    // an imagePullSecret holding the credentials.
+    let ns = testenv::unique_name("private");
+    kubectl(&["create", "namespace", &ns]);
+    let name = format!("{host}/team/pause:v1");
+    pause_pod(&plane.control, &ns, "without", &name, None);
+    let auth =
+        serde_json::json!({"auths": {host: {"username": "robot", "password": "s3cret-pull"}}});
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "pull",
+        "-n",
+        &ns,
+        "--type=kubernetes.io/dockerconfigjson",
+        &format!("--from-literal=.dockerconfigjson={auth}"),
+    ]);
+    pause_pod(&plane.control, &ns, "with", &name, Some("pull"));
+    wait_until(
+        "the pod with the pull Secret to run",
+        std::time::Duration::from_secs(60),
+        || pod_state(&ns, "with").starts_with("Running").then_some(()),
+    );
+    wait_until(
+        "the pod without credentials to fail its pull",
+        std::time::Duration::from_secs(60),
+        || {
+            let state = pod_state(&ns, "without");
+            (state.contains("ErrImagePull") || state.contains("ImagePullBackOff")).then_some(())
+        },
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }

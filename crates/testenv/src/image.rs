@@ -23,6 +23,19 @@ pub fn pause_archive(dir: &Path) -> anyhow::Result<PathBuf> {
 /// `reference` (e.g. `localhost/test/app:1`) is the name `ctr images import`
 /// gives it; pods use it with `imagePullPolicy: Never` or `IfNotPresent`.
 pub fn binary_image_archive(dir: &Path, reference: &str, binary: &Path) -> anyhow::Result<PathBuf> {
+    let image = binary_image(binary)?;
+    let file: String = reference
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let path = dir.join(format!("{file}.tar"));
+    image.write_archive(&path, reference)?;
+    Ok(path)
+}
+
+/// An image whose only program is `binary` at `/<file name>`, run as the
+/// entrypoint (to write as an archive, or to push to a registry).
+pub fn binary_image(binary: &Path) -> anyhow::Result<oci::Image> {
     let name = binary
         .file_name()
         .and_then(|n| n.to_str())
@@ -46,17 +59,10 @@ pub fn binary_image_archive(dir: &Path, reference: &str, binary: &Path) -> anyho
         )
         .file(name.as_str(), 0o755, program)
         .build()?;
-    let image = oci::Image::new(oci::Config {
+    Ok(oci::Image::new(oci::Config {
         entrypoint: vec![format!("/{name}")],
         workdir: Some("/".to_owned()),
         ..oci::Config::default()
     })
-    .layer(layer);
-    let file: String = reference
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let path = dir.join(format!("{file}.tar"));
-    image.write_archive(&path, reference)?;
-    Ok(path)
+    .layer(layer))
 }
