@@ -2,27 +2,67 @@
 //! remote kube-apiserver, a kube-controller-manager each), writes
 //! `control.kubeconfig` and `remote.kubeconfig` into `--dir`, and runs until
 //! SIGTERM or Ctrl-C, when everything stops.
+//!
+//! With `--node` the control cluster also gets a real node (containerd,
+//! kubelet, kube-proxy, kube-scheduler: pods run; needs root), and
+//! `remote.pod.kubeconfig` names the remote API server at the address pods
+//! reach it by. `--load-image DIR` (with `--node`) then builds the project's
+//! image from the six binaries in DIR (crates/oci: a Debian base layer and
+//! the binaries) and loads it into the node's containerd as
+//! `registry.crossplane-rs.test/crossplane-rs:dev`, the name
+//! deploy/overlays/local-node runs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
+/// The image name deploy/overlays/local-node gives the controllers.
+const LOCAL_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";
+
+const USAGE: &str = "usage: controlplane --dir DIR [--node [--load-image BIN_DIR]]";
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let mut dir: Option<PathBuf> = None;
+    let (mut dir, mut node, mut image): (Option<PathBuf>, bool, Option<PathBuf>) =
+        (None, false, None);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--dir" => dir = Some(args.next().context("--dir needs a directory")?.into()),
-            other => bail!("unknown argument {other}; usage: controlplane --dir DIR"),
+            "--node" => node = true,
+            "--load-image" => {
+                image = Some(
+                    args.next()
+                        .context("--load-image needs a directory")?
+                        .into(),
+                )
+            }
+            other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
-    let dir = dir.context("usage: controlplane --dir DIR")?;
+    let dir = dir.context(USAGE)?;
+    if image.is_some() && !node {
+        bail!("--load-image needs --node; {USAGE}");
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (plane, data) = testenv::start_local()?;
+    let (plane, data) = testenv::start_local_with(testenv::Options {
+        node,
+        ..testenv::Options::default()
+    })?;
     for cluster in [&plane.control, &plane.remote] {
         let path = dir.join(format!("{}.kubeconfig", cluster.name));
         std::fs::write(&path, &cluster.kubeconfig)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(n) = &plane.node {
+        let pod = plane
+            .remote
+            .kubeconfig
+            .replace("https://127.0.0.1:", &format!("https://{}:", n.host_ip));
+        std::fs::write(dir.join("remote.pod.kubeconfig"), pod)?;
+        println!("node {} Ready after {:?}", n.name, n.startup);
+        if let Some(bins) = &image {
+            load_image(n, bins, &data)?;
+        }
     }
     std::fs::write(dir.join("ready"), format!("{}\n", data.display()))?;
     println!(
@@ -44,5 +84,24 @@ fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(dir.join("ready"));
     println!("control plane stopped");
     drop(plane);
+    Ok(())
+}
+
+/// Builds the project's image from the binaries in `bins` and imports it
+/// into the node's containerd under [`LOCAL_IMAGE`].
+fn load_image(node: &testenv::node::Node, bins: &Path, work: &Path) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let cache = oci::debian::default_cache()?;
+    let debs = oci::debian::download(&oci::debian::BASE_PACKAGES, &cache)?;
+    let image = oci::project::image(oci::debian::base_layer(&debs)?, bins)?;
+    let archive = work.join("crossplane-rs.tar");
+    image.write_archive(&archive, LOCAL_IMAGE)?;
+    node.import_image(&archive)?;
+    let _ = std::fs::remove_file(&archive);
+    println!(
+        "image {LOCAL_IMAGE} built from {} and loaded into the node in {:?}",
+        bins.display(),
+        started.elapsed()
+    );
     Ok(())
 }
