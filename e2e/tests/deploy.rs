@@ -101,112 +101,11 @@ fn overlay_changes_only_the_image() {
     }
 }
 
-/// The CNCF `registry` (built by hack/build-binaries.sh), serving HTTPS
-/// with testenv's serving certificate on the host end of the node's link,
-/// so the node's containerd (trusting testenv's CA for it) can pull from
-/// it; stopped when dropped.
-struct LocalRegistry {
-    child: std::process::Child,
-    address: String,
-    dir: std::path::PathBuf,
-    ca_pem: Vec<u8>,
-}
-
-impl LocalRegistry {
-    /// A registry taking pushes and pulls from anyone, trusted by the node
-    /// under `host` (a name images use: containerd maps it here).
-    fn start(plane: &testenv::ControlPlane, node: &testenv::node::Node, host: &str) -> Self {
-        Self::start_with(plane, node, host, None)
-    }
-
-    /// With `auth` (user, password): a private registry that answers only
-    /// requests with those credentials (htpasswd, bcrypt).
-    fn start_with(
-        plane: &testenv::ControlPlane,
-        node: &testenv::node::Node,
-        host: &str,
-        auth: Option<(&str, &str)>,
-    ) -> Self {
-        let tls = plane.serving_tls().expect("testenv's own PKI");
-        let port = std::net::TcpListener::bind((node.host_ip, 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port on the node's host address")
-            .port();
-        let address = format!("{}:{port}", node.host_ip);
-        let dir = std::env::temp_dir().join(testenv::unique_name("registry"));
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        let config = dir.join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n  tls:\n    certificate: {}\n    key: {}\n",
-                dir.join("data").display(),
-                tls.cert.display(),
-                tls.key.display(),
-            ),
-        )
-        .unwrap();
-        if let Some((user, password)) = auth {
-            let hash = bcrypt::hash(password, 5).unwrap();
-            std::fs::write(dir.join("htpasswd"), format!("{user}:{hash}\n")).unwrap();
-            let mut text = std::fs::read_to_string(&config).unwrap();
-            text.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: testenv\n    path: {}\n",
-                dir.join("htpasswd").display()
-            ));
-            std::fs::write(&config, text).unwrap();
-        }
-        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
-        let child = Command::new(testenv::bin_dir().unwrap().join("registry"))
-            .arg("serve")
-            .arg(&config)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the registry");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(&address).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the registry did not listen on {address}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        // The node's containerd takes the overlay's registry name from it
-        // (certs.d: hosts.toml per registry host).
-        let hosts = node.registry_config_dir().join(host);
-        std::fs::create_dir_all(&hosts).unwrap();
-        std::fs::write(
-            hosts.join("hosts.toml"),
-            format!(
-                "server = \"https://{address}\"\n\n[host.\"https://{address}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{}\"\n",
-                tls.ca.display()
-            ),
-        )
-        .unwrap();
-        let ca_pem = std::fs::read(&tls.ca).unwrap();
-        Self {
-            child,
-            address,
-            dir,
-            ca_pem,
-        }
-    }
-}
-
-impl Drop for LocalRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The project's image (Debian base layer and the six binaries this test
 /// run built), written by crates/oci and pushed to `registry` under the
 /// overlay's repository and tag. Returns the bytes uploaded and the
 /// manifest's digest.
-fn push_project_image(registry: &LocalRegistry) -> (u64, String) {
+fn push_project_image(registry: &testenv::registry::Registry) -> (u64, String) {
     let cache = oci::debian::default_cache().expect("the .deb cache");
     let debs = oci::debian::download(&oci::debian::BASE_PACKAGES, &cache)
         .expect("apt-get download of the base packages");
@@ -301,7 +200,13 @@ fn deploy_runs_for_real_on_the_node() {
         .node
         .as_ref()
         .expect("this test needs testenv's node (not an existing cluster)");
-    let registry = LocalRegistry::start(plane, node, OVERLAY_IMAGE.split('/').next().unwrap());
+    let registry = testenv::registry::Registry::start(
+        plane,
+        node,
+        OVERLAY_IMAGE.split('/').next().unwrap(),
+        None,
+    )
+    .unwrap();
     let started = std::time::Instant::now();
     let (size, digest) = push_project_image(&registry);
     let built = started.elapsed();
@@ -645,7 +550,9 @@ fn a_private_registry_needs_its_credentials_to_push_and_to_pull() {
     let plane = testenv::control_plane_with_node();
     let node = plane.node.as_ref().expect("testenv's node");
     let host = "private.crossplane-rs.test";
-    let registry = LocalRegistry::start_with(plane, node, host, Some(("robot", "s3cret-pull")));
+    let registry =
+        testenv::registry::Registry::start(plane, node, host, Some(("robot", "s3cret-pull")))
+            .unwrap();
     let image = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
     let reference = format!("{}/team/pause:v1", registry.address);
     let tls = oci::Tls::Ca(registry.ca_pem.clone());

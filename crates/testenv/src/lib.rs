@@ -23,6 +23,7 @@ mod cluster;
 pub mod image;
 pub mod node;
 mod process;
+pub mod registry;
 
 use std::{
     path::{Path, PathBuf},
