@@ -275,10 +275,20 @@ fn deploy_runs_for_real_on_the_node() {
             "-o",
             "jsonpath={.spec.clusterIP}",
         ]);
-        let healthz = through_node(node, &format!("http://{}:8080/healthz", ip.trim()));
+        // kube-proxy programs a new Service's rules on its own schedule
+        // (after the Deployment is Available, possibly): wait for it.
+        let healthz_url = format!("http://{}:8080/healthz", ip.trim());
+        let mut last = String::new();
+        let answered = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !last.starts_with("200 ") && std::time::Instant::now() < answered {
+            last = through_node(node, &healthz_url);
+            if !last.starts_with("200 ") {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+        }
         assert!(
-            healthz.starts_with("200 "),
-            "{binary} /healthz through its Service: {healthz}"
+            last.starts_with("200 "),
+            "{binary} /healthz through its Service within 60s: {last}"
         );
         let metrics = through_node(node, &format!("http://{}:8080/metrics", ip.trim()));
         assert!(
