@@ -19,6 +19,17 @@ impl Digest {
         Self(format!("sha256:{}", hex::encode(Sha256::digest(bytes))))
     }
 
+    /// A digest as registries spell it, `sha256:` and 64 lowercase hex
+    /// digits; anything else is refused (it is often user input).
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.strip_prefix("sha256:")?;
+        let ok = hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        ok.then(|| Self(s.to_owned()))
+    }
+
     /// `sha256:<hex>`.
     pub fn as_str(&self) -> &str {
         &self.0
