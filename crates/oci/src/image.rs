@@ -133,7 +133,10 @@ impl Image {
             layers: self
                 .layers
                 .iter()
-                .map(|l| Descriptor::new(LAYER_MEDIA_TYPE, l.digest(), l.size()))
+                .map(|l| Descriptor {
+                    annotations: Some(l.annotations()).filter(|a| !a.is_empty()),
+                    ..Descriptor::new(LAYER_MEDIA_TYPE, l.digest(), l.size())
+                })
                 .collect(),
         };
         let manifest = serde_json::to_vec(&manifest).map_err(Error::Json)?;
@@ -240,6 +243,8 @@ struct Descriptor<'a> {
     media_type: &'a str,
     digest: &'a str,
     size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a BTreeMap<String, String>>,
 }
 
 impl<'a> Descriptor<'a> {
@@ -248,6 +253,7 @@ impl<'a> Descriptor<'a> {
             media_type,
             digest: digest.as_str(),
             size,
+            annotations: None,
         }
     }
 }

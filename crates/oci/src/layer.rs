@@ -209,6 +209,7 @@ impl LayerBuilder {
             uncompressed_size: tar.len() as u64,
             entries: entries.len(),
             blob,
+            annotations: BTreeMap::new(),
         })
     }
 }
@@ -221,6 +222,7 @@ pub struct Layer {
     diff_id: Digest,
     uncompressed_size: u64,
     entries: usize,
+    annotations: BTreeMap<String, String>,
 }
 
 impl fmt::Debug for Layer {
@@ -236,6 +238,20 @@ impl fmt::Debug for Layer {
 }
 
 impl Layer {
+    /// Adds an annotation to the layer's descriptor in the manifest (a
+    /// Crossplane package marks its `package.yaml` layer with
+    /// `io.crossplane.xpkg: base`). A layer without annotations has none in
+    /// the manifest, so existing digests do not change.
+    pub fn annotate(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+
+    /// The annotations of the layer's descriptor.
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
+
     /// The gzip-compressed tar, as pushed and stored.
     pub fn blob(&self) -> &[u8] {
         &self.blob

@@ -29,6 +29,7 @@ mod image;
 mod layer;
 pub mod project;
 mod push;
+pub mod xpkg;
 
 use std::path::Path;
 
@@ -121,6 +122,37 @@ pub enum Error {
         #[source]
         source: Box<oci_client::errors::OciDistributionError>,
     },
+    /// A package (or its manifest or a layer) is not what a package must
+    /// be.
+    #[error("package {reference}, layer {layer}: {fault}")]
+    Invalid {
+        /// The package reference.
+        reference: String,
+        /// The layer (digest), or "manifest"/"index".
+        layer: String,
+        /// What is wrong, and what to fix.
+        fault: String,
+    },
+    /// The registry has no such repository, tag or digest.
+    #[error("{reference} does not exist in its registry (check the repository and the tag)")]
+    NotFound {
+        /// The reference asked for.
+        reference: String,
+    },
+    /// Talking to the registry failed (network, TLS, its answer).
+    #[error("failed to read {reference} from its registry: {step}")]
+    Registry {
+        /// The reference being read.
+        reference: String,
+        /// The step that failed.
+        step: &'static str,
+        /// Whether trying again may succeed (refused or timed-out
+        /// connections, 5xx answers).
+        transient: bool,
+        /// What the client reported.
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
     /// Fetching or unpacking Debian packages for a base layer failed.
     #[error("{what}: {detail}")]
     Debian {
@@ -132,6 +164,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether trying again later may succeed without anyone changing
+    /// anything: the registry was unreachable, slow or failing.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Registry {
+                transient: true,
+                ..
+            }
+        )
+    }
+
     pub(crate) fn read(path: &Path, source: std::io::Error) -> Self {
         Self::Read {
             path: path.display().to_string(),

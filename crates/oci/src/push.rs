@@ -12,6 +12,9 @@ use oci_client::{
 
 use crate::{Digest, Error, Image, image::MANIFEST_MEDIA_TYPE};
 
+/// How long a pull waits to connect, and for each read.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Who the registry sees pushing.
 #[derive(Clone, PartialEq, Eq, Default)]
 pub enum Auth {
@@ -103,7 +106,7 @@ impl Image {
                 }
             }
         };
-        let client = client(tls).map_err(fail("setting up the HTTP client"))?;
+        let client = client(tls, false).map_err(fail("setting up the HTTP client"))?;
         let auth = match auth {
             Auth::Anonymous => RegistryAuth::Anonymous,
             Auth::Basic { username, password } => {
@@ -156,13 +159,20 @@ impl Image {
     }
 }
 
-fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
+/// A registry client for `tls`. With `timeouts`, connecting and each
+/// read give up after [`TIMEOUT`] (pulls from a controller, which must not
+/// hang on a registry that accepts connections and never answers).
+pub(crate) fn client(tls: &Tls, timeouts: bool) -> Result<Client, OciDistributionError> {
     let mut config = ClientConfig {
         // One request per blob instead of oci-client's small chunks (a
         // binaries layer is tens of megabytes).
         use_monolithic_push: true,
         ..ClientConfig::default()
     };
+    if timeouts {
+        config.connect_timeout = Some(TIMEOUT);
+        config.read_timeout = Some(TIMEOUT);
+    }
     match tls {
         Tls::System => {}
         Tls::Ca(pem) => config.extra_root_certificates.push(Certificate {
@@ -186,7 +196,7 @@ fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
 
 /// Whether the registry turned the request away for want of (valid)
 /// credentials.
-fn is_unauthorized(e: &OciDistributionError) -> bool {
+pub(crate) fn is_unauthorized(e: &OciDistributionError) -> bool {
     match e {
         OciDistributionError::UnauthorizedError { .. }
         | OciDistributionError::AuthenticationFailure(_) => true,

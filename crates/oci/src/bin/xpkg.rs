@@ -1,0 +1,196 @@
+//! `xpkg`: builds, pushes and inspects Crossplane packages without a
+//! Docker daemon.
+//!
+//! ```text
+//! xpkg build ./provider-kubernetes -o provider-kubernetes.tar
+//! xpkg push ./provider-kubernetes registry.example/crossplane-rs/provider-kubernetes:v0.1.0
+//! xpkg inspect registry.example/crossplane-rs/provider-kubernetes:v0.1.0
+//! ```
+
+use std::{
+    io::Read as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use oci::{Auth, Tls, xpkg};
+
+/// Build, push and inspect Crossplane packages (package.yaml + crds/).
+#[derive(Debug, Parser)]
+#[command(name = "xpkg", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Builds a package from DIR and writes it as an OCI archive.
+    Build {
+        /// A directory with package.yaml (a meta.pkg.crossplane.io/v1
+        /// Provider) and crds/*.yaml.
+        dir: PathBuf,
+        /// Sets the meta's spec.controller.image (the runtime image).
+        #[arg(long)]
+        runtime_image: Option<String>,
+        /// The archive to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Builds a package from DIR and pushes it to REFERENCE.
+    Push {
+        /// The package directory.
+        dir: PathBuf,
+        /// Where to push: host[:port]/repository:tag.
+        reference: String,
+        /// Sets the meta's spec.controller.image (the runtime image).
+        #[arg(long)]
+        runtime_image: Option<String>,
+        #[command(flatten)]
+        registry: Registry,
+    },
+    /// Pulls REFERENCE and prints its digest, meta and CRDs.
+    Inspect {
+        /// host[:port]/repository:tag or @digest.
+        reference: String,
+        #[command(flatten)]
+        registry: Registry,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Registry {
+    /// PEM CA certificates to trust besides the system's.
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// Do not verify the registry's certificate (throwaway registries only).
+    #[arg(long, conflicts_with_all = ["ca_file", "plain_http"])]
+    insecure: bool,
+    /// Plain HTTP (a registry on localhost without TLS).
+    #[arg(long)]
+    plain_http: bool,
+    /// User name for basic authentication; the password is read from
+    /// standard input.
+    #[arg(long)]
+    username: Option<String>,
+}
+
+impl Registry {
+    fn tls(&self) -> anyhow::Result<Tls> {
+        Ok(if self.insecure {
+            Tls::InsecureSkipVerify
+        } else if self.plain_http {
+            Tls::PlainHttp
+        } else if let Some(f) = &self.ca_file {
+            Tls::Ca(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?)
+        } else {
+            Tls::System
+        })
+    }
+
+    fn auth(&self) -> anyhow::Result<Auth> {
+        let Some(username) = &self.username else {
+            return Ok(Auth::Anonymous);
+        };
+        let mut password = String::new();
+        std::io::stdin()
+            .read_to_string(&mut password)
+            .context("reading the password from standard input")?;
+        Ok(Auth::Basic {
+            username: username.clone(),
+            password: password.trim_end_matches(['\n', '\r']).to_owned(),
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Build {
+            dir,
+            runtime_image,
+            output,
+        } => {
+            let image = xpkg::build(&dir, runtime_image.as_deref())?;
+            let digest = image.write_archive(&output, &name_of(&dir))?;
+            println!("wrote {} ({digest})", output.display());
+        }
+        Command::Push {
+            dir,
+            reference,
+            runtime_image,
+            registry,
+        } => {
+            let image = xpkg::build(&dir, runtime_image.as_deref())?;
+            let pushed = image
+                .push(&reference, &registry.auth()?, &registry.tls()?)
+                .await?;
+            println!(
+                "pushed {}@{}",
+                xpkg::repository_of(&reference),
+                pushed.digest
+            );
+        }
+        Command::Inspect {
+            reference,
+            registry,
+        } => {
+            let (auth, tls) = (registry.auth()?, registry.tls()?);
+            let cache = tempfile::tempdir()?;
+            let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX);
+            let digest = fetcher.resolve(&reference, &auth, &tls).await?;
+            let package = fetcher.fetch(&reference, &digest, &auth, &tls).await?;
+            print!("{}", describe(&package));
+        }
+    }
+    Ok(())
+}
+
+fn name_of(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "package".to_owned())
+}
+
+/// What `inspect` prints.
+fn describe(p: &xpkg::Package) -> String {
+    let m = &p.contents.meta;
+    let mut out = format!(
+        "package:    {}\ndigest:     {}\nname:       {}\nimage:      {}\ncrossplane: {}\n",
+        p.reference,
+        p.digest,
+        m.name,
+        m.controller_image.as_deref().unwrap_or("(none)"),
+        m.crossplane_version.as_deref().unwrap_or("(any)")
+    );
+    for d in &m.depends_on {
+        out.push_str(&format!("dependsOn:  {} {}\n", d.package, d.version));
+    }
+    out.push_str("CRDs:\n");
+    for crd in &p.contents.objects {
+        let s = |ptr: &str| {
+            crd.pointer(ptr)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let versions: Vec<String> = crd
+            .pointer("/spec/versions")
+            .and_then(|v| v.as_array())
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {}  group={} kind={} versions={}\n",
+            s("/metadata/name"),
+            s("/spec/group"),
+            s("/spec/names/kind"),
+            versions.join(",")
+        ));
+    }
+    out
+}
