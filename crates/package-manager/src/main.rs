@@ -1,9 +1,28 @@
-//! `package-manager`: Installs packages: ExtensionRequests, Extensions, Providers and their runtimes.
+//! `package-manager`: installs Provider packages: resolves a Provider's
+//! package to a digest, makes a ProviderRevision per digest, installs the
+//! package's CRDs and runs its runtime (a Deployment per revision, rendered
+//! from a DeploymentRuntimeConfig). ExtensionRequests, Extensions and
+//! ControllerConfigs are only observed here.
 //!
-//! Observe-only for now: it watches its kinds, serves metrics and health, and
-//! takes its Lease when asked; its reconcile logic lands in a later change.
+//! `package-manager convert controllerconfig FILE` prints the
+//! DeploymentRuntimeConfig equivalent to a deprecated ControllerConfig.
 
-use clap::Parser;
+mod convert;
+mod labels;
+mod packages;
+mod provider;
+mod render;
+mod revision;
+mod usage;
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use kube::{
+    Api,
+    api::{ObjectMeta, PostParams},
+};
 use runtime::{
     CommonArgs,
     controller::{Runtime, api_resource, observe},
@@ -13,11 +32,11 @@ use types::extensions::v1alpha1::ExtensionRequest;
 use types::pkg::v1::Provider;
 use types::pkg::v1::ProviderRevision;
 use types::pkg::v1alpha1::ControllerConfig;
-use types::pkg::v1beta1::DeploymentRuntimeConfig;
+use types::pkg::v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec};
 
 const BINARY: &str = "package-manager";
 
-/// Installs packages: ExtensionRequests, Extensions, Providers and their runtimes.
+/// Installs packages: Providers, their revisions, CRDs and runtimes.
 #[derive(Debug, Parser)]
 #[command(name = BINARY, version, about)]
 struct Args {
@@ -34,11 +53,56 @@ struct Args {
     /// the deprecated controllerConfigRef (ControllerConfig) instead.
     #[arg(long, env = "ENABLE_RUNTIME_CONFIG", default_value_t = true, action = clap::ArgAction::Set)]
     enable_runtime_config: bool,
+
+    /// A PEM bundle of CA certificates trusted for registries, besides the
+    /// system's roots.
+    #[arg(long, env = "CA_BUNDLE_PATH")]
+    ca_bundle_path: Option<PathBuf>,
+
+    /// Where pulled packages are kept, by digest.
+    #[arg(long, env = "PACKAGE_CACHE_DIR", default_value = "/cache/xpkg")]
+    package_cache_dir: PathBuf,
+
+    /// The most the package cache may hold, in bytes; the oldest packages
+    /// go first.
+    #[arg(long, env = "PACKAGE_CACHE_MAX_BYTES", default_value_t = 512 * 1024 * 1024)]
+    package_cache_max_bytes: u64,
+
+    /// How often a package with packagePullPolicy Always is resolved again
+    /// (a moved tag makes a new revision).
+    #[arg(long, env = "PACKAGE_PULL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    package_pull_interval: Duration,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Converts deprecated objects to their replacements.
+    Convert {
+        #[command(subcommand)]
+        what: Convert,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Convert {
+    /// Prints the DeploymentRuntimeConfig equivalent to a ControllerConfig
+    /// (a YAML or JSON file), and, with --provider, the Provider rewritten
+    /// to reference it.
+    Controllerconfig {
+        /// The ControllerConfig manifest.
+        file: PathBuf,
+        /// A Provider manifest that references the ControllerConfig.
+        #[arg(long)]
+        provider: Option<PathBuf>,
+    },
 }
 
 /// How package runtimes are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum PackageRuntime {
+pub enum PackageRuntime {
     /// Create a Deployment for each package runtime.
     #[value(name = "Deployment")]
     Deployment,
@@ -50,15 +114,31 @@ enum PackageRuntime {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::Convert {
+        what: Convert::Controllerconfig { file, provider },
+    }) = &args.command
+    {
+        return convert::command(file, provider.as_deref());
+    }
     runtime::init_process(args.common.log_format);
-    let (package_runtime, enable_runtime_config) =
-        (args.package_runtime, args.enable_runtime_config);
     tracing::info!(
-        ?package_runtime,
-        enable_runtime_config,
+        package_runtime = ?args.package_runtime,
+        enable_runtime_config = args.enable_runtime_config,
         "package runtime settings"
     );
+    let tls = match &args.ca_bundle_path {
+        Some(p) => oci::Tls::Ca(
+            std::fs::read(p)
+                .with_context(|| format!("reading --ca-bundle-path {}", p.display()))?,
+        ),
+        None => oci::Tls::System,
+    };
+    let namespace = args.common.leader_election_namespace.clone();
+    let fetcher =
+        oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes);
     let rt = Runtime::new(BINARY, args.common).await?;
+    let packages =
+        packages::Packages::new(fetcher, tls, Api::namespaced(rt.client.clone(), &namespace));
     let kinds = [
         api_resource::<ExtensionRequest>(),
         api_resource::<Extension>(),
@@ -67,19 +147,61 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<DeploymentRuntimeConfig>(),
         api_resource::<ControllerConfig>(),
     ];
+    let providers = provider::controller(
+        &rt,
+        packages.clone(),
+        provider::Settings {
+            pull_interval: args.package_pull_interval,
+            resync: rt.args.sync_interval,
+        },
+    );
+    let revisions = revision::controller(
+        &rt,
+        packages,
+        revision::Settings {
+            namespace,
+            mode: args.package_runtime,
+            enable_runtime_config: args.enable_runtime_config,
+            resync: rt.args.sync_interval,
+        },
+    );
     let work = {
         let rt = rt.clone();
         async move {
+            if args.package_runtime == PackageRuntime::Deployment {
+                default_runtime_config(&rt.client).await;
+            }
             tokio::join!(
+                providers,
+                revisions,
                 observe::<ExtensionRequest>(rt.clone(), "extensionrequest"),
                 observe::<Extension>(rt.clone(), "extension"),
-                observe::<Provider>(rt.clone(), "provider"),
-                observe::<ProviderRevision>(rt.clone(), "providerrevision"),
-                observe::<DeploymentRuntimeConfig>(rt.clone(), "deploymentruntimeconfig"),
                 observe::<ControllerConfig>(rt.clone(), "controllerconfig"),
             );
         }
     };
     rt.run(&kinds, work).await?;
     Ok(())
+}
+
+/// Creates the `default` DeploymentRuntimeConfig when there is none; one
+/// that exists is never changed. An empty spec renders the same runtime as
+/// the seed's `default` example.
+async fn default_runtime_config(client: &kube::Client) {
+    let api = Api::<DeploymentRuntimeConfig>::all(client.clone());
+    let config = DeploymentRuntimeConfig {
+        metadata: ObjectMeta {
+            name: Some(revision::DEFAULT_RUNTIME_CONFIG.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentRuntimeConfigSpec::default(),
+    };
+    match api.create(&PostParams::default(), &config).await {
+        Ok(_) => tracing::info!("created the default DeploymentRuntimeConfig"),
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => {
+            let error = runtime::events::error_chain(&e);
+            tracing::warn!(%error, "cannot create the default DeploymentRuntimeConfig; runtimes that use it wait for it");
+        }
+    }
 }

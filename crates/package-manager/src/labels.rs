@@ -1,0 +1,12 @@
+//! The labels and annotations the package manager writes.
+
+/// On a revision and everything it makes: the Provider (package) it
+/// belongs to.
+pub const PACKAGE: &str = "pkg.crossplane.io/package";
+/// On a runtime's objects: the revision that made them.
+pub const REVISION: &str = "pkg.crossplane.io/revision";
+/// On a revision: the package reference (as the Provider spelt it) the
+/// revision was made from.
+pub const SOURCE: &str = "pkg.crossplane.io/source";
+/// On a revision: the manifest digest of its package.
+pub const DIGEST: &str = "pkg.crossplane.io/digest";

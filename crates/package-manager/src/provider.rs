@@ -1,0 +1,669 @@
+//! The Provider controller: turns a Provider's package into
+//! ProviderRevisions (one per package digest, named `<provider>-<12 hex>`),
+//! chooses the active one, prunes old ones, and reports Installed and
+//! Healthy from the revisions.
+//!
+//! Upgrades make before they break: a new revision is made Active while
+//! the old one keeps serving, and the old one is deactivated only once the
+//! new one is healthy. A package that cannot be read or is invalid makes no
+//! revision at all; the revision that serves goes on serving and the
+//! Provider says so.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+    runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
+};
+use oci::Digest;
+use runtime::{
+    conditions,
+    controller::{Runtime, cache_ready},
+    events::ReconcileError,
+    expiring::Expiring,
+    reconciler::{
+        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
+    },
+};
+use types::pkg::v1::{
+    Provider, ProviderRevision, ProviderRevisionSpec, RevisionActivationPolicy, RevisionState,
+};
+
+use crate::{
+    labels,
+    packages::{FetchError, Packages},
+    revision, usage,
+};
+
+/// Name of this controller in metrics and events.
+pub const CONTROLLER: &str = "provider";
+/// Finalizer that holds a Provider until its revisions are gone.
+pub const FINALIZER: &str = "pkg.crossplane.io/provider";
+/// How often a deleting Provider looks again.
+const DELETE_POLL: Duration = Duration::from_secs(2);
+
+/// Provider condition types.
+pub const TYPE_INSTALLED: &str = "Installed";
+/// Healthy: the active revision and its runtime are healthy.
+pub const TYPE_HEALTHY: &str = "Healthy";
+
+/// Why reconciling a Provider failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The package could not be read or is not a valid package.
+    #[error("cannot install package {package}: {source}")]
+    Package {
+        /// The package reference.
+        package: String,
+        /// Why.
+        #[source]
+        source: FetchError,
+    },
+    /// The pull policy forbids pulling and nothing was pulled before.
+    #[error(
+        "package {0} has never been pulled and spec.packagePullPolicy is Never; pull it once (IfNotPresent) or name it by digest"
+    )]
+    NeverPulled(String),
+    /// A request about the Provider's revisions failed.
+    #[error("failed to {0}")]
+    Revisions(&'static str, #[source] kube::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Package { .. } | Error::NeverPulled(_) => "CannotInstallPackage",
+            Error::Revisions(..) => "CannotManageRevisions",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
+        }
+    }
+
+    fn retry_within(&self) -> Option<Duration> {
+        match self {
+            // A registry outage ends by itself: look again within a bounded
+            // time rather than at the full backoff.
+            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of the Provider controller.
+#[derive(Clone)]
+pub struct Settings {
+    /// How often a package with packagePullPolicy Always is resolved again.
+    pub pull_interval: Duration,
+    /// How often a healthy Provider is looked at again.
+    pub resync: Duration,
+}
+
+/// The Provider controller's reconciler.
+pub struct Providers {
+    sk: Skeleton,
+    revisions: Store<ProviderRevision>,
+    packages: Packages,
+    settings: Settings,
+    /// The last resolution of a tag: (Provider name) → (package, digest).
+    resolved: Expiring<String, (String, Digest)>,
+}
+
+/// Whether `package` names a digest (`repo@sha256:…`).
+fn pinned_digest(package: &str) -> Option<Digest> {
+    package.rsplit_once('@').and_then(|(_, d)| Digest::parse(d))
+}
+
+/// The revision name for a Provider and a package digest.
+pub fn revision_name(provider: &str, digest: &Digest) -> String {
+    let hex = digest.hex();
+    let short = hex.get(..12).unwrap_or(hex);
+    format!("{provider}-{short}")
+}
+
+fn pull_policy(p: &Provider) -> &str {
+    p.spec
+        .package_pull_policy
+        .as_deref()
+        .unwrap_or("IfNotPresent")
+}
+
+fn manual(p: &Provider) -> bool {
+    p.spec.revision_activation_policy == Some(RevisionActivationPolicy::Manual)
+}
+
+impl Reconciler for Providers {
+    type Object = Provider;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, _p: &Provider) -> Api<Provider> {
+        Api::all(self.sk.client().clone())
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.revisions).await
+    }
+
+    async fn apply(
+        &self,
+        p: &Arc<Provider>,
+        status: &mut Draft<Provider>,
+    ) -> Result<Action, Error> {
+        let revisions = self.revisions_of(p);
+        let serving = revisions
+            .iter()
+            .rev()
+            .find(|r| is_active(r) && revision::healthy(r))
+            .cloned();
+        let current = match self.current(p, &revisions).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing new is made; whatever serves goes on serving.
+                report_failure(p, status, &e, serving.as_deref());
+                return Err(e);
+            }
+        };
+        let target = if manual(p) {
+            revisions.iter().rev().find(|r| is_active(r)).cloned()
+        } else {
+            Some(current.clone())
+        };
+        if let Some(t) = &target {
+            self.keep_in_step(p, t).await?;
+        }
+        if let Some(t) = target.as_ref().filter(|t| revision::healthy(t)) {
+            for r in revisions
+                .iter()
+                .filter(|r| r.name_any() != t.name_any() && is_active(r))
+            {
+                self.set_state(r, RevisionState::Inactive).await?;
+            }
+        }
+        self.prune(p, &revisions, target.as_deref(), &current)
+            .await?;
+        report(p, status, target.as_deref(), &current, serving.as_deref());
+        Ok(self.next_look(p))
+    }
+
+    async fn cleanup(
+        &self,
+        p: &Arc<Provider>,
+        status: &mut Draft<Provider>,
+    ) -> Result<Cleanup, Error> {
+        let revisions = self.revisions_of(p);
+        if revisions.is_empty() {
+            self.resolved.remove(&p.name_any());
+            return Ok(Cleanup::Done);
+        }
+        // Custom resources of the package's CRDs hold the deletion: they
+        // would be lost with their CRDs.
+        let crds: Vec<String> = revisions
+            .iter()
+            .flat_map(|r| revision::crd_names(r))
+            .collect();
+        let users = usage::custom_resources(self.sk.client(), &crds)
+            .await
+            .map_err(|e| Error::Revisions("list the custom resources of the package's CRDs", e))?;
+        conditions::set(
+            &mut status.conditions,
+            conditions::deleting(),
+            &conditions::now(),
+        );
+        if let Some(waiting) = users {
+            conditions::set(
+                &mut status.conditions,
+                conditions::custom(
+                    TYPE_HEALTHY,
+                    false,
+                    "Deleting",
+                    Some(format!(
+                        "{waiting}; delete them to finish deleting the Provider"
+                    )),
+                ),
+                &conditions::now(),
+            );
+            return Ok(Cleanup::Wait(Action::requeue(DELETE_POLL)));
+        }
+        let api = self.revisions_api();
+        for r in revisions
+            .iter()
+            .filter(|r| r.meta().deletion_timestamp.is_none())
+        {
+            match api.delete(&r.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::Revisions("delete a revision", e)),
+            }
+        }
+        Ok(Cleanup::Wait(Action::requeue(DELETE_POLL)))
+    }
+
+    fn failed(&self, _p: &Provider, _status: &mut Draft<Provider>, _message: &str) {}
+}
+
+fn is_active(r: &ProviderRevision) -> bool {
+    r.spec.desired_state == RevisionState::Active
+}
+
+/// Sets Installed and Healthy from the target revision (the one that
+/// should serve) and the one that serves now.
+fn report(
+    p: &Provider,
+    status: &mut Draft<Provider>,
+    target: Option<&ProviderRevision>,
+    current: &ProviderRevision,
+    serving: Option<&ProviderRevision>,
+) {
+    let now = conditions::now();
+    status.current_identifier = Some(p.spec.package.clone());
+    let Some(target) = target else {
+        status.current_revision = None;
+        conditions::set(
+            &mut status.conditions,
+            conditions::custom(
+                TYPE_INSTALLED,
+                false,
+                "InactivePackageRevision",
+                Some(format!(
+                    "revision {} awaits activation (revisionActivationPolicy is Manual): set its spec.desiredState to Active",
+                    current.name_any()
+                )),
+            ),
+            &now,
+        );
+        conditions::set(
+            &mut status.conditions,
+            conditions::custom(
+                TYPE_HEALTHY,
+                false,
+                "InactivePackageRevision",
+                Some("no revision is active".into()),
+            ),
+            &now,
+        );
+        return;
+    };
+    status.current_revision = Some(target.name_any());
+    let awaiting = (target.name_any() != current.name_any()).then(|| {
+        format!(
+            "revision {} of {} awaits activation (revisionActivationPolicy is Manual)",
+            current.name_any(),
+            p.spec.package
+        )
+    });
+    conditions::set(
+        &mut status.conditions,
+        conditions::custom(TYPE_INSTALLED, true, "ActivePackageRevision", awaiting),
+        &now,
+    );
+    let healthy = if revision::healthy(target) {
+        conditions::custom(TYPE_HEALTHY, true, "HealthyPackageRevision", None)
+    } else {
+        let mut message = revision::unhealthy_message(target).unwrap_or_else(|| {
+            format!(
+                "waiting for revision {} to report its health",
+                target.name_any()
+            )
+        });
+        if let Some(s) = serving.filter(|s| s.name_any() != target.name_any()) {
+            message.push_str(&format!(
+                "; revision {} ({}) is still serving",
+                s.name_any(),
+                s.spec.package
+            ));
+        }
+        conditions::custom(
+            TYPE_HEALTHY,
+            false,
+            "UnhealthyPackageRevision",
+            Some(message),
+        )
+    };
+    conditions::set(&mut status.conditions, healthy, &now);
+}
+
+/// Healthy=False for a package that could not be turned into a revision,
+/// naming the revision that still serves, if any.
+fn report_failure(
+    p: &Provider,
+    status: &mut Draft<Provider>,
+    e: &Error,
+    serving: Option<&ProviderRevision>,
+) {
+    let mut message = runtime::events::error_chain(e);
+    let transient = matches!(e, Error::Package { source, .. } if source.is_transient());
+    let healthy_now =
+        conditions::get(&status.conditions, TYPE_HEALTHY).is_some_and(|c| c.status == "True");
+    if transient && healthy_now && serving.is_some() {
+        // A registry outage after install does not make a healthy Provider
+        // unhealthy: Synced says what failed.
+        return;
+    }
+    if let Some(s) = serving {
+        message.push_str(&format!(
+            "; revision {} ({}) is still serving",
+            s.name_any(),
+            s.spec.package
+        ));
+    } else {
+        conditions::set(
+            &mut status.conditions,
+            conditions::custom(
+                TYPE_INSTALLED,
+                false,
+                "UnpackingPackage",
+                Some(message.clone()),
+            ),
+            &conditions::now(),
+        );
+    }
+    let _ = p;
+    conditions::set(
+        &mut status.conditions,
+        conditions::custom(TYPE_HEALTHY, false, "UnhealthyPackage", Some(message)),
+        &conditions::now(),
+    );
+}
+
+impl Providers {
+    fn revisions_api(&self) -> Api<ProviderRevision> {
+        Api::all(self.sk.client().clone())
+    }
+
+    /// The Provider's revisions from the cache, oldest (lowest revision)
+    /// first.
+    fn revisions_of(&self, p: &Provider) -> Vec<Arc<ProviderRevision>> {
+        let uid = p.uid();
+        let mut revisions: Vec<_> = self
+            .revisions
+            .state()
+            .into_iter()
+            .filter(|r| {
+                r.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+            })
+            .collect();
+        revisions.sort_by_key(|r| r.spec.revision);
+        revisions
+    }
+
+    /// The revision of the package the Provider names now: found among
+    /// the revisions, or made (after reading and checking the package).
+    async fn current(
+        &self,
+        p: &Provider,
+        revisions: &[Arc<ProviderRevision>],
+    ) -> Result<Arc<ProviderRevision>, Error> {
+        let package = p.spec.package.clone();
+        let digest = self.digest(p, revisions).await?;
+        let name = revision_name(&p.name_any(), &digest);
+        if let Some(r) = revisions.iter().find(|r| r.name_any() == name) {
+            return Ok(r.clone());
+        }
+        // Read (and cache) the package before making anything: a bad one
+        // makes no revision.
+        let fetched = self
+            .packages
+            .fetch(&package, &digest, &p.spec.package_pull_secrets)
+            .await
+            .map_err(|source| Error::Package {
+                package: package.clone(),
+                source,
+            })?;
+        let number = revisions.iter().map(|r| r.spec.revision).max().unwrap_or(0) + 1;
+        let state = if manual(p) {
+            RevisionState::Inactive
+        } else {
+            RevisionState::Active
+        };
+        let revision = ProviderRevision {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(BTreeMap::from([(labels::PACKAGE.to_owned(), p.name_any())])),
+                annotations: Some(BTreeMap::from([
+                    (labels::SOURCE.to_owned(), package.clone()),
+                    (labels::DIGEST.to_owned(), digest.as_str().to_owned()),
+                ])),
+                owner_references: p.controller_owner_ref(&()).map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: ProviderRevisionSpec {
+                desired_state: state,
+                package: package.clone(),
+                image: fetched.contents.meta.controller_image.clone(),
+                revision: number,
+                ..spec_from(p)
+            },
+            status: None,
+        };
+        match self
+            .revisions_api()
+            .create(&PostParams::default(), &revision)
+            .await
+        {
+            Ok(r) => {
+                let note = format!("revision {number} ({name}) made for package {package}");
+                self.sk
+                    .reporting
+                    .events
+                    .normal(&p.object_ref(&()), "RevisionCreated", note)
+                    .await;
+                Ok(Arc::new(r))
+            }
+            // Made by an earlier reconcile the cache does not show yet.
+            Err(kube::Error::Api(e)) if e.code == 409 => self
+                .revisions_api()
+                .get(&name)
+                .await
+                .map(Arc::new)
+                .map_err(|e| Error::Revisions("read a revision", e)),
+            Err(e) => Err(Error::Revisions("create a revision", e)),
+        }
+    }
+
+    /// The digest the Provider's package names, resolving a tag only when
+    /// the pull policy says so.
+    async fn digest(
+        &self,
+        p: &Provider,
+        revisions: &[Arc<ProviderRevision>],
+    ) -> Result<Digest, Error> {
+        let package = &p.spec.package;
+        if let Some(d) = pinned_digest(package) {
+            return Ok(d);
+        }
+        let known = revisions
+            .iter()
+            .rev()
+            .filter(|r| r.annotations().get(labels::SOURCE) == Some(package))
+            .find_map(|r| {
+                r.annotations()
+                    .get(labels::DIGEST)
+                    .and_then(|d| Digest::parse(d))
+            });
+        let policy = pull_policy(p);
+        if policy != "Always" {
+            if let Some(d) = known {
+                return Ok(d);
+            }
+            if policy == "Never" {
+                return Err(Error::NeverPulled(package.clone()));
+            }
+        }
+        if let Some((pkg, d)) = self.resolved.get(&p.name_any())
+            && &pkg == package
+        {
+            return Ok(d);
+        }
+        let d = self
+            .packages
+            .resolve(package, &p.spec.package_pull_secrets)
+            .await
+            .map_err(|source| Error::Package {
+                package: package.clone(),
+                source,
+            })?;
+        self.resolved
+            .insert(p.name_any(), (package.clone(), d.clone()));
+        Ok(d)
+    }
+
+    /// Copies the Provider's settings that a revision follows (pull
+    /// secrets, runtime config, …) onto the target revision, and activates
+    /// it, writing only what differs.
+    async fn keep_in_step(&self, p: &Provider, r: &ProviderRevision) -> Result<(), Error> {
+        let want = spec_from(p);
+        let differs = r.spec.package_pull_policy != want.package_pull_policy
+            || r.spec.package_pull_secrets != want.package_pull_secrets
+            || r.spec.skip_dependency_resolution != want.skip_dependency_resolution
+            || r.spec.ignore_crossplane_constraints != want.ignore_crossplane_constraints
+            || r.spec.runtime_config_ref != want.runtime_config_ref
+            || r.spec.controller_config_ref != want.controller_config_ref
+            || (!manual(p) && !is_active(r));
+        if !differs {
+            return Ok(());
+        }
+        let state = if manual(p) {
+            r.spec.desired_state
+        } else {
+            RevisionState::Active
+        };
+        let patch = serde_json::json!({
+            "spec": {
+                "desiredState": state,
+                "packagePullPolicy": want.package_pull_policy,
+                "packagePullSecrets": want.package_pull_secrets,
+                "skipDependencyResolution": want.skip_dependency_resolution,
+                "ignoreCrossplaneConstraints": want.ignore_crossplane_constraints,
+                "runtimeConfigRef": want.runtime_config_ref,
+                "controllerConfigRef": want.controller_config_ref,
+            }
+        });
+        self.revisions_api()
+            .patch(
+                &r.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Revisions("update a revision's settings", e))?;
+        Ok(())
+    }
+
+    async fn set_state(&self, r: &ProviderRevision, state: RevisionState) -> Result<(), Error> {
+        let patch = serde_json::json!({"spec": {"desiredState": state}});
+        self.revisions_api()
+            .patch(
+                &r.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Revisions("deactivate a revision", e))?;
+        Ok(())
+    }
+
+    /// Deletes the oldest inactive revisions beyond revisionHistoryLimit
+    /// (default 1; 0 keeps all).
+    async fn prune(
+        &self,
+        p: &Provider,
+        revisions: &[Arc<ProviderRevision>],
+        target: Option<&ProviderRevision>,
+        current: &ProviderRevision,
+    ) -> Result<(), Error> {
+        let limit = p.spec.revision_history_limit.unwrap_or(1);
+        if limit <= 0 {
+            return Ok(());
+        }
+        let keep = |r: &ProviderRevision| {
+            is_active(r)
+                || r.name_any() == current.name_any()
+                || target.is_some_and(|t| t.name_any() == r.name_any())
+        };
+        let inactive: Vec<_> = revisions
+            .iter()
+            .filter(|r| !keep(r) && r.meta().deletion_timestamp.is_none())
+            .collect();
+        let excess = inactive
+            .len()
+            .saturating_sub(usize::try_from(limit).unwrap_or(usize::MAX));
+        for r in inactive.into_iter().take(excess) {
+            match self
+                .revisions_api()
+                .delete(&r.name_any(), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::Revisions("delete an old revision", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn next_look(&self, p: &Provider) -> Action {
+        if pull_policy(p) == "Always" && pinned_digest(&p.spec.package).is_none() {
+            Action::requeue(self.settings.pull_interval)
+        } else {
+            Action::requeue(self.settings.resync)
+        }
+    }
+}
+
+/// The revision settings a Provider decides.
+fn spec_from(p: &Provider) -> ProviderRevisionSpec {
+    ProviderRevisionSpec {
+        package_pull_policy: p.spec.package_pull_policy.clone(),
+        package_pull_secrets: p.spec.package_pull_secrets.clone(),
+        skip_dependency_resolution: p.spec.skip_dependency_resolution,
+        ignore_crossplane_constraints: p.spec.ignore_crossplane_constraints,
+        runtime_config_ref: p.spec.runtime_config_ref.clone(),
+        controller_config_ref: p.spec.controller_config_ref.clone(),
+        ..ProviderRevisionSpec::default()
+    }
+}
+
+/// The Provider controller, ready to run. It watches the revisions it
+/// controls through one reflector, which updates the store reconciles read
+/// before it wakes their Provider.
+pub fn controller(
+    rt: &Runtime,
+    packages: Packages,
+    settings: Settings,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let (reader, writer) = kube::runtime::reflector::store();
+    let revisions = watcher(
+        Api::<ProviderRevision>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let providers = Arc::new(Providers {
+        sk: Skeleton::new(rt, CONTROLLER),
+        revisions: reader,
+        packages,
+        settings,
+        resolved: Expiring::new(Duration::from_secs(3600)),
+    });
+    let ctrl = Controller::new(
+        Api::<Provider>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .owns_stream(revisions)
+    .with_config(rt.controller_config())
+    .graceful_shutdown_on(rt.shutdown());
+    reconciler::run(ctrl, providers)
+}

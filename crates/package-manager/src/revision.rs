@@ -1,0 +1,1003 @@
+//! The ProviderRevision controller: an Active revision installs its
+//! package's CRDs (server-side apply, all or nothing: every CRD is dry-run
+//! first) and, with `--package-runtime=Deployment`, runs the package's
+//! runtime (a ServiceAccount, Deployment and Service rendered from its
+//! runtime config). An Inactive revision stops its runtime and keeps a
+//! non-controller reference on its CRDs. Deleting a revision removes its
+//! runtime and the CRDs no other revision of the Provider delivers.
+//!
+//! CRD control moves within a Provider by revision number: a revision takes
+//! a CRD from an older sibling and leaves one a newer sibling controls, so
+//! an upgrade never reports a conflict with itself. A CRD controlled by
+//! anything else is a conflict: nothing is written, Healthy=False names the
+//! owner, and the revision looks again until the owner is gone.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        core::v1::{Pod, Service, ServiceAccount},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+    runtime::{
+        Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, reflector::Store,
+        watcher,
+    },
+};
+use runtime::{
+    conditions,
+    controller::{Runtime, cache_ready},
+    events::ReconcileError,
+    expiring::Expiring,
+    reconciler::{
+        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
+    },
+    ssa,
+};
+use types::{
+    common::{Condition, TypedReference},
+    pkg::{
+        v1::{ProviderRevision, RevisionState},
+        v1alpha1::ControllerConfig,
+        v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec},
+    },
+};
+
+use crate::{
+    PackageRuntime, convert, labels,
+    packages::{FetchError, Packages},
+    render, usage,
+};
+
+/// Name of this controller in metrics and events.
+pub const CONTROLLER: &str = "providerrevision";
+/// Finalizer that holds a revision until its runtime and CRDs are gone.
+pub const FINALIZER: &str = "pkg.crossplane.io/revision";
+/// Healthy: the package's CRDs are installed and established.
+pub const TYPE_HEALTHY: &str = "Healthy";
+/// RuntimeHealthy: the package runtime runs (its Deployment is Available).
+pub const TYPE_RUNTIME_HEALTHY: &str = "RuntimeHealthy";
+/// The runtime config a revision uses when it names none.
+pub const DEFAULT_RUNTIME_CONFIG: &str = "default";
+/// How often a revision waiting on something the watches do not show
+/// (pods, CRDs becoming established, a conflicting owner) looks again.
+const WAIT_POLL: Duration = Duration::from_secs(3);
+
+/// Why reconciling a revision failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The package could not be read.
+    #[error("cannot read package {package}: {source}")]
+    Package {
+        /// The package reference.
+        package: String,
+        /// Why.
+        #[source]
+        source: FetchError,
+    },
+    /// The revision carries no digest annotation.
+    #[error(
+        "revision has no {} annotation; delete it and the Provider makes it again",
+        labels::DIGEST
+    )]
+    NoDigest,
+    /// A CRD belongs to someone else.
+    #[error("{0}")]
+    Conflict(String),
+    /// The API server refused a CRD of the package.
+    #[error("the API server refuses CustomResourceDefinition {name} of the package: {message}")]
+    InvalidCrd {
+        /// The CRD.
+        name: String,
+        /// The API server's message.
+        message: String,
+    },
+    /// The runtime config is missing or of a kind the package manager
+    /// cannot use.
+    #[error("{0}")]
+    RuntimeConfig(String),
+    /// The runtime could not be rendered from the runtime config.
+    #[error("cannot render the package runtime: {0}")]
+    Render(String),
+    /// A request for the revision's CRDs or runtime failed.
+    #[error("failed to {0}")]
+    Request(&'static str, #[source] kube::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Package { .. } | Error::NoDigest => "CannotReadPackage",
+            Error::Conflict(_) => "ConflictingCustomResourceDefinition",
+            Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
+            Error::RuntimeConfig(_) | Error::Render(_) => "CannotRunPackageRuntime",
+            Error::Request(..) => "CannotEstablishPackageObjects",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
+        }
+    }
+
+    fn retry_within(&self) -> Option<Duration> {
+        match self {
+            // The owner going away, a registry coming back and a runtime
+            // config being created are noticed within this bound.
+            Error::Conflict(_) | Error::RuntimeConfig(_) => Some(Duration::from_secs(10)),
+            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
+            _ => None,
+        }
+    }
+}
+
+/// Settings of the revision controller.
+#[derive(Clone)]
+pub struct Settings {
+    /// Where runtimes run (the package manager's namespace).
+    pub namespace: String,
+    /// Deployment or External.
+    pub mode: PackageRuntime,
+    /// Honour runtimeConfigRef (true) or the deprecated
+    /// controllerConfigRef (false).
+    pub enable_runtime_config: bool,
+    /// How often a healthy revision is looked at again.
+    pub resync: Duration,
+}
+
+/// The revision controller's reconciler.
+pub struct Revisions {
+    sk: Skeleton,
+    field_manager: String,
+    packages: Packages,
+    settings: Settings,
+    revisions: Store<ProviderRevision>,
+    deployments: Store<Deployment>,
+    /// What was last applied for a revision's runtime (a hash), so an
+    /// unchanged runtime is not written again.
+    applied: Expiring<String, u64>,
+}
+
+/// Whether a revision's CRDs and runtime are healthy.
+pub fn healthy(r: &ProviderRevision) -> bool {
+    let conds = r
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    [TYPE_HEALTHY, TYPE_RUNTIME_HEALTHY]
+        .iter()
+        .all(|t| conditions::get(conds, t).is_some_and(|c| c.status == "True"))
+}
+
+/// What is wrong with an unhealthy revision, as its conditions say.
+pub fn unhealthy_message(r: &ProviderRevision) -> Option<String> {
+    let conds = r
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    [TYPE_HEALTHY, TYPE_RUNTIME_HEALTHY]
+        .iter()
+        .filter_map(|t| conditions::get(conds, t))
+        .find(|c| c.status != "True")
+        .map(|c| {
+            format!(
+                "revision {}: {}",
+                r.name_any(),
+                c.message
+                    .clone()
+                    .or_else(|| c.reason.clone())
+                    .unwrap_or_default()
+            )
+        })
+}
+
+/// The CRDs a revision delivered.
+pub fn crd_names(r: &ProviderRevision) -> Vec<String> {
+    r.status
+        .as_ref()
+        .map(|s| {
+            s.object_refs
+                .iter()
+                .filter(|o| o.kind == "CustomResourceDefinition")
+                .map(|o| o.name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn set(
+    status: &mut Draft<ProviderRevision>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: Option<String>,
+) {
+    conditions::set(
+        &mut status.conditions,
+        conditions::custom(type_, ok, reason, message),
+        &conditions::now(),
+    );
+}
+
+fn condition_true(status: &Draft<ProviderRevision>, type_: &str) -> bool {
+    conditions::get(&status.conditions, type_).is_some_and(|c: &Condition| c.status == "True")
+}
+
+/// How a CRD that exists relates to this revision.
+enum Control {
+    /// Nobody, this revision or an older sibling controls it: ours to apply.
+    Ours,
+    /// A newer revision of the same Provider controls it.
+    Newer,
+    /// Something else controls it; the message names it.
+    Foreign(String),
+}
+
+impl Reconciler for Revisions {
+    type Object = ProviderRevision;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, _r: &ProviderRevision) -> Api<ProviderRevision> {
+        Api::all(self.sk.client().clone())
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.revisions).await && cache_ready(&self.deployments).await
+    }
+
+    async fn apply(
+        &self,
+        r: &Arc<ProviderRevision>,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Action, Error> {
+        if r.spec.desired_state != RevisionState::Active {
+            self.stop_runtime(r).await?;
+            set(
+                status,
+                TYPE_RUNTIME_HEALTHY,
+                false,
+                "InactivePackageRevision",
+                Some("the revision is inactive: its runtime is stopped".into()),
+            );
+            return Ok(Action::requeue(self.settings.resync));
+        }
+        let contents = match self.package(r).await {
+            Ok(c) => c,
+            Err(e) => {
+                let keep = matches!(&e, Error::Package { source, .. } if source.is_transient())
+                    && condition_true(status, TYPE_HEALTHY);
+                if !keep {
+                    set(
+                        status,
+                        TYPE_HEALTHY,
+                        false,
+                        "UnhealthyPackageRevision",
+                        Some(runtime::events::error_chain(&e)),
+                    );
+                }
+                return Err(e);
+            }
+        };
+        match self.install(r, &contents.objects, status).await {
+            Ok(Some(action)) => return Ok(action),
+            Ok(None) => {}
+            Err(e) => {
+                set(
+                    status,
+                    TYPE_HEALTHY,
+                    false,
+                    "UnhealthyPackageRevision",
+                    Some(runtime::events::error_chain(&e)),
+                );
+                return Err(e);
+            }
+        }
+        match self.settings.mode {
+            PackageRuntime::External => {
+                set(
+                    status,
+                    TYPE_RUNTIME_HEALTHY,
+                    true,
+                    "ExternalRuntime",
+                    Some("the runtime is left to an external controller (--package-runtime=External)".into()),
+                );
+                Ok(Action::requeue(self.settings.resync))
+            }
+            PackageRuntime::Deployment => match self.run_runtime(r, status).await {
+                Ok(action) => Ok(action),
+                Err(e) => {
+                    set(
+                        status,
+                        TYPE_RUNTIME_HEALTHY,
+                        false,
+                        "UnhealthyRuntime",
+                        Some(runtime::events::error_chain(&e)),
+                    );
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    async fn cleanup(
+        &self,
+        r: &Arc<ProviderRevision>,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Cleanup, Error> {
+        self.stop_runtime(r).await?;
+        let crds = self.crds_api();
+        let uid = r.uid().unwrap_or_default();
+        let mut waiting = Vec::new();
+        for name in crd_names(r) {
+            let Some(live) = crds
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::Request("read a CRD", e))?
+            else {
+                continue;
+            };
+            let refs = live.owner_references();
+            if !refs.iter().any(|o| o.uid == uid) {
+                continue;
+            }
+            let others: Vec<OwnerReference> = refs
+                .iter()
+                .filter(|o| o.uid != uid && o.kind == "ProviderRevision" && self.exists(&o.name))
+                .cloned()
+                .map(|mut o| {
+                    o.controller = Some(false);
+                    o
+                })
+                .collect();
+            if !others.is_empty() {
+                // Another revision of the Provider still delivers it: only
+                // this revision's reference goes.
+                let patch = serde_json::json!({
+                    "apiVersion": "apiextensions.k8s.io/v1",
+                    "kind": "CustomResourceDefinition",
+                    "metadata": {"name": name, "ownerReferences": others},
+                });
+                ssa::apply(&crds, &name, &patch, &self.field_manager)
+                    .await
+                    .map_err(|e| Error::Request("release a CRD", e))?;
+                continue;
+            }
+            let users = usage::custom_resources(self.sk.client(), std::slice::from_ref(&name))
+                .await
+                .map_err(|e| Error::Request("list custom resources", e))?;
+            if let Some(users) = users {
+                waiting.push(users);
+                continue;
+            }
+            match crds.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::Request("delete a CRD", e)),
+            }
+        }
+        if waiting.is_empty() {
+            self.applied.remove(&r.name_any());
+            return Ok(Cleanup::Done);
+        }
+        set(
+            status,
+            TYPE_HEALTHY,
+            false,
+            "Deleting",
+            Some(format!("{}; the CRDs go when they do", waiting.join("; "))),
+        );
+        Ok(Cleanup::Wait(Action::requeue(WAIT_POLL)))
+    }
+
+    /// `apply` set the conditions itself.
+    fn failed(&self, _r: &ProviderRevision, _status: &mut Draft<ProviderRevision>, _message: &str) {
+    }
+}
+
+impl Revisions {
+    fn crds_api(&self) -> Api<CustomResourceDefinition> {
+        Api::all(self.sk.client().clone())
+    }
+
+    fn exists(&self, revision: &str) -> bool {
+        self.revisions.get(&ObjectRef::new(revision)).is_some()
+    }
+
+    /// Reads the revision's package (from the cache; the registry only
+    /// when the cache lost it).
+    async fn package(&self, r: &ProviderRevision) -> Result<oci::xpkg::Contents, Error> {
+        let digest = r
+            .annotations()
+            .get(labels::DIGEST)
+            .and_then(|d| oci::Digest::parse(d))
+            .ok_or(Error::NoDigest)?;
+        let fetched = self
+            .packages
+            .fetch(&r.spec.package, &digest, &r.spec.package_pull_secrets)
+            .await
+            .map_err(|source| Error::Package {
+                package: r.spec.package.clone(),
+                source,
+            })?;
+        Ok(fetched.contents)
+    }
+
+    /// The Provider's other revisions, by name → revision number.
+    fn siblings(&self, r: &ProviderRevision) -> BTreeMap<String, i64> {
+        let package = r.labels().get(labels::PACKAGE).cloned();
+        self.revisions
+            .state()
+            .iter()
+            .filter(|o| {
+                o.labels().get(labels::PACKAGE) == package.as_ref() && o.name_any() != r.name_any()
+            })
+            .map(|o| (o.name_any(), o.spec.revision))
+            .collect()
+    }
+
+    fn control(
+        &self,
+        r: &ProviderRevision,
+        siblings: &BTreeMap<String, i64>,
+        live: &CustomResourceDefinition,
+    ) -> Control {
+        let Some(owner) = live
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+        else {
+            return Control::Ours;
+        };
+        if Some(&owner.uid) == r.uid().as_ref() {
+            return Control::Ours;
+        }
+        if owner.kind == "ProviderRevision"
+            && let Some(n) = siblings.get(&owner.name)
+        {
+            return if *n > r.spec.revision {
+                Control::Newer
+            } else {
+                Control::Ours
+            };
+        }
+        let provider = (owner.kind == "ProviderRevision")
+            .then(|| self.revisions.get(&ObjectRef::new(&owner.name)))
+            .flatten()
+            .and_then(|o| o.labels().get(labels::PACKAGE).cloned());
+        Control::Foreign(match provider {
+            Some(p) => format!(
+                "CustomResourceDefinition {} is already controlled by ProviderRevision {} of Provider {p}; delete one of the two Providers",
+                live.name_any(),
+                owner.name
+            ),
+            None => format!(
+                "CustomResourceDefinition {} is already controlled by {} {}; remove it or that owner first",
+                live.name_any(),
+                owner.kind,
+                owner.name
+            ),
+        })
+    }
+
+    /// Installs the package's CRDs. `Ok(Some(action))` when the revision
+    /// must wait (a newer sibling took over, or CRDs are not established
+    /// yet).
+    async fn install(
+        &self,
+        r: &ProviderRevision,
+        objects: &[serde_json::Value],
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Option<Action>, Error> {
+        let crds = self.crds_api();
+        let siblings = self.siblings(r);
+        let mut bodies = Vec::new();
+        for object in objects {
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let live = crds
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::Request("read a CRD", e))?;
+            if let Some(live) = &live {
+                match self.control(r, &siblings, live) {
+                    Control::Ours => {}
+                    Control::Newer => {
+                        // A newer revision took over: this one is on its way
+                        // out; leave everything to it.
+                        return Ok(Some(Action::requeue(self.settings.resync)));
+                    }
+                    Control::Foreign(message) => return Err(Error::Conflict(message)),
+                }
+            }
+            bodies.push((name, self.crd_body(r, object, live.as_ref(), &siblings)));
+        }
+        // All or nothing: every CRD is checked by the API server before any
+        // is written.
+        let dry = PatchParams::apply(&self.field_manager).force().dry_run();
+        for (name, body) in &bodies {
+            if let Err(e) = crds.patch(name, &dry, &Patch::Apply(body)).await {
+                return Err(match e {
+                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => Error::InvalidCrd {
+                        name: name.clone(),
+                        message: a.message,
+                    },
+                    e => Error::Request("check a CRD (dry run)", e),
+                });
+            }
+        }
+        let mut pending = Vec::new();
+        let mut refs = Vec::new();
+        for (name, body) in &bodies {
+            let applied = ssa::apply(&crds, name, body, &self.field_manager)
+                .await
+                .map_err(|e| Error::Request("apply a CRD", e))?;
+            let established = applied
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if !established {
+                pending.push(name.clone());
+            }
+            refs.push(TypedReference {
+                api_version: "apiextensions.k8s.io/v1".into(),
+                kind: "CustomResourceDefinition".into(),
+                name: name.clone(),
+                uid: applied.uid(),
+            });
+        }
+        status.object_refs = refs;
+        status.found_dependencies = Some(0);
+        status.installed_dependencies = Some(0);
+        status.invalid_dependencies = Some(0);
+        if !pending.is_empty() {
+            set(
+                status,
+                TYPE_HEALTHY,
+                false,
+                "UnhealthyPackageRevision",
+                Some(format!(
+                    "waiting for CRDs to become established: {}",
+                    pending.join(", ")
+                )),
+            );
+            return Ok(Some(Action::requeue(Duration::from_secs(1))));
+        }
+        set(status, TYPE_HEALTHY, true, "HealthyPackageRevision", None);
+        Ok(None)
+    }
+
+    /// A CRD of the package as this revision applies it: controlled by the
+    /// revision, referenced (not controlled) by its siblings that already
+    /// reference it.
+    fn crd_body(
+        &self,
+        r: &ProviderRevision,
+        object: &serde_json::Value,
+        live: Option<&CustomResourceDefinition>,
+        siblings: &BTreeMap<String, i64>,
+    ) -> serde_json::Value {
+        let mut owners: Vec<OwnerReference> = live
+            .map(|l| l.owner_references().to_vec())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
+            .map(|mut o| {
+                o.controller = Some(false);
+                o.block_owner_deletion = None;
+                o
+            })
+            .collect();
+        if let Some(mut own) = r.controller_owner_ref(&()) {
+            own.block_owner_deletion = Some(true);
+            owners.push(own);
+        }
+        let mut body = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {
+                "name": object.pointer("/metadata/name").cloned().unwrap_or_default(),
+                "labels": object.pointer("/metadata/labels").cloned().unwrap_or_else(|| serde_json::json!({})),
+                "annotations": object.pointer("/metadata/annotations").cloned().unwrap_or_else(|| serde_json::json!({})),
+                "ownerReferences": owners,
+            },
+            "spec": object.get("spec").cloned().unwrap_or_default(),
+        });
+        if let Some(l) = body
+            .pointer_mut("/metadata/labels")
+            .and_then(|l| l.as_object_mut())
+            && let Some(p) = r.labels().get(labels::PACKAGE)
+        {
+            l.insert(labels::PACKAGE.into(), p.clone().into());
+        }
+        body
+    }
+
+    /// The runtime config the revision's runtime is rendered from, and
+    /// whether it came from a ControllerConfig (whose image wins).
+    async fn runtime_config(
+        &self,
+        r: &ProviderRevision,
+    ) -> Result<(DeploymentRuntimeConfigSpec, bool), Error> {
+        if !self.settings.enable_runtime_config
+            && let Some(cc) = &r.spec.controller_config_ref
+        {
+            let api = Api::<ControllerConfig>::all(self.sk.client().clone());
+            let found = api
+                .get_opt(&cc.name)
+                .await
+                .map_err(|e| Error::Request("read a ControllerConfig", e))?;
+            let Some(found) = found else {
+                return Err(Error::RuntimeConfig(format!(
+                    "ControllerConfig {} (spec.controllerConfigRef) does not exist; create it or remove the reference",
+                    cc.name
+                )));
+            };
+            return Ok((convert::spec_from_controller_config(&found.spec), true));
+        }
+        if self.settings.enable_runtime_config && r.spec.controller_config_ref.is_some() {
+            self.warn_once(
+                r,
+                "ControllerConfigIgnored",
+                "spec.controllerConfigRef is ignored: the package manager runs with --enable-runtime-config=true; convert it with `package-manager convert controllerconfig` and use spec.runtimeConfigRef",
+            )
+            .await;
+        }
+        let (kind, api_version, name) = match &r.spec.runtime_config_ref {
+            Some(c) => (
+                c.kind
+                    .clone()
+                    .unwrap_or_else(|| "DeploymentRuntimeConfig".into()),
+                c.api_version
+                    .clone()
+                    .unwrap_or_else(|| "pkg.crossplane.io/v1beta1".into()),
+                c.name.clone(),
+            ),
+            None => (
+                "DeploymentRuntimeConfig".into(),
+                "pkg.crossplane.io/v1beta1".into(),
+                DEFAULT_RUNTIME_CONFIG.into(),
+            ),
+        };
+        let group_ok = api_version.split('/').next() == Some("pkg.crossplane.io");
+        if kind != "DeploymentRuntimeConfig" || !group_ok {
+            return Err(Error::RuntimeConfig(format!(
+                "spec.runtimeConfigRef names {api_version} {kind} {name}, which --package-runtime=Deployment cannot use; name a pkg.crossplane.io DeploymentRuntimeConfig"
+            )));
+        }
+        let api = Api::<DeploymentRuntimeConfig>::all(self.sk.client().clone());
+        let found = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::Request("read a DeploymentRuntimeConfig", e))?;
+        match found {
+            Some(c) => Ok((c.spec, false)),
+            None => Err(Error::RuntimeConfig(format!(
+                "DeploymentRuntimeConfig {name} (spec.runtimeConfigRef) does not exist; create it or name another"
+            ))),
+        }
+    }
+
+    async fn warn_once(&self, r: &ProviderRevision, reason: &str, note: &str) {
+        let key = format!("{}/{reason}", r.name_any());
+        if self.applied.get(&key).is_some() {
+            return;
+        }
+        self.applied.insert(key, 0);
+        self.sk
+            .reporting
+            .events
+            .warning(&r.object_ref(&()), reason, note.to_owned())
+            .await;
+    }
+
+    /// Renders and applies the runtime, then reports its health.
+    async fn run_runtime(
+        &self,
+        r: &ProviderRevision,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Action, Error> {
+        let (config, config_image_wins) = self.runtime_config(r).await?;
+        let Some(image) = r.spec.image.as_deref() else {
+            set(
+                status,
+                TYPE_RUNTIME_HEALTHY,
+                false,
+                "NoRuntimeImage",
+                Some("the package's meta names no spec.controller.image, so there is no runtime to run".into()),
+            );
+            return Ok(Action::requeue(self.settings.resync));
+        };
+        let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
+        let secrets: Vec<String> = r
+            .spec
+            .package_pull_secrets
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        let uid = r.uid().unwrap_or_default();
+        let name = r.name_any();
+        let input = render::Input {
+            revision: &name,
+            revision_uid: &uid,
+            provider: &provider,
+            namespace: &self.settings.namespace,
+            image,
+            pull_policy: r.spec.package_pull_policy.as_deref(),
+            pull_secrets: &secrets,
+            config: &config,
+            config_image_wins,
+        };
+        let mut rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
+        for (object, owned) in [
+            (&mut rendered.deployment, true),
+            (&mut rendered.service, true),
+            (
+                &mut rendered.service_account,
+                !rendered.service_account_named,
+            ),
+        ] {
+            if owned {
+                label(object, &name);
+            }
+        }
+        let hash = runtime_hash(&rendered);
+        let deployment_name = rendered
+            .deployment
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or(&name)
+            .to_owned();
+        let live = self
+            .deployments
+            .get(&ObjectRef::new(&deployment_name).within(&self.settings.namespace));
+        if self.applied.get(&name) != Some(hash) || live.is_none() {
+            self.apply_runtime(&rendered).await?;
+            self.applied.insert(name.clone(), hash);
+        }
+        self.runtime_health(r, live.as_deref(), &deployment_name, status)
+            .await
+    }
+
+    async fn apply_runtime(&self, rendered: &render::Rendered) -> Result<(), Error> {
+        let client = self.sk.client().clone();
+        let ns = &self.settings.namespace;
+        let sa = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+        let svc = Api::<Service>::namespaced(client.clone(), ns);
+        let dep = Api::<Deployment>::namespaced(client, ns);
+        let name = |o: &serde_json::Value| {
+            o.pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        ssa::apply(
+            &sa,
+            &name(&rendered.service_account),
+            &rendered.service_account,
+            &self.field_manager,
+        )
+        .await
+        .map_err(|e| Error::Request("apply the runtime's ServiceAccount", e))?;
+        ssa::apply(
+            &svc,
+            &name(&rendered.service),
+            &rendered.service,
+            &self.field_manager,
+        )
+        .await
+        .map_err(|e| Error::Request("apply the runtime's Service", e))?;
+        ssa::apply(
+            &dep,
+            &name(&rendered.deployment),
+            &rendered.deployment,
+            &self.field_manager,
+        )
+        .await
+        .map_err(|e| Error::Request("apply the runtime's Deployment", e))?;
+        Ok(())
+    }
+
+    /// RuntimeHealthy from the Deployment's Available condition, naming the
+    /// pods' waiting reasons while it is not.
+    async fn runtime_health(
+        &self,
+        r: &ProviderRevision,
+        live: Option<&Deployment>,
+        deployment: &str,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Action, Error> {
+        let available = live
+            .and_then(|d| d.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
+        if available.is_some_and(|c| c.status == "True") {
+            set(status, TYPE_RUNTIME_HEALTHY, true, "HealthyRuntime", None);
+            return Ok(Action::requeue(self.settings.resync));
+        }
+        let pods = Api::<Pod>::namespaced(self.sk.client().clone(), &self.settings.namespace)
+            .list(&ListParams::default().labels(&format!("{}={}", labels::REVISION, r.name_any())))
+            .await
+            .map_err(|e| Error::Request("list the runtime's pods", e))?;
+        let mut reasons = Vec::new();
+        for p in &pods.items {
+            let statuses = p.status.iter().flat_map(|s| {
+                s.container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.init_container_statuses.iter().flatten())
+            });
+            for c in statuses {
+                let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref());
+                if let Some(w) =
+                    waiting.filter(|w| w.reason.as_deref() != Some("ContainerCreating"))
+                {
+                    let mut line = format!(
+                        "pod {} container {}: {}",
+                        p.name_any(),
+                        c.name,
+                        w.reason.clone().unwrap_or_default()
+                    );
+                    if let Some(m) = &w.message {
+                        line.push_str(&format!(" ({})", m.chars().take(200).collect::<String>()));
+                    }
+                    reasons.push(line);
+                }
+            }
+        }
+        let mut message = format!(
+            "Deployment {}/{deployment} is not available",
+            self.settings.namespace
+        );
+        if let Some(m) = available.and_then(|c| c.message.as_ref()) {
+            message.push_str(&format!(": {m}"));
+        }
+        if !reasons.is_empty() {
+            message.push_str(&format!("; {}", reasons.join("; ")));
+        }
+        set(
+            status,
+            TYPE_RUNTIME_HEALTHY,
+            false,
+            "UnhealthyRuntime",
+            Some(message),
+        );
+        Ok(Action::requeue(WAIT_POLL))
+    }
+
+    /// Deletes the runtime objects the revision owns (a ServiceAccount the
+    /// runtime config named is the user's and stays).
+    async fn stop_runtime(&self, r: &ProviderRevision) -> Result<(), Error> {
+        let selector = format!("{}={}", labels::REVISION, r.name_any());
+        let running = self
+            .deployments
+            .state()
+            .iter()
+            .any(|d| d.labels().get(labels::REVISION) == Some(&r.name_any()));
+        if !running && self.applied.get(&r.name_any()).is_none() {
+            return Ok(());
+        }
+        let client = self.sk.client().clone();
+        let ns = &self.settings.namespace;
+        let lp = ListParams::default().labels(&selector);
+        let dp = DeleteParams::background();
+        Api::<Deployment>::namespaced(client.clone(), ns)
+            .delete_collection(&dp, &lp)
+            .await
+            .map_err(|e| Error::Request("delete the runtime's Deployment", e))?;
+        Api::<Service>::namespaced(client.clone(), ns)
+            .delete_collection(&dp, &lp)
+            .await
+            .map_err(|e| Error::Request("delete the runtime's Service", e))?;
+        Api::<ServiceAccount>::namespaced(client, ns)
+            .delete_collection(&dp, &lp)
+            .await
+            .map_err(|e| Error::Request("delete the runtime's ServiceAccount", e))?;
+        self.applied.remove(&r.name_any());
+        Ok(())
+    }
+}
+
+/// Adds the revision label to an object the revision owns.
+fn label(object: &mut serde_json::Value, revision: &str) {
+    let Some(meta) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) else {
+        return;
+    };
+    let labels = meta
+        .entry("labels")
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(l) = labels.as_object_mut() {
+        l.insert(labels::REVISION.into(), revision.into());
+    }
+}
+
+fn runtime_hash(rendered: &render::Rendered) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for o in [
+        &rendered.service_account,
+        &rendered.service,
+        &rendered.deployment,
+    ] {
+        o.to_string().hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The revision controller, ready to run: it watches the runtime
+/// Deployments it owns and wakes the revisions that use a runtime config
+/// when it changes.
+pub fn controller(
+    rt: &Runtime,
+    packages: Packages,
+    settings: Settings,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let (deployments, writer) = kube::runtime::reflector::store();
+    let owned = watcher(
+        Api::<Deployment>::namespaced(rt.client.clone(), &settings.namespace),
+        watcher::Config::default().labels(labels::REVISION),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let ctrl = Controller::new(
+        Api::<ProviderRevision>::all(rt.client.clone()),
+        watcher::Config::default(),
+    );
+    let revisions = ctrl.store();
+    let by_config = revisions.clone();
+    let ctrl = ctrl
+        .owns_stream(owned)
+        .watches(
+            Api::<DeploymentRuntimeConfig>::all(rt.client.clone()),
+            watcher::Config::default(),
+            move |config| {
+                let name = config.name_any();
+                by_config
+                    .state()
+                    .iter()
+                    .filter(|r| {
+                        r.spec
+                            .runtime_config_ref
+                            .as_ref()
+                            .map_or(DEFAULT_RUNTIME_CONFIG, |c| c.name.as_str())
+                            == name
+                    })
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown());
+    let reconciler = Arc::new(Revisions {
+        sk: Skeleton::new(rt, CONTROLLER),
+        field_manager: rt.field_manager(),
+        packages,
+        settings,
+        revisions,
+        deployments,
+        applied: Expiring::new(Duration::from_secs(3600)),
+    });
+    reconciler::run(ctrl, reconciler)
+}

@@ -1,0 +1,79 @@
+//! Which custom resources of a package's CRDs exist: they hold a
+//! Provider's deletion (deleting their CRDs would delete them).
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, ResourceExt,
+    api::{ApiResource, DynamicObject, ListParams},
+};
+
+/// At most this many names are listed per kind.
+const NAMED: usize = 5;
+
+/// The custom resources of the CRDs called `crds` that exist, as
+/// `waiting for 2 Objects: a, b` (one clause per kind), or None when there
+/// are none. CRDs that do not exist are skipped.
+pub async fn custom_resources(
+    client: &kube::Client,
+    crds: &[String],
+) -> kube::Result<Option<String>> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut clauses = Vec::new();
+    for name in crds {
+        let Some(crd) = api.get_opt(name).await? else {
+            continue;
+        };
+        let Some(ar) = api_resource(&crd) else {
+            continue;
+        };
+        let objects = Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .list(&ListParams::default().limit(100))
+            .await?;
+        if objects.items.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = objects
+            .items
+            .iter()
+            .take(NAMED)
+            .map(|o| match o.namespace() {
+                Some(ns) => format!("{ns}/{}", o.name_any()),
+                None => o.name_any(),
+            })
+            .collect();
+        let more = objects.items.len().saturating_sub(NAMED);
+        let mut clause = format!(
+            "{} {}: {}",
+            objects.items.len(),
+            if objects.items.len() == 1 {
+                crd.spec.names.kind.clone()
+            } else {
+                format!("{}s", crd.spec.names.kind)
+            },
+            names.join(", ")
+        );
+        if more > 0 {
+            clause.push_str(&format!(" and {more} more"));
+        }
+        clauses.push(clause);
+    }
+    Ok((!clauses.is_empty()).then(|| format!("waiting for {}", clauses.join("; "))))
+}
+
+/// The ApiResource of a CRD's storage version (else its first served one).
+pub fn api_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| crd.spec.versions.iter().find(|v| v.served))?;
+    let group = crd.spec.group.clone();
+    Some(ApiResource {
+        api_version: format!("{group}/{}", version.name),
+        group,
+        version: version.name.clone(),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    })
+}
