@@ -366,13 +366,17 @@ impl Reconciler for Revisions {
                 .collect();
             if !others.is_empty() {
                 // Another revision of the Provider still delivers it: only
-                // this revision's reference goes.
+                // this revision's reference goes. Guarded by the
+                // resourceVersion, so two revisions letting go at once
+                // cannot both leave (and orphan the CRD): the second looks
+                // again and deletes it.
                 let patch = serde_json::json!({
-                    "apiVersion": "apiextensions.k8s.io/v1",
-                    "kind": "CustomResourceDefinition",
-                    "metadata": {"name": name, "ownerReferences": others},
+                    "metadata": {
+                        "resourceVersion": live.resource_version(),
+                        "ownerReferences": others,
+                    },
                 });
-                ssa::apply(&crds, &name, &patch, &self.field_manager)
+                crds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| Error::Request("release a CRD", e))?;
                 continue;
