@@ -383,6 +383,11 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "{inspected}"
     );
 
+    // Until the rbac-manager lands, the operator lets the package-manager
+    // see the package's custom resources (it waits for them on deletion).
+    apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: test-list-kubernetes-crossplane-io\n  labels: {rbac.crossplane-rs.io/aggregate-to-package-manager: \"true\"}\nrules:\n- {apiGroups: [kubernetes.crossplane.io], resources: [\"*\"], verbs: [list]}\n",
+    );
     let started = Instant::now();
     apply(&provider_yaml(
         "provider-kubernetes",

@@ -7,6 +7,10 @@ use kube::{
     api::{ApiResource, DynamicObject, ListParams},
 };
 
+/// The label of ClusterRoles that grant the package-manager list on a
+/// package's kinds (aggregated into its role).
+pub const AGGREGATE_LABEL: &str = "rbac.crossplane-rs.io/aggregate-to-package-manager";
+
 /// At most this many names are listed per kind.
 const NAMED: usize = 5;
 
@@ -26,9 +30,21 @@ pub async fn custom_resources(
         let Some(ar) = api_resource(&crd) else {
             continue;
         };
-        let objects = Api::<DynamicObject>::all_with(client.clone(), &ar)
+        let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
             .list(&ListParams::default().limit(100))
-            .await?;
+            .await;
+        let objects = match listed {
+            Ok(o) => o,
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                // Not knowing is not "none": the deletion waits.
+                clauses.push(format!(
+                    "permission to list {}.{} (to know whether any exist): grant the package-manager list on it with a ClusterRole labelled {AGGREGATE_LABEL}=\"true\"",
+                    ar.plural, ar.group
+                ));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if objects.items.is_empty() {
             continue;
         }
