@@ -326,7 +326,7 @@ fn upgrade_unmet(rev1: &str, rev2: &str) -> Vec<&'static str> {
     if p["status"]["currentRevision"] != rev2 {
         unmet.push("currentRevision is revision 2");
     }
-    if !condition(&p, "Healthy").is_some_and(|c| c.0 == "True") {
+    if condition(&p, "Healthy").is_none_or(|c| c.0 != "True") {
         unmet.push("the Provider Healthy");
     }
     if revs.len() != 2 {
