@@ -869,6 +869,7 @@ async fn the_kustomize_deployment_renders_and_applies() {
     let who = "package-manager";
     for args in [
         &["create", "providerrevisions.pkg.crossplane.io"][..],
+        &["create", "providers.pkg.crossplane.io"],
         &["patch", "providerrevisions.pkg.crossplane.io"],
         &["delete", "providerrevisions.pkg.crossplane.io"],
         &["patch", "providers.pkg.crossplane.io/status"],
@@ -884,8 +885,7 @@ async fn the_kustomize_deployment_renders_and_applies() {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
     }
     for args in [
-        &["create", "providers.pkg.crossplane.io"][..],
-        &["patch", "deploymentruntimeconfigs.pkg.crossplane.io"],
+        &["patch", "deploymentruntimeconfigs.pkg.crossplane.io"][..],
         &["update", "customresourcedefinitions"],
         &["create", "deployments", "-n", "default"],
         &["create", "serviceaccounts", "-n", "default"],

@@ -10,3 +10,9 @@ pub const REVISION: &str = "pkg.crossplane.io/revision";
 pub const SOURCE: &str = "pkg.crossplane.io/source";
 /// On a revision: the manifest digest of its package.
 pub const DIGEST: &str = "pkg.crossplane.io/digest";
+/// On a revision: the repositories its package depends on (spec.dependsOn),
+/// comma-separated, so dependencies are worked out from installed packages.
+pub const DEPENDENCIES: &str = "pkg.crossplane.io/dependencies";
+/// On a Provider the package manager installed only as a dependency: it is
+/// removed when no installed package depends on it any more.
+pub const DEPENDENCY: &str = "pkg.crossplane.io/dependency";

@@ -8,6 +8,7 @@
 //! DeploymentRuntimeConfig equivalent to a deprecated ControllerConfig.
 
 mod convert;
+mod deps;
 mod labels;
 mod packages;
 mod provider;

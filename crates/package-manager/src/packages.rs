@@ -103,6 +103,16 @@ impl Packages {
         Ok(self.fetcher.resolve(reference, &auth, &self.tls).await?)
     }
 
+    /// The tags of `repository` (`host/repository`).
+    pub async fn tags(
+        &self,
+        repository: &str,
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<Vec<String>, FetchError> {
+        let auth = self.auth(repository, pull_secrets).await?;
+        Ok(self.fetcher.tags(repository, &auth, &self.tls).await?)
+    }
+
     /// The package at `digest` of `reference`'s repository (from the cache
     /// when it is there).
     pub async fn fetch(

@@ -434,6 +434,17 @@ impl Providers {
                 annotations: Some(BTreeMap::from([
                     (labels::SOURCE.to_owned(), package.clone()),
                     (labels::DIGEST.to_owned(), digest.as_str().to_owned()),
+                    (
+                        labels::DEPENDENCIES.to_owned(),
+                        fetched
+                            .contents
+                            .meta
+                            .depends_on
+                            .iter()
+                            .map(|d| oci::xpkg::repository_of(&d.package))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ),
                 ])),
                 owner_references: p.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()

@@ -43,14 +43,14 @@ use runtime::{
 use types::{
     common::{Condition, TypedReference},
     pkg::{
-        v1::{ProviderRevision, RevisionState},
+        v1::{Provider, ProviderRevision, RevisionState},
         v1alpha1::ControllerConfig,
         v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec},
     },
 };
 
 use crate::{
-    PackageRuntime, convert, labels,
+    PackageRuntime, convert, deps, labels,
     packages::{FetchError, Packages},
     render, usage,
 };
@@ -90,6 +90,9 @@ pub enum Error {
     /// A CRD belongs to someone else.
     #[error("{0}")]
     Conflict(String),
+    /// Dependencies are missing, incompatible or cyclic.
+    #[error("{0}")]
+    Dependencies(String),
     /// The API server refused a CRD of the package.
     #[error("the API server refuses CustomResourceDefinition {name} of the package: {message}")]
     InvalidCrd {
@@ -118,6 +121,7 @@ impl ReconcileError for Error {
         match self {
             Error::Package { .. } | Error::NoDigest => "CannotReadPackage",
             Error::Conflict(_) => "ConflictingCustomResourceDefinition",
+            Error::Dependencies(_) => "UnresolvedDependencies",
             Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
             Error::RuntimeConfig(_) | Error::Render(_) => "CannotRunPackageRuntime",
             Error::Request(..) => "CannotEstablishPackageObjects",
@@ -129,7 +133,9 @@ impl ReconcileError for Error {
         match self {
             // The owner going away, a registry coming back and a runtime
             // config being created are noticed within this bound.
-            Error::Conflict(_) | Error::RuntimeConfig(_) => Some(Duration::from_secs(10)),
+            Error::Conflict(_) | Error::RuntimeConfig(_) | Error::Dependencies(_) => {
+                Some(Duration::from_secs(10))
+            }
             Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
             _ => None,
         }
@@ -158,6 +164,7 @@ pub struct Revisions {
     settings: Settings,
     revisions: Store<ProviderRevision>,
     deployments: Store<Deployment>,
+    providers: Store<Provider>,
     /// What was last applied for a revision's runtime (a hash), so an
     /// unchanged runtime is not written again.
     applied: Expiring<String, u64>,
@@ -257,7 +264,9 @@ impl Reconciler for Revisions {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.revisions).await && cache_ready(&self.deployments).await
+        cache_ready(&self.revisions).await
+            && cache_ready(&self.deployments).await
+            && cache_ready(&self.providers).await
     }
 
     async fn apply(
@@ -293,6 +302,21 @@ impl Reconciler for Revisions {
                 return Err(e);
             }
         };
+        if r.spec.skip_dependency_resolution != Some(true)
+            && !contents.meta.depends_on.is_empty()
+            && let Err(e) = self
+                .dependencies(r, &contents.meta.depends_on, status)
+                .await
+        {
+            set(
+                status,
+                TYPE_HEALTHY,
+                false,
+                "UnresolvedDependencies",
+                Some(runtime::events::error_chain(&e)),
+            );
+            return Err(e);
+        }
         match self.install(r, &contents.objects, status).await {
             Ok(Some(action)) => return Ok(action),
             Ok(None) => {}
@@ -395,6 +419,7 @@ impl Reconciler for Revisions {
             }
         }
         if waiting.is_empty() {
+            self.release_dependencies(r).await?;
             self.applied.remove(&r.name_any());
             return Ok(Cleanup::Done);
         }
@@ -414,6 +439,93 @@ impl Reconciler for Revisions {
 }
 
 impl Revisions {
+    /// Resolves the package's dependencies, installing missing ones.
+    async fn dependencies(
+        &self,
+        r: &ProviderRevision,
+        declared: &[oci::xpkg::Dependency],
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<(), Error> {
+        let revisions = self.revisions.state();
+        let report = deps::resolve(
+            self.sk.client(),
+            &self.packages,
+            &self.providers,
+            &revisions,
+            r,
+            declared,
+        )
+        .await
+        .map_err(|e| Error::Request("install a dependency", e))?;
+        for name in &report.created {
+            self.sk
+                .reporting
+                .events
+                .normal(
+                    &r.object_ref(&()),
+                    "InstallDependency",
+                    format!("installed Provider {name} as a dependency"),
+                )
+                .await;
+        }
+        let count = |n: usize| Some(i64::try_from(n).unwrap_or(i64::MAX));
+        status.found_dependencies = count(report.found);
+        status.installed_dependencies = count(report.installed);
+        status.invalid_dependencies = count(report.problems.len());
+        if report.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Dependencies(report.problems.join("; ")))
+        }
+    }
+
+    /// Removes the dependency Providers (installed by the package manager,
+    /// not the user) that nothing depends on once this revision is gone.
+    async fn release_dependencies(&self, r: &ProviderRevision) -> Result<(), Error> {
+        let wanted = deps::dependencies_of(r);
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let providers = self.providers.state();
+        let revisions: Vec<_> = self
+            .revisions
+            .state()
+            .into_iter()
+            .filter(|o| o.name_any() != r.name_any())
+            .collect();
+        let api = Api::<Provider>::all(self.sk.client().clone());
+        for p in providers.iter().filter(|p| {
+            p.labels()
+                .get(labels::DEPENDENCY)
+                .is_some_and(|v| v == "true")
+                && wanted.contains(&oci::xpkg::repository_of(&p.spec.package))
+                && p.metadata.deletion_timestamp.is_none()
+        }) {
+            if deps::depended_on(p, &providers, &revisions) {
+                continue;
+            }
+            match api.delete(&p.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {
+                    self.sk
+                        .reporting
+                        .events
+                        .normal(
+                            &r.object_ref(&()),
+                            "RemoveDependency",
+                            format!(
+                                "removed Provider {}: no installed package depends on it",
+                                p.name_any()
+                            ),
+                        )
+                        .await;
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::Request("remove a dependency", e)),
+            }
+        }
+        Ok(())
+    }
+
     fn crds_api(&self) -> Api<CustomResourceDefinition> {
         Api::all(self.sk.client().clone())
     }
@@ -572,9 +684,11 @@ impl Revisions {
             });
         }
         status.object_refs = refs;
-        status.found_dependencies = Some(0);
-        status.installed_dependencies = Some(0);
-        status.invalid_dependencies = Some(0);
+        if status.found_dependencies.is_none() {
+            status.found_dependencies = Some(0);
+            status.installed_dependencies = Some(0);
+            status.invalid_dependencies = Some(0);
+        }
         if !pending.is_empty() {
             set(
                 status,
@@ -965,6 +1079,14 @@ pub fn controller(
     .default_backoff()
     .reflect(writer)
     .touched_objects();
+    let (providers, provider_writer) = kube::runtime::reflector::store();
+    let provider_stream = watcher(
+        Api::<Provider>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(provider_writer)
+    .applied_objects();
     let ctrl = Controller::new(
         Api::<ProviderRevision>::all(rt.client.clone()),
         watcher::Config::default(),
@@ -994,6 +1116,13 @@ pub fn controller(
         )
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
+    // Providers are read for dependencies; their changes wake nobody here
+    // (the Provider controller reconciles them), so the stream only feeds
+    // the store.
+    let providers_fed = {
+        use futures::StreamExt as _;
+        provider_stream.for_each(|_| futures::future::ready(()))
+    };
     let reconciler = Arc::new(Revisions {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
@@ -1001,7 +1130,13 @@ pub fn controller(
         settings,
         revisions,
         deployments,
+        providers,
         applied: Expiring::new(Duration::from_secs(3600)),
     });
-    reconciler::run(ctrl, reconciler)
+    async move {
+        tokio::select! {
+            () = reconciler::run(ctrl, reconciler) => {}
+            () = providers_fed => {}
+        }
+    }
 }

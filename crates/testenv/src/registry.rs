@@ -38,13 +38,31 @@ impl Registry {
         host: &str,
         auth: Option<(&str, &str)>,
     ) -> anyhow::Result<Self> {
+        let port = Self::free_port(node)?;
+        Self::start_on(plane, node, host, auth, port)
+    }
+
+    /// A free port on the node's host address, for a registry started
+    /// later with [`Registry::start_on`] (a test that names the registry
+    /// before it exists).
+    pub fn free_port(node: &Node) -> anyhow::Result<u16> {
+        Ok(TcpListener::bind((node.host_ip, 0))
+            .and_then(|l| l.local_addr())
+            .context("a free port on the node's host address")?
+            .port())
+    }
+
+    /// Like [`Registry::start`], on `port` of the node's host address.
+    pub fn start_on(
+        plane: &ControlPlane,
+        node: &Node,
+        host: &str,
+        auth: Option<(&str, &str)>,
+        port: u16,
+    ) -> anyhow::Result<Self> {
         let tls = plane
             .serving_tls()
             .context("a registry needs testenv's own PKI (not an existing cluster)")?;
-        let port = TcpListener::bind((node.host_ip, 0))
-            .and_then(|l| l.local_addr())
-            .context("a free port on the node's host address")?
-            .port();
         let address = format!("{}:{port}", node.host_ip);
         let dir = std::env::temp_dir().join(crate::unique_name("registry"));
         std::fs::create_dir_all(dir.join("data"))?;

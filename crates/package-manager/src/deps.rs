@@ -1,0 +1,391 @@
+//! Dependencies (a package's `spec.dependsOn`), worked out from the
+//! installed packages themselves: each Provider's revisions carry the
+//! repositories their package depends on ([`labels::DEPENDENCIES`]), so
+//! there is no lock object to keep in step or to poison.
+//!
+//! A dependency that is not installed is installed as its own Provider, at
+//! the highest semver tag of its repository that satisfies the range
+//! (tags that are not full semver versions are skipped), or at the digest
+//! the dependency names; it inherits the dependent's pull secrets and is
+//! labelled [`labels::DEPENDENCY`], so it is removed when no installed
+//! package depends on it any more. A Provider the user installed is never
+//! removed. Missing, incompatible and cyclic dependencies are reported on
+//! the dependent's revision, naming them.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use kube::{
+    Api, ResourceExt,
+    api::{ObjectMeta, PostParams},
+    runtime::reflector::Store,
+};
+use oci::{Digest, xpkg};
+use types::pkg::v1::{Provider, ProviderRevision, ProviderSpec, RevisionState};
+
+use crate::{labels, packages::Packages};
+
+/// What resolving a revision's dependencies found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Dependencies the package declares.
+    pub found: usize,
+    /// Of those, installed (including ones installed just now).
+    pub installed: usize,
+    /// What is wrong with the others, one clause each.
+    pub problems: Vec<String>,
+    /// Providers created by this resolution.
+    pub created: Vec<String>,
+}
+
+/// A dependency's version requirement.
+#[derive(Debug)]
+enum Requirement {
+    Digest(Digest),
+    Range(semver::VersionReq),
+}
+
+/// Drops the `v` of `v1.2.3` wherever a version starts (`>=v1.0.0,
+/// <v2.0.0` → `>=1.0.0, <2.0.0`).
+fn without_v(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::new();
+    for (i, c) in chars.iter().enumerate() {
+        let starts_version = (*c == 'v' || *c == 'V')
+            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+            && (i == 0 || !chars[i - 1].is_ascii_alphanumeric());
+        if !starts_version {
+            out.push(*c);
+        }
+    }
+    out
+}
+
+fn requirement(version: &str) -> Result<Requirement, String> {
+    if let Some(d) = Digest::parse(version.trim()) {
+        return Ok(Requirement::Digest(d));
+    }
+    let range = if version.trim().is_empty() {
+        "*".to_owned()
+    } else {
+        without_v(version)
+    };
+    semver::VersionReq::parse(&range)
+        .map(Requirement::Range)
+        .map_err(|e| format!("version {version:?} is neither a semver range nor a digest: {e}"))
+}
+
+/// The semver version a package reference's tag names, if it does.
+fn version_of(reference: &str) -> Option<semver::Version> {
+    let last = reference.rsplit('/').next()?;
+    let (_, tag) = last.split_once(':')?;
+    semver::Version::parse(tag.strip_prefix('v').unwrap_or(tag)).ok()
+}
+
+/// A Provider name for a dependency's repository: its last path segment.
+fn provider_name(repository: &str) -> String {
+    let last = repository.rsplit('/').next().unwrap_or(repository);
+    let name: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let name = name.trim_matches('-').to_owned();
+    if name.is_empty() {
+        "dependency".to_owned()
+    } else {
+        name
+    }
+}
+
+/// Installed packages by repository: the Provider and the repositories its
+/// newest revision depends on.
+fn installed(
+    providers: &[Arc<Provider>],
+    revisions: &[Arc<ProviderRevision>],
+) -> BTreeMap<String, (Arc<Provider>, Vec<String>)> {
+    providers
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let uid = p.uid();
+            let deps = revisions
+                .iter()
+                .filter(|r| {
+                    r.owner_references()
+                        .iter()
+                        .any(|o| Some(&o.uid) == uid.as_ref())
+                })
+                .max_by_key(|r| {
+                    (
+                        r.spec.desired_state == RevisionState::Active,
+                        r.spec.revision,
+                    )
+                })
+                .map(|r| dependencies_of(r))
+                .unwrap_or_default();
+            (xpkg::repository_of(&p.spec.package), (p.clone(), deps))
+        })
+        .collect()
+}
+
+/// The repositories a revision's package depends on.
+pub fn dependencies_of(r: &ProviderRevision) -> Vec<String> {
+    r.annotations()
+        .get(labels::DEPENDENCIES)
+        .map(|d| {
+            d.split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A path from `from` back to `to` through the dependency graph, if any.
+fn path_back(
+    graph: &BTreeMap<String, Vec<String>>,
+    from: &str,
+    to: &str,
+    seen: &mut BTreeSet<String>,
+) -> Option<Vec<String>> {
+    if from == to {
+        return Some(vec![to.to_owned()]);
+    }
+    if !seen.insert(from.to_owned()) {
+        return None;
+    }
+    for next in graph.get(from).into_iter().flatten() {
+        if let Some(mut rest) = path_back(graph, next, to, seen) {
+            rest.insert(0, from.to_owned());
+            return Some(rest);
+        }
+    }
+    None
+}
+
+/// Resolves (and installs what is missing of) the dependencies of the
+/// active revision `r` whose package declares `deps`.
+pub async fn resolve(
+    client: &kube::Client,
+    packages: &Packages,
+    providers: &Store<Provider>,
+    revisions: &[Arc<ProviderRevision>],
+    r: &ProviderRevision,
+    deps: &[xpkg::Dependency],
+) -> Result<Report, kube::Error> {
+    let mut report = Report {
+        found: deps.len(),
+        ..Report::default()
+    };
+    let all = providers.state();
+    let installed = installed(&all, revisions);
+    let own = xpkg::repository_of(&r.spec.package);
+    let mut graph: BTreeMap<String, Vec<String>> = installed
+        .iter()
+        .map(|(k, (_, d))| (k.clone(), d.clone()))
+        .collect();
+    graph.insert(
+        own.clone(),
+        deps.iter()
+            .map(|d| xpkg::repository_of(&d.package))
+            .collect(),
+    );
+    let api = Api::<Provider>::all(client.clone());
+    for dep in deps {
+        let repository = xpkg::repository_of(&dep.package);
+        if let Some(path) = path_back(&graph, &repository, &own, &mut BTreeSet::new()) {
+            report
+                .problems
+                .push(format!("dependency cycle: {own} → {}", path.join(" → ")));
+            continue;
+        }
+        let req = match requirement(&dep.version) {
+            Ok(r) => r,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("dependency {repository}: {e}"));
+                continue;
+            }
+        };
+        if let Some((p, _)) = installed.get(&repository) {
+            let ok = match &req {
+                Requirement::Digest(d) => p.spec.package.ends_with(&format!("@{d}")),
+                Requirement::Range(range) => {
+                    version_of(&p.spec.package).is_some_and(|v| range.matches(&v))
+                }
+            };
+            if ok {
+                report.installed += 1;
+            } else {
+                report.problems.push(format!(
+                    "dependency {repository} {} is incompatible: Provider {} installs {}",
+                    dep.version,
+                    p.name_any(),
+                    p.spec.package
+                ));
+            }
+            continue;
+        }
+        let package =
+            match &req {
+                Requirement::Digest(d) => format!("{repository}@{d}"),
+                Requirement::Range(range) => {
+                    let tags = match packages
+                        .tags(&repository, &r.spec.package_pull_secrets)
+                        .await
+                    {
+                        Ok(t) => t,
+                        Err(e) => {
+                            report.problems.push(format!(
+                                "dependency {repository} is missing: cannot list its tags: {}",
+                                runtime::events::error_chain(&e)
+                            ));
+                            continue;
+                        }
+                    };
+                    let best = xpkg::semver_tags(&tags)
+                        .into_iter()
+                        .filter(|(v, _)| range.matches(v))
+                        .max_by(|a, b| a.0.cmp(&b.0));
+                    match best {
+                        Some((_, tag)) => format!("{repository}:{tag}"),
+                        None => {
+                            report.problems.push(format!(
+                            "dependency {repository} is missing: no tag satisfies {} (tags: {})",
+                            dep.version,
+                            if tags.is_empty() { "none".to_owned() } else { tags.join(", ") }
+                        ));
+                            continue;
+                        }
+                    }
+                }
+            };
+        let mut name = provider_name(&repository);
+        if all.iter().any(|p| p.name_any() == name) {
+            let d = Digest::of(repository.as_bytes());
+            name = format!("{name}-{}", d.hex().get(..6).unwrap_or_default());
+        }
+        let provider = Provider {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(BTreeMap::from([(
+                    labels::DEPENDENCY.to_owned(),
+                    "true".to_owned(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: ProviderSpec {
+                package,
+                package_pull_secrets: r.spec.package_pull_secrets.clone(),
+                ..ProviderSpec::default()
+            },
+            status: None,
+        };
+        match api.create(&PostParams::default(), &provider).await {
+            Ok(_) => report.created.push(name),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        report.installed += 1;
+    }
+    Ok(report)
+}
+
+/// Whether any installed package other than `p` depends on `p`'s
+/// repository (a dependency Provider with none is removed).
+pub fn depended_on(
+    p: &Provider,
+    providers: &[Arc<Provider>],
+    revisions: &[Arc<ProviderRevision>],
+) -> bool {
+    let repository = xpkg::repository_of(&p.spec.package);
+    let uid = p.uid();
+    revisions
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| {
+            !r.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+        })
+        .filter(|r| {
+            // Revisions of Providers that are going do not hold it.
+            r.owner_references().iter().any(|o| {
+                providers.iter().any(|q| {
+                    Some(&o.uid) == q.uid().as_ref() && q.metadata.deletion_timestamp.is_none()
+                })
+            })
+        })
+        .any(|r| dependencies_of(r).contains(&repository))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn ranges_with_v_prefixes_select_the_highest_full_semver_tag() {
+        let Requirement::Range(r) = requirement(">=v1.0.0, <v2.0.0").unwrap() else {
+            panic!("a range");
+        };
+        let tags: Vec<String> = ["v0.9.0", "v1.0.0", "v1.2.0", "v1", "v2.0.0", "latest"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let best = xpkg::semver_tags(&tags)
+            .into_iter()
+            .filter(|(v, _)| r.matches(v))
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .unwrap();
+        assert_eq!(best.1, "v1.2.0");
+    }
+
+    #[test]
+    fn a_digest_is_a_requirement_and_garbage_is_explained() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert!(matches!(requirement(&d), Ok(Requirement::Digest(_))));
+        assert!(
+            requirement(">=banana")
+                .unwrap_err()
+                .contains("neither a semver range nor a digest")
+        );
+    }
+
+    #[test]
+    fn versions_come_from_tags_after_the_last_slash() {
+        assert_eq!(
+            version_of("10.0.0.1:5000/x/b:v1.2.0"),
+            Some(semver::Version::new(1, 2, 0))
+        );
+        assert_eq!(version_of("10.0.0.1:5000/x/b"), None);
+        assert_eq!(
+            provider_name("10.0.0.1:5000/crossplane-rs/Provider_B"),
+            "provider-b"
+        );
+    }
+
+    #[test]
+    fn a_cycle_is_found_with_its_path() {
+        let graph = BTreeMap::from([
+            ("a".to_owned(), vec!["b".to_owned()]),
+            ("b".to_owned(), vec!["c".to_owned()]),
+            ("c".to_owned(), vec!["a".to_owned()]),
+        ]);
+        assert_eq!(
+            path_back(&graph, "b", "a", &mut BTreeSet::new()).unwrap(),
+            ["b", "c", "a"]
+        );
+        assert!(path_back(&graph, "b", "z", &mut BTreeSet::new()).is_none());
+    }
+}
