@@ -214,12 +214,25 @@ fn env() -> &'static Env {
 /// Writes a package directory: the meta (with `extra` lines under
 /// metadata.annotations) and the CRD files given.
 fn package_dir(name: &str, version: &str, crds: &[(&str, String)]) -> PathBuf {
-    let dir = env().work.join(format!("{name}-{version}"));
+    package_dir_with(name, version, crds, "")
+}
+
+/// Like [`package_dir`], with `spec_extra` (YAML lines indented two
+/// spaces, e.g. a dependsOn) under the meta's spec.
+fn package_dir_with(
+    name: &str,
+    version: &str,
+    crds: &[(&str, String)],
+    spec_extra: &str,
+) -> PathBuf {
+    let dir = env()
+        .work
+        .join(testenv::unique_name(&format!("{name}-{version}")));
     std::fs::create_dir_all(dir.join("crds")).unwrap();
     std::fs::write(
         dir.join("package.yaml"),
         format!(
-            "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\n  annotations:\n    meta.crossplane.io/version: {version}\nspec:\n  crossplane:\n    version: \">=v1.14.0\"\n"
+            "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\n  annotations:\n    meta.crossplane.io/version: {version}\nspec:\n  crossplane:\n    version: \">=v1.14.0\"\n{spec_extra}"
         ),
     )
     .unwrap();
@@ -231,17 +244,38 @@ fn package_dir(name: &str, version: &str, crds: &[(&str, String)]) -> PathBuf {
 
 /// `xpkg push DIR REF --runtime-image IMAGE`; returns the pushed digest.
 fn xpkg_push(dir: &Path, reference: &str, runtime_image: Option<&str>) -> String {
+    xpkg_push_as(dir, reference, runtime_image, None)
+}
+
+/// Like [`xpkg_push`], as `user` with `password` (read from stdin).
+fn xpkg_push_as(
+    dir: &Path,
+    reference: &str,
+    runtime_image: Option<&str>,
+    credentials: Option<(&str, &str)>,
+) -> String {
+    use std::io::Write as _;
     let e = env();
     let mut cmd = Command::new(testenv::workspace_binary("xpkg"));
     cmd.arg("push")
         .arg(dir)
         .arg(reference)
         .arg("--ca-file")
-        .arg(&e.ca_file);
+        .arg(&e.ca_file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     if let Some(i) = runtime_image {
         cmd.args(["--runtime-image", i]);
     }
-    let out = cmd.output().expect("run xpkg");
+    if let Some((user, _)) = credentials {
+        cmd.args(["--username", user]);
+    }
+    let mut child = cmd.spawn().expect("run xpkg");
+    if let (Some(mut stdin), Some((_, password))) = (child.stdin.take(), credentials) {
+        stdin.write_all(password.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().expect("run xpkg");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -515,9 +549,25 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "-o",
         "json",
     ]);
+    let events: Value = serde_json::from_str(&events).unwrap();
+    let own: Vec<&Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["involvedObject"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("provider-kubernetes"))
+        })
+        .filter(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("already controlled by"))
+        })
+        .collect();
     assert!(
-        !events.contains("already controlled by"),
-        "an upgrade reported a conflict with itself: {events}"
+        own.is_empty(),
+        "an upgrade reported a conflict with itself: {own:?}"
     );
 
     // Deleting the Provider waits for the Object, says so, then removes
@@ -578,4 +628,338 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         .control
         .install_crds()
         .unwrap();
+}
+
+// ---------------------------------------------------------------------
+// The cases, each its own test. Each uses its own Provider names and CRD
+// groups, so they run side by side.
+
+/// A cluster-scoped test CRD `<plural>.<group>` of kind `kind`.
+fn test_crd(group: &str, kind: &str) -> (String, String) {
+    let plural = format!("{}s", kind.to_lowercase());
+    let singular = kind.to_lowercase();
+    (
+        format!("{group}_{plural}.yaml"),
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Cluster\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  versions:\n  - name: v1alpha1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+        ),
+    )
+}
+
+fn crds_of(crds: &[(String, String)]) -> Vec<(&str, String)> {
+    crds.iter().map(|(f, t)| (f.as_str(), t.clone())).collect()
+}
+
+/// A unique DNS-safe group for one test; the package-manager may list its
+/// kinds (as the operator grants it, until the rbac-manager does), so a
+/// Provider's deletion can see whether custom resources of it exist.
+fn group(prefix: &str) -> String {
+    let g = format!("{}.example.org", testenv::unique_name(prefix));
+    apply(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: test-list-{g}\n  labels: {{rbac.crossplane-rs.io/aggregate-to-package-manager: \"true\"}}\nrules:\n- {{apiGroups: [{g}], resources: [\"*\"], verbs: [list]}}\n"
+    ));
+    g
+}
+
+/// Waits until the Provider's `type_` condition has `status` and its
+/// message contains every one of `says`.
+fn wait_provider_condition(
+    name: &str,
+    type_: &str,
+    status: &str,
+    says: &[&str],
+    timeout: Duration,
+) -> Value {
+    wait(
+        timeout,
+        &format!("Provider {name} {type_}={status} saying {says:?}"),
+        || {
+            let p = provider(name)?;
+            let (s, message) = condition(&p, type_)?;
+            (s == status && says.iter().all(|w| message.contains(w))).then_some(p)
+        },
+        explain_packages,
+    )
+}
+
+/// Pushes an image whose base layer holds `package_yaml` as is (no
+/// checks: for packages xpkg would refuse to build); returns the digest.
+fn push_raw(reference: &str, package_yaml: &str) -> String {
+    let layer = oci::LayerBuilder::new()
+        .file("package.yaml", 0o644, package_yaml.as_bytes().to_vec())
+        .build()
+        .unwrap()
+        .annotate("io.crossplane.xpkg", "base");
+    let image = oci::Image::new(oci::Config::default()).layer(layer);
+    let pushed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(image.push(
+            reference,
+            &oci::Auth::Anonymous,
+            &oci::Tls::Ca(env().registry.ca_pem.clone()),
+        ))
+        .unwrap_or_else(|e| panic!("push {reference}: {e}"));
+    pushed.digest.as_str().to_owned()
+}
+
+fn meta(name: &str) -> String {
+    format!("apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\n")
+}
+
+fn delete_provider(name: &str) {
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        name,
+        "--ignore-not-found",
+        "--wait=false",
+    ]);
+}
+
+fn wait_provider_gone(name: &str) {
+    wait(
+        Duration::from_secs(60),
+        &format!("Provider {name} gone"),
+        || provider(name).is_none().then_some(()),
+        explain_packages,
+    );
+}
+
+#[test]
+fn every_bad_package_is_refused_with_what_to_fix_and_makes_nothing() {
+    let e = env();
+    let g = group("bad");
+    let (_, crd) = test_crd(&g, "Widget");
+    let cases = [
+        (
+            "other-kind",
+            format!(
+                "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: s}}\n",
+                meta("p")
+            ),
+            vec!["document 2 (line 6)", "kind Secret", "is not allowed"],
+        ),
+        (
+            "two-metas",
+            format!("{}---\n{}", meta("p"), meta("q")),
+            vec!["document 2", "a second meta.pkg.crossplane.io Provider"],
+        ),
+        (
+            "no-meta",
+            crd.clone(),
+            vec!["has no meta.pkg.crossplane.io/v1 Provider"],
+        ),
+        (
+            "malformed",
+            format!("{}---\n{crd}---\nkind: [unclosed\n", meta("p")),
+            vec!["malformed YAML", "document 3"],
+        ),
+    ];
+    let mut names = Vec::new();
+    for (case, yaml, says) in &cases {
+        let reference = format!("{}/test/bad-{case}:v1", e.registry.address);
+        let digest = push_raw(&reference, yaml);
+        let name = testenv::unique_name(&format!("bad-{case}"));
+        apply(&provider_yaml(&name, &reference, ""));
+        let mut all = says.clone();
+        // The message names the package and the layer.
+        all.push(&reference);
+        all.push("layer sha256:");
+        let p = wait_provider_condition(&name, "Healthy", "False", &all, Duration::from_secs(30));
+        assert_eq!(
+            condition(&p, "Installed").map(|c| c.0).as_deref(),
+            Some("False"),
+            "{case}"
+        );
+        names.push((name, digest));
+    }
+    // A tag that does not exist.
+    let missing = testenv::unique_name("bad-missing");
+    let reference = format!("{}/test/nothing-here:v9", e.registry.address);
+    apply(&provider_yaml(&missing, &reference, ""));
+    wait_provider_condition(
+        &missing,
+        "Healthy",
+        "False",
+        &[&reference, "does not exist"],
+        Duration::from_secs(30),
+    );
+    // Nothing was made: no revision, no CRD of the group.
+    for (name, _) in &names {
+        assert!(revisions_of(name).is_empty(), "{name} made a revision");
+    }
+    let (_, crds) = kubectl_try(&["get", "crds", "-o", "name"]);
+    assert!(!crds.contains(&g), "a bad package installed a CRD: {crds}");
+    // A Warning event says what failed, too.
+    let (_, events) = kubectl_try(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!("involvedObject.name={}", names[0].0),
+        "-o",
+        "json",
+    ]);
+    let events_all = if events.contains("CannotInstallPackage") {
+        events
+    } else {
+        kubectl_try(&["get", "events", "-A", "-o", "json"]).1
+    };
+    assert!(
+        events_all.contains("CannotInstallPackage"),
+        "no Warning event: {events_all}"
+    );
+    for (name, _) in names {
+        delete_provider(&name);
+    }
+    delete_provider(&missing);
+}
+
+#[test]
+fn a_second_provider_of_the_same_crd_waits_naming_the_owner_and_recovers_alone() {
+    let e = env();
+    let g = group("shared");
+    let crds = [test_crd(&g, "Gadget")];
+    let first = testenv::unique_name("first");
+    let second = testenv::unique_name("second");
+    let d1 = package_dir("first", "v1", &crds_of(&crds));
+    let d2 = package_dir("second", "v1", &crds_of(&crds));
+    let r1 = format!("{}/test/first:v1", e.registry.address);
+    let r2 = format!("{}/test/second:v1", e.registry.address);
+    xpkg_push(&d1, &r1, None);
+    xpkg_push(&d2, &r2, None);
+    apply(&provider_yaml(&first, &r1, ""));
+    wait_provider_healthy(&first, Duration::from_secs(60));
+    let crd_name = format!("gadgets.{g}");
+    let owners_before =
+        get_json(&["crd", &crd_name]).unwrap()["metadata"]["ownerReferences"].clone();
+    apply(&provider_yaml(&second, &r2, ""));
+    let first_rev = revisions_of(&first)[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_provider_condition(
+        &second,
+        "Healthy",
+        "False",
+        &[&crd_name, "already controlled by", &first_rev, &first],
+        Duration::from_secs(30),
+    );
+    // It changed nothing of the CRD.
+    assert_eq!(
+        get_json(&["crd", &crd_name]).unwrap()["metadata"]["ownerReferences"],
+        owners_before
+    );
+    // When the first goes, the second installs without anyone touching it.
+    delete_provider(&first);
+    wait_provider_gone(&first);
+    wait_provider_healthy(&second, Duration::from_secs(60));
+    let second_rev = revisions_of(&second)[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let owners = get_json(&["crd", &crd_name]).unwrap()["metadata"]["ownerReferences"].clone();
+    assert_eq!(owners[0]["name"], second_rev.as_str(), "{owners}");
+    delete_provider(&second);
+}
+
+/// A listener that accepts connections and never answers.
+fn silent_listener(ip: std::net::IpAddr) -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_unreachable_registry_is_reported_and_a_registry_that_comes_up_is_used_without_help() {
+    let e = env();
+    let plane = testenv::control_plane_with_node();
+    let node = plane.node.as_ref().unwrap();
+    // A registry that accepts and never answers: the pull times out and
+    // says so (the controller does not hang).
+    let silent = silent_listener(node.host_ip.into());
+    let hung = testenv::unique_name("hung");
+    let reference = format!("{silent}/test/hung:v1");
+    apply(&provider_yaml(&hung, &reference, ""));
+    let p = wait_provider_condition(
+        &hung,
+        "Healthy",
+        "False",
+        &[&reference],
+        Duration::from_secs(40),
+    );
+    eprintln!(
+        "packages: a silent registry is reported as: {}",
+        condition(&p, "Healthy").unwrap().1
+    );
+    delete_provider(&hung);
+
+    // A closed port, then a registry starts there.
+    let port = testenv::registry::Registry::free_port(node).unwrap();
+    let late = testenv::unique_name("late");
+    let reference = format!("{}:{port}/test/late:v1", node.host_ip);
+    apply(&provider_yaml(&late, &reference, ""));
+    wait_provider_condition(
+        &late,
+        "Healthy",
+        "False",
+        &[&reference, "failed to read"],
+        Duration::from_secs(30),
+    );
+    let registry =
+        testenv::registry::Registry::start_on(plane, node, "late.crossplane-rs.test", None, port)
+            .unwrap();
+    let g = group("late");
+    let dir = package_dir("late", "v1", &crds_of(&[test_crd(&g, "Sprocket")]));
+    xpkg_push(&dir, &reference, None);
+    let started = Instant::now();
+    wait_provider_healthy(&late, Duration::from_secs(60));
+    eprintln!(
+        "packages: installed {:?} after the registry came up",
+        started.elapsed()
+    );
+    // Once installed, the registry going away changes nothing.
+    drop(registry);
+    let metrics_before = e.package_manager.metrics();
+    let before = e2e::metric_sum(
+        &metrics_before,
+        "crossplane_rs_reconcile_total",
+        &[("controller", "providerrevision")],
+    );
+    kubectl(&[
+        "annotate",
+        "providerrevisions.pkg.crossplane.io",
+        revisions_of(&late)[0]["metadata"]["name"].as_str().unwrap(),
+        "poke=1",
+        "--overwrite",
+    ]);
+    wait(
+        Duration::from_secs(30),
+        "the revision reconciled after the registry went",
+        || {
+            let now = e2e::metric_sum(
+                &e.package_manager.metrics(),
+                "crossplane_rs_reconcile_total",
+                &[("controller", "providerrevision")],
+            );
+            (now > before).then_some(())
+        },
+        explain_packages,
+    );
+    let p = provider(&late).unwrap();
+    assert_eq!(
+        condition(&p, "Healthy").unwrap().0,
+        "True",
+        "an outage after install made it unhealthy: {p}"
+    );
+    delete_provider(&late);
 }

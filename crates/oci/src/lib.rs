@@ -94,7 +94,7 @@ pub enum Error {
     },
     /// The registry wants credentials, or refused the ones given.
     #[error(
-        "the registry {registry} refused the push: {}",
+        "the registry {registry} refused the request: {}",
         if *with_credentials {
             "it does not accept these credentials (check the user name and password)"
         } else {

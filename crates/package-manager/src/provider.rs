@@ -51,8 +51,9 @@ pub const TYPE_HEALTHY: &str = "Healthy";
 /// Why reconciling a Provider failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The package could not be read or is not a valid package.
-    #[error("cannot install package {package}: {source}")]
+    /// The package could not be read or is not a valid package (the
+    /// source names the package).
+    #[error("{source}")]
     Package {
         /// The package reference.
         package: String,

@@ -72,8 +72,8 @@ const WAIT_POLL: Duration = Duration::from_secs(3);
 /// Why reconciling a revision failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The package could not be read.
-    #[error("cannot read package {package}: {source}")]
+    /// The package could not be read (the source names the package).
+    #[error("{source}")]
     Package {
         /// The package reference.
         package: String,
@@ -838,12 +838,14 @@ impl Revisions {
     ) -> Result<Action, Error> {
         let (config, config_image_wins) = self.runtime_config(r).await?;
         let Some(image) = r.spec.image.as_deref() else {
+            // A package of CRDs alone has nothing to run.
+            self.stop_runtime(r).await?;
             set(
                 status,
                 TYPE_RUNTIME_HEALTHY,
-                false,
-                "NoRuntimeImage",
-                Some("the package's meta names no spec.controller.image, so there is no runtime to run".into()),
+                true,
+                "NoRuntime",
+                Some("the package names no runtime image (spec.controller.image): there is nothing to run".into()),
             );
             return Ok(Action::requeue(self.settings.resync));
         };
