@@ -109,7 +109,7 @@ pub struct Providers {
     packages: Packages,
     settings: Settings,
     /// The last resolution of a tag: (Provider name) → (package, digest).
-    resolved: Expiring<String, (String, Digest)>,
+    resolved: Expiring<String, (String, Digest, std::time::Instant)>,
 }
 
 /// Whether `package` names a digest (`repo@sha256:…`).
@@ -513,8 +513,11 @@ impl Providers {
                 return Err(Error::NeverPulled(package.clone()));
             }
         }
-        if let Some((pkg, d)) = self.resolved.get(&p.name_any())
+        // A tag is resolved once; with Always, again once the pull
+        // interval has passed.
+        if let Some((pkg, d, when)) = self.resolved.get(&p.name_any())
             && &pkg == package
+            && (policy != "Always" || when.elapsed() < self.settings.pull_interval)
         {
             return Ok(d);
         }
@@ -526,8 +529,10 @@ impl Providers {
                 package: package.clone(),
                 source,
             })?;
-        self.resolved
-            .insert(p.name_any(), (package.clone(), d.clone()));
+        self.resolved.insert(
+            p.name_any(),
+            (package.clone(), d.clone(), std::time::Instant::now()),
+        );
         Ok(d)
     }
 
