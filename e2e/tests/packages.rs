@@ -1406,3 +1406,169 @@ fn pull_policies_manual_activation_and_pause() {
     delete_provider(&manual);
     wait_provider_gone(&manual);
 }
+
+fn deployment_of(revision: &str) -> Option<Value> {
+    get_json(&["deployment", revision, "-n", NS])
+}
+
+#[test]
+fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
+    let e = env();
+    let unique = testenv::unique_name("rc");
+    let g = group("rc");
+    let crds_files = [test_crd(&g, "Valve")];
+    let crds = crds_of(&crds_files);
+    let pause = testenv::image::PAUSE_IMAGE;
+    let reference = format!("{}/test/{unique}:v1", e.registry.address);
+    let digest = xpkg_push(&package_dir("rc", "v1", &crds), &reference, Some(pause));
+    let name = format!("{unique}-p");
+    let rev = format!("{name}-{}", short(&digest));
+    // A runtime config with its own shape: two replicas, an env var, a
+    // sidecar, and a ServiceAccount the operator made.
+    let sa = format!("{unique}-shared");
+    apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}, namespace: {NS}, annotations: {{team: platform}}}}\n"
+    ));
+    let config = |replicas: u32| {
+        format!(
+            "apiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata: {{name: {unique}}}\nspec:\n  deploymentTemplate:\n    spec:\n      replicas: {replicas}\n      selector: {{}}\n      template:\n        spec:\n          containers:\n          - name: sidecar\n            image: {pause}\n            imagePullPolicy: IfNotPresent\n          - name: package-runtime\n            env: [{{name: FOO, value: bar}}]\n  serviceAccountTemplate:\n    metadata: {{name: {sa}}}\n"
+        )
+    };
+    apply(&config(2));
+    let runtime_ref = |n: &str, kind: &str| {
+        format!(
+            "  runtimeConfigRef: {{apiVersion: pkg.crossplane.io/v1beta1, kind: {kind}, name: {n}}}\n"
+        )
+    };
+    apply(&provider_yaml(
+        &name,
+        &reference,
+        &runtime_ref(&unique, "DeploymentRuntimeConfig"),
+    ));
+    wait_provider_healthy(&name, Duration::from_secs(90));
+    let dep = deployment_of(&rev).unwrap();
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(dep["spec"]["replicas"], 2);
+    assert_eq!(pod["containers"][0]["name"], "package-runtime");
+    assert_eq!(pod["containers"][0]["image"], pause);
+    assert_eq!(pod["containers"][1]["name"], "sidecar");
+    let env_names: Vec<&str> = pod["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(env_names, ["FOO", "POD_NAMESPACE"]);
+    assert_eq!(pod["serviceAccountName"], sa.as_str());
+    let shared = get_json(&["serviceaccount", &sa, "-n", NS]).unwrap();
+    assert!(
+        shared["metadata"].get("ownerReferences").is_none(),
+        "a named ServiceAccount was taken over: {shared}"
+    );
+    assert_eq!(shared["metadata"]["annotations"]["team"], "platform");
+
+    // Editing the config rolls out.
+    apply(&config(1));
+    wait(
+        Duration::from_secs(60),
+        "the edited replicas rolled out",
+        || (deployment_of(&rev)?["spec"]["replicas"] == 1).then_some(()),
+        explain_packages,
+    );
+
+    // Switching to the default config drops the old settings.
+    apply(&provider_yaml(
+        &name,
+        &reference,
+        &runtime_ref("default", "DeploymentRuntimeConfig"),
+    ));
+    wait(
+        Duration::from_secs(60),
+        "the default config's runtime",
+        || {
+            let d = deployment_of(&rev)?;
+            let pod = &d["spec"]["template"]["spec"];
+            (pod["containers"].as_array()?.len() == 1 && pod["serviceAccountName"] == rev.as_str())
+                .then_some(())
+        },
+        explain_packages,
+    );
+    wait_provider_healthy(&name, Duration::from_secs(90));
+    let before = deployment_of(&rev).unwrap()["spec"]["template"].clone();
+    // The seed's `default`, applied verbatim, renders the same pods.
+    let seed = testenv::repo_root().join("examples/seeds/004-deploymentruntimeconfig-default.yaml");
+    kubectl(&["apply", "-f", seed.to_str().unwrap()]);
+    wait(
+        Duration::from_secs(30),
+        "the seed's default label on the runtime Deployment",
+        || (deployment_of(&rev)?["metadata"]["labels"]["example"] == "label").then_some(()),
+        explain_packages,
+    );
+    assert_eq!(
+        deployment_of(&rev).unwrap()["spec"]["template"],
+        before,
+        "the seed's default changed the pods"
+    );
+
+    // A missing config, and one of a kind this runtime cannot use, are
+    // named.
+    apply(&provider_yaml(
+        &name,
+        &reference,
+        &runtime_ref("nope", "DeploymentRuntimeConfig"),
+    ));
+    wait_provider_condition(
+        &name,
+        "Healthy",
+        "False",
+        &["DeploymentRuntimeConfig nope", "does not exist"],
+        Duration::from_secs(30),
+    );
+    apply(&provider_yaml(
+        &name,
+        &reference,
+        &runtime_ref("cloud", "CloudRunRuntimeConfig"),
+    ));
+    wait_provider_condition(
+        &name,
+        "Healthy",
+        "False",
+        &["CloudRunRuntimeConfig cloud", "cannot use"],
+        Duration::from_secs(30),
+    );
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_healthy(&name, Duration::from_secs(90));
+
+    // A runtime image the node cannot pull: the pods' reason is surfaced.
+    let broken_ref = format!("{}/test/{unique}-broken:v1", e.registry.address);
+    xpkg_push(
+        &package_dir("broken", "v1", &[]),
+        &broken_ref,
+        Some(&format!("{NODE_REGISTRY}/test/no-such-image:v1")),
+    );
+    let broken = format!("{unique}-broken");
+    apply(&provider_yaml(&broken, &broken_ref, ""));
+    let p = wait(
+        Duration::from_secs(90),
+        "the pull failure named",
+        || {
+            let p = provider(&broken)?;
+            let (s, m) = condition(&p, "Healthy")?;
+            (s == "False" && (m.contains("ErrImagePull") || m.contains("ImagePullBackOff")))
+                .then_some(m)
+        },
+        explain_packages,
+    );
+    eprintln!("packages: an unpullable runtime is reported as: {p}");
+    for n in [&name, &broken] {
+        delete_provider(n);
+    }
+    for n in [&name, &broken] {
+        wait_provider_gone(n);
+    }
+    assert!(
+        get_json(&["serviceaccount", &sa, "-n", NS]).is_some(),
+        "the operator's ServiceAccount was deleted"
+    );
+    assert!(deployment_of(&rev).is_none());
+}
