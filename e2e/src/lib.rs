@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod objects;
+pub mod packages;
 pub mod proxy;
 pub mod stall;
 pub mod workloads;
