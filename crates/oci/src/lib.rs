@@ -28,6 +28,7 @@ pub mod debian;
 mod image;
 mod layer;
 pub mod project;
+pub mod pull;
 mod push;
 pub mod xpkg;
 
@@ -139,15 +140,33 @@ pub enum Error {
         /// The reference asked for.
         reference: String,
     },
-    /// Talking to the registry failed (network, TLS, its answer).
-    #[error("failed to read {reference} from its registry: {step}")]
+    /// The registry could not be reached: the connection was refused or
+    /// timed out, the host is unknown, or TLS failed (e.g. its certificate
+    /// is not trusted).
+    #[error("failed to read {reference} from its registry {registry}: {reason}")]
+    Unreachable {
+        /// The reference being read.
+        reference: String,
+        /// The registry host (`host[:port]`).
+        registry: String,
+        /// What went wrong, in a few words ("connection refused", "its
+        /// certificate is not trusted ...", "no answer within 10s").
+        reason: String,
+        /// What the client reported.
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
+    /// The registry answered, but not with what was asked for (an error
+    /// status other than 401/403/404, a malformed answer).
+    #[error("failed to read {reference} from its registry: {step}: {detail}")]
     Registry {
         /// The reference being read.
         reference: String,
         /// The step that failed.
         step: &'static str,
-        /// Whether trying again may succeed (refused or timed-out
-        /// connections, 5xx answers).
+        /// The registry's answer, in short.
+        detail: String,
+        /// Whether trying again may succeed (5xx answers).
         transient: bool,
         /// What the client reported.
         #[source]
@@ -169,10 +188,11 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Self::Registry {
-                transient: true,
-                ..
-            }
+            Self::Unreachable { .. }
+                | Self::Registry {
+                    transient: true,
+                    ..
+                }
         )
     }
 

@@ -4,21 +4,14 @@
 //! package's CustomResourceDefinitions.
 //!
 //! [`build`] writes a package from a directory, [`parse`] checks one, and
-//! [`Fetcher`] pulls packages from registries (a tag is resolved to a
-//! digest once; packages are cached by digest in a size-bounded directory).
+//! [`Fetcher`] (in [`crate::pull`]) pulls packages from registries.
 
-use std::{
-    collections::BTreeMap,
-    io::Read as _,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use futures::StreamExt as _;
-use oci_client::{Reference, errors::OciDistributionError, secrets::RegistryAuth};
 use serde_json::Value;
 
-use crate::{Auth, Config, Digest, Error, Image, LayerBuilder, Tls};
+pub use crate::pull::{Fetcher, Package, auth_from_docker_config, registry_of, repository_of};
+use crate::{Config, Error, Image, LayerBuilder};
 
 /// The annotation (and value) that marks the layer holding package.yaml.
 pub const BASE_ANNOTATION: (&str, &str) = ("io.crossplane.xpkg", "base");
@@ -28,13 +21,12 @@ pub const PACKAGE_FILE: &str = "package.yaml";
 pub const MAX_BYTES: u64 = 200 * 1024 * 1024;
 /// The API group of package metadata.
 pub const META_GROUP: &str = "meta.pkg.crossplane.io";
+/// The versions of [`META_GROUP`] a package's Provider may have.
+pub const META_VERSIONS: [&str; 2] = ["v1", "v1alpha1"];
 
-const MANIFEST_TYPES: [&str; 4] = [
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-];
+/// What a package may hold, for messages.
+const WHAT_A_PACKAGE_HOLDS: &str =
+    "a package holds one meta.pkg.crossplane.io Provider and CustomResourceDefinitions";
 
 /// A package's metadata (its `meta.pkg.crossplane.io` Provider).
 #[derive(Clone, Debug, PartialEq)]
@@ -54,9 +46,11 @@ pub struct Meta {
 /// One entry of a package's spec.dependsOn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dependency {
-    /// The package (repository) depended on.
+    /// The package (repository) depended on: the value of `provider:`,
+    /// `configuration:`, `function:` or `package:`.
     pub package: String,
-    /// A semver range (`>=v1.0.0, <v2.0.0`) or a digest.
+    /// A semver range (`>=v1.0.0, <v2.0.0`) or a digest (`sha256:...`);
+    /// empty when not given.
     pub version: String,
 }
 
@@ -69,17 +63,6 @@ pub struct Contents {
     pub objects: Vec<Value>,
 }
 
-/// A package read from a registry.
-#[derive(Clone, Debug)]
-pub struct Package {
-    /// The reference it was read by.
-    pub reference: String,
-    /// Its manifest digest.
-    pub digest: Digest,
-    /// What it holds.
-    pub contents: Contents,
-}
-
 fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
     Error::Invalid {
         reference: reference.to_owned(),
@@ -88,16 +71,25 @@ fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
     }
 }
 
-/// Splits a YAML stream into documents with the line each starts on.
+/// A YAML stream split into documents: the line (1-based) each document's
+/// content starts on, and its text.
 fn documents(text: &str) -> Vec<(usize, String)> {
     let mut docs = Vec::new();
     let mut current = String::new();
     let mut start = 1;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim_end();
-        if trimmed == "---" || trimmed.starts_with("--- ") {
+        if trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t") {
             docs.push((start, std::mem::take(&mut current)));
-            start = i + 2;
+            // Content after the marker (`--- {a: 1}`) stays on its line.
+            let rest = &trimmed[3..];
+            if rest.trim().is_empty() {
+                start = i + 2;
+            } else {
+                start = i + 1;
+                current.push_str(rest);
+                current.push('\n');
+            }
             continue;
         }
         if trimmed == "..." {
@@ -110,10 +102,134 @@ fn documents(text: &str) -> Vec<(usize, String)> {
     docs
 }
 
+/// "(line L[, column C]): malformed YAML: what", L counted in the whole
+/// stream (the parser counts within the document starting on `start`), on
+/// one line (the parser's message may add a snippet).
+fn yaml_fault(start: usize, e: &serde_saphyr::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    // Drop the parser's own "line N column M: " prefix.
+    let what = match first.split_once(": ") {
+        Some((place, rest)) if place.starts_with("line ") => rest,
+        _ => first,
+    };
+    match e.location() {
+        Some(l) if l.line() > 0 => {
+            let line = start + usize::try_from(l.line()).unwrap_or(1) - 1;
+            format!(
+                "(line {line}, column {}): malformed YAML: {what}",
+                l.column()
+            )
+        }
+        _ => format!("(line {start}): malformed YAML: {what}"),
+    }
+}
+
+/// One object of a YAML stream: where it is, and what.
+struct Object {
+    /// "document N (line L)".
+    at: String,
+    number: usize,
+    value: Value,
+    meta: bool,
+}
+
+/// The objects of `text`: meta Providers and CRDs (anything else, a CRD
+/// without name or group, and malformed YAML are refused). Documents are
+/// numbered from 1, empty ones (or only comments) skipped and not counted.
+fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Error> {
+    let mut out = Vec::new();
+    let mut number = 0;
+    for (line, doc) in documents(text) {
+        let blank = doc.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#')
+        });
+        if blank {
+            continue;
+        }
+        number += 1;
+        let value: Value = serde_saphyr::from_str(&doc).map_err(|e| {
+            invalid(
+                reference,
+                layer,
+                format!("document {number} {}", yaml_fault(line, &e)),
+            )
+        })?;
+        let at = format!("document {number} (line {line})");
+        if value.is_null() {
+            continue;
+        }
+        if !value.is_object() {
+            return Err(invalid(
+                reference,
+                layer,
+                format!("{at}: not an object; {WHAT_A_PACKAGE_HOLDS}"),
+            ));
+        }
+        let field = |k: &str| value.get(k).and_then(Value::as_str).unwrap_or_default();
+        let (api_version, kind) = (field("apiVersion"), field("kind"));
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let meta = match (group, kind) {
+            (META_GROUP, "Provider") if META_VERSIONS.contains(&version) => true,
+            ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+                let text = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
+                let missing: Vec<&str> = [
+                    ("metadata.name", "/metadata/name"),
+                    ("spec.group", "/spec/group"),
+                ]
+                .into_iter()
+                .filter(|(_, p)| text(p).is_empty())
+                .map(|(name, _)| name)
+                .collect();
+                if !missing.is_empty() {
+                    let name = text("/metadata/name");
+                    return Err(invalid(
+                        reference,
+                        layer,
+                        format!(
+                            "{at}: CustomResourceDefinition {}has no {}",
+                            if name.is_empty() {
+                                String::new()
+                            } else {
+                                format!("{name} ")
+                            },
+                            missing.join(" and ")
+                        ),
+                    ));
+                }
+                false
+            }
+            _ => {
+                let what = match (kind, api_version) {
+                    ("", _) => "an object without kind".to_owned(),
+                    (k, "") => format!("kind {k} (no apiVersion)"),
+                    (k, v) => format!("kind {k} ({v})"),
+                };
+                return Err(invalid(
+                    reference,
+                    layer,
+                    format!("{at}: {what} is not allowed; {WHAT_A_PACKAGE_HOLDS}"),
+                ));
+            }
+        };
+        out.push(Object {
+            at,
+            number,
+            value,
+            meta,
+        });
+    }
+    Ok(out)
+}
+
 /// Checks `package_yaml` (of package `reference`, found in `layer`) and
-/// returns what it holds: exactly one `meta.pkg.crossplane.io` Provider and
-/// any number of CustomResourceDefinitions; anything else is refused with
-/// a message naming the reference, the layer and the fault.
+/// returns what it holds: exactly one `meta.pkg.crossplane.io/v1` (or
+/// `v1alpha1`) Provider and any number of CustomResourceDefinitions.
+/// Anything else (another kind, no or two metas, malformed YAML, a CRD
+/// without name or group) is refused with [`Error::Invalid`], naming the
+/// reference, the layer, the document and its line, and the fault.
 pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Contents, Error> {
     let text = std::str::from_utf8(package_yaml).map_err(|e| {
         invalid(
@@ -122,87 +238,35 @@ pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Conten
             format!("{PACKAGE_FILE} is not UTF-8: {e}"),
         )
     })?;
-    let mut meta: Option<(usize, Value)> = None;
-    let mut objects = Vec::new();
-    let mut number = 0;
-    for (line, doc) in documents(text) {
-        if doc.lines().all(|l| {
-            let l = l.trim();
-            l.is_empty() || l.starts_with('#')
-        }) {
+    let mut meta: Option<Object> = None;
+    let mut crds = Vec::new();
+    for object in objects(reference, layer, text)? {
+        if !object.meta {
+            crds.push(object.value);
             continue;
         }
-        number += 1;
-        let at = format!("document {number} (line {line})");
-        let value: Value = serde_saphyr::from_str(&doc)
-            .map_err(|e| invalid(reference, layer, format!("{at}: malformed YAML: {e}")))?;
-        if value.is_null() {
-            continue;
+        if let Some(first) = &meta {
+            return Err(invalid(
+                reference,
+                layer,
+                format!(
+                    "{}: a second {META_GROUP} Provider (the first is document {}); a package has exactly one",
+                    object.at, first.number
+                ),
+            ));
         }
-        let api_version = value
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let kind = value
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let group = api_version.split_once('/').map_or("", |(g, _)| g);
-        match (group, kind) {
-            (META_GROUP, "Provider") => {
-                if let Some((first, _)) = &meta {
-                    return Err(invalid(
-                        reference,
-                        layer,
-                        format!(
-                            "{at}: a second {META_GROUP} Provider (the first is document {first}); a package has exactly one"
-                        ),
-                    ));
-                }
-                meta = Some((number, value));
-            }
-            ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-                let name = value.pointer("/metadata/name").and_then(Value::as_str);
-                let crd_group = value.pointer("/spec/group").and_then(Value::as_str);
-                match (name, crd_group) {
-                    (Some(n), Some(g)) if !n.is_empty() && !g.is_empty() => objects.push(value),
-                    _ => {
-                        return Err(invalid(
-                            reference,
-                            layer,
-                            format!(
-                                "{at}: a CustomResourceDefinition needs metadata.name and spec.group"
-                            ),
-                        ));
-                    }
-                }
-            }
-            _ => {
-                let what = if kind.is_empty() {
-                    "an object without kind".to_owned()
-                } else {
-                    format!("kind {kind} ({api_version})")
-                };
-                return Err(invalid(
-                    reference,
-                    layer,
-                    format!(
-                        "{at}: {what} is not allowed; a package holds one {META_GROUP} Provider and CustomResourceDefinitions"
-                    ),
-                ));
-            }
-        }
+        meta = Some(object);
     }
-    let Some((_, raw)) = meta else {
+    let Some(meta) = meta else {
         return Err(invalid(
             reference,
             layer,
-            format!("{PACKAGE_FILE} has no {META_GROUP}/v1 Provider; a package has exactly one"),
+            format!("{PACKAGE_FILE} has no {META_GROUP}/v1 Provider; {WHAT_A_PACKAGE_HOLDS}"),
         ));
     };
     Ok(Contents {
-        meta: meta_of(raw),
-        objects,
+        meta: meta_of(meta.value),
+        objects: crds,
     })
 }
 
@@ -239,580 +303,96 @@ fn meta_of(raw: Value) -> Meta {
 }
 
 /// Builds a package from `dir`: `package.yaml` (the meta, and possibly
-/// CRDs) and every `.yaml`/`.yml` file under `crds/` (by name). With
-/// `runtime_image` the meta's spec.controller.image is set to it. The
-/// image has one layer, annotated `io.crossplane.xpkg: base`, holding the
-/// checked `package.yaml`; the same input gives the same digest.
+/// CRDs) and every `.yaml`/`.yml` file under `crds/` (by name; CRDs only).
+/// With `runtime_image` the meta's spec.controller.image is set to it. The
+/// image (linux/amd64: packages are platform independent, and pulls look
+/// for linux/amd64) has one layer, annotated `io.crossplane.xpkg: base`,
+/// holding the checked `package.yaml`: the meta, then the CRDs, as `---`
+/// separated documents. The same input gives the same digest.
 pub fn build(dir: &Path, runtime_image: Option<&str>) -> Result<Image, Error> {
     let read = |p: &Path| std::fs::read(p).map_err(|e| Error::read(p, e));
-    let source = dir.display().to_string();
-    let mut contents = parse(&source, PACKAGE_FILE, &read(&dir.join(PACKAGE_FILE))?)?;
+    let source = dir.join(PACKAGE_FILE);
+    let mut contents = parse(&dir.display().to_string(), PACKAGE_FILE, &read(&source)?)?;
     let crds = dir.join("crds");
     if crds.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&crds)
             .map_err(|e| Error::read(&crds, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
         files.sort();
         for f in files {
-            let text = read(&f)?;
-            let mut with_meta = serde_json::to_vec(&contents.meta.raw).map_err(Error::Json)?;
-            with_meta.extend_from_slice(b"\n---\n");
-            with_meta.extend_from_slice(&text);
-            let more = parse(&f.display().to_string(), "crds", &with_meta)?;
-            contents.objects.extend(more.objects);
+            let name = f.display().to_string();
+            let bytes = read(&f)?;
+            let text = std::str::from_utf8(&bytes).map_err(|e| {
+                invalid(&dir.display().to_string(), &name, format!("not UTF-8: {e}"))
+            })?;
+            for object in objects(&dir.display().to_string(), &name, text)? {
+                if object.meta {
+                    return Err(invalid(
+                        &dir.display().to_string(),
+                        &name,
+                        format!(
+                            "{}: the {META_GROUP} Provider belongs in {PACKAGE_FILE}, not under crds/",
+                            object.at
+                        ),
+                    ));
+                }
+                contents.objects.push(object.value);
+            }
         }
     }
-    if let Some(image) = runtime_image
-        && let Some(spec) = contents.meta.raw.as_object_mut().map(|m| {
-            m.entry("spec")
-                .or_insert_with(|| Value::Object(Default::default()))
-        })
-        && let Some(spec) = spec.as_object_mut()
-    {
-        let controller = spec
-            .entry("controller")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Some(c) = controller.as_object_mut() {
-            c.insert("image".into(), Value::String(image.to_owned()));
-        }
+    if let Some(image) = runtime_image {
+        set_controller_image(&mut contents.meta.raw, image);
     }
     let mut yaml = String::new();
-    for object in std::iter::once(&contents.meta.raw).chain(contents.objects.iter()) {
-        yaml.push_str("---\n");
+    for (i, object) in std::iter::once(&contents.meta.raw)
+        .chain(contents.objects.iter())
+        .enumerate()
+    {
+        if i > 0 {
+            yaml.push_str("---\n");
+        }
         yaml.push_str(&serde_json::to_string(object).map_err(Error::Json)?);
         yaml.push('\n');
     }
+    // Checked as a puller will read it.
+    parse(&dir.display().to_string(), PACKAGE_FILE, yaml.as_bytes())?;
     let layer = LayerBuilder::new()
         .file(PACKAGE_FILE, 0o644, yaml.into_bytes())
         .build()?
         .annotate(BASE_ANNOTATION.0, BASE_ANNOTATION.1);
     Ok(Image::new(Config {
+        os: "linux".to_owned(),
         architecture: "amd64".to_owned(),
         ..Config::default()
     })
     .layer(layer))
 }
 
-/// The registry host of a reference (`host[:port]`).
-pub fn registry_of(reference: &str) -> String {
-    reference
-        .parse::<Reference>()
-        .map(|r| r.resolve_registry().to_owned())
-        .unwrap_or_else(|_| reference.split('/').next().unwrap_or_default().to_owned())
-}
-
-/// A reference without its tag or digest (`host/repository`).
-pub fn repository_of(reference: &str) -> String {
-    match reference.parse::<Reference>() {
-        Ok(r) => format!("{}/{}", r.registry(), r.repository()),
-        Err(_) => reference.to_owned(),
-    }
-}
-
-/// The credentials for `registry` in a `kubernetes.io/dockerconfigjson`
-/// Secret's `.dockerconfigjson`: `{"auths": {"host": {"username",
-/// "password"} or {"auth": base64("user:password")}}}`.
-pub fn auth_from_docker_config(json: &[u8], registry: &str) -> Option<Auth> {
-    let config: Value = serde_json::from_slice(json).ok()?;
-    let auths = config.get("auths")?.as_object()?;
-    let host = |k: &str| {
-        let k = k
-            .strip_prefix("https://")
-            .or_else(|| k.strip_prefix("http://"))
-            .unwrap_or(k);
-        k.split('/').next().unwrap_or_default().to_owned()
-    };
-    let entry = auths.iter().find(|(k, _)| host(k) == registry)?.1;
-    let field = |k: &str| {
-        entry
-            .get(k)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    if let (Some(u), Some(p)) = (field("username"), field("password")) {
-        return Some(Auth::Basic {
-            username: u.to_owned(),
-            password: p.to_owned(),
-        });
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(field("auth")?)
-        .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let (u, p) = decoded.split_once(':')?;
-    Some(Auth::Basic {
-        username: u.to_owned(),
-        password: p.to_owned(),
-    })
-}
-
-/// Pulls packages, keeping them by digest in a size-bounded directory.
-#[derive(Debug)]
-pub struct Fetcher {
-    cache_dir: PathBuf,
-    max_cache_bytes: u64,
-}
-
-fn registry_auth(auth: &Auth) -> RegistryAuth {
-    match auth {
-        Auth::Anonymous => RegistryAuth::Anonymous,
-        Auth::Basic { username, password } => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-    }
-}
-
-/// Classifies a failed registry request.
-fn failed(reference: &str, step: &'static str, auth: &Auth, e: OciDistributionError) -> Error {
-    if crate::push::is_unauthorized(&e) {
-        return Error::Unauthorized {
-            registry: registry_of(reference),
-            with_credentials: *auth != Auth::Anonymous,
-            source: Box::new(e),
-        };
-    }
-    let not_found = match &e {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            matches!(
-                e.code,
-                oci_client::errors::OciErrorCode::ManifestUnknown
-                    | oci_client::errors::OciErrorCode::NameUnknown
-            )
-        }),
-        _ => false,
-    };
-    if not_found {
-        return Error::NotFound {
-            reference: reference.to_owned(),
-        };
-    }
-    let transient = match &e {
-        OciDistributionError::ServerError { code, .. } => *code >= 500,
-        OciDistributionError::RequestError(r) => {
-            r.is_connect() || r.is_timeout() || r.status().is_some_and(|s| s.is_server_error())
-        }
-        _ => false,
-    };
-    Error::Registry {
-        reference: reference.to_owned(),
-        step,
-        transient,
-        source: Box::new(e),
-    }
-}
-
-fn parse_reference(reference: &str) -> Result<Reference, Error> {
-    reference.parse().map_err(|e| Error::Reference {
-        reference: reference.to_owned(),
-        reason: format!("{e}"),
-    })
-}
-
-/// The linux/amd64 entry of an image index, or why there is none.
-fn platform_manifest(reference: &str, index: &Value) -> Result<Digest, Error> {
-    let entries = index
-        .get("manifests")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut platforms = Vec::new();
-    for e in &entries {
-        let os = e
-            .pointer("/platform/os")
-            .and_then(Value::as_str)
-            .unwrap_or("?");
-        let arch = e
-            .pointer("/platform/architecture")
-            .and_then(Value::as_str)
-            .unwrap_or("?");
-        if os == "linux"
-            && arch == "amd64"
-            && let Some(d) = e
-                .get("digest")
-                .and_then(Value::as_str)
-                .and_then(Digest::parse)
-        {
-            return Ok(d);
-        }
-        platforms.push(format!("{os}/{arch}"));
-    }
-    Err(invalid(
-        reference,
-        "index",
-        format!(
-            "the image index has no linux/amd64 manifest (it has {})",
-            if platforms.is_empty() {
-                "none".to_owned()
-            } else {
-                platforms.join(", ")
-            }
-        ),
-    ))
-}
-
-fn is_index(manifest: &Value) -> bool {
-    manifest.get("manifests").is_some()
-}
-
-impl Fetcher {
-    /// Packages cached in `cache_dir`, which is kept under
-    /// `max_cache_bytes` (oldest packages go first).
-    pub fn new(cache_dir: PathBuf, max_cache_bytes: u64) -> Self {
-        Self {
-            cache_dir,
-            max_cache_bytes,
-        }
-    }
-
-    /// The manifest digest `reference` names now (for an image index, the
-    /// digest of its linux/amd64 manifest).
-    pub async fn resolve(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Digest, Error> {
-        let image = parse_reference(reference)?;
-        let client = crate::push::client(tls, true)
-            .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
-        let (bytes, digest) = client
-            .pull_manifest_raw(&image, &registry_auth(auth), &MANIFEST_TYPES)
-            .await
-            .map_err(|e| failed(reference, "reading the manifest", auth, e))?;
-        let manifest: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            invalid(
-                reference,
-                "manifest",
-                format!("the manifest is not JSON: {e}"),
-            )
-        })?;
-        if is_index(&manifest) {
-            return platform_manifest(reference, &manifest);
-        }
-        Digest::parse(&digest)
-            .ok_or_else(|| {
-                invalid(
-                    reference,
-                    "manifest",
-                    format!("the registry gave the digest {digest:?}"),
-                )
-            })
-            .or_else(|_| Ok(Digest::of(&bytes)))
-    }
-
-    /// The tags of `repository` (`host/repository`).
-    pub async fn tags(
-        &self,
-        repository: &str,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<Vec<String>, Error> {
-        let image = parse_reference(repository)?;
-        let client = crate::push::client(tls, true)
-            .map_err(|e| failed(repository, "setting up the HTTP client", auth, e))?;
-        let mut tags = Vec::new();
-        let mut last: Option<String> = None;
-        loop {
-            let page = client
-                .list_tags(&image, &registry_auth(auth), Some(1000), last.as_deref())
-                .await
-                .map_err(|e| failed(repository, "listing tags", auth, e))?;
-            let n = page.tags.len();
-            last = page.tags.last().cloned();
-            tags.extend(page.tags);
-            if n < 1000 || tags.len() > 100_000 {
-                return Ok(tags);
-            }
-        }
-    }
-
-    fn cached(&self, digest: &Digest) -> PathBuf {
-        self.cache_dir.join(format!("{}.json", digest.hex()))
-    }
-
-    /// The package at `digest` in `reference`'s repository: from the cache,
-    /// else pulled, checked and cached.
-    pub async fn fetch(
-        &self,
-        reference: &str,
-        digest: &Digest,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<Package, Error> {
-        if let Ok(bytes) = std::fs::read(self.cached(digest))
-            && let Ok(entry) = serde_json::from_slice::<Value>(&bytes)
-            && let (Some(layer), Some(yaml)) = (
-                entry.get("layer").and_then(Value::as_str),
-                entry.get("yaml").and_then(Value::as_str),
-            )
-        {
-            let contents = parse(reference, layer, yaml.as_bytes())?;
-            return Ok(Package {
-                reference: reference.to_owned(),
-                digest: digest.clone(),
-                contents,
-            });
-        }
-        let (layer, yaml) = self.pull(reference, digest, auth, tls).await?;
-        let contents = parse(reference, &layer, &yaml)?;
-        self.store(digest, &layer, &yaml);
-        Ok(Package {
-            reference: reference.to_owned(),
-            digest: digest.clone(),
-            contents,
-        })
-    }
-
-    /// Writes a checked package.yaml to the cache (atomically) and trims
-    /// the cache. A cache that cannot be written only costs a pull later.
-    fn store(&self, digest: &Digest, layer: &str, yaml: &[u8]) {
-        let entry = serde_json::json!({"layer": layer, "yaml": String::from_utf8_lossy(yaml)});
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&self.cache_dir)?;
-            let mut tmp = tempfile::NamedTempFile::new_in(&self.cache_dir)?;
-            std::io::Write::write_all(&mut tmp, entry.to_string().as_bytes())?;
-            tmp.persist(self.cached(digest)).map_err(|e| e.error)?;
-            Ok(())
-        };
-        if write().is_ok() {
-            trim(&self.cache_dir, self.max_cache_bytes);
-        }
-    }
-
-    async fn pull(
-        &self,
-        reference: &str,
-        digest: &Digest,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<(String, Vec<u8>), Error> {
-        let repository = repository_of(reference);
-        let pinned = format!("{repository}@{digest}");
-        let image = parse_reference(&pinned)?;
-        let client = crate::push::client(tls, true)
-            .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
-        let ra = registry_auth(auth);
-        let (bytes, _) = client
-            .pull_manifest_raw(&image, &ra, &MANIFEST_TYPES)
-            .await
-            .map_err(|e| failed(reference, "reading the manifest", auth, e))?;
-        if Digest::of(&bytes) != *digest {
-            return Err(invalid(
-                reference,
-                "manifest",
-                format!("the registry's manifest does not match {digest}"),
-            ));
-        }
-        let mut manifest: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            invalid(
-                reference,
-                "manifest",
-                format!("the manifest is not JSON: {e}"),
-            )
-        })?;
-        if is_index(&manifest) {
-            let platform = platform_manifest(reference, &manifest)?;
-            let image = parse_reference(&format!("{repository}@{platform}"))?;
-            let (bytes, _) = client
-                .pull_manifest_raw(&image, &ra, &MANIFEST_TYPES)
-                .await
-                .map_err(|e| failed(reference, "reading the platform manifest", auth, e))?;
-            manifest = serde_json::from_slice(&bytes).map_err(|e| {
-                invalid(
-                    reference,
-                    "manifest",
-                    format!("the manifest is not JSON: {e}"),
-                )
-            })?;
-        }
-        let layers = manifest
-            .get("layers")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let base = layers.iter().find(|l| {
-            l.pointer(&format!(
-                "/annotations/{}",
-                BASE_ANNOTATION.0.replace('/', "~1")
-            ))
-            .and_then(Value::as_str)
-                == Some(BASE_ANNOTATION.1)
-        });
-        let chosen: Vec<&Value> = match base {
-            Some(b) => vec![b],
-            None => layers.iter().collect(),
-        };
-        let mut found: Option<(String, Vec<u8>)> = None;
-        for l in chosen {
-            let layer_digest = l
-                .get("digest")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let size = l.get("size").and_then(Value::as_u64).unwrap_or(0);
-            if size > MAX_BYTES {
-                return Err(invalid(
-                    reference,
-                    &layer_digest,
-                    format!(
-                        "the layer is {size} bytes; a package layer may have at most {MAX_BYTES}"
-                    ),
-                ));
-            }
-            let media = l
-                .get("mediaType")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let blob = self
-                .blob(&client, &image, reference, &layer_digest, auth)
-                .await?;
-            if let Some(yaml) = package_file(reference, &layer_digest, &media, &blob)? {
-                found = Some((layer_digest, yaml));
-            }
-        }
-        found.ok_or_else(|| {
-            invalid(
-                reference,
-                base.and_then(|b| b.get("digest"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("all layers"),
-                format!("no {PACKAGE_FILE} in the package"),
-            )
-        })
-    }
-
-    /// Downloads a blob, refusing more than [`MAX_BYTES`] and checking its
-    /// digest.
-    async fn blob(
-        &self,
-        client: &oci_client::Client,
-        image: &Reference,
-        reference: &str,
-        digest: &str,
-        auth: &Auth,
-    ) -> Result<Vec<u8>, Error> {
-        let mut stream = client
-            .pull_blob_stream(image, digest)
-            .await
-            .map_err(|e| failed(reference, "downloading a layer", auth, e))?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = stream.stream.next().await {
-            let chunk = chunk.map_err(|e| Error::Registry {
-                reference: reference.to_owned(),
-                step: "downloading a layer",
-                transient: true,
-                source: Box::new(OciDistributionError::IoError(e)),
-            })?;
-            if (bytes.len() + chunk.len()) as u64 > MAX_BYTES {
-                return Err(invalid(
-                    reference,
-                    digest,
-                    format!("the layer is over {MAX_BYTES} bytes"),
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        if Digest::of(&bytes).as_str() != digest {
-            return Err(invalid(
-                reference,
-                digest,
-                "the layer does not match its digest",
-            ));
-        }
-        Ok(bytes)
-    }
-}
-
-/// package.yaml from a layer blob, if the layer has it.
-fn package_file(
-    reference: &str,
-    layer: &str,
-    media_type: &str,
-    blob: &[u8],
-) -> Result<Option<Vec<u8>>, Error> {
-    let gzip = blob.starts_with(&[0x1f, 0x8b]);
-    let plain_tar = media_type.ends_with(".tar") || media_type.ends_with("tar");
-    let reader: Box<dyn std::io::Read> = if gzip {
-        Box::new(flate2::read::GzDecoder::new(blob))
-    } else if plain_tar {
-        Box::new(blob)
-    } else {
-        return Err(invalid(
-            reference,
-            layer,
-            format!("the layer ({media_type}) is not gzip-compressed"),
-        ));
-    };
-    let mut archive = tar::Archive::new(reader);
-    let entries = archive.entries().map_err(|e| {
-        invalid(
-            reference,
-            layer,
-            format!("the layer is not a tar archive: {e}"),
-        )
-    })?;
-    for entry in entries {
-        let entry = entry.map_err(|e| {
-            invalid(
-                reference,
-                layer,
-                format!("the layer is not a valid tar archive: {e}"),
-            )
-        })?;
-        let size = entry.header().size().unwrap_or(0);
-        if size > MAX_BYTES {
-            let path = entry
-                .path()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            return Err(invalid(
-                reference,
-                layer,
-                format!("{path} is {size} bytes; a package file may have at most {MAX_BYTES}"),
-            ));
-        }
-        let is_package = entry
-            .path()
-            .is_ok_and(|p| p.strip_prefix("./").unwrap_or(&p) == Path::new(PACKAGE_FILE));
-        if is_package {
-            let mut bytes = Vec::new();
-            entry
-                .take(MAX_BYTES)
-                .read_to_end(&mut bytes)
-                .map_err(|e| invalid(reference, layer, format!("reading {PACKAGE_FILE}: {e}")))?;
-            return Ok(Some(bytes));
-        }
-    }
-    Ok(None)
-}
-
-/// Deletes the oldest files of `dir` until it holds at most `max` bytes.
-fn trim(dir: &Path, max: u64) {
-    let Ok(read) = std::fs::read_dir(dir) else {
+/// Sets `spec.controller.image` of a meta object, making `spec` and
+/// `spec.controller` as needed.
+fn set_controller_image(meta: &mut Value, image: &str) {
+    let Some(meta) = meta.as_object_mut() else {
         return;
     };
-    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = read
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let m = e.metadata().ok()?;
-            m.is_file().then(|| {
-                (
-                    m.modified().unwrap_or(std::time::UNIX_EPOCH),
-                    m.len(),
-                    e.path(),
-                )
-            })
-        })
-        .collect();
-    let mut total: u64 = files.iter().map(|f| f.1).sum();
-    files.sort();
-    for (_, len, path) in files {
-        if total <= max {
-            break;
-        }
-        if std::fs::remove_file(&path).is_ok() {
-            total = total.saturating_sub(len);
-        }
+    let spec = meta
+        .entry("spec")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !spec.is_object() {
+        *spec = Value::Object(Default::default());
+    }
+    let Some(spec) = spec.as_object_mut() else {
+        return;
+    };
+    let controller = spec
+        .entry("controller")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !controller.is_object() {
+        *controller = Value::Object(Default::default());
+    }
+    if let Some(c) = controller.as_object_mut() {
+        c.insert("image".into(), Value::String(image.to_owned()));
     }
 }
 
@@ -827,60 +407,113 @@ pub fn semver_tags(tags: &[String]) -> Vec<(semver::Version, String)> {
         .collect()
 }
 
-/// BTreeMap alias kept for callers that collect annotations.
-pub type Annotations = BTreeMap<String, String>;
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use std::io::Read as _;
 
-    const META: &str = "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\nspec:\n  controller:\n    image: example/runtime:v1\n  dependsOn:\n  - provider: example/b\n    version: \">=v1.0.0, <v2.0.0\"\n";
-    const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\nspec:\n  group: example.org\n";
+    const META: &str = "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\nspec:\n  controller:\n    image: example/runtime:v1\n  crossplane:\n    version: \">=v1.14.0\"\n  dependsOn:\n  - provider: example/b\n    version: \">=v1.0.0, <v2.0.0\"\n  - function: example/f\n    version: \"sha256:0123\"\n";
+    const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\nspec:\n  group: example.org\n  names:\n    kind: Thing\n";
 
     fn fault(yaml: &str) -> String {
-        parse("reg/pkg:v1", "sha256:abc", yaml.as_bytes())
+        parse("10.0.0.1:5000/x:v1", "sha256:abcd", yaml.as_bytes())
             .unwrap_err()
             .to_string()
     }
 
+    /// package.yaml of a built image's only layer.
+    fn package_yaml(image: &Image) -> String {
+        let mut gz = flate2::read::GzDecoder::new(image.layers()[0].blob());
+        let mut tar = Vec::new();
+        gz.read_to_end(&mut tar).unwrap();
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let mut entry = archive.entries().unwrap().next().unwrap().unwrap();
+        assert_eq!(entry.path().unwrap().to_str(), Some(PACKAGE_FILE));
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap();
+        text
+    }
+
     #[test]
-    fn a_meta_and_crds_parse() {
-        let c = parse("r", "l", format!("{META}---\n{CRD}").as_bytes()).unwrap();
+    fn the_example_meta_and_its_crds_parse() {
+        let c = parse(
+            "r",
+            "l",
+            format!("# a package\n---\n{META}---\n{CRD}---\n").as_bytes(),
+        )
+        .unwrap();
         assert_eq!(c.meta.name, "provider-test");
         assert_eq!(
             c.meta.controller_image.as_deref(),
             Some("example/runtime:v1")
         );
+        assert_eq!(c.meta.crossplane_version.as_deref(), Some(">=v1.14.0"));
         assert_eq!(
             c.meta.depends_on,
-            [Dependency {
-                package: "example/b".into(),
-                version: ">=v1.0.0, <v2.0.0".into()
-            }]
+            [
+                Dependency {
+                    package: "example/b".into(),
+                    version: ">=v1.0.0, <v2.0.0".into()
+                },
+                Dependency {
+                    package: "example/f".into(),
+                    version: "sha256:0123".into()
+                }
+            ]
         );
+        assert_eq!(c.meta.raw["kind"], "Provider");
         assert_eq!(c.objects.len(), 1);
+        assert_eq!(c.objects[0]["spec"]["group"], "example.org");
+        let alpha = META.replace("/v1\n", "/v1alpha1\n");
+        assert_eq!(
+            parse("r", "l", alpha.as_bytes()).unwrap().meta.name,
+            "provider-test"
+        );
     }
 
     #[test]
-    fn other_kinds_are_refused_naming_reference_layer_and_document() {
+    fn another_kind_is_refused_naming_reference_layer_document_and_line() {
         let f = fault(&format!(
             "{META}---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n"
         ));
-        assert!(f.contains("reg/pkg:v1") && f.contains("sha256:abc"), "{f}");
+        assert_eq!(
+            f,
+            "package 10.0.0.1:5000/x:v1, layer sha256:abcd: document 2 (line 16): kind Secret (v1) \
+             is not allowed; a package holds one meta.pkg.crossplane.io Provider and \
+             CustomResourceDefinitions"
+        );
+        let f = fault(&META.replace("meta.pkg.crossplane.io/v1", "meta.pkg.crossplane.io/v9"));
         assert!(
-            f.contains("document 2 (line 12)") && f.contains("kind Secret"),
+            f.contains(
+                "document 1 (line 1): kind Provider (meta.pkg.crossplane.io/v9) is not allowed"
+            ),
             "{f}"
         );
+        let f = fault(&format!("{META}---\n- a list\n"));
+        assert!(f.contains("document 2 (line 16): not an object"), "{f}");
     }
 
     #[test]
-    fn zero_or_two_metas_are_refused() {
-        assert!(fault(CRD).contains("has no meta.pkg.crossplane.io/v1 Provider"));
-        let f = fault(&format!("{META}---\n{META}"));
+    fn zero_metas_are_refused() {
+        assert_eq!(
+            fault(CRD),
+            "package 10.0.0.1:5000/x:v1, layer sha256:abcd: package.yaml has no \
+             meta.pkg.crossplane.io/v1 Provider; a package holds one meta.pkg.crossplane.io \
+             Provider and CustomResourceDefinitions"
+        );
+        assert!(fault("").contains("has no meta.pkg.crossplane.io/v1 Provider"));
+    }
+
+    #[test]
+    fn two_metas_are_refused() {
+        let f = fault(&format!("{META}---\n{CRD}---\n{META}"));
         assert!(
-            f.contains("a second meta.pkg.crossplane.io Provider"),
+            f.ends_with(
+                "document 3 (line 25): a second meta.pkg.crossplane.io Provider (the first is \
+                 document 1); a package has exactly one"
+            ),
             "{f}"
         );
     }
@@ -889,102 +522,162 @@ mod tests {
     fn malformed_yaml_names_its_document_and_line() {
         let f = fault(&format!("{META}---\n{CRD}---\nkind: [unclosed\n"));
         assert!(
-            f.contains("document 3 (line 19)") && f.contains("malformed YAML"),
+            f.starts_with(
+                "package 10.0.0.1:5000/x:v1, layer sha256:abcd: document 3 (line 25, column"
+            ),
+            "{f}"
+        );
+        assert!(
+            f.contains("): malformed YAML: ") && !f.contains('\n'),
+            "{f}"
+        );
+        // The line of the fault itself, counted in the whole stream.
+        let f = fault(&format!("{META}---\nkind: a\nspec:\n  x: 1\n   y: 2\n"));
+        assert!(
+            f.contains("document 2 (line 19, column 5): malformed YAML: mapping values"),
             "{f}"
         );
     }
 
     #[test]
-    fn a_crd_without_group_is_refused() {
+    fn a_crd_without_group_or_name_is_refused() {
         let f = fault(&format!(
-            "{META}---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: x\n"
+            "{META}---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: x.example.org\n"
         ));
-        assert!(f.contains("needs metadata.name and spec.group"), "{f}");
+        assert!(
+            f.ends_with(
+                "document 2 (line 16): CustomResourceDefinition x.example.org has no spec.group"
+            ),
+            "{f}"
+        );
+        let f = fault(&format!(
+            "{META}---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nspec: {{}}\n"
+        ));
+        assert!(
+            f.ends_with("CustomResourceDefinition has no metadata.name and spec.group"),
+            "{f}"
+        );
     }
 
-    #[test]
-    fn build_is_deterministic_annotated_and_sets_the_runtime_image() {
+    fn package_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("package.yaml"), META).unwrap();
+        std::fs::write(dir.path().join("package.yaml"), format!("{META}---\n{CRD}")).unwrap();
         std::fs::create_dir(dir.path().join("crds")).unwrap();
-        std::fs::write(dir.path().join("crds/a.yaml"), CRD).unwrap();
-        let a = build(dir.path(), Some("reg/runtime:v2")).unwrap();
-        let b = build(dir.path(), Some("reg/runtime:v2")).unwrap();
-        assert_eq!(a.serialize().unwrap().digest, b.serialize().unwrap().digest);
-        let manifest = String::from_utf8(a.serialize().unwrap().manifest).unwrap();
-        assert!(
-            manifest.contains(r#""annotations":{"io.crossplane.xpkg":"base"}"#),
-            "{manifest}"
+        let crd = |group: &str| CRD.replace("example.org", group);
+        std::fs::write(dir.path().join("crds/b.yaml"), crd("b.example.org")).unwrap();
+        std::fs::write(
+            dir.path().join("crds/a.yml"),
+            format!("{}---\n{}", crd("a1.example.org"), crd("a2.example.org")),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("crds/notes.txt"), "not yaml").unwrap();
+        dir
+    }
+
+    #[test]
+    fn build_is_deterministic_and_annotates_its_one_layer() {
+        let dir = package_dir();
+        let a = build(dir.path(), None).unwrap();
+        let b = build(dir.path(), None).unwrap();
+        let s = a.serialize().unwrap();
+        assert_eq!(s.digest, b.serialize().unwrap().digest);
+        assert_eq!(a.layers().len(), 1);
+        assert_eq!(
+            a.layers()[0]
+                .annotations()
+                .get("io.crossplane.xpkg")
+                .map(String::as_str),
+            Some("base")
         );
-        let blob = a.layers()[0].blob();
-        let yaml = package_file("r", "l", crate::LAYER_MEDIA_TYPE, blob)
-            .unwrap()
-            .unwrap();
-        let c = parse("r", "l", &yaml).unwrap();
+        let manifest: Value = serde_json::from_slice(&s.manifest).unwrap();
+        assert_eq!(
+            manifest["layers"][0]["annotations"],
+            serde_json::json!({"io.crossplane.xpkg": "base"})
+        );
+        let config: Value = serde_json::from_slice(&s.config).unwrap();
+        assert_eq!(
+            (config["os"].as_str(), config["architecture"].as_str()),
+            (Some("linux"), Some("amd64"))
+        );
+
+        // The meta first, then the CRDs of package.yaml, then crds/ by name.
+        let yaml = package_yaml(&a);
+        let c = parse("r", "l", yaml.as_bytes()).unwrap();
+        assert_eq!(
+            c.meta.controller_image.as_deref(),
+            Some("example/runtime:v1")
+        );
+        let groups: Vec<&str> = c
+            .objects
+            .iter()
+            .map(|o| o["spec"]["group"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                "example.org",
+                "a1.example.org",
+                "a2.example.org",
+                "b.example.org"
+            ]
+        );
+        assert!(
+            yaml.starts_with('{') && yaml.matches("\n---\n").count() == 4,
+            "{yaml}"
+        );
+    }
+
+    #[test]
+    fn the_runtime_image_overrides_or_sets_spec_controller_image() {
+        let dir = package_dir();
+        let plain = build(dir.path(), None).unwrap();
+        let image = build(dir.path(), Some("reg/runtime:v2")).unwrap();
+        let c = parse("r", "l", package_yaml(&image).as_bytes()).unwrap();
         assert_eq!(c.meta.controller_image.as_deref(), Some("reg/runtime:v2"));
-        assert_eq!(c.objects.len(), 1);
+        assert_ne!(
+            plain.serialize().unwrap().digest,
+            image.serialize().unwrap().digest
+        );
+
+        // A meta without spec gets one.
+        let bare = tempfile::tempdir().unwrap();
+        std::fs::write(
+            bare.path().join("package.yaml"),
+            "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: bare\n",
+        )
+        .unwrap();
+        let c = parse(
+            "r",
+            "l",
+            package_yaml(&build(bare.path(), None).unwrap()).as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(c.meta.controller_image, None);
+        let image = build(bare.path(), Some("reg/runtime:v3")).unwrap();
+        let c = parse("r", "l", package_yaml(&image).as_bytes()).unwrap();
+        assert_eq!(c.meta.controller_image.as_deref(), Some("reg/runtime:v3"));
+        assert!(c.objects.is_empty());
     }
 
     #[test]
-    fn a_layer_that_is_not_gzip_is_refused() {
-        let f = package_file("r", "sha256:x", crate::LAYER_MEDIA_TYPE, b"plain")
-            .unwrap_err()
-            .to_string();
+    fn build_refuses_a_bad_crds_file_naming_it() {
+        let dir = package_dir();
+        std::fs::write(
+            dir.path().join("crds/c.yaml"),
+            format!("{CRD}---\napiVersion: v1\nkind: ConfigMap\n"),
+        )
+        .unwrap();
+        let f = build(dir.path(), None).unwrap_err().to_string();
         assert!(
-            f.contains("not gzip-compressed") && f.contains("sha256:x"),
+            f.contains("crds/c.yaml") && f.contains("document 2 (line 10): kind ConfigMap"),
             "{f}"
         );
-    }
-
-    #[test]
-    fn docker_config_credentials_in_both_forms() {
-        let plain = br#"{"auths":{"reg.example:5000":{"username":"u","password":"p"}}}"#;
-        assert_eq!(
-            auth_from_docker_config(plain, "reg.example:5000"),
-            Some(Auth::Basic {
-                username: "u".into(),
-                password: "p".into()
-            })
-        );
-        let encoded = br#"{"auths":{"https://reg.example":{"auth":"dTpwOnE="}}}"#;
-        assert_eq!(
-            auth_from_docker_config(encoded, "reg.example"),
-            Some(Auth::Basic {
-                username: "u".into(),
-                password: "p:q".into()
-            })
-        );
-        assert_eq!(auth_from_docker_config(plain, "other"), None);
-        assert_eq!(auth_from_docker_config(b"not json", "other"), None);
-    }
-
-    #[test]
-    fn an_index_without_linux_amd64_names_what_it_has() {
-        let index = serde_json::json!({"manifests": [{"digest": "sha256:1", "platform": {"os": "linux", "architecture": "arm64"}}]});
-        let f = platform_manifest("r", &index).unwrap_err().to_string();
-        assert!(
-            f.contains("no linux/amd64") && f.contains("linux/arm64"),
-            "{f}"
-        );
-    }
-
-    #[test]
-    fn the_cache_keeps_the_newest_files_under_its_bound() {
-        let dir = tempfile::tempdir().unwrap();
-        for (i, name) in ["a", "b", "c"].iter().enumerate() {
-            std::fs::write(dir.path().join(name), vec![0u8; 100]).unwrap();
-            let t =
-                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
-            std::fs::File::options()
-                .write(true)
-                .open(dir.path().join(name))
-                .unwrap()
-                .set_modified(t)
-                .unwrap();
-        }
-        trim(dir.path(), 250);
-        assert!(!dir.path().join("a").exists());
-        assert!(dir.path().join("b").exists() && dir.path().join("c").exists());
+        std::fs::write(dir.path().join("crds/c.yaml"), META).unwrap();
+        let f = build(dir.path(), None).unwrap_err().to_string();
+        assert!(f.contains("belongs in package.yaml"), "{f}");
+        let empty = tempfile::tempdir().unwrap();
+        let f = build(empty.path(), None).unwrap_err().to_string();
+        assert!(f.contains("package.yaml"), "{f}");
     }
 
     #[test]

@@ -1,0 +1,776 @@
+//! Pulling Crossplane packages from registries: a tag is resolved to a
+//! manifest digest, the package is pulled by digest (never by tag), its
+//! `package.yaml` is found, checked with [`crate::xpkg::parse`] and kept in a
+//! size-bounded directory keyed by digest, so a digest is downloaded once.
+//!
+//! Every request has a deadline ([`crate::push::TIMEOUT`] to connect and per
+//! read, and the same for each manifest or tag list request as a whole): a
+//! registry that accepts connections and never answers fails quickly, as
+//! [`Error::Unreachable`], which [`Error::is_transient`] tells apart from a
+//! package that is wrong.
+
+use std::{
+    io::{BufRead, BufReader, Read as _, Seek as _, Write as _},
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use base64::Engine as _;
+use futures::StreamExt as _;
+use oci_client::{Client, Reference, errors::OciDistributionError, secrets::RegistryAuth};
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+use crate::{
+    Auth, Digest, Error, Tls,
+    push::TIMEOUT,
+    xpkg::{self, BASE_ANNOTATION, Contents, MAX_BYTES, PACKAGE_FILE},
+};
+
+/// The manifest media types a pull accepts.
+const MANIFEST_TYPES: [&str; 4] = [
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// The largest manifest (or index) a pull reads.
+const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// Tags asked for per page of a tag list.
+const TAGS_PER_PAGE: usize = 1000;
+
+/// The most pages of tags read (a registry that ignores `last` would
+/// otherwise be asked forever).
+const MAX_TAG_PAGES: usize = 100;
+
+/// The first line of a cache file: the layer package.yaml came from.
+const CACHE_LAYER_PREFIX: &str = "# layer: ";
+
+/// A package read from a registry.
+#[derive(Clone, Debug)]
+pub struct Package {
+    /// The reference it was read by.
+    pub reference: String,
+    /// Its manifest digest.
+    pub digest: Digest,
+    /// What it holds.
+    pub contents: Contents,
+}
+
+/// Pulls packages, keeping their `package.yaml` by digest in a
+/// size-bounded directory.
+#[derive(Debug)]
+pub struct Fetcher {
+    cache_dir: PathBuf,
+    max_cache_bytes: u64,
+}
+
+/// The registry host of a reference (`host[:port]`; `docker.io` for a
+/// reference without one).
+pub fn registry_of(reference: &str) -> String {
+    reference
+        .parse::<Reference>()
+        .map(|r| r.resolve_registry().to_owned())
+        .unwrap_or_else(|_| reference.split('/').next().unwrap_or_default().to_owned())
+}
+
+/// A reference without its tag or digest (`host[:port]/repository`).
+pub fn repository_of(reference: &str) -> String {
+    match reference.parse::<Reference>() {
+        Ok(r) => format!("{}/{}", r.registry(), r.repository()),
+        Err(_) => {
+            let without_digest = reference.split('@').next().unwrap_or(reference);
+            // A ':' after the last '/' starts the tag (one before it is a port).
+            match without_digest.rsplit_once('/') {
+                Some((head, tail)) => {
+                    format!("{head}/{}", tail.split(':').next().unwrap_or(tail))
+                }
+                None => without_digest.to_owned(),
+            }
+        }
+    }
+}
+
+/// The credentials for `registry` (`host[:port]`) in a
+/// `kubernetes.io/dockerconfigjson` Secret's `.dockerconfigjson`:
+/// `{"auths": {"host": {"username", "password"} or {"auth":
+/// base64("user:password")}}}`. Keys may be written as URLs
+/// (`https://host/v2/`); the host must match exactly.
+pub fn auth_from_docker_config(json: &[u8], registry: &str) -> Option<Auth> {
+    let config: Value = serde_json::from_slice(json).ok()?;
+    let auths = config.get("auths")?.as_object()?;
+    let host = |k: &str| {
+        let k = k
+            .strip_prefix("https://")
+            .or_else(|| k.strip_prefix("http://"))
+            .unwrap_or(k);
+        k.split('/').next().unwrap_or_default().to_owned()
+    };
+    let entry = auths.iter().find(|(k, _)| host(k) == registry)?.1;
+    let field = |k: &str| {
+        entry
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    if let (Some(username), Some(password)) = (field("username"), field("password")) {
+        return Some(Auth::Basic {
+            username: username.to_owned(),
+            password: password.to_owned(),
+        });
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(field("auth")?.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (username, password) = decoded.split_once(':')?;
+    Some(Auth::Basic {
+        username: username.to_owned(),
+        password: password.to_owned(),
+    })
+}
+
+fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
+    Error::Invalid {
+        reference: reference.to_owned(),
+        layer: layer.to_owned(),
+        fault: fault.into(),
+    }
+}
+
+fn registry_auth(auth: &Auth) -> RegistryAuth {
+    match auth {
+        Auth::Anonymous => RegistryAuth::Anonymous,
+        Auth::Basic { username, password } => {
+            RegistryAuth::Basic(username.clone(), password.clone())
+        }
+    }
+}
+
+fn parse_reference(reference: &str) -> Result<Reference, Error> {
+    reference.parse().map_err(|e| Error::Reference {
+        reference: reference.to_owned(),
+        reason: format!("{e}"),
+    })
+}
+
+/// Why a request never got an answer, in a few words; `None` when it did
+/// get one (the failure is the registry's answer).
+fn unreachable_reason(e: &OciDistributionError) -> Option<String> {
+    let (request, io) = match e {
+        OciDistributionError::RequestError(r) => (Some(r), None),
+        OciDistributionError::IoError(io) => (None, Some(io)),
+        _ => return None,
+    };
+    if let Some(r) = request
+        && r.status().is_some()
+    {
+        return None;
+    }
+    // Walk the causes; an io::Error hides the error it wraps from
+    // `source()`, so look inside it too.
+    let mut causes: Vec<&(dyn std::error::Error + 'static)> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = match (request, io) {
+        (Some(r), _) => Some(r),
+        (_, Some(io)) => Some(io),
+        _ => None,
+    };
+    while let Some(cause) = next {
+        causes.push(cause);
+        next = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as _).or(cause.source()),
+            None => cause.source(),
+        };
+    }
+    for cause in &causes {
+        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+            return Some(match tls {
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+                    "TLS failed: its certificate is not trusted (signed by an unknown authority; \
+                     give the CA that signed it)"
+                        .to_owned()
+                }
+                rustls::Error::InvalidCertificate(c) => {
+                    format!("TLS failed: its certificate is not valid ({c:?})")
+                }
+                other => format!("TLS failed: {other}"),
+            });
+        }
+    }
+    for cause in &causes {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            match io.kind() {
+                K::ConnectionRefused => return Some("connection refused".to_owned()),
+                K::TimedOut => return Some(format!("no answer within {}s", TIMEOUT.as_secs())),
+                K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof => {
+                    return Some("the connection was closed before an answer".to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
+    let text: Vec<String> = causes.iter().map(|c| c.to_string()).collect();
+    let text = text.join(": ");
+    let lower = text.to_lowercase();
+    if lower.contains("certificate") || lower.contains("unknownissuer") {
+        return Some(format!(
+            "TLS failed: its certificate is not trusted ({text})"
+        ));
+    }
+    if lower.contains("dns error") || lower.contains("failed to lookup") {
+        return Some(format!("the host name does not resolve ({text})"));
+    }
+    let connect = request.is_some_and(|r| r.is_connect() || r.is_timeout());
+    if request.is_some_and(|r| r.is_timeout()) {
+        return Some(format!("no answer within {}s", TIMEOUT.as_secs()));
+    }
+    (connect || io.is_some() || request.is_some_and(|r| r.is_request() || r.is_body()))
+        .then_some(text)
+}
+
+/// Classifies a failed registry request for `reference`.
+fn failed(reference: &str, step: &'static str, auth: &Auth, e: OciDistributionError) -> Error {
+    if crate::push::is_unauthorized(&e) {
+        return Error::Unauthorized {
+            registry: registry_of(reference),
+            with_credentials: *auth != Auth::Anonymous,
+            source: Box::new(e),
+        };
+    }
+    let not_found = match &e {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        OciDistributionError::RequestError(r) => r.status().is_some_and(|s| s.as_u16() == 404),
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            use oci_client::errors::OciErrorCode as C;
+            matches!(
+                e.code,
+                C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
+            )
+        }),
+        _ => false,
+    };
+    if not_found {
+        return Error::NotFound {
+            reference: reference.to_owned(),
+        };
+    }
+    if let Some(reason) = unreachable_reason(&e) {
+        return Error::Unreachable {
+            reference: reference.to_owned(),
+            registry: registry_of(reference),
+            reason,
+            source: Box::new(e),
+        };
+    }
+    let transient = match &e {
+        OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
+        OciDistributionError::RequestError(r) => r
+            .status()
+            .is_some_and(|s| s.is_server_error() || s.as_u16() == 429),
+        _ => false,
+    };
+    Error::Registry {
+        reference: reference.to_owned(),
+        step,
+        detail: e.to_string(),
+        transient,
+        source: Box::new(e),
+    }
+}
+
+/// A request that had no answer within [`TIMEOUT`] as a whole.
+fn timed_out(reference: &str) -> Error {
+    let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer");
+    Error::Unreachable {
+        reference: reference.to_owned(),
+        registry: registry_of(reference),
+        reason: format!("no answer within {}s", TIMEOUT.as_secs()),
+        source: Box::new(OciDistributionError::IoError(io)),
+    }
+}
+
+/// The linux/amd64 entry of an image index, or why there is none.
+fn platform_manifest(reference: &str, index: &Value) -> Result<Digest, Error> {
+    let entries = index
+        .get("manifests")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut platforms = Vec::new();
+    for e in entries {
+        let field = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or("?");
+        let (os, arch) = (field("/platform/os"), field("/platform/architecture"));
+        if os == "linux"
+            && arch == "amd64"
+            && let Some(d) = e
+                .get("digest")
+                .and_then(Value::as_str)
+                .and_then(Digest::parse)
+        {
+            return Ok(d);
+        }
+        platforms.push(format!("{os}/{arch}"));
+    }
+    Err(invalid(
+        reference,
+        "index",
+        format!(
+            "the image index has no linux/amd64 manifest (it has {})",
+            if platforms.is_empty() {
+                "none".to_owned()
+            } else {
+                platforms.join(", ")
+            }
+        ),
+    ))
+}
+
+fn is_index(manifest: &Value) -> bool {
+    manifest.get("manifests").is_some()
+}
+
+fn manifest_json(reference: &str, bytes: &[u8]) -> Result<Value, Error> {
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(invalid(
+            reference,
+            "manifest",
+            format!(
+                "the manifest is {} bytes; at most {MAX_MANIFEST_BYTES} are read",
+                bytes.len()
+            ),
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        invalid(
+            reference,
+            "manifest",
+            format!("the manifest is not JSON: {e}"),
+        )
+    })
+}
+
+/// What a layer says about package.yaml.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// The layer holds it.
+    File(Vec<u8>),
+    /// The layer deletes it (an OCI whiteout).
+    Deleted,
+}
+
+impl Fetcher {
+    /// Packages cached in `cache_dir` (made when first written), which is
+    /// kept under `max_cache_bytes` (the least recently used go first).
+    pub fn new(cache_dir: PathBuf, max_cache_bytes: u64) -> Self {
+        Self {
+            cache_dir,
+            max_cache_bytes,
+        }
+    }
+
+    /// The manifest digest `reference` (a tag or a digest) names now; for
+    /// an image index, the digest of its linux/amd64 manifest (an index
+    /// without one is [`Error::Invalid`], naming the platforms it has).
+    pub async fn resolve(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Digest, Error> {
+        let image = parse_reference(reference)?;
+        let client = crate::push::client(tls, true)
+            .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
+        let bytes = manifest(&client, &image, reference, auth).await?;
+        let json = manifest_json(reference, &bytes)?;
+        if is_index(&json) {
+            return platform_manifest(reference, &json);
+        }
+        Ok(Digest::of(&bytes))
+    }
+
+    /// The tags of `repository` (`host[:port]/repository`, a tag or digest
+    /// is ignored), every page of them.
+    pub async fn tags(
+        &self,
+        repository: &str,
+        auth: &Auth,
+        tls: &Tls,
+    ) -> Result<Vec<String>, Error> {
+        let image = parse_reference(&repository_of(repository))?;
+        let client = crate::push::client(tls, true)
+            .map_err(|e| failed(repository, "setting up the HTTP client", auth, e))?;
+        let ra = registry_auth(auth);
+        let mut tags: Vec<String> = Vec::new();
+        let mut last: Option<String> = None;
+        for _ in 0..MAX_TAG_PAGES {
+            let page = tokio::time::timeout(
+                TIMEOUT,
+                client.list_tags(&image, &ra, Some(TAGS_PER_PAGE), last.as_deref()),
+            )
+            .await
+            .map_err(|_| timed_out(repository))?
+            .map_err(|e| failed(repository, "listing tags", auth, e))?;
+            let next = page.tags.last().cloned();
+            // A registry that ignores `last` sends the same page again.
+            if next.is_none() || next == last || next.as_ref().is_some_and(|n| tags.contains(n)) {
+                break;
+            }
+            tags.extend(page.tags);
+            last = next;
+        }
+        Ok(tags)
+    }
+
+    fn cache_file(&self, digest: &Digest) -> PathBuf {
+        self.cache_dir.join(format!("{}.yaml", digest.hex()))
+    }
+
+    /// The package at `digest` in `reference`'s repository: from the cache,
+    /// else pulled (by digest), checked and cached.
+    pub async fn fetch(
+        &self,
+        reference: &str,
+        digest: &Digest,
+        auth: &Auth,
+        tls: &Tls,
+    ) -> Result<Package, Error> {
+        let (layer, yaml) = match self.cached(digest) {
+            Some(hit) => hit,
+            None => {
+                let (layer, yaml) = self.pull(reference, digest, auth, tls).await?;
+                // Checked before it is cached: a bad package is never kept.
+                xpkg::parse(reference, &layer, &yaml)?;
+                self.store(digest, &layer, &yaml);
+                (layer, yaml)
+            }
+        };
+        Ok(Package {
+            reference: reference.to_owned(),
+            digest: digest.clone(),
+            contents: xpkg::parse(reference, &layer, &yaml)?,
+        })
+    }
+
+    /// The layer and package.yaml cached for `digest`, marking the file
+    /// used (trimming removes the least recently used first).
+    fn cached(&self, digest: &Digest) -> Option<(String, Vec<u8>)> {
+        let path = self.cache_file(digest);
+        let bytes = std::fs::read(&path).ok()?;
+        let text = std::str::from_utf8(&bytes).ok()?;
+        let (first, yaml) = text.split_once('\n')?;
+        let layer = first.strip_prefix(CACHE_LAYER_PREFIX)?.trim().to_owned();
+        if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Some((layer, yaml.as_bytes().to_vec()))
+    }
+
+    /// Writes a checked package.yaml to the cache (atomically: a temporary
+    /// file renamed) and trims the cache. A cache that cannot be written
+    /// only costs a pull later.
+    fn store(&self, digest: &Digest, layer: &str, yaml: &[u8]) {
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.cache_dir)?;
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".tmp-")
+                .tempfile_in(&self.cache_dir)?;
+            tmp.write_all(format!("{CACHE_LAYER_PREFIX}{layer}\n").as_bytes())?;
+            tmp.write_all(yaml)?;
+            tmp.persist(self.cache_file(digest)).map_err(|e| e.error)?;
+            Ok(())
+        };
+        if write().is_ok() {
+            trim(&self.cache_dir, self.max_cache_bytes);
+        }
+    }
+
+    /// Pulls `repository@digest` and returns the layer package.yaml is in
+    /// and its bytes.
+    async fn pull(
+        &self,
+        reference: &str,
+        digest: &Digest,
+        auth: &Auth,
+        tls: &Tls,
+    ) -> Result<(String, Vec<u8>), Error> {
+        let repository = repository_of(reference);
+        let image = parse_reference(&format!("{repository}@{digest}"))?;
+        let client = crate::push::client(tls, true)
+            .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
+        let bytes = manifest(&client, &image, reference, auth).await?;
+        if Digest::of(&bytes) != *digest {
+            return Err(invalid(
+                reference,
+                "manifest",
+                format!("the registry's manifest does not match {digest}"),
+            ));
+        }
+        let mut json = manifest_json(reference, &bytes)?;
+        if is_index(&json) {
+            let platform = platform_manifest(reference, &json)?;
+            let image = parse_reference(&format!("{repository}@{platform}"))?;
+            let bytes = manifest(&client, &image, reference, auth).await?;
+            if Digest::of(&bytes) != platform {
+                return Err(invalid(
+                    reference,
+                    "manifest",
+                    format!("the registry's manifest does not match {platform}"),
+                ));
+            }
+            json = manifest_json(reference, &bytes)?;
+        }
+        let layers = json
+            .get("layers")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if layers.is_empty() {
+            return Err(invalid(
+                reference,
+                "manifest",
+                "the image has no layers; a package has one holding package.yaml",
+            ));
+        }
+        let base = layers.iter().find(|l| {
+            l.get("annotations")
+                .and_then(|a| a.get(BASE_ANNOTATION.0))
+                .and_then(Value::as_str)
+                == Some(BASE_ANNOTATION.1)
+        });
+        let chosen: Vec<&Value> = match base {
+            Some(b) => vec![b],
+            None => layers.iter().collect(),
+        };
+        // Later layers win, as when the layers are unpacked in order.
+        let mut found: Option<(String, Vec<u8>)> = None;
+        for descriptor in chosen {
+            let field = |k: &str| {
+                descriptor
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            let layer = field("digest").to_owned();
+            let media_type = field("mediaType").to_owned();
+            let Some(layer_digest) = Digest::parse(&layer) else {
+                return Err(invalid(
+                    reference,
+                    "manifest",
+                    format!("a layer has the digest {layer:?}; only sha256 digests are read"),
+                ));
+            };
+            let size = descriptor.get("size").and_then(Value::as_u64).unwrap_or(0);
+            if size > MAX_BYTES {
+                return Err(invalid(
+                    reference,
+                    &layer,
+                    format!(
+                        "the layer is {size} bytes; a package layer may have at most {MAX_BYTES}"
+                    ),
+                ));
+            }
+            let blob = download(&client, &image, reference, &layer_digest, auth).await?;
+            match package_file(reference, &layer, &media_type, BufReader::new(blob))? {
+                Some(Found::File(yaml)) => found = Some((layer, yaml)),
+                Some(Found::Deleted) => found = None,
+                None => {}
+            }
+        }
+        found.ok_or_else(|| {
+            let layer = base
+                .and_then(|b| b.get("digest"))
+                .and_then(Value::as_str)
+                .unwrap_or("all layers");
+            invalid(
+                reference,
+                layer,
+                format!("no {PACKAGE_FILE} in the package"),
+            )
+        })
+    }
+}
+
+/// A manifest's bytes, within [`TIMEOUT`] as a whole.
+async fn manifest(
+    client: &Client,
+    image: &Reference,
+    reference: &str,
+    auth: &Auth,
+) -> Result<Vec<u8>, Error> {
+    let (bytes, _) = tokio::time::timeout(
+        TIMEOUT,
+        client.pull_manifest_raw(image, &registry_auth(auth), &MANIFEST_TYPES),
+    )
+    .await
+    .map_err(|_| timed_out(reference))?
+    .map_err(|e| failed(reference, "reading the manifest", auth, e))?;
+    Ok(bytes.to_vec())
+}
+
+/// Downloads a blob into an anonymous temporary file (memory stays
+/// bounded), refusing more than [`MAX_BYTES`] and checking its digest.
+/// Returns the file, rewound.
+async fn download(
+    client: &Client,
+    image: &Reference,
+    reference: &str,
+    digest: &Digest,
+    auth: &Auth,
+) -> Result<std::fs::File, Error> {
+    let layer = digest.as_str();
+    let mut stream = client
+        .pull_blob_stream(image, layer)
+        .await
+        .map_err(|e| failed(reference, "downloading a layer", auth, e))?;
+    if let Some(len) = stream.content_length
+        && len > MAX_BYTES
+    {
+        return Err(invalid(
+            reference,
+            layer,
+            format!("the layer is {len} bytes; a package layer may have at most {MAX_BYTES}"),
+        ));
+    }
+    let local = |e: std::io::Error| Error::Read {
+        path: format!("a temporary file for layer {layer}"),
+        source: e,
+    };
+    let mut file = tempfile::tempfile().map_err(local)?;
+    let mut hash = Sha256::new();
+    let mut total: u64 = 0;
+    while let Some(chunk) = stream.stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            failed(
+                reference,
+                "downloading a layer",
+                auth,
+                OciDistributionError::IoError(e),
+            )
+        })?;
+        total += chunk.len() as u64;
+        if total > MAX_BYTES {
+            return Err(invalid(
+                reference,
+                layer,
+                format!("the layer is over {MAX_BYTES} bytes, the most a package layer may have"),
+            ));
+        }
+        hash.update(&chunk);
+        file.write_all(&chunk).map_err(local)?;
+    }
+    if format!("sha256:{}", hex::encode(hash.finalize())) != layer {
+        return Err(invalid(
+            reference,
+            layer,
+            "the layer does not match its digest",
+        ));
+    }
+    file.rewind().map_err(local)?;
+    Ok(file)
+}
+
+/// package.yaml from a layer (gzip tar, or plain tar when the media type
+/// says so): `None` when the layer does not mention it.
+fn package_file(
+    reference: &str,
+    layer: &str,
+    media_type: &str,
+    mut blob: impl BufRead,
+) -> Result<Option<Found>, Error> {
+    let head = blob
+        .fill_buf()
+        .map_err(|e| invalid(reference, layer, format!("reading the layer: {e}")))?;
+    let gzip = head.starts_with(&[0x1f, 0x8b]);
+    let plain_tar = media_type.ends_with(".tar") || media_type.ends_with(".tar.diff");
+    let reader: Box<dyn std::io::Read + '_> = if gzip {
+        Box::new(flate2::bufread::GzDecoder::new(blob))
+    } else if plain_tar {
+        Box::new(blob)
+    } else {
+        return Err(invalid(
+            reference,
+            layer,
+            format!(
+                "the layer ({}) is not gzip-compressed; package layers are gzip tar archives",
+                if media_type.is_empty() {
+                    "no media type"
+                } else {
+                    media_type
+                }
+            ),
+        ));
+    };
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive.entries().map_err(|e| {
+        invalid(
+            reference,
+            layer,
+            format!("the layer is not a tar archive: {e}"),
+        )
+    })?;
+    let mut found = None;
+    for entry in entries {
+        let entry = entry.map_err(|e| {
+            invalid(
+                reference,
+                layer,
+                format!("the layer is not a valid tar archive: {e}"),
+            )
+        })?;
+        let path = entry
+            .path()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let path = path.trim_start_matches("./").trim_start_matches('/');
+        let size = entry.header().size().unwrap_or(0);
+        if size > MAX_BYTES {
+            return Err(invalid(
+                reference,
+                layer,
+                format!("{path} is {size} bytes; a file in a package may have at most {MAX_BYTES}"),
+            ));
+        }
+        if path == format!(".wh.{PACKAGE_FILE}") {
+            found = Some(Found::Deleted);
+        } else if path == PACKAGE_FILE && entry.header().entry_type().is_file() {
+            let mut bytes = Vec::new();
+            entry
+                .take(MAX_BYTES)
+                .read_to_end(&mut bytes)
+                .map_err(|e| invalid(reference, layer, format!("reading {PACKAGE_FILE}: {e}")))?;
+            found = Some(Found::File(bytes));
+        }
+    }
+    Ok(found)
+}
+
+/// Deletes the least recently modified files of `dir` (not the temporary
+/// files of writes under way) until it holds at most `max` bytes.
+fn trim(dir: &Path, max: u64) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = read
+        .filter_map(|e| e.ok())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp"))
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| {
+                (
+                    m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    m.len(),
+                    e.path(),
+                )
+            })
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= max {
+            break;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total = total.saturating_sub(len);
+        }
+    }
+}
