@@ -774,3 +774,431 @@ fn trim(dir: &Path, max: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+    use crate::{Image, LayerBuilder, image::MANIFEST_MEDIA_TYPE};
+
+    const META: &str =
+        "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\n";
+    const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\nspec:\n  group: example.org\n";
+
+    #[test]
+    fn docker_config_credentials_in_both_forms() {
+        let plain = br#"{"auths":{"reg.example:5000":{"username":"u","password":"p"}}}"#;
+        let basic = |u: &str, p: &str| {
+            Some(Auth::Basic {
+                username: u.into(),
+                password: p.into(),
+            })
+        };
+        assert_eq!(
+            auth_from_docker_config(plain, "reg.example:5000"),
+            basic("u", "p")
+        );
+        // base64("u:p:q"): the password may hold colons.
+        let encoded = br#"{"auths":{"https://reg.example/v2/":{"auth":"dTpwOnE="}}}"#;
+        assert_eq!(
+            auth_from_docker_config(encoded, "reg.example"),
+            basic("u", "p:q")
+        );
+        // The host must match exactly: no port, another port, a suffix.
+        assert_eq!(auth_from_docker_config(plain, "reg.example"), None);
+        assert_eq!(auth_from_docker_config(plain, "reg.example:5001"), None);
+        assert_eq!(auth_from_docker_config(encoded, "xreg.example"), None);
+        assert_eq!(auth_from_docker_config(b"not json", "reg.example"), None);
+        assert_eq!(
+            auth_from_docker_config(br#"{"auths":{"reg.example":{"auth":"!!"}}}"#, "reg.example"),
+            None
+        );
+        // Never printed.
+        let debug = format!("{:?}", basic("u", "secret-pw"));
+        assert!(!debug.contains("secret-pw"), "{debug}");
+    }
+
+    #[test]
+    fn registry_and_repository_of_a_reference() {
+        assert_eq!(registry_of("10.0.0.1:5000/x/y:v1"), "10.0.0.1:5000");
+        assert_eq!(
+            registry_of("registry.example/a/b@sha256:{}"),
+            "registry.example"
+        );
+        assert_eq!(repository_of("10.0.0.1:5000/x/y:v1"), "10.0.0.1:5000/x/y");
+        let digest = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            repository_of(&format!("reg.example/a/b@{digest}")),
+            "reg.example/a/b"
+        );
+        assert_eq!(repository_of("reg.example/a/b"), "reg.example/a/b");
+        assert_eq!(
+            repository_of("reg.example:5000/a/b"),
+            "reg.example:5000/a/b"
+        );
+    }
+
+    #[test]
+    fn an_index_without_linux_amd64_names_the_reference_and_what_it_has() {
+        let index = json!({"manifests": [
+            {"digest": "sha256:1", "platform": {"os": "linux", "architecture": "arm64"}},
+            {"digest": "sha256:2", "platform": {"os": "windows", "architecture": "amd64"}},
+        ]});
+        let f = platform_manifest("reg/x:v1", &index)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            f,
+            "package reg/x:v1, layer index: the image index has no linux/amd64 manifest (it has \
+             linux/arm64, windows/amd64)"
+        );
+    }
+
+    fn gzip_tar(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut layer = LayerBuilder::new();
+        for (path, bytes) in files {
+            layer = layer.file(*path, 0o644, bytes.to_vec());
+        }
+        layer.build().unwrap().blob().to_vec()
+    }
+
+    #[test]
+    fn package_yaml_is_found_in_gzip_or_plain_tar_layers_only() {
+        let blob = gzip_tar(&[("etc/x", b"x"), ("package.yaml", b"yaml")]);
+        assert_eq!(
+            package_file("r", "l", crate::LAYER_MEDIA_TYPE, blob.as_slice()).unwrap(),
+            Some(Found::File(b"yaml".to_vec()))
+        );
+        let blob = gzip_tar(&[("other.yaml", b"x")]);
+        assert_eq!(
+            package_file("r", "l", crate::LAYER_MEDIA_TYPE, blob.as_slice()).unwrap(),
+            None
+        );
+        let blob = gzip_tar(&[(".wh.package.yaml", b"")]);
+        assert_eq!(
+            package_file("r", "l", crate::LAYER_MEDIA_TYPE, blob.as_slice()).unwrap(),
+            Some(Found::Deleted)
+        );
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(4);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, "package.yaml", &b"tar!"[..])
+            .unwrap();
+        let tar = tar.into_inner().unwrap();
+        assert_eq!(
+            package_file(
+                "r",
+                "l",
+                "application/vnd.oci.image.layer.v1.tar",
+                tar.as_slice()
+            )
+            .unwrap(),
+            Some(Found::File(b"tar!".to_vec()))
+        );
+        let f = package_file("r", "sha256:x", crate::LAYER_MEDIA_TYPE, tar.as_slice())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            f.starts_with("package r, layer sha256:x: the layer (application/vnd.oci.image.layer.v1.tar+gzip) is not gzip-compressed"),
+            "{f}"
+        );
+    }
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_from_its_header() {
+        // A header claiming 300 MB, with no data behind it: refused before
+        // anything is read.
+        let mut header = tar::Header::new_gnu();
+        header.set_path("huge.bin").unwrap();
+        header.set_size(300 * 1024 * 1024);
+        header.set_mode(0o644);
+        header.set_cksum();
+        let mut tar = header.as_bytes().to_vec();
+        tar.extend_from_slice(&[0; 1024]);
+        let f = package_file(
+            "r",
+            "sha256:x",
+            "application/vnd.oci.image.layer.v1.tar",
+            tar.as_slice(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(f.contains("huge.bin is 314572800 bytes"), "{f}");
+    }
+
+    #[test]
+    fn the_cache_keeps_the_newest_files_under_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, name) in ["a.yaml", "b.yaml", "c.yaml", ".tmp-x"].iter().enumerate() {
+            std::fs::write(dir.path().join(name), vec![0u8; 100]).unwrap();
+            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(dir.path().join(name))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        trim(dir.path(), 250);
+        let left = |n: &str| dir.path().join(n).exists();
+        assert!(!left("a.yaml"));
+        assert!(left("b.yaml") && left("c.yaml"));
+        assert!(left(".tmp-x"), "a write under way is not trimmed");
+        trim(dir.path(), 0);
+        assert!(!left("b.yaml") && !left("c.yaml"));
+    }
+
+    #[tokio::test]
+    async fn a_cached_package_is_read_without_the_registry_and_kept_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let fetcher = Fetcher::new(dir.path().to_path_buf(), 1 << 20);
+        let digest = Digest::of(b"manifest");
+        fetcher.store(
+            &digest,
+            "sha256:layer",
+            format!("{META}---\n{CRD}").as_bytes(),
+        );
+        let path = dir.path().join(format!("{}.yaml", digest.hex()));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with("# layer: sha256:layer\napiVersion"),
+            "{text}"
+        );
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(SystemTime::UNIX_EPOCH)
+            .unwrap();
+        // Port 9 on loopback: nothing is asked of it.
+        let p = fetcher
+            .fetch(
+                "127.0.0.1:9/x:v1",
+                &digest,
+                &Auth::Anonymous,
+                &Tls::PlainHttp,
+            )
+            .await
+            .unwrap();
+        assert_eq!(p.contents.meta.name, "provider-test");
+        assert_eq!(p.contents.objects.len(), 1);
+        let touched = std::fs::metadata(&path).unwrap().modified().unwrap();
+        assert!(
+            touched > SystemTime::UNIX_EPOCH,
+            "a hit marks the file used"
+        );
+        // A cached package that is (no longer) valid names the cached layer.
+        fetcher.store(&digest, "sha256:layer", CRD.as_bytes());
+        let f = fetcher
+            .fetch(
+                "127.0.0.1:9/x:v1",
+                &digest,
+                &Auth::Anonymous,
+                &Tls::PlainHttp,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            f.starts_with("package 127.0.0.1:9/x:v1, layer sha256:layer: "),
+            "{f}"
+        );
+    }
+
+    /// A registry on loopback serving `paths` (GET only; 404 otherwise),
+    /// over plain HTTP, one request per connection.
+    async fn fake_registry(paths: BTreeMap<String, (String, Vec<u8>)>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let paths = Arc::new(paths);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let paths = paths.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let request = String::from_utf8_lossy(&request);
+                    let target = request.split(' ').nth(1).unwrap_or_default().to_owned();
+                    let (status, kind, body) = match paths.get(&target) {
+                        Some((kind, body)) => ("200 OK", kind.clone(), body.clone()),
+                        None => (
+                            "404 Not Found",
+                            "application/json".to_owned(),
+                            br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}"#
+                                .to_vec(),
+                        ),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+                         Docker-Content-Digest: {}\r\nConnection: close\r\n\r\n",
+                        body.len(),
+                        Digest::of(&body)
+                    );
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        address
+    }
+
+    fn package_image() -> Image {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("package.yaml"), format!("{META}---\n{CRD}")).unwrap();
+        crate::xpkg::build(dir.path(), Some("reg/runtime:v1")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_package_is_resolved_through_its_index_pulled_and_cached() {
+        let image = package_image();
+        let s = image.serialize().unwrap();
+        let layer = &image.layers()[0];
+        let index = serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": crate::INDEX_MEDIA_TYPE,
+            "manifests": [
+                {"mediaType": MANIFEST_MEDIA_TYPE, "digest": format!("sha256:{}", "1".repeat(64)),
+                 "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
+                {"mediaType": MANIFEST_MEDIA_TYPE, "digest": s.digest.as_str(),
+                 "size": s.manifest.len(), "platform": {"os": "linux", "architecture": "amd64"}},
+            ],
+        }))
+        .unwrap();
+        let json = |v: &[u8], t: &str| (t.to_owned(), v.to_vec());
+        let mut paths = BTreeMap::new();
+        paths.insert("/v2/".to_owned(), json(b"{}", "application/json"));
+        paths.insert(
+            "/v2/pkg/x/manifests/v1".to_owned(),
+            json(&index, crate::INDEX_MEDIA_TYPE),
+        );
+        paths.insert(
+            format!("/v2/pkg/x/manifests/{}", Digest::of(&index)),
+            json(&index, crate::INDEX_MEDIA_TYPE),
+        );
+        paths.insert(
+            format!("/v2/pkg/x/manifests/{}", s.digest),
+            json(&s.manifest, MANIFEST_MEDIA_TYPE),
+        );
+        paths.insert(
+            format!("/v2/pkg/x/blobs/{}", layer.digest()),
+            json(layer.blob(), "application/octet-stream"),
+        );
+        paths.insert(
+            "/v2/pkg/x/tags/list?n=1000".to_owned(),
+            json(
+                br#"{"name":"pkg/x","tags":["v1","v2"]}"#,
+                "application/json",
+            ),
+        );
+        paths.insert(
+            "/v2/pkg/x/tags/list?n=1000&last=v2".to_owned(),
+            json(br#"{"name":"pkg/x","tags":[]}"#, "application/json"),
+        );
+        let address = fake_registry(paths).await;
+        let reference = format!("{address}/pkg/x:v1");
+        let cache = tempfile::tempdir().unwrap();
+        let fetcher = Fetcher::new(cache.path().to_path_buf(), 1 << 20);
+        let (auth, tls) = (Auth::Anonymous, Tls::PlainHttp);
+
+        let digest = fetcher.resolve(&reference, &auth, &tls).await.unwrap();
+        assert_eq!(digest, s.digest, "the linux/amd64 manifest of the index");
+        let p = fetcher
+            .fetch(&reference, &digest, &auth, &tls)
+            .await
+            .unwrap();
+        assert_eq!(p.digest, s.digest);
+        assert_eq!(
+            p.contents.meta.controller_image.as_deref(),
+            Some("reg/runtime:v1")
+        );
+        assert_eq!(p.contents.objects.len(), 1);
+        let cached =
+            std::fs::read_to_string(cache.path().join(format!("{}.yaml", digest.hex()))).unwrap();
+        assert!(
+            cached.starts_with(&format!("# layer: {}\n", layer.digest())),
+            "{cached}"
+        );
+
+        // The index's own digest pulls the same package.
+        let by_index = fetcher
+            .fetch(&reference, &Digest::of(&index), &auth, &tls)
+            .await
+            .unwrap();
+        assert_eq!(by_index.contents, p.contents);
+
+        let tags = fetcher
+            .tags(&format!("{address}/pkg/x"), &auth, &tls)
+            .await
+            .unwrap();
+        assert_eq!(tags, ["v1", "v2"]);
+
+        let missing = fetcher
+            .resolve(&format!("{address}/pkg/x:v9"), &auth, &tls)
+            .await
+            .unwrap_err();
+        assert!(matches!(missing, Error::NotFound { .. }), "{missing:?}");
+        assert!(!missing.is_transient());
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_transient() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let reference = format!("127.0.0.1:{port}/pkg/x:v1");
+        let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+        let e = fetcher
+            .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+            .await
+            .unwrap_err();
+        assert!(e.is_transient(), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "failed to read {reference} from its registry 127.0.0.1:{port}: connection refused"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_registry_that_never_answers_fails_within_the_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                open.push(conn);
+            }
+        });
+        let reference = format!("{address}/pkg/x:v1");
+        let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+        let started = std::time::Instant::now();
+        let e = fetcher
+            .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        held.abort();
+        assert!(took < TIMEOUT + Duration::from_secs(3), "{took:?}");
+        assert!(e.is_transient(), "{e:?}");
+        assert!(e.to_string().ends_with("no answer within 10s"), "{e}");
+    }
+}
