@@ -396,6 +396,65 @@ fn set_controller_image(meta: &mut Value, image: &str) {
     }
 }
 
+/// What `xpkg inspect` prints: the reference, digest and meta (name,
+/// runtime image, Crossplane constraint, dependencies), then one line per
+/// CRD: name, group, kind, versions.
+pub fn describe(package: &Package) -> String {
+    use std::fmt::Write as _;
+    let m = &package.contents.meta;
+    let mut out = String::new();
+    let _ = writeln!(out, "package:    {}", package.reference);
+    let _ = writeln!(out, "digest:     {}", package.digest);
+    let _ = writeln!(out, "name:       {}", m.name);
+    let _ = writeln!(
+        out,
+        "controller: {}",
+        m.controller_image.as_deref().unwrap_or("(none)")
+    );
+    let _ = writeln!(
+        out,
+        "crossplane: {}",
+        m.crossplane_version.as_deref().unwrap_or("(any)")
+    );
+    if m.depends_on.is_empty() {
+        let _ = writeln!(out, "dependsOn:  (none)");
+    }
+    for d in &m.depends_on {
+        let version = if d.version.is_empty() {
+            "(any)"
+        } else {
+            &d.version
+        };
+        let _ = writeln!(out, "dependsOn:  {} {version}", d.package);
+    }
+    let _ = writeln!(out, "CRDs:       {}", package.contents.objects.len());
+    for crd in &package.contents.objects {
+        let text = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or("-");
+        let versions: Vec<&str> = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| v.get("name").and_then(Value::as_str))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {} {} {} {}",
+            text("/metadata/name"),
+            text("/spec/group"),
+            text("/spec/names/kind"),
+            if versions.is_empty() {
+                "-".to_owned()
+            } else {
+                versions.join(",")
+            }
+        );
+    }
+    out
+}
+
 /// Returns the tags that are full semver versions (`v1.2.3` or `1.2.3`,
 /// pre-releases included), with their parsed versions.
 pub fn semver_tags(tags: &[String]) -> Vec<(semver::Version, String)> {
@@ -678,6 +737,34 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let f = build(empty.path(), None).unwrap_err().to_string();
         assert!(f.contains("package.yaml"), "{f}");
+    }
+
+    #[test]
+    fn describe_prints_the_meta_and_a_line_per_crd() {
+        let crd = CRD.replace(
+            "    kind: Thing\n",
+            "    kind: Thing\n  versions:\n  - name: v1alpha1\n  - name: v1\n",
+        );
+        let package = Package {
+            reference: "reg/x:v1".into(),
+            digest: crate::Digest::of(b"m"),
+            contents: parse("r", "l", format!("{META}---\n{crd}").as_bytes()).unwrap(),
+        };
+        let text = describe(&package);
+        assert!(
+            text.contains(&format!("digest:     {}\n", package.digest)),
+            "{text}"
+        );
+        assert!(text.contains("controller: example/runtime:v1\n"), "{text}");
+        assert!(text.contains("crossplane: >=v1.14.0\n"), "{text}");
+        assert!(
+            text.contains("dependsOn:  example/b >=v1.0.0, <v2.0.0\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("CRDs:       1\n  things.example.org example.org Thing v1alpha1,v1\n"),
+            "{text}"
+        );
     }
 
     #[test]

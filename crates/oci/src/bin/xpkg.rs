@@ -74,6 +74,9 @@ struct Registry {
     /// standard input.
     #[arg(long)]
     username: Option<String>,
+    /// Read the password from standard input (implied by --username).
+    #[arg(long, requires = "username")]
+    password_stdin: bool,
 }
 
 impl Registry {
@@ -114,7 +117,8 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let image = xpkg::build(&dir, runtime_image.as_deref())?;
             let digest = image.write_archive(&output, &name_of(&dir))?;
-            println!("wrote {} ({digest})", output.display());
+            eprintln!("wrote {}", output.display());
+            println!("{digest}");
         }
         Command::Push {
             dir,
@@ -126,11 +130,7 @@ async fn main() -> anyhow::Result<()> {
             let pushed = image
                 .push(&reference, &registry.auth()?, &registry.tls()?)
                 .await?;
-            println!(
-                "pushed {}@{}",
-                xpkg::repository_of(&reference),
-                pushed.digest
-            );
+            println!("pushed {reference}@{}", pushed.digest);
         }
         Command::Inspect {
             reference,
@@ -141,56 +141,16 @@ async fn main() -> anyhow::Result<()> {
             let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX);
             let digest = fetcher.resolve(&reference, &auth, &tls).await?;
             let package = fetcher.fetch(&reference, &digest, &auth, &tls).await?;
-            print!("{}", describe(&package));
+            print!("{}", xpkg::describe(&package));
         }
     }
     Ok(())
 }
 
+/// The name an archive is imported under: the directory's name.
 fn name_of(dir: &Path) -> String {
-    dir.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
+    std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "package".to_owned())
-}
-
-/// What `inspect` prints.
-fn describe(p: &xpkg::Package) -> String {
-    let m = &p.contents.meta;
-    let mut out = format!(
-        "package:    {}\ndigest:     {}\nname:       {}\nimage:      {}\ncrossplane: {}\n",
-        p.reference,
-        p.digest,
-        m.name,
-        m.controller_image.as_deref().unwrap_or("(none)"),
-        m.crossplane_version.as_deref().unwrap_or("(any)")
-    );
-    for d in &m.depends_on {
-        out.push_str(&format!("dependsOn:  {} {}\n", d.package, d.version));
-    }
-    out.push_str("CRDs:\n");
-    for crd in &p.contents.objects {
-        let s = |ptr: &str| {
-            crd.pointer(ptr)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_owned()
-        };
-        let versions: Vec<String> = crd
-            .pointer("/spec/versions")
-            .and_then(|v| v.as_array())
-            .map(|vs| {
-                vs.iter()
-                    .filter_map(|v| v.get("name").and_then(|n| n.as_str()).map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "  {}  group={} kind={} versions={}\n",
-            s("/metadata/name"),
-            s("/spec/group"),
-            s("/spec/names/kind"),
-            versions.join(",")
-        ));
-    }
-    out
 }
