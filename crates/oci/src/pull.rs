@@ -779,13 +779,12 @@ fn trim(dir: &Path, max: u64) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-    use std::{collections::BTreeMap, sync::Arc, time::Duration};
+    use std::time::Duration;
 
     use serde_json::json;
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
-    use crate::{Image, LayerBuilder, image::MANIFEST_MEDIA_TYPE};
+    use crate::LayerBuilder;
 
     const META: &str =
         "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\n";
@@ -1010,151 +1009,6 @@ mod tests {
             f.starts_with("package 127.0.0.1:9/x:v1, layer sha256:layer: "),
             "{f}"
         );
-    }
-
-    /// A registry on loopback serving `paths` (GET only; 404 otherwise),
-    /// over plain HTTP, one request per connection.
-    async fn fake_registry(paths: BTreeMap<String, (String, Vec<u8>)>) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        let paths = Arc::new(paths);
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut conn, _)) = listener.accept().await else {
-                    return;
-                };
-                let paths = paths.clone();
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let request = String::from_utf8_lossy(&request);
-                    let target = request.split(' ').nth(1).unwrap_or_default().to_owned();
-                    let (status, kind, body) = match paths.get(&target) {
-                        Some((kind, body)) => ("200 OK", kind.clone(), body.clone()),
-                        None => (
-                            "404 Not Found",
-                            "application/json".to_owned(),
-                            br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"unknown"}]}"#
-                                .to_vec(),
-                        ),
-                    };
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
-                         Docker-Content-Digest: {}\r\nConnection: close\r\n\r\n",
-                        body.len(),
-                        Digest::of(&body)
-                    );
-                    let _ = conn.write_all(head.as_bytes()).await;
-                    let _ = conn.write_all(&body).await;
-                    let _ = conn.shutdown().await;
-                });
-            }
-        });
-        address
-    }
-
-    fn package_image() -> Image {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("package.yaml"), format!("{META}---\n{CRD}")).unwrap();
-        crate::xpkg::build(dir.path(), Some("reg/runtime:v1")).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_package_is_resolved_through_its_index_pulled_and_cached() {
-        let image = package_image();
-        let s = image.serialize().unwrap();
-        let layer = &image.layers()[0];
-        let index = serde_json::to_vec(&json!({
-            "schemaVersion": 2,
-            "mediaType": crate::INDEX_MEDIA_TYPE,
-            "manifests": [
-                {"mediaType": MANIFEST_MEDIA_TYPE, "digest": format!("sha256:{}", "1".repeat(64)),
-                 "size": 1, "platform": {"os": "linux", "architecture": "arm64"}},
-                {"mediaType": MANIFEST_MEDIA_TYPE, "digest": s.digest.as_str(),
-                 "size": s.manifest.len(), "platform": {"os": "linux", "architecture": "amd64"}},
-            ],
-        }))
-        .unwrap();
-        let json = |v: &[u8], t: &str| (t.to_owned(), v.to_vec());
-        let mut paths = BTreeMap::new();
-        paths.insert("/v2/".to_owned(), json(b"{}", "application/json"));
-        paths.insert(
-            "/v2/pkg/x/manifests/v1".to_owned(),
-            json(&index, crate::INDEX_MEDIA_TYPE),
-        );
-        paths.insert(
-            format!("/v2/pkg/x/manifests/{}", Digest::of(&index)),
-            json(&index, crate::INDEX_MEDIA_TYPE),
-        );
-        paths.insert(
-            format!("/v2/pkg/x/manifests/{}", s.digest),
-            json(&s.manifest, MANIFEST_MEDIA_TYPE),
-        );
-        paths.insert(
-            format!("/v2/pkg/x/blobs/{}", layer.digest()),
-            json(layer.blob(), "application/octet-stream"),
-        );
-        paths.insert(
-            "/v2/pkg/x/tags/list?n=1000".to_owned(),
-            json(
-                br#"{"name":"pkg/x","tags":["v1","v2"]}"#,
-                "application/json",
-            ),
-        );
-        paths.insert(
-            "/v2/pkg/x/tags/list?n=1000&last=v2".to_owned(),
-            json(br#"{"name":"pkg/x","tags":[]}"#, "application/json"),
-        );
-        let address = fake_registry(paths).await;
-        let reference = format!("{address}/pkg/x:v1");
-        let cache = tempfile::tempdir().unwrap();
-        let fetcher = Fetcher::new(cache.path().to_path_buf(), 1 << 20);
-        let (auth, tls) = (Auth::Anonymous, Tls::PlainHttp);
-
-        let digest = fetcher.resolve(&reference, &auth, &tls).await.unwrap();
-        assert_eq!(digest, s.digest, "the linux/amd64 manifest of the index");
-        let p = fetcher
-            .fetch(&reference, &digest, &auth, &tls)
-            .await
-            .unwrap();
-        assert_eq!(p.digest, s.digest);
-        assert_eq!(
-            p.contents.meta.controller_image.as_deref(),
-            Some("reg/runtime:v1")
-        );
-        assert_eq!(p.contents.objects.len(), 1);
-        let cached =
-            std::fs::read_to_string(cache.path().join(format!("{}.yaml", digest.hex()))).unwrap();
-        assert!(
-            cached.starts_with(&format!("# layer: {}\n", layer.digest())),
-            "{cached}"
-        );
-
-        // The index's own digest pulls the same package.
-        let by_index = fetcher
-            .fetch(&reference, &Digest::of(&index), &auth, &tls)
-            .await
-            .unwrap();
-        assert_eq!(by_index.contents, p.contents);
-
-        let tags = fetcher
-            .tags(&format!("{address}/pkg/x"), &auth, &tls)
-            .await
-            .unwrap();
-        assert_eq!(tags, ["v1", "v2"]);
-
-        let missing = fetcher
-            .resolve(&format!("{address}/pkg/x:v9"), &auth, &tls)
-            .await
-            .unwrap_err();
-        assert!(matches!(missing, Error::NotFound { .. }), "{missing:?}");
-        assert!(!missing.is_transient());
     }
 
     #[tokio::test]

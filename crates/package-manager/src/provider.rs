@@ -170,7 +170,7 @@ impl Reconciler for Providers {
             Ok(c) => c,
             Err(e) => {
                 // Nothing new is made; whatever serves goes on serving.
-                report_failure(p, status, &e, serving.as_deref());
+                report_failure(status, &e, serving.as_deref());
                 return Err(e);
             }
         };
@@ -368,7 +368,6 @@ fn report_failure(
             &conditions::now(),
         );
     }
-    let _ = p;
     conditions::set(
         &mut status.conditions,
         conditions::custom(TYPE_HEALTHY, false, "UnhealthyPackage", Some(message)),

@@ -68,6 +68,9 @@ pub const DEFAULT_RUNTIME_CONFIG: &str = "default";
 /// How often a revision waiting on something the watches do not show
 /// (pods, CRDs becoming established, a conflicting owner) looks again.
 const WAIT_POLL: Duration = Duration::from_secs(3);
+/// How often an unavailable runtime whose reasons stay the same is looked
+/// at again.
+const STEADY_POLL: Duration = Duration::from_secs(30);
 
 /// Why reconciling a revision failed.
 #[derive(Debug, thiserror::Error)]
@@ -996,6 +999,14 @@ impl Revisions {
         if !reasons.is_empty() {
             message.push_str(&format!("; {}", reasons.join("; ")));
         }
+        // Pods are not watched: look again soon while the picture changes,
+        // and seldom once it stays the same (an image that cannot be pulled
+        // stays so until someone acts, which the watches see).
+        let unchanged = r
+            .status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, TYPE_RUNTIME_HEALTHY))
+            .is_some_and(|c| c.message.as_deref() == Some(message.as_str()));
         set(
             status,
             TYPE_RUNTIME_HEALTHY,
@@ -1003,7 +1014,11 @@ impl Revisions {
             "UnhealthyRuntime",
             Some(message),
         );
-        Ok(Action::requeue(WAIT_POLL))
+        Ok(Action::requeue(if unchanged {
+            STEADY_POLL
+        } else {
+            WAIT_POLL
+        }))
     }
 
     /// Deletes the runtime objects the revision owns (a ServiceAccount the
