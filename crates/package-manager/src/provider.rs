@@ -335,12 +335,7 @@ fn report(
 
 /// Healthy=False for a package that could not be turned into a revision,
 /// naming the revision that still serves, if any.
-fn report_failure(
-    p: &Provider,
-    status: &mut Draft<Provider>,
-    e: &Error,
-    serving: Option<&ProviderRevision>,
-) {
+fn report_failure(status: &mut Draft<Provider>, e: &Error, serving: Option<&ProviderRevision>) {
     let mut message = runtime::events::error_chain(e);
     let transient = matches!(e, Error::Package { source, .. } if source.is_transient());
     let healthy_now =
