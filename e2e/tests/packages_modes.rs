@@ -1,0 +1,210 @@
+//! The package-manager's modes, each with its own package-manager (one at
+//! a time, on this binary's control plane): a registry it does not trust,
+//! `--package-runtime=External`, and the deprecated ControllerConfig with
+//! `--enable-runtime-config=false` beside its conversion.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use e2e::packages::*;
+use serde_json::Value;
+
+fn pause_package(name: &str) -> (String, String) {
+    let e = env_without_package_manager();
+    let g = group(name);
+    let crds = [test_crd(&g, "Part")];
+    let reference = format!(
+        "{}/test/{}:v1",
+        e.registry.address,
+        testenv::unique_name(name)
+    );
+    let digest = xpkg_push(
+        &package_dir(name, "v1", &crds_of(&crds)),
+        &reference,
+        Some(testenv::image::PAUSE_IMAGE),
+    );
+    (reference, digest)
+}
+
+fn runtime_objects(revision: &str) -> Vec<&'static str> {
+    ["deployment", "service", "serviceaccount"]
+        .into_iter()
+        .filter(|k| get_json(&[k, revision, "-n", NS]).is_some())
+        .collect()
+}
+
+#[test]
+fn untrusted_registry_external_runtime_and_controller_config() {
+    let e = env_without_package_manager();
+    let cache = e.work.join("cache");
+    let trusted = package_manager_args(&e.ca_file, &cache);
+
+    // 1. Without the registry's CA, the TLS failure is named.
+    let untrusted: Vec<String> = trusted.iter().skip(2).cloned().collect();
+    let pm = start_package_manager(&untrusted);
+    let (reference, _) = pause_package("untrusted");
+    let name = testenv::unique_name("untrusted");
+    apply(&provider_yaml(&name, &reference, ""));
+    let p = wait_provider_condition(
+        &name,
+        "Healthy",
+        "False",
+        &[&reference],
+        Duration::from_secs(40),
+    );
+    let message = condition(&p, "Healthy").unwrap().1;
+    assert!(message.to_lowercase().contains("certificate"), "{message}");
+    eprintln!("packages: an untrusted registry is reported as: {message}");
+    delete_provider(&name);
+    wait_provider_gone(&name);
+    drop(pm);
+
+    // 2. External: the revision and its CRDs, no runtime objects at all.
+    let mut external = trusted.clone();
+    external.push("--package-runtime=External".into());
+    let pm = start_package_manager(&external);
+    let (reference, digest) = pause_package("external");
+    let name = testenv::unique_name("external");
+    apply(&provider_yaml(&name, &reference, ""));
+    let p = wait_provider_healthy(&name, Duration::from_secs(60));
+    let revision = format!("{name}-{}", short(&digest));
+    assert_eq!(p["status"]["currentRevision"], revision.as_str());
+    let r = &revisions_of(&name)[0];
+    let runtime = condition(r, "RuntimeHealthy").unwrap();
+    assert!(
+        runtime.0 == "True" && runtime.1.contains("External"),
+        "{runtime:?}"
+    );
+    assert!(!r["status"]["objectRefs"].as_array().unwrap().is_empty());
+    assert!(
+        runtime_objects(&revision).is_empty(),
+        "External mode made {:?}",
+        runtime_objects(&revision)
+    );
+    // The seed's Cloud Run example applies unchanged; its runtime config
+    // kind is none of this package-manager's business.
+    let seed = testenv::repo_root().join("examples/seeds/004-provider-cloudrun-runtimeconfig.yaml");
+    kubectl(&["apply", "-f", seed.to_str().unwrap()]);
+    let p = wait(
+        Duration::from_secs(40),
+        "the seed's provider-example reported on",
+        || {
+            let p = provider("provider-example")?;
+            condition(&p, "Healthy").map(|c| c.1)
+        },
+        explain_packages,
+    );
+    assert!(
+        !p.contains("runtimeConfigRef"),
+        "External mode judged the runtime config: {p}"
+    );
+    for n in [name.as_str(), "provider-example"] {
+        delete_provider(n);
+        wait_provider_gone(n);
+    }
+    drop(pm);
+
+    // 3. A ControllerConfig, honoured with --enable-runtime-config=false...
+    let mut legacy = trusted.clone();
+    legacy.push("--enable-runtime-config=false".into());
+    let pm = start_package_manager(&legacy);
+    let (reference, digest) = pause_package("legacy");
+    let name = testenv::unique_name("legacy");
+    let cc = testenv::unique_name("cc");
+    let cc_yaml = format!(
+        "apiVersion: pkg.crossplane.io/v1alpha1\nkind: ControllerConfig\nmetadata: {{name: {cc}}}\nspec:\n  replicas: 2\n  args: [\"--debug\"]\n  env: [{{name: FOO, value: bar}}]\n  nodeSelector: {{kubernetes.io/os: linux}}\n  metadata: {{labels: {{team: platform}}}}\n"
+    );
+    let provider_with_cc = provider_yaml(
+        &name,
+        &reference,
+        &format!("  controllerConfigRef: {{name: {cc}}}\n"),
+    );
+    apply(&cc_yaml);
+    apply(&provider_with_cc);
+    wait_provider_healthy(&name, Duration::from_secs(90));
+    let revision = format!("{name}-{}", short(&digest));
+    let honoured = get_json(&["deployment", &revision, "-n", NS]).unwrap();
+    assert_eq!(honoured["spec"]["replicas"], 2);
+    let pod = &honoured["spec"]["template"];
+    assert_eq!(
+        pod["spec"]["containers"][0]["args"],
+        serde_json::json!(["--debug"])
+    );
+    assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    drop(pm);
+
+    // ...and its conversion renders the same runtime with
+    // --enable-runtime-config=true, where the old reference is ignored
+    // with a Warning.
+    let cc_file = e.work.join("cc.yaml");
+    let provider_file = e.work.join("provider.yaml");
+    std::fs::write(&cc_file, &cc_yaml).unwrap();
+    std::fs::write(&provider_file, &provider_with_cc).unwrap();
+    let out = std::process::Command::new(testenv::workspace_binary("package-manager"))
+        .args(["convert", "controllerconfig"])
+        .arg(&cc_file)
+        .arg("--provider")
+        .arg(&provider_file)
+        .output()
+        .unwrap();
+    let converted = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{converted}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        converted.contains("kind: DeploymentRuntimeConfig")
+            && converted.contains("runtimeConfigRef"),
+        "{converted}"
+    );
+    assert!(!converted.contains("controllerConfigRef"), "{converted}");
+    let pm = start_package_manager(&trusted);
+    apply(&provider_with_cc);
+    e2e_wait_event(&revision, "ControllerConfigIgnored");
+    apply(&converted);
+    wait(
+        Duration::from_secs(60),
+        "the converted runtime config rendering the same pods",
+        || {
+            let d = get_json(&["deployment", &revision, "-n", NS])?;
+            (d["spec"]["template"] == honoured["spec"]["template"] && d["spec"]["replicas"] == 2)
+                .then_some(())
+        },
+        || {
+            let d: Value = get_json(&["deployment", &revision, "-n", NS]).unwrap_or_default();
+            format!(
+                "now {}\nhonoured {}\n{}",
+                d["spec"],
+                honoured["spec"],
+                explain_packages()
+            )
+        },
+    );
+    delete_provider(&name);
+    wait_provider_gone(&name);
+    drop(pm);
+}
+
+/// Waits for an event with `reason` about `involved` in any namespace.
+fn e2e_wait_event(involved: &str, reason: &str) {
+    wait(
+        Duration::from_secs(60),
+        &format!("a {reason} event about {involved}"),
+        || {
+            let (_, out) = kubectl_try(&[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                &format!("involvedObject.name={involved}"),
+                "-o",
+                "json",
+            ]);
+            out.contains(reason).then_some(())
+        },
+        explain_packages,
+    );
+}
