@@ -255,6 +255,39 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "an upgrade reported a conflict with itself: {own:?}"
     );
 
+    // A failing upgrade (a bad package) makes nothing: revision 2 goes on
+    // serving, and the Provider says so.
+    let bad = format!("{repository}:v0.3.0");
+    push_raw(
+        &bad,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    );
+    apply(&provider_yaml("provider-kubernetes", &bad, ""));
+    let p = wait_provider_condition(
+        "provider-kubernetes",
+        "Healthy",
+        "False",
+        &[
+            &bad,
+            "kind ConfigMap",
+            &format!("revision {rev2}"),
+            "still serving",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(p["status"]["currentRevision"], rev2.as_str());
+    assert_eq!(revisions_of("provider-kubernetes").len(), 2);
+    assert!(
+        object_ready(),
+        "the Object stays Ready while the upgrade fails"
+    );
+    apply(&provider_yaml(
+        "provider-kubernetes",
+        &format!("{repository}:v0.2.0"),
+        "",
+    ));
+    wait_provider_healthy("provider-kubernetes", Duration::from_secs(30));
+
     // Deleting the Provider waits for the Object, says so, then removes
     // everything.
     kubectl(&[
@@ -1099,4 +1132,160 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         "the operator's ServiceAccount was deleted"
     );
     assert!(deployment_of(&rev).is_none());
+}
+
+#[test]
+fn a_crd_a_new_version_dropped_stays_while_its_custom_resources_exist() {
+    let e = env();
+    let unique = testenv::unique_name("dropped");
+    let g = group("dropped");
+    let kept = test_crd(&g, "Keeper");
+    let dropped = test_crd(&g, "Goner");
+    let repo = format!("{}/test/{unique}", e.registry.address);
+    let both = [kept.clone(), dropped.clone()];
+    let only_kept = [kept.clone()];
+    let d1 = xpkg_push(
+        &package_dir("dropped", "one", &crds_of(&both)),
+        &format!("{repo}:v1"),
+        None,
+    );
+    let name = unique.clone();
+    apply(&provider_yaml(&name, &format!("{repo}:v1"), ""));
+    wait_provider_healthy(&name, Duration::from_secs(60));
+    let goner = format!("goners.{g}");
+    apply(&format!(
+        "apiVersion: {g}/v1alpha1\nkind: Goner\nmetadata: {{name: still-here}}\n"
+    ));
+    // Two upgrades that drop Goner; with revisionHistoryLimit 1 revision 1
+    // is pruned, but it holds Goner while a Goner exists.
+    for (tag, version) in [("v2", "two"), ("v3", "three")] {
+        xpkg_push(
+            &package_dir("dropped", version, &crds_of(&only_kept)),
+            &format!("{repo}:{tag}"),
+            None,
+        );
+        apply(&provider_yaml(&name, &format!("{repo}:{tag}"), ""));
+        wait(
+            Duration::from_secs(60),
+            &format!("{tag} serving"),
+            || {
+                let p = provider(&name)?;
+                let current = p["status"]["currentRevision"].as_str()?.to_owned();
+                let r = revisions_of(&name)
+                    .into_iter()
+                    .find(|r| r["metadata"]["name"] == current.as_str())?;
+                (r["metadata"]["annotations"]["pkg.crossplane.io/source"]
+                    == format!("{repo}:{tag}").as_str()
+                    && condition(&p, "Healthy").is_some_and(|c| c.0 == "True"))
+                .then_some(())
+            },
+            explain_packages,
+        );
+    }
+    let rev1 = format!("{name}-{}", short(&d1));
+    let r1 = wait(
+        Duration::from_secs(30),
+        "revision 1 pruned but waiting for the Goner",
+        || {
+            let r = get_json(&["providerrevisions.pkg.crossplane.io", &rev1])?;
+            let (_, m) = condition(&r, "Healthy")?;
+            (r["metadata"]["deletionTimestamp"].is_string() && m.contains("1 Goner: still-here"))
+                .then_some(r)
+        },
+        explain_packages,
+    );
+    assert!(
+        get_json(&["crd", &goner]).is_some(),
+        "the dropped CRD went with a custom resource left: {r1}"
+    );
+    kubectl(&["delete", &goner, "still-here"]);
+    wait(
+        Duration::from_secs(30),
+        "the dropped CRD and revision 1 gone",
+        || {
+            (get_json(&["crd", &goner]).is_none()
+                && get_json(&["providerrevisions.pkg.crossplane.io", &rev1]).is_none())
+            .then_some(())
+        },
+        explain_packages,
+    );
+    assert!(
+        get_json(&["crd", &format!("keepers.{g}")]).is_some(),
+        "a CRD still delivered went"
+    );
+    assert_eq!(
+        revisions_of(&name).len(),
+        2,
+        "revisionHistoryLimit 1 keeps one inactive revision"
+    );
+    delete_provider(&name);
+    wait_provider_gone(&name);
+}
+
+#[test]
+fn an_image_index_resolves_to_its_linux_amd64_package_and_one_without_is_refused() {
+    let e = env();
+    let unique = testenv::unique_name("index");
+    let repo = format!("{}/test/{unique}", e.registry.address);
+    let g = group("index");
+    let image = oci::xpkg::build(
+        &package_dir("index", "v1", &crds_of(&[test_crd(&g, "Gear")])),
+        None,
+    )
+    .unwrap();
+    let serialized = image.serialize().unwrap();
+    let tls = oci::Tls::Ca(e.registry.ca_pem.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(image.push(&format!("{repo}:single"), &oci::Auth::Anonymous, &tls))
+        .unwrap();
+    let platform = |architecture: &str| oci::Platform {
+        digest: serialized.digest.clone(),
+        size: serialized.manifest.len() as u64,
+        os: "linux".into(),
+        architecture: architecture.into(),
+    };
+    rt.block_on(oci::push_index(
+        &format!("{repo}:multi"),
+        &[platform("arm64"), platform("amd64")],
+        &oci::Auth::Anonymous,
+        &tls,
+    ))
+    .unwrap();
+    rt.block_on(oci::push_index(
+        &format!("{repo}:arm-only"),
+        &[platform("arm64"), platform("s390x")],
+        &oci::Auth::Anonymous,
+        &tls,
+    ))
+    .unwrap();
+
+    // The index resolves to its linux/amd64 image: the revision is named
+    // after that image's digest.
+    let multi = format!("{unique}-multi");
+    apply(&provider_yaml(&multi, &format!("{repo}:multi"), ""));
+    let p = wait_provider_healthy(&multi, Duration::from_secs(60));
+    assert_eq!(
+        p["status"]["currentRevision"],
+        format!("{multi}-{}", short(serialized.digest.as_str())).as_str()
+    );
+
+    let arm = format!("{unique}-arm");
+    apply(&provider_yaml(&arm, &format!("{repo}:arm-only"), ""));
+    wait_provider_condition(
+        &arm,
+        "Healthy",
+        "False",
+        &["no linux/amd64", "linux/arm64", "linux/s390x"],
+        Duration::from_secs(30),
+    );
+    assert!(revisions_of(&arm).is_empty());
+    for n in [&multi, &arm] {
+        delete_provider(n);
+    }
+    for n in [&multi, &arm] {
+        wait_provider_gone(n);
+    }
 }

@@ -39,7 +39,7 @@ pub use image::{
     LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, REF_NAME_ANNOTATION, Serialized, host_architecture,
 };
 pub use layer::{Content, Digest, Entry, Layer, LayerBuilder};
-pub use push::{Auth, Pushed, Tls};
+pub use push::{Auth, Platform, Pushed, Tls, push_index};
 
 /// Why building, writing or pushing an image failed.
 #[derive(Debug, thiserror::Error)]

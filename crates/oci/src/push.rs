@@ -211,3 +211,72 @@ pub(crate) fn is_unauthorized(e: &OciDistributionError) -> bool {
         _ => false,
     }
 }
+
+/// One image of an image index: a manifest already in the repository and
+/// the platform it is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Platform {
+    /// The image's manifest digest.
+    pub digest: Digest,
+    /// The manifest's size in bytes.
+    pub size: u64,
+    /// Operating system, as Go spells it (`linux`).
+    pub os: String,
+    /// CPU architecture, as Go spells it (`amd64`, `arm64`).
+    pub architecture: String,
+}
+
+/// Pushes an image index (a multi-platform image) naming `platforms`,
+/// whose manifests must already be in `reference`'s repository. Returns the
+/// index's digest.
+pub async fn push_index(
+    reference: &str,
+    platforms: &[Platform],
+    auth: &Auth,
+    tls: &Tls,
+) -> Result<Digest, Error> {
+    let image: Reference = reference.parse().map_err(|e| Error::Reference {
+        reference: reference.to_owned(),
+        reason: format!("{e}"),
+    })?;
+    let fail = |step: &'static str| {
+        let reference = reference.to_owned();
+        move |source: OciDistributionError| Error::Push {
+            reference,
+            step,
+            source: Box::new(source),
+        }
+    };
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": crate::INDEX_MEDIA_TYPE,
+        "manifests": platforms.iter().map(|p| serde_json::json!({
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "digest": p.digest.as_str(),
+            "size": p.size,
+            "platform": {"os": p.os, "architecture": p.architecture},
+        })).collect::<Vec<_>>(),
+    });
+    let bytes = serde_json::to_vec(&index).map_err(Error::Json)?;
+    let client = client(tls, false).map_err(fail("setting up the HTTP client"))?;
+    let registry_auth = match auth {
+        Auth::Anonymous => RegistryAuth::Anonymous,
+        Auth::Basic { username, password } => {
+            RegistryAuth::Basic(username.clone(), password.clone())
+        }
+    };
+    client
+        .auth(&image, &registry_auth, RegistryOperation::Push)
+        .await
+        .map_err(fail("authenticating"))?;
+    let digest = Digest::of(&bytes);
+    client
+        .push_manifest_raw(
+            &image,
+            bytes,
+            http::HeaderValue::from_static(crate::INDEX_MEDIA_TYPE),
+        )
+        .await
+        .map_err(fail("uploading the index"))?;
+    Ok(digest)
+}
