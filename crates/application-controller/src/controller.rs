@@ -8,7 +8,6 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use kube::{
     Api, ResourceExt,
-    api::DeleteParams,
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
@@ -284,14 +283,12 @@ fn current(
 
 /// Deletes one resource; one already gone is fine.
 async fn delete(resources: &Api<KubernetesApplicationResource>, name: &str) -> Result<(), Error> {
-    match resources.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => {
+    runtime::objects::delete(resources, name)
+        .await
+        .map_err(|e| {
             let ns = resources.namespace().unwrap_or_default();
-            Err(Error::Delete(format!("{ns}/{name}"), e))
-        }
-    }
+            Error::Delete(format!("{ns}/{name}"), e)
+        })
 }
 
 /// State, counts and the generation they describe.

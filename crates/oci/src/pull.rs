@@ -141,12 +141,7 @@ fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
 }
 
 fn registry_auth(auth: &Auth) -> RegistryAuth {
-    match auth {
-        Auth::Anonymous => RegistryAuth::Anonymous,
-        Auth::Basic { username, password } => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-    }
+    auth.to_registry()
 }
 
 fn parse_reference(reference: &str) -> Result<Reference, Error> {

@@ -31,6 +31,18 @@ pub enum Auth {
     },
 }
 
+impl Auth {
+    /// The credentials as oci-client takes them.
+    pub(crate) fn to_registry(&self) -> RegistryAuth {
+        match self {
+            Self::Anonymous => RegistryAuth::Anonymous,
+            Self::Basic { username, password } => {
+                RegistryAuth::Basic(username.clone(), password.clone())
+            }
+        }
+    }
+}
+
 impl fmt::Debug for Auth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -107,14 +119,8 @@ impl Image {
             }
         };
         let client = client(tls, false).map_err(fail("setting up the HTTP client"))?;
-        let auth = match auth {
-            Auth::Anonymous => RegistryAuth::Anonymous,
-            Auth::Basic { username, password } => {
-                RegistryAuth::Basic(username.clone(), password.clone())
-            }
-        };
         client
-            .auth(&image, &auth, RegistryOperation::Push)
+            .auth(&image, &auth.to_registry(), RegistryOperation::Push)
             .await
             .map_err(fail("authenticating"))?;
 
@@ -259,14 +265,8 @@ pub async fn push_index(
     });
     let bytes = serde_json::to_vec(&index).map_err(Error::Json)?;
     let client = client(tls, false).map_err(fail("setting up the HTTP client"))?;
-    let registry_auth = match auth {
-        Auth::Anonymous => RegistryAuth::Anonymous,
-        Auth::Basic { username, password } => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-    };
     client
-        .auth(&image, &registry_auth, RegistryOperation::Push)
+        .auth(&image, &auth.to_registry(), RegistryOperation::Push)
         .await
         .map_err(fail("authenticating"))?;
     let digest = Digest::of(&bytes);

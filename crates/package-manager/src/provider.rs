@@ -13,7 +13,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams},
+    api::{ObjectMeta, Patch, PatchParams, PostParams},
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use oci::Digest;
@@ -240,11 +240,9 @@ impl Reconciler for Providers {
             .iter()
             .filter(|r| r.meta().deletion_timestamp.is_none())
         {
-            match api.delete(&r.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(Error::Revisions("delete a revision", e)),
-            }
+            runtime::objects::delete(&api, &r.name_any())
+                .await
+                .map_err(|e| Error::Revisions("delete a revision", e))?;
         }
         Ok(Cleanup::Wait(Action::requeue(DELETE_POLL)))
     }
@@ -561,27 +559,26 @@ impl Providers {
                 "controllerConfigRef": want.controller_config_ref,
             }
         });
-        self.revisions_api()
-            .patch(
-                &r.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+        self.patch_revision(r, &patch, "update a revision's settings")
             .await
-            .map_err(|e| Error::Revisions("update a revision's settings", e))?;
-        Ok(())
     }
 
     async fn set_state(&self, r: &ProviderRevision, state: RevisionState) -> Result<(), Error> {
         let patch = serde_json::json!({"spec": {"desiredState": state}});
-        self.revisions_api()
-            .patch(
-                &r.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+        self.patch_revision(r, &patch, "deactivate a revision")
             .await
-            .map_err(|e| Error::Revisions("deactivate a revision", e))?;
+    }
+
+    async fn patch_revision(
+        &self,
+        r: &ProviderRevision,
+        patch: &serde_json::Value,
+        what: &'static str,
+    ) -> Result<(), Error> {
+        self.revisions_api()
+            .patch(&r.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|e| Error::Revisions(what, e))?;
         Ok(())
     }
 
@@ -611,15 +608,9 @@ impl Providers {
             .len()
             .saturating_sub(usize::try_from(limit).unwrap_or(usize::MAX));
         for r in inactive.into_iter().take(excess) {
-            match self
-                .revisions_api()
-                .delete(&r.name_any(), &DeleteParams::default())
+            runtime::objects::delete(&self.revisions_api(), &r.name_any())
                 .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(Error::Revisions("delete an old revision", e)),
-            }
+                .map_err(|e| Error::Revisions("delete an old revision", e))?;
         }
         Ok(())
     }

@@ -236,6 +236,17 @@ fn set(
     );
 }
 
+/// Healthy=False with the error's message.
+fn unhealthy(status: &mut Draft<ProviderRevision>, reason: &str, e: &Error) {
+    set(
+        status,
+        TYPE_HEALTHY,
+        false,
+        reason,
+        Some(runtime::events::error_chain(e)),
+    );
+}
+
 fn condition_true(status: &Draft<ProviderRevision>, type_: &str) -> bool {
     conditions::get(&status.conditions, type_).is_some_and(|c: &Condition| c.status == "True")
 }
@@ -294,13 +305,7 @@ impl Reconciler for Revisions {
                 let keep = matches!(&e, Error::Package { source, .. } if source.is_transient())
                     && condition_true(status, TYPE_HEALTHY);
                 if !keep {
-                    set(
-                        status,
-                        TYPE_HEALTHY,
-                        false,
-                        "UnhealthyPackageRevision",
-                        Some(runtime::events::error_chain(&e)),
-                    );
+                    unhealthy(status, "UnhealthyPackageRevision", &e);
                 }
                 return Err(e);
             }
@@ -311,26 +316,14 @@ impl Reconciler for Revisions {
                 .dependencies(r, &contents.meta.depends_on, status)
                 .await
         {
-            set(
-                status,
-                TYPE_HEALTHY,
-                false,
-                "UnresolvedDependencies",
-                Some(runtime::events::error_chain(&e)),
-            );
+            unhealthy(status, "UnresolvedDependencies", &e);
             return Err(e);
         }
         match self.install(r, &contents.objects, status).await {
             Ok(Some(action)) => return Ok(action),
             Ok(None) => {}
             Err(e) => {
-                set(
-                    status,
-                    TYPE_HEALTHY,
-                    false,
-                    "UnhealthyPackageRevision",
-                    Some(runtime::events::error_chain(&e)),
-                );
+                unhealthy(status, "UnhealthyPackageRevision", &e);
                 return Err(e);
             }
         }
@@ -415,11 +408,9 @@ impl Reconciler for Revisions {
                 waiting.push(users);
                 continue;
             }
-            match crds.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(Error::Request("delete a CRD", e)),
-            }
+            runtime::objects::delete(&crds, &name)
+                .await
+                .map_err(|e| Error::Request("delete a CRD", e))?;
         }
         if waiting.is_empty() {
             self.release_dependencies(r).await?;
@@ -507,24 +498,21 @@ impl Revisions {
             if deps::depended_on(p, &providers, &revisions) {
                 continue;
             }
-            match api.delete(&p.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {
-                    self.sk
-                        .reporting
-                        .events
-                        .normal(
-                            &r.object_ref(&()),
-                            "RemoveDependency",
-                            format!(
-                                "removed Provider {}: no installed package depends on it",
-                                p.name_any()
-                            ),
-                        )
-                        .await;
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(Error::Request("remove a dependency", e)),
-            }
+            runtime::objects::delete(&api, &p.name_any())
+                .await
+                .map_err(|e| Error::Request("remove a dependency", e))?;
+            self.sk
+                .reporting
+                .events
+                .normal(
+                    &r.object_ref(&()),
+                    "RemoveDependency",
+                    format!(
+                        "removed Provider {}: no installed package depends on it",
+                        p.name_any()
+                    ),
+                )
+                .await;
         }
         Ok(())
     }
@@ -906,39 +894,42 @@ impl Revisions {
     async fn apply_runtime(&self, rendered: &render::Rendered) -> Result<(), Error> {
         let client = self.sk.client().clone();
         let ns = &self.settings.namespace;
-        let sa = Api::<ServiceAccount>::namespaced(client.clone(), ns);
-        let svc = Api::<Service>::namespaced(client.clone(), ns);
-        let dep = Api::<Deployment>::namespaced(client, ns);
-        let name = |o: &serde_json::Value| {
-            o.pointer("/metadata/name")
-                .and_then(|n| n.as_str())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        ssa::apply(
-            &sa,
-            &name(&rendered.service_account),
+        self.apply_one(
+            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
             &rendered.service_account,
-            &self.field_manager,
+            "apply the runtime's ServiceAccount",
         )
-        .await
-        .map_err(|e| Error::Request("apply the runtime's ServiceAccount", e))?;
-        ssa::apply(
-            &svc,
-            &name(&rendered.service),
+        .await?;
+        self.apply_one(
+            &Api::<Service>::namespaced(client.clone(), ns),
             &rendered.service,
-            &self.field_manager,
+            "apply the runtime's Service",
         )
-        .await
-        .map_err(|e| Error::Request("apply the runtime's Service", e))?;
-        ssa::apply(
-            &dep,
-            &name(&rendered.deployment),
+        .await?;
+        self.apply_one(
+            &Api::<Deployment>::namespaced(client, ns),
             &rendered.deployment,
-            &self.field_manager,
+            "apply the runtime's Deployment",
         )
         .await
-        .map_err(|e| Error::Request("apply the runtime's Deployment", e))?;
+    }
+
+    async fn apply_one<K>(
+        &self,
+        api: &Api<K>,
+        object: &serde_json::Value,
+        what: &'static str,
+    ) -> Result<(), Error>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default();
+        ssa::apply(api, name, object, &self.field_manager)
+            .await
+            .map_err(|e| Error::Request(what, e))?;
         Ok(())
     }
 

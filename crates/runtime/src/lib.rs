@@ -17,6 +17,7 @@ pub mod leader;
 pub mod limits;
 pub mod managed;
 pub mod metrics;
+pub mod objects;
 pub mod reconciler;
 pub mod remote;
 pub mod server;
