@@ -159,6 +159,36 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     );
     assert!(get_json(&["service", &rev1, "-n", NS]).is_some());
     assert!(get_json(&["serviceaccount", &rev1, "-n", NS]).is_some());
+    // A reconcile with nothing to change writes nothing: no CRD, runtime
+    // or status write (patch is how everything is written).
+    let patches = || {
+        e2e::metric_sum(
+            &package_manager().metrics(),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "control"), ("verb", "patch")],
+        )
+    };
+    let reconciles = || {
+        e2e::metric_sum(
+            &package_manager().metrics(),
+            "crossplane_rs_reconcile_total",
+            &[("controller", "providerrevision")],
+        )
+    };
+    let (patched, reconciled) = (patches(), reconciles());
+    kubectl(&[
+        "annotate",
+        "providerrevisions.pkg.crossplane.io",
+        &rev1,
+        "poke=1",
+    ]);
+    wait(
+        Duration::from_secs(30),
+        "the revision reconciled again",
+        || (reconciles() > reconciled).then_some(()),
+        explain_packages,
+    );
+    assert_eq!(patches(), patched, "an unchanged revision wrote something");
     let columns = kubectl(&["get", "providers,providerrevisions"]);
     for col in [
         "INSTALLED",

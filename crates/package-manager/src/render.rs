@@ -99,15 +99,38 @@ fn owner(input: &Input) -> Value {
     }])
 }
 
-/// The name a template gives, else the revision's.
-fn name_of(meta: &Map<String, Value>, input: &Input) -> (String, bool) {
-    match meta
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        Some(n) => (n.to_owned(), true),
-        None => (input.revision.to_owned(), false),
+/// The name a template gives, else the revision's; and whether the
+/// template gave it.
+fn name_of(
+    meta: &Map<String, Value>,
+    input: &Input,
+    what: &str,
+) -> Result<(String, bool), RenderError> {
+    match meta.get("name") {
+        None | Some(Value::Null) => Ok((input.revision.to_owned(), false)),
+        Some(Value::String(n)) if n.is_empty() => Ok((input.revision.to_owned(), false)),
+        Some(Value::String(n)) => Ok((n.clone(), true)),
+        Some(_) => Err(RenderError(format!(
+            "{what}.metadata.name must be a string (or left out to use the revision's name)"
+        ))),
+    }
+}
+
+/// A list in `m` under `key` (absent or null is empty); each item must be
+/// an object.
+fn object_list(m: &Map<String, Value>, key: &str, what: &str) -> Result<Vec<Value>, RenderError> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => {
+            if a.iter().all(Value::is_object) {
+                Ok(a.clone())
+            } else {
+                Err(RenderError(format!(
+                    "every item of {what}.{key} must be an object"
+                )))
+            }
+        }
+        Some(_) => Err(RenderError(format!("{what}.{key} must be a list"))),
     }
 }
 
@@ -156,7 +179,7 @@ fn metadata(
     owned: bool,
 ) -> Result<(Value, bool), RenderError> {
     let meta = object(template.get("metadata"), &format!("{what}.metadata"))?;
-    let (name, named) = name_of(&meta, input);
+    let (name, named) = name_of(&meta, input, what)?;
     let mut labels = string_map(meta.get("labels"), &format!("{what}.metadata.labels"))?;
     if let Some(extra) = extra_labels {
         labels.extend(extra.clone());
@@ -182,7 +205,7 @@ fn metadata(
 
 fn service_account(input: &Input, sat: &Map<String, Value>) -> Result<(Value, bool), RenderError> {
     let meta = object(sat.get("metadata"), "serviceAccountTemplate.metadata")?;
-    let named = name_of(&meta, input).1;
+    let named = name_of(&meta, input, "serviceAccountTemplate")?.1;
     let (m, _) = metadata(input, sat, "serviceAccountTemplate", None, !named)?;
     Ok((
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": m}),
@@ -194,11 +217,8 @@ fn service(input: &Input, st: &Map<String, Value>) -> Result<Value, RenderError>
     let (m, _) = metadata(input, st, "serviceTemplate", None, true)?;
     let mut spec = object(st.get("spec"), "serviceTemplate.spec")?;
     spec.insert("selector".into(), Value::Object(selector(input)));
-    let no_ports = spec
-        .get("ports")
-        .and_then(Value::as_array)
-        .is_none_or(Vec::is_empty);
-    if no_ports {
+    default_if_absent(&mut spec, "type", json!("ClusterIP"));
+    if object_list(&spec, "ports", "serviceTemplate.spec")?.is_empty() {
         spec.insert(
             "ports".into(),
             json!([{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]),
@@ -225,7 +245,21 @@ fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<V
     // A PodTemplateSpec holds the pod spec under `spec`; the seed's example
     // puts its fields directly under `template`, which is read the same.
     let mut pod = match template.get("spec") {
-        Some(s) => object(Some(s), "deploymentTemplate.spec.template.spec")?,
+        Some(s) => {
+            let stray: Vec<&str> = template
+                .keys()
+                .map(String::as_str)
+                .filter(|k| *k != "metadata" && *k != "spec")
+                .collect();
+            if !stray.is_empty() {
+                return Err(RenderError(format!(
+                    "deploymentTemplate.spec.template has both a pod spec and {}; move {} under deploymentTemplate.spec.template.spec",
+                    stray.join(", "),
+                    if stray.len() == 1 { "it" } else { "them" }
+                )));
+            }
+            object(Some(s), "deploymentTemplate.spec.template.spec")?
+        }
         None => {
             let mut t = template.clone();
             t.remove("metadata");
@@ -239,20 +273,22 @@ fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<V
     pod_labels.extend(sel.clone());
     pod_meta.insert("labels".into(), Value::Object(pod_labels));
 
-    let containers = match pod.get("containers") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.clone(),
-        Some(_) => {
-            return Err(RenderError(
-                "deploymentTemplate.spec.template.spec.containers must be a list".into(),
-            ));
-        }
-    };
+    let pod_what = "deploymentTemplate.spec.template.spec";
+    let containers = object_list(&pod, "containers", pod_what)?;
     let mut runtime = None;
     let mut sidecars = Vec::new();
     for c in containers {
-        let is_runtime = c.get("name").and_then(Value::as_str) == Some(RUNTIME_CONTAINER);
-        if is_runtime && runtime.is_none() {
+        let Some(Value::String(name)) = c.get("name") else {
+            return Err(RenderError(format!(
+                "every container in {pod_what}.containers needs a name; the package runtime's is {RUNTIME_CONTAINER}"
+            )));
+        };
+        if name == RUNTIME_CONTAINER {
+            if runtime.is_some() {
+                return Err(RenderError(format!(
+                    "{pod_what}.containers names {RUNTIME_CONTAINER} more than once; keep one"
+                )));
+            }
             runtime = Some(object(Some(&c), "the package-runtime container")?);
         } else {
             sidecars.push(c);
@@ -268,15 +304,7 @@ fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<V
         "securityContext",
         json!({"runAsNonRoot": true, "runAsUser": 2000, "runAsGroup": 2000}),
     );
-    let mut secrets = match pod.get("imagePullSecrets") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.clone(),
-        Some(_) => {
-            return Err(RenderError(
-                "deploymentTemplate.spec.template.spec.imagePullSecrets must be a list".into(),
-            ));
-        }
-    };
+    let mut secrets = object_list(&pod, "imagePullSecrets", pod_what)?;
     for s in input.pull_secrets {
         if !secrets
             .iter()
@@ -314,27 +342,26 @@ fn runtime_container(
             input.pull_policy.unwrap_or("IfNotPresent").into(),
         );
     }
-    let mut env = match c.get("env") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.clone(),
-        Some(_) => {
-            return Err(RenderError(
-                "the package-runtime container's env must be a list".into(),
-            ));
+    let what = "the package-runtime container";
+    // POD_NAMESPACE replaces the template's (in its place), other env stays.
+    let pod_namespace = json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}});
+    let is_pod_namespace =
+        |e: &Value| e.get("name").and_then(Value::as_str) == Some("POD_NAMESPACE");
+    let mut env = Vec::new();
+    let mut placed = false;
+    for e in object_list(&c, "env", what)? {
+        if !is_pod_namespace(&e) {
+            env.push(e);
+        } else if !placed {
+            env.push(pod_namespace.clone());
+            placed = true;
         }
-    };
-    env.retain(|e| e.get("name").and_then(Value::as_str) != Some("POD_NAMESPACE"));
-    env.push(json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}));
+    }
+    if !placed {
+        env.push(pod_namespace);
+    }
     c.insert("env".into(), Value::Array(env));
-    let mut ports = match c.get("ports") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.clone(),
-        Some(_) => {
-            return Err(RenderError(
-                "the package-runtime container's ports must be a list".into(),
-            ));
-        }
-    };
+    let mut ports = object_list(&c, "ports", what)?;
     if !ports
         .iter()
         .any(|p| p.get("name").and_then(Value::as_str) == Some("metrics"))
@@ -388,14 +415,190 @@ mod tests {
         .unwrap();
         let seeded = spec(seed["spec"].clone());
         let empty = DeploymentRuntimeConfigSpec::default();
-        let a = render(&input(&seeded, &[])).unwrap();
+        let mut a = render(&input(&seeded, &[])).unwrap();
         let b = render(&input(&empty, &[])).unwrap();
-        // The seed's example adds one label to the Deployment; everything
-        // that runs is the same.
-        assert_eq!(a.deployment["spec"], b.deployment["spec"]);
-        assert_eq!(a.service, b.service);
-        assert_eq!(a.service_account, b.service_account);
-        assert_eq!(a.deployment["metadata"]["labels"]["example"], "label");
+        // The seed's example adds one label to the Deployment; without it
+        // the whole rendering is the same.
+        let extra = a.deployment["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("example");
+        assert_eq!(extra, Some(json!("label")));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn an_empty_config_renders_the_hard_coded_defaults() {
+        let empty = DeploymentRuntimeConfigSpec::default();
+        let r = render(&input(&empty, &[])).unwrap();
+        let owner = json!([{
+            "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+            "name": "provider-x-0123456789ab", "uid": "uid-1",
+            "controller": true, "blockOwnerDeletion": true,
+        }]);
+        let sel = json!({
+            "pkg.crossplane.io/package": "provider-x",
+            "pkg.crossplane.io/revision": "provider-x-0123456789ab",
+        });
+        assert_eq!(
+            r.deployment,
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": "provider-x-0123456789ab",
+                    "namespace": "crossplane-system",
+                    "labels": sel,
+                    "ownerReferences": owner,
+                },
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": sel},
+                    "template": {
+                        "metadata": {"labels": sel},
+                        "spec": {
+                            "serviceAccountName": "provider-x-0123456789ab",
+                            "securityContext": {"runAsNonRoot": true, "runAsUser": 2000, "runAsGroup": 2000},
+                            "containers": [{
+                                "name": "package-runtime",
+                                "image": "reg/runtime@sha256:aa",
+                                "imagePullPolicy": "IfNotPresent",
+                                "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                                "ports": [{"name": "metrics", "containerPort": 8080}],
+                                "securityContext": {
+                                    "runAsNonRoot": true, "runAsUser": 2000, "runAsGroup": 2000,
+                                    "privileged": false, "allowPrivilegeEscalation": false,
+                                },
+                            }],
+                        },
+                    },
+                },
+            })
+        );
+        assert_eq!(
+            r.service,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": "provider-x-0123456789ab",
+                    "namespace": "crossplane-system",
+                    "ownerReferences": owner,
+                },
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": sel,
+                    "ports": [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}],
+                },
+            })
+        );
+        assert_eq!(
+            r.service_account,
+            json!({
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": "provider-x-0123456789ab",
+                    "namespace": "crossplane-system",
+                    "ownerReferences": owner,
+                },
+            })
+        );
+        assert!(!r.service_account_named);
+    }
+
+    #[test]
+    fn the_package_overlays_image_and_pull_policy_and_defaults_fill_only_gaps() {
+        let config = spec(
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {
+                "securityContext": {"runAsUser": 1},
+                "containers": [{
+                    "name": "package-runtime",
+                    "image": "someone/else:1",
+                    "imagePullPolicy": "Never",
+                    "securityContext": {"readOnlyRootFilesystem": true},
+                    "resources": {"limits": {"cpu": "1"}},
+                    "ports": [{"name": "metrics", "containerPort": 9090}, {"name": "webhook", "containerPort": 9443}],
+                }],
+            }}}}}),
+        );
+        let mut i = input(&config, &[]);
+        i.pull_policy = Some("Always");
+        let r = render(&i).unwrap();
+        let pod = &r.deployment["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(c["image"], "reg/runtime@sha256:aa");
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert_eq!(
+            c["securityContext"],
+            json!({"readOnlyRootFilesystem": true})
+        );
+        assert_eq!(c["resources"]["limits"]["cpu"], "1");
+        assert_eq!(
+            c["ports"],
+            json!([{"name": "metrics", "containerPort": 9090}, {"name": "webhook", "containerPort": 9443}])
+        );
+        assert_eq!(pod["securityContext"], json!({"runAsUser": 1}));
+        assert_eq!(r.deployment["spec"]["replicas"], 1);
+        // A ControllerConfig's image and pull policy win over the package's.
+        i.config_image_wins = true;
+        let r = render(&i).unwrap();
+        let c = &r.deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "someone/else:1");
+        assert_eq!(c["imagePullPolicy"], "Never");
+    }
+
+    #[test]
+    fn the_service_template_wins_except_for_the_selector() {
+        let config = spec(json!({"serviceTemplate": {
+            "metadata": {"labels": {"team": "a"}, "annotations": {"x": "y"}, "namespace": "elsewhere"},
+            "spec": {
+                "type": "NodePort",
+                "selector": {"app": "other"},
+                "ports": [{"name": "web", "port": 80, "targetPort": 8080}],
+            },
+        }}));
+        let r = render(&input(&config, &[])).unwrap();
+        assert_eq!(r.service["metadata"]["labels"], json!({"team": "a"}));
+        assert_eq!(r.service["metadata"]["annotations"], json!({"x": "y"}));
+        assert_eq!(r.service["metadata"]["namespace"], "crossplane-system");
+        assert_eq!(r.service["spec"]["type"], "NodePort");
+        assert_eq!(
+            r.service["spec"]["ports"],
+            json!([{"name": "web", "port": 80, "targetPort": 8080}])
+        );
+        assert_eq!(
+            r.service["spec"]["selector"],
+            r.deployment["spec"]["selector"]["matchLabels"]
+        );
+    }
+
+    #[test]
+    fn deployment_and_pod_template_labels_are_kept_beside_the_selector() {
+        let config = spec(json!({"deploymentTemplate": {
+            "metadata": {"labels": {"team": "a", "pkg.crossplane.io/revision": "spoofed"}},
+            "spec": {"template": {
+                "metadata": {"labels": {"tier": "b"}, "annotations": {"scrape": "yes"}},
+                "spec": {},
+            }},
+        }}));
+        let r = render(&input(&config, &[])).unwrap();
+        let d = &r.deployment;
+        assert_eq!(d["metadata"]["labels"]["team"], "a");
+        assert_eq!(
+            d["metadata"]["labels"]["pkg.crossplane.io/revision"],
+            "provider-x-0123456789ab"
+        );
+        let pod_meta = &d["spec"]["template"]["metadata"];
+        assert_eq!(pod_meta["labels"]["tier"], "b");
+        assert_eq!(pod_meta["annotations"]["scrape"], "yes");
+        assert_eq!(
+            d["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -488,9 +691,155 @@ mod tests {
             json!({"deploymentTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "package-runtime", "env": 1}]}}}}}),
             json!({"serviceTemplate": []}),
             json!({"deploymentTemplate": {"metadata": {"labels": {"a": 1}}}}),
+            json!({"deploymentTemplate": {"metadata": {"name": 7}}}),
+            json!({"serviceAccountTemplate": {"metadata": {"name": ["a"]}}}),
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {"containers": [3]}}}}}),
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}}}),
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {"containers": [
+                {"name": "package-runtime"}, {"name": "package-runtime"},
+            ]}}}}}),
+            json!({"deploymentTemplate": {"spec": {"template": {
+                "securityContext": {}, "spec": {},
+            }}}}),
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {"imagePullSecrets": ["s"]}}}}}),
+            json!({"serviceTemplate": {"spec": {"ports": 8080}}}),
         ] {
             let config = spec(bad.clone());
-            assert!(render(&input(&config, &[])).is_err(), "{bad}");
+            let err = render(&input(&config, &[])).unwrap_err().to_string();
+            assert!(!err.is_empty(), "{bad}");
         }
+        let err = render(&input(
+            &spec(json!({"deploymentTemplate": {"spec": {"template": {"spec": {"containers": "x"}}}}})),
+            &[],
+        ))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "deploymentTemplate.spec.template.spec.containers must be a list"
+        );
+    }
+
+    /// Every JSON shape at every place a template is read gives a result
+    /// or an error: rendering never panics.
+    #[test]
+    fn no_json_shape_panics() {
+        let shapes = [
+            Value::Null,
+            json!(true),
+            json!(1),
+            json!("s"),
+            json!([]),
+            json!([1, "x", null, {}]),
+            json!({}),
+            json!({"name": 1}),
+            json!([{"name": "package-runtime", "env": [1], "ports": {}}]),
+        ];
+        let places: &[&[&str]] = &[
+            &["deploymentTemplate"],
+            &["deploymentTemplate", "metadata"],
+            &["deploymentTemplate", "metadata", "labels"],
+            &["deploymentTemplate", "metadata", "name"],
+            &["deploymentTemplate", "spec"],
+            &["deploymentTemplate", "spec", "replicas"],
+            &["deploymentTemplate", "spec", "selector"],
+            &["deploymentTemplate", "spec", "template"],
+            &["deploymentTemplate", "spec", "template", "metadata"],
+            &[
+                "deploymentTemplate",
+                "spec",
+                "template",
+                "metadata",
+                "labels",
+            ],
+            &["deploymentTemplate", "spec", "template", "spec"],
+            &["deploymentTemplate", "spec", "template", "containers"],
+            &[
+                "deploymentTemplate",
+                "spec",
+                "template",
+                "spec",
+                "containers",
+            ],
+            &[
+                "deploymentTemplate",
+                "spec",
+                "template",
+                "spec",
+                "imagePullSecrets",
+            ],
+            &[
+                "deploymentTemplate",
+                "spec",
+                "template",
+                "spec",
+                "securityContext",
+            ],
+            &["deploymentTemplate", "serviceTemplate"],
+            &["deploymentTemplate", "serviceAccountTemplate"],
+            &["serviceTemplate"],
+            &["serviceTemplate", "metadata"],
+            &["serviceTemplate", "spec"],
+            &["serviceTemplate", "spec", "ports"],
+            &["serviceAccountTemplate"],
+            &["serviceAccountTemplate", "metadata"],
+            &["serviceAccountTemplate", "metadata", "annotations"],
+        ];
+        let container_fields = ["env", "ports", "name", "image", "securityContext"];
+        let secrets = ["s".to_owned()];
+        for shape in &shapes {
+            for place in places {
+                let mut root = json!({});
+                let mut at = &mut root;
+                for (i, key) in place.iter().enumerate() {
+                    let value = if i + 1 == place.len() {
+                        shape.clone()
+                    } else {
+                        json!({})
+                    };
+                    at = at
+                        .as_object_mut()
+                        .unwrap()
+                        .entry(key.to_string())
+                        .or_insert(value);
+                }
+                let config = spec(root);
+                let _ = render(&input(&config, &secrets));
+            }
+            for field in container_fields {
+                let config = spec(
+                    json!({"deploymentTemplate": {"spec": {"template": {"spec": {
+                        "containers": [{"name": "package-runtime", field: shape.clone()}, {"name": "side", field: shape.clone()}],
+                    }}}}}),
+                );
+                let mut i = input(&config, &secrets);
+                i.config_image_wins = true;
+                let _ = render(&i);
+            }
+        }
+    }
+
+    #[test]
+    fn pod_namespace_replaces_the_templates_in_place() {
+        let config = spec(
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {"containers": [
+                {"name": "package-runtime", "env": [
+                    {"name": "A", "value": "1"},
+                    {"name": "POD_NAMESPACE", "value": "wrong"},
+                    {"name": "B", "value": "2"},
+                    {"name": "POD_NAMESPACE", "value": "twice"},
+                ]},
+            ]}}}}}),
+        );
+        let r = render(&input(&config, &[])).unwrap();
+        let env = &r.deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        assert_eq!(
+            env,
+            &json!([
+                {"name": "A", "value": "1"},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "B", "value": "2"},
+            ])
+        );
     }
 }

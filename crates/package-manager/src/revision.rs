@@ -634,12 +634,18 @@ impl Revisions {
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            bodies.push((name, self.crd_body(r, object, live.as_ref(), &siblings)));
+            let body = self.crd_body(r, object, live.as_ref(), &siblings);
+            // A CRD that already is what this revision would apply is not
+            // written again.
+            let current = live.filter(|l| {
+                serde_json::to_value(l).is_ok_and(|live| ssa::unchanged_by(&live, &body))
+            });
+            bodies.push((name, body, current));
         }
-        // All or nothing: every CRD is checked by the API server before any
-        // is written.
+        // All or nothing: every CRD to write is checked by the API server
+        // before any is written.
         let dry = PatchParams::apply(&self.field_manager).force().dry_run();
-        for (name, body) in &bodies {
+        for (name, body, _) in bodies.iter().filter(|b| b.2.is_none()) {
             if let Err(e) = crds.patch(name, &dry, &Patch::Apply(body)).await {
                 return Err(match e {
                     kube::Error::Api(a) if a.code == 422 || a.code == 400 => Error::InvalidCrd {
@@ -652,10 +658,13 @@ impl Revisions {
         }
         let mut pending = Vec::new();
         let mut refs = Vec::new();
-        for (name, body) in &bodies {
-            let applied = ssa::apply(&crds, name, body, &self.field_manager)
-                .await
-                .map_err(|e| Error::Request("apply a CRD", e))?;
+        for (name, body, current) in bodies {
+            let applied = match current {
+                Some(live) => live,
+                None => ssa::apply(&crds, &name, &body, &self.field_manager)
+                    .await
+                    .map_err(|e| Error::Request("apply a CRD", e))?,
+            };
             let established = applied
                 .status
                 .as_ref()
@@ -728,11 +737,19 @@ impl Revisions {
             "metadata": {
                 "name": object.pointer("/metadata/name").cloned().unwrap_or_default(),
                 "labels": object.pointer("/metadata/labels").cloned().unwrap_or_else(|| serde_json::json!({})),
-                "annotations": object.pointer("/metadata/annotations").cloned().unwrap_or_else(|| serde_json::json!({})),
                 "ownerReferences": owners,
             },
             "spec": object.get("spec").cloned().unwrap_or_default(),
         });
+        // The package's annotations, if it has any (an empty map would
+        // never read back equal, so the CRD would be written every time).
+        if let Some(a) = object
+            .pointer("/metadata/annotations")
+            .filter(|a| a.as_object().is_some_and(|a| !a.is_empty()))
+            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            meta.insert("annotations".into(), a.clone());
+        }
         if let Some(l) = body
             .pointer_mut("/metadata/labels")
             .and_then(|l| l.as_object_mut())
