@@ -11,17 +11,31 @@ use types::pkg::{v1alpha1::ControllerConfigSpec, v1beta1::DeploymentRuntimeConfi
 
 use crate::render::RUNTIME_CONTAINER;
 
-/// The DeploymentRuntimeConfig spec equivalent to a ControllerConfig's.
-/// Its `image`, when set, is the runtime container's image (a
-/// ControllerConfig's image overrides the package's).
+/// The DeploymentRuntimeConfig spec equivalent to a ControllerConfig's;
+/// the package manager renders a ControllerConfig through it (with
+/// `--enable-runtime-config=false`), and the migration prints it.
+///
+/// Where each field goes: `replicas` → `deploymentTemplate.spec.replicas`;
+/// `metadata` (labels, annotations) → the pod template's metadata;
+/// `image`, `imagePullPolicy`, `args`, `env`, `resources`,
+/// `securityContext` → the `package-runtime` container;
+/// `podSecurityContext` (as `securityContext`), `nodeSelector`,
+/// `tolerations`, `affinity` → the pod spec; `serviceAccountName` →
+/// `serviceAccountTemplate.metadata.name` (so that ServiceAccount is
+/// updated, never owned).
+///
+/// A ControllerConfig's `image` (and pull policy) override the package's;
+/// a DeploymentRuntimeConfig cannot do that (the seed overlays the
+/// package's image), so they are recorded in the container and honoured
+/// only on the ControllerConfig path (`render::Input::config_image_wins`).
 pub fn spec_from_controller_config(cc: &ControllerConfigSpec) -> DeploymentRuntimeConfigSpec {
-    let mut container = Map::new();
-    container.insert("name".into(), RUNTIME_CONTAINER.into());
-    let put = |m: &mut Map<String, Value>, k: &str, v: Option<Value>| {
+    fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
         if let Some(v) = v {
             m.insert(k.into(), v);
         }
-    };
+    }
+    let mut container = Map::new();
+    container.insert("name".into(), RUNTIME_CONTAINER.into());
     put(&mut container, "image", cc.image.clone().map(Value::from));
     put(
         &mut container,
@@ -50,14 +64,16 @@ pub fn spec_from_controller_config(cc: &ControllerConfigSpec) -> DeploymentRunti
     );
     put(&mut pod, "tolerations", cc.tolerations.clone());
     put(&mut pod, "affinity", cc.affinity.clone());
-    let mut template = json!({"spec": pod});
-    if let Some(meta) = &cc.metadata {
-        template["metadata"] = json!(meta);
-    }
-    let mut spec = json!({"template": template});
-    if let Some(r) = cc.replicas {
-        spec["replicas"] = json!(r);
-    }
+    let mut template = Map::new();
+    put(
+        &mut template,
+        "metadata",
+        cc.metadata.as_ref().map(|m| json!(m)),
+    );
+    template.insert("spec".into(), Value::Object(pod));
+    let mut spec = Map::new();
+    put(&mut spec, "replicas", cc.replicas.map(Value::from));
+    spec.insert("template".into(), Value::Object(template));
     DeploymentRuntimeConfigSpec {
         deployment_template: Some(json!({"spec": spec})),
         service_template: None,
@@ -66,6 +82,18 @@ pub fn spec_from_controller_config(cc: &ControllerConfigSpec) -> DeploymentRunti
             .as_ref()
             .map(|n| json!({"metadata": {"name": n}})),
     }
+}
+
+/// The `pkg.crossplane.io/v1beta1` DeploymentRuntimeConfig named `name`
+/// equivalent to a ControllerConfig's spec (see
+/// [`spec_from_controller_config`]), ready to apply.
+pub fn runtime_config_from_controller_config(name: &str, cc: &ControllerConfigSpec) -> Value {
+    json!({
+        "apiVersion": "pkg.crossplane.io/v1beta1",
+        "kind": "DeploymentRuntimeConfig",
+        "metadata": {"name": name},
+        "spec": spec_from_controller_config(cc),
+    })
 }
 
 /// `convert controllerconfig FILE [--provider FILE]`: prints the
@@ -89,29 +117,42 @@ pub fn command(file: &Path, provider: Option<&Path>) -> anyhow::Result<()> {
     let spec: ControllerConfigSpec =
         serde_json::from_value(cc.get("spec").cloned().unwrap_or_else(|| json!({})))
             .context("the ControllerConfig's spec")?;
-    let config = json!({
-        "apiVersion": "pkg.crossplane.io/v1beta1",
-        "kind": "DeploymentRuntimeConfig",
-        "metadata": {"name": name},
-        "spec": spec_from_controller_config(&spec),
-    });
+    if let Some(image) = &spec.image {
+        eprintln!(
+            "note: ControllerConfig {name} overrides the runtime image with {image}; a DeploymentRuntimeConfig cannot (the package's image is always used), so it is recorded in the package-runtime container but ignored: publish a package with that image instead"
+        );
+    }
+    let config = runtime_config_from_controller_config(&name, &spec);
     print!("{}", serde_saphyr::to_string(&config)?);
     if let Some(p) = provider {
-        let provider = rewrite_provider(read(p)?, &name);
+        let provider = rewrite_provider(&read(p)?, &name);
         print!("---\n{}", serde_saphyr::to_string(&provider)?);
     }
     Ok(())
 }
 
 /// A Provider that referenced a ControllerConfig, referencing the
-/// DeploymentRuntimeConfig `name` instead.
-pub fn rewrite_provider(mut provider: Value, name: &str) -> Value {
-    if let Some(spec) = provider.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("controllerConfigRef");
-        spec.insert(
-            "runtimeConfigRef".into(),
-            json!({"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig", "name": name}),
-        );
+/// `pkg.crossplane.io/v1beta1` DeploymentRuntimeConfig `runtime_config`
+/// instead (spec.controllerConfigRef dropped, spec.runtimeConfigRef set).
+/// Anything that is not an object comes back unchanged.
+pub fn rewrite_provider(provider: &Value, runtime_config: &str) -> Value {
+    let mut provider = provider.clone();
+    if let Some(p) = provider.as_object_mut() {
+        let spec = p.entry("spec").or_insert_with(|| json!({}));
+        if spec.is_null() {
+            *spec = json!({});
+        }
+        if let Some(spec) = spec.as_object_mut() {
+            spec.remove("controllerConfigRef");
+            spec.insert(
+                "runtimeConfigRef".into(),
+                json!({
+                    "apiVersion": "pkg.crossplane.io/v1beta1",
+                    "kind": "DeploymentRuntimeConfig",
+                    "name": runtime_config,
+                }),
+            );
+        }
     }
     provider
 }
@@ -123,26 +164,8 @@ mod tests {
     use super::*;
     use crate::render::{Input, render};
 
-    #[test]
-    fn a_converted_controller_config_renders_the_same_deployment() {
-        let cc: ControllerConfigSpec = serde_json::from_value(json!({
-            "metadata": {"labels": {"team": "a"}},
-            "replicas": 2,
-            "image": "reg/override:v9",
-            "serviceAccountName": "shared",
-            "args": ["--debug"],
-            "nodeSelector": {"zone": "a"},
-            "env": [{"name": "X", "value": "1"}],
-            "podSecurityContext": {"runAsUser": 1000},
-        }))
-        .unwrap();
-        // The honoured path renders from spec_from_controller_config; the
-        // migration path prints it as an object the user applies.
-        let honoured = spec_from_controller_config(&cc);
-        let printed = json!({"spec": spec_from_controller_config(&cc)});
-        let migrated: DeploymentRuntimeConfigSpec =
-            serde_json::from_value(printed["spec"].clone()).unwrap();
-        let input = |config| Input {
+    fn input(config: &DeploymentRuntimeConfigSpec, config_image_wins: bool) -> Input<'_> {
+        Input {
             revision: "p-1",
             revision_uid: "u",
             provider: "p",
@@ -151,30 +174,111 @@ mod tests {
             pull_policy: None,
             pull_secrets: &[],
             config,
-            config_image_wins: true,
-        };
-        let a = render(&input(&honoured)).unwrap();
-        let b = render(&input(&migrated)).unwrap();
+            config_image_wins,
+        }
+    }
+
+    fn controller_config() -> ControllerConfigSpec {
+        serde_json::from_value(json!({
+            "metadata": {"labels": {"team": "a"}, "annotations": {"scrape": "yes"}},
+            "replicas": 2,
+            "image": "reg/override:v9",
+            "imagePullPolicy": "Always",
+            "serviceAccountName": "shared",
+            "args": ["--debug"],
+            "nodeSelector": {"zone": "a"},
+            "env": [{"name": "X", "value": "1"}],
+            "resources": {"limits": {"memory": "1Gi"}},
+            "securityContext": {"readOnlyRootFilesystem": true},
+            "podSecurityContext": {"runAsUser": 1000},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "affinity": {"nodeAffinity": {}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_converted_controller_config_renders_the_same_deployment() {
+        let cc = controller_config();
+        // The honoured path renders from spec_from_controller_config; the
+        // migration prints an object the user applies, read back here as
+        // the API server would store it.
+        let honoured = spec_from_controller_config(&cc);
+        let printed = runtime_config_from_controller_config("cc", &cc);
+        assert_eq!(printed["apiVersion"], "pkg.crossplane.io/v1beta1");
+        assert_eq!(printed["kind"], "DeploymentRuntimeConfig");
+        assert_eq!(printed["metadata"], json!({"name": "cc"}));
+        let yaml = serde_saphyr::to_string(&printed).unwrap();
+        let back: Value = serde_saphyr::from_str(&yaml).unwrap();
+        let migrated: DeploymentRuntimeConfigSpec =
+            serde_json::from_value(back["spec"].clone()).unwrap();
+        assert_eq!(migrated, honoured);
+
+        let a = render(&input(&honoured, true)).unwrap();
+        let b = render(&input(&migrated, true)).unwrap();
         assert_eq!(a, b);
         let pod = &a.deployment["spec"]["template"];
+        let c = &pod["spec"]["containers"][0];
         assert_eq!(a.deployment["spec"]["replicas"], 2);
-        assert_eq!(pod["spec"]["containers"][0]["image"], "reg/override:v9");
-        assert_eq!(pod["spec"]["containers"][0]["args"], json!(["--debug"]));
+        assert_eq!(c["image"], "reg/override:v9");
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert_eq!(c["args"], json!(["--debug"]));
+        assert_eq!(c["env"][0], json!({"name": "X", "value": "1"}));
+        assert_eq!(c["env"][1]["name"], "POD_NAMESPACE");
+        assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+        assert_eq!(
+            c["securityContext"],
+            json!({"readOnlyRootFilesystem": true})
+        );
+        assert_eq!(pod["spec"]["securityContext"], json!({"runAsUser": 1000}));
         assert_eq!(pod["spec"]["nodeSelector"]["zone"], "a");
+        assert_eq!(pod["spec"]["tolerations"][0]["key"], "k");
+        assert_eq!(pod["spec"]["affinity"], json!({"nodeAffinity": {}}));
         assert_eq!(pod["spec"]["serviceAccountName"], "shared");
         assert_eq!(pod["metadata"]["labels"]["team"], "a");
+        assert_eq!(pod["metadata"]["annotations"]["scrape"], "yes");
         assert!(a.service_account_named);
+        assert_eq!(a.service_account["metadata"]["name"], "shared");
+
+        // Applied as a DeploymentRuntimeConfig the package's image is used;
+        // everything else renders the same.
+        let mut c = render(&input(&migrated, false)).unwrap();
+        let rc = &mut c.deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(rc["image"], "reg/pkg:v1");
+        assert_eq!(rc["imagePullPolicy"], "IfNotPresent");
+        rc["image"] = json!("reg/override:v9");
+        rc["imagePullPolicy"] = json!("Always");
+        assert_eq!(a, c);
+    }
+
+    #[test]
+    fn an_empty_controller_config_renders_the_defaults() {
+        let cc = ControllerConfigSpec::default();
+        let converted = spec_from_controller_config(&cc);
+        assert!(converted.service_account_template.is_none());
+        let a = render(&input(&converted, true)).unwrap();
+        let b = render(&input(&DeploymentRuntimeConfigSpec::default(), false)).unwrap();
+        assert_eq!(a, b);
     }
 
     #[test]
     fn the_provider_references_the_runtime_config_instead() {
-        let p = json!({"kind": "Provider", "spec": {"package": "x", "controllerConfigRef": {"name": "cc"}}});
-        let r = rewrite_provider(p, "cc");
+        let p = json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "metadata": {"name": "p"},
+            "spec": {"package": "x", "controllerConfigRef": {"name": "cc"}}});
+        let r = rewrite_provider(&p, "drc");
         assert!(r["spec"].get("controllerConfigRef").is_none());
+        assert_eq!(r["spec"]["package"], "x");
+        assert_eq!(r["metadata"], p["metadata"]);
         assert_eq!(
-            r["spec"]["runtimeConfigRef"]["kind"],
-            "DeploymentRuntimeConfig"
+            r["spec"]["runtimeConfigRef"],
+            json!({"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig", "name": "drc"})
         );
-        assert_eq!(r["spec"]["runtimeConfigRef"]["name"], "cc");
+        // No spec gets one; shapes that are not a Provider come back as
+        // they were.
+        let r = rewrite_provider(&json!({"kind": "Provider"}), "drc");
+        assert_eq!(r["spec"]["runtimeConfigRef"]["name"], "drc");
+        for odd in [json!(null), json!([1]), json!({"spec": 3})] {
+            assert_eq!(rewrite_provider(&odd, "drc"), odd);
+        }
     }
 }
