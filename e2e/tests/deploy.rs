@@ -456,7 +456,6 @@ fn leader_failover(control: &testenv::Cluster) {
             pods.contains(&holder).then_some(holder)
         },
     );
-    let standby = pods.iter().find(|p| **p != leader).cloned().unwrap();
     let killed = std::time::Instant::now();
     kubectl(&[
         "delete",
@@ -466,14 +465,27 @@ fn leader_failover(control: &testenv::Cluster) {
         "crossplane-system",
         "--wait=false",
     ]);
-    wait_until(
-        "the Lease to move to the standby replica",
+    // The killed leader lets its Lease go on SIGTERM; the standby and the
+    // replacement pod the Deployment starts both ask for it, and either
+    // may win: failover is the Lease held by a live replica other than the
+    // killed one.
+    let standby = wait_until(
+        "the Lease to move to another replica",
         std::time::Duration::from_secs(60),
-        || (scheduler_leader() == standby).then_some(()),
+        || {
+            let holder = scheduler_leader();
+            (!holder.is_empty() && holder != leader && pods_of().contains(&holder))
+                .then_some(holder)
+        },
     );
     eprintln!(
-        "deploy: the scheduler's Lease moved from {leader} to {standby} {:?} after the kill",
-        killed.elapsed()
+        "deploy: the scheduler's Lease moved from {leader} to {standby} {:?} after the kill{}",
+        killed.elapsed(),
+        if pods.contains(&standby) {
+            " (the standby)"
+        } else {
+            " (the replacement pod)"
+        }
     );
     // Work goes on under the new leader.
     let app = serde_json::json!({
