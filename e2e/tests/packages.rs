@@ -159,36 +159,6 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     );
     assert!(get_json(&["service", &rev1, "-n", NS]).is_some());
     assert!(get_json(&["serviceaccount", &rev1, "-n", NS]).is_some());
-    // A reconcile with nothing to change writes nothing: no CRD, runtime
-    // or status write (patch is how everything is written).
-    let patches = || {
-        e2e::metric_sum(
-            &package_manager().metrics(),
-            "crossplane_rs_kube_api_requests_total",
-            &[("cluster", "control"), ("verb", "patch")],
-        )
-    };
-    let reconciles = || {
-        e2e::metric_sum(
-            &package_manager().metrics(),
-            "crossplane_rs_reconcile_total",
-            &[("controller", "providerrevision")],
-        )
-    };
-    let (patched, reconciled) = (patches(), reconciles());
-    kubectl(&[
-        "annotate",
-        "providerrevisions.pkg.crossplane.io",
-        &rev1,
-        "poke=1",
-    ]);
-    wait(
-        Duration::from_secs(30),
-        "the revision reconciled again",
-        || (reconciles() > reconciled).then_some(()),
-        explain_packages,
-    );
-    assert_eq!(patches(), patched, "an unchanged revision wrote something");
     let columns = kubectl(&["get", "providers,providerrevisions"]);
     for col in [
         "INSTALLED",
@@ -1318,4 +1288,40 @@ fn an_image_index_resolves_to_its_linux_amd64_package_and_one_without_is_refused
     for n in [&multi, &arm] {
         wait_provider_gone(n);
     }
+}
+
+#[test]
+fn a_package_for_another_crossplane_version_waits_unless_told_to_ignore_it() {
+    let e = env();
+    let unique = testenv::unique_name("constraint");
+    let g = group("constraint");
+    let crds = [test_crd(&g, "Latch")];
+    let dir = package_dir_with("old", "v1", &crds_of(&crds), "");
+    // The helper's meta asks for >=v1.14.0; this one for an old Crossplane.
+    let meta = std::fs::read_to_string(dir.join("package.yaml"))
+        .unwrap()
+        .replace(">=v1.14.0", "<v1.0.0");
+    std::fs::write(dir.join("package.yaml"), meta).unwrap();
+    let reference = format!("{}/test/{unique}:v1", e.registry.address);
+    xpkg_push(&dir, &reference, None);
+    apply(&provider_yaml(&unique, &reference, ""));
+    wait_provider_condition(
+        &unique,
+        "Healthy",
+        "False",
+        &["needs Crossplane <v1.0.0", "ignoreCrossplaneConstraints"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        get_json(&["crd", &format!("latchs.{g}")]).is_none(),
+        "an incompatible package installed its CRDs"
+    );
+    apply(&provider_yaml(
+        &unique,
+        &reference,
+        "  ignoreCrossplaneConstraints: true\n",
+    ));
+    wait_provider_healthy(&unique, Duration::from_secs(60));
+    delete_provider(&unique);
+    wait_provider_gone(&unique);
 }

@@ -124,6 +124,38 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     apply(&provider_with_cc);
     wait_provider_healthy(&name, Duration::from_secs(90));
     let revision = format!("{name}-{}", short(&digest));
+    // A reconcile with nothing to change writes nothing: no CRD, runtime
+    // or status write (patch is how everything is written). This binary's
+    // package-manager serves this test alone, so its counters are this
+    // Provider's.
+    let patches = || {
+        e2e::metric_sum(
+            &pm.metrics(),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "control"), ("verb", "patch")],
+        )
+    };
+    let reconciles = || {
+        e2e::metric_sum(
+            &pm.metrics(),
+            "crossplane_rs_reconcile_total",
+            &[("controller", "providerrevision")],
+        )
+    };
+    let (patched, reconciled) = (patches(), reconciles());
+    kubectl(&[
+        "annotate",
+        "providerrevisions.pkg.crossplane.io",
+        &revision,
+        "poke=1",
+    ]);
+    wait(
+        Duration::from_secs(30),
+        "the revision reconciled again",
+        || (reconciles() > reconciled).then_some(()),
+        explain_packages,
+    );
+    assert_eq!(patches(), patched, "an unchanged revision wrote something");
     let honoured = get_json(&["deployment", &revision, "-n", NS]).unwrap();
     assert_eq!(honoured["spec"]["replicas"], 2);
     let pod = &honoured["spec"]["template"];

@@ -47,6 +47,25 @@ enum Requirement {
     Range(semver::VersionReq),
 }
 
+/// The Crossplane version whose package API crossplane-rs implements, for
+/// packages' `spec.crossplane.version` constraints.
+pub const CROSSPLANE_VERSION: semver::Version = semver::Version::new(1, 20, 0);
+
+/// Whether a package's `spec.crossplane.version` constraint admits
+/// [`CROSSPLANE_VERSION`]; the message says what to do when not.
+pub fn crossplane_admits(constraint: &str) -> Result<(), String> {
+    let range = semver::VersionReq::parse(&without_v(constraint)).map_err(|e| {
+        format!("spec.crossplane.version {constraint:?} is not a semver range: {e}")
+    })?;
+    if range.matches(&CROSSPLANE_VERSION) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the package needs Crossplane {constraint}; crossplane-rs implements Crossplane v{CROSSPLANE_VERSION}: use a version of the package made for it, or set spec.ignoreCrossplaneConstraints: true"
+        ))
+    }
+}
+
 /// Drops the `v` of `v1.2.3` wherever a version starts (`>=v1.0.0,
 /// <v2.0.0` → `>=1.0.0, <2.0.0`).
 fn without_v(s: &str) -> String {
@@ -349,6 +368,21 @@ mod tests {
             .max_by(|a, b| a.0.cmp(&b.0))
             .unwrap();
         assert_eq!(best.1, "v1.2.0");
+    }
+
+    #[test]
+    fn crossplane_constraints_are_checked_against_the_implemented_version() {
+        assert!(crossplane_admits(">=v1.14.0").is_ok());
+        let no = crossplane_admits("<v1.0.0").unwrap_err();
+        assert!(
+            no.contains("ignoreCrossplaneConstraints") && no.contains("v1.20.0"),
+            "{no}"
+        );
+        assert!(
+            crossplane_admits("banana")
+                .unwrap_err()
+                .contains("not a semver range")
+        );
     }
 
     #[test]

@@ -93,6 +93,9 @@ pub enum Error {
     /// A CRD belongs to someone else.
     #[error("{0}")]
     Conflict(String),
+    /// The package is not made for the Crossplane version implemented here.
+    #[error("{0}")]
+    Constraint(String),
     /// Dependencies are missing, incompatible or cyclic.
     #[error("{0}")]
     Dependencies(String),
@@ -125,6 +128,7 @@ impl ReconcileError for Error {
             Error::Package { .. } | Error::NoDigest => "CannotReadPackage",
             Error::Conflict(_) => "ConflictingCustomResourceDefinition",
             Error::Dependencies(_) => "UnresolvedDependencies",
+            Error::Constraint(_) => "IncompatibleCrossplaneVersion",
             Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
             Error::RuntimeConfig(_) | Error::Render(_) => "CannotRunPackageRuntime",
             Error::Request(..) => "CannotEstablishPackageObjects",
@@ -310,6 +314,14 @@ impl Reconciler for Revisions {
                 return Err(e);
             }
         };
+        if r.spec.ignore_crossplane_constraints != Some(true)
+            && let Some(constraint) = &contents.meta.crossplane_version
+            && let Err(why) = deps::crossplane_admits(constraint)
+        {
+            let e = Error::Constraint(why);
+            unhealthy(status, "IncompatibleCrossplaneVersion", &e);
+            return Err(e);
+        }
         if r.spec.skip_dependency_resolution != Some(true)
             && !contents.meta.depends_on.is_empty()
             && let Err(e) = self

@@ -96,8 +96,12 @@ impl Drop for Processes {
     }
 }
 
+/// A port no socket listens on, on any address: API servers bind the
+/// wildcard address when there is a node, so a port free on loopback alone
+/// may already be taken on another address (a registry of another test
+/// binary on the node's host address, say).
 fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")
+    Ok(TcpListener::bind("0.0.0.0:0")
         .context("finding a free port")?
         .local_addr()?
         .port())
