@@ -28,6 +28,8 @@ pub struct Env {
     /// The package-manager every test of the binary shares, unless the
     /// binary runs its own ([`env_without_package_manager`]).
     pub package_manager: Option<crate::Running>,
+    /// The rbac-manager, beside the shared package-manager.
+    pub rbac_manager: Option<crate::Running>,
     /// A scratch directory.
     pub work: PathBuf,
 }
@@ -225,7 +227,12 @@ fn setup(with_package_manager: bool) -> Env {
     apply_deploy_rbac();
     let package_manager = with_package_manager
         .then(|| start_package_manager(&package_manager_args(&ca_file, &work.join("cache"))));
+    let rbac_manager = with_package_manager.then(|| {
+        let kubeconfig = crate::impersonating_kubeconfig_for(&plane.control, "rbac-manager");
+        crate::Running::start("rbac-manager", &kubeconfig, &[])
+    });
     Env {
+        rbac_manager,
         registry,
         ca_file,
         runtime_image,

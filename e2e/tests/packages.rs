@@ -102,11 +102,9 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "{inspected}"
     );
 
-    // Until the rbac-manager lands, the operator lets the package-manager
-    // see the package's custom resources (it waits for them on deletion).
-    apply(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: test-list-kubernetes-crossplane-io\n  labels: {rbac.crossplane-rs.io/aggregate-to-package-manager: \"true\"}\nrules:\n- {apiGroups: [kubernetes.crossplane.io], resources: [\"*\"], verbs: [list]}\n",
-    );
+    // No role is granted by the test: the runtime works, and the
+    // package-manager sees the package's custom resources, only through
+    // the roles the rbac-manager renders.
     let started = Instant::now();
     apply(&provider_yaml(
         "provider-kubernetes",
@@ -114,10 +112,6 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "",
     ));
     let rev1 = format!("provider-kubernetes-{}", short(&d1));
-    // The runtime needs roles until the rbac-manager grants them.
-    apply(&format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: test-{rev1}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects:\n- {{kind: ServiceAccount, name: {rev1}, namespace: {NS}}}\n"
-    ));
     let p = wait_provider_healthy("provider-kubernetes", Duration::from_secs(180));
     eprintln!(
         "packages: provider-kubernetes v0.1.0 Healthy {:?} after apply",
@@ -188,13 +182,60 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         explain_packages,
     );
     assert!(get_json(&["configmap", &cm, "-n", "default"]).is_some());
+    // What the rbac-manager rendered: the runtime may use its own kinds and
+    // nothing of another package or of the cluster's machinery; users get
+    // the kinds through crossplane-view and crossplane-edit.
+    let runtime_sa = format!("system:serviceaccount:{NS}:{rev1}");
+    let can = |who: &str, args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "--as", who];
+        all.extend_from_slice(args);
+        kubectl_try(&all).1.trim().starts_with("yes")
+    };
+    assert!(can(
+        &runtime_sa,
+        &["create", "objects.kubernetes.crossplane.io"]
+    ));
+    assert!(can(
+        &runtime_sa,
+        &["patch", "objects.kubernetes.crossplane.io/status"]
+    ));
+    for refused in [
+        &["create", "providers.pkg.crossplane.io"][..],
+        &["create", "customresourcedefinitions"],
+        &["create", "clusterrolebindings"],
+        &["delete", "nodes"],
+        &["create", "deployments", "-n", "default"],
+    ] {
+        assert!(
+            !can(&runtime_sa, refused),
+            "the runtime may {}",
+            refused.join(" ")
+        );
+    }
+    let rev = get_json(&["providerrevisions.pkg.crossplane.io", &rev1]).unwrap();
+    assert_eq!(
+        condition(&rev, "RBACReady").map(|c| c.0).as_deref(),
+        Some("True"),
+        "{rev}"
+    );
+    apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: test-viewer}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-view}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: viewer}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: test-editor}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-edit}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: editor}]\n",
+    );
+    wait(
+        Duration::from_secs(30),
+        "crossplane-view and crossplane-edit to carry the provider's kinds",
+        || {
+            (can("viewer", &["get", "objects.kubernetes.crossplane.io"])
+                && !can("viewer", &["create", "objects.kubernetes.crossplane.io"])
+                && can("editor", &["create", "objects.kubernetes.crossplane.io"]))
+            .then_some(())
+        },
+        explain_packages,
+    );
 
     // Upgrade: revision 2 serves, revision 1 goes Inactive and its runtime
     // away; the Object stays Ready.
     let rev2 = format!("provider-kubernetes-{}", short(&d2));
-    apply(&format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: test-{rev2}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}\nsubjects:\n- {{kind: ServiceAccount, name: {rev2}, namespace: {NS}}}\n"
-    ));
     apply(&provider_yaml(
         "provider-kubernetes",
         &format!("{repository}:v0.2.0"),

@@ -1,7 +1,11 @@
 //! `rbac-manager`: Grants package service accounts the RBAC their packages need.
 //!
-//! Observe-only for now: it watches its kinds, serves metrics and health, and
-//! takes its Lease when asked; its reconcile logic lands in a later change.
+//! For each ProviderRevision it renders ClusterRoles from the CRDs the
+//! revision installed and binds the `system` one to the revision's runtime
+//! ServiceAccount ([`revisions`]). Extensions are only observed so far.
+
+mod revisions;
+mod roles;
 
 use clap::Parser;
 use runtime::{
@@ -25,18 +29,17 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
+    let namespace = args.common.leader_election_namespace.clone();
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [
         api_resource::<ProviderRevision>(),
         api_resource::<Extension>(),
     ];
+    let revisions = revisions::controller(&rt, namespace);
     let work = {
         let rt = rt.clone();
         async move {
-            tokio::join!(
-                observe::<ProviderRevision>(rt.clone(), "providerrevision"),
-                observe::<Extension>(rt.clone(), "extension"),
-            );
+            tokio::join!(revisions, observe::<Extension>(rt.clone(), "extension"));
         }
     };
     rt.run(&kinds, work).await?;

@@ -1,0 +1,282 @@
+//! The ProviderRevision controller of the rbac-manager: renders each
+//! revision's ClusterRoles from the CRDs it installed ([`crate::roles`]),
+//! binds the `system` role to the ServiceAccount its runtime Deployment runs
+//! as while the revision is Active (an Inactive one keeps its roles and
+//! loses the binding), and says so in the revision's `RBACReady` condition.
+//! Roles and binding are controlled by the revision, so they go with it.
+
+use std::{
+    hash::{Hash, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
+use kube::{
+    Api, ResourceExt,
+    runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
+};
+use runtime::{
+    conditions,
+    controller::{Runtime, cache_ready},
+    events::ReconcileError,
+    expiring::Expiring,
+    reconciler::{
+        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
+    },
+    ssa,
+};
+use types::pkg::v1::{ProviderRevision, RevisionState};
+
+use crate::roles;
+
+/// Name of this controller in metrics and events.
+pub const CONTROLLER: &str = "providerrevision";
+/// The revision's condition this controller owns.
+pub const TYPE_RBAC_READY: &str = "RBACReady";
+/// The label the package-manager puts on a revision's runtime objects.
+const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
+
+/// Why reconciling a revision's roles failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Writing a role or binding failed.
+    #[error("failed to {0}")]
+    Request(&'static str, #[source] kube::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Request(..) => "CannotRenderRoles",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
+        }
+    }
+}
+
+/// The reconciler.
+pub struct Revisions {
+    sk: Skeleton,
+    field_manager: String,
+    namespace: String,
+    deployments: Store<Deployment>,
+    /// What was last applied for a revision (a hash), so an unchanged
+    /// revision writes nothing.
+    applied: Expiring<String, u64>,
+}
+
+fn crd_names(r: &ProviderRevision) -> Vec<String> {
+    r.status
+        .as_ref()
+        .map(|s| {
+            s.object_refs
+                .iter()
+                .filter(|o| o.kind == "CustomResourceDefinition")
+                .map(|o| o.name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Reconciler for Revisions {
+    type Object = ProviderRevision;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, _r: &ProviderRevision) -> Api<ProviderRevision> {
+        Api::all(self.sk.client().clone())
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        None
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.deployments).await
+    }
+
+    /// The package-manager owns the revision's status; this controller
+    /// writes its one condition itself.
+    fn writes_status(&self) -> bool {
+        false
+    }
+
+    async fn apply(
+        &self,
+        r: &Arc<ProviderRevision>,
+        _status: &mut Draft<ProviderRevision>,
+    ) -> Result<Action, Error> {
+        let kinds = roles::kinds_of(&crd_names(r));
+        if kinds.is_empty() {
+            // Nothing installed yet: the revision's status change wakes us.
+            return Ok(Action::await_change());
+        }
+        let name = r.name_any();
+        let uid = r.uid().unwrap_or_default();
+        let rendered = roles::provider_roles(&name, &uid, &kinds);
+        let active = r.spec.desired_state == RevisionState::Active;
+        let service_account = active
+            .then(|| self.runtime_service_account(&name))
+            .flatten();
+        let binding = service_account
+            .as_ref()
+            .map(|sa| roles::system_binding(&name, &uid, sa, &self.namespace));
+        let hash = hash_of(&rendered, binding.as_ref());
+        if self.applied.get(&name) != Some(hash) {
+            let api = Api::<ClusterRole>::all(self.sk.client().clone());
+            for role in &rendered {
+                let role_name = role
+                    .pointer("/metadata/name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or_default();
+                ssa::apply(&api, role_name, role, &self.field_manager)
+                    .await
+                    .map_err(|e| Error::Request("apply a ClusterRole", e))?;
+            }
+            let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
+            let binding_name = roles::role_name(&name, "system");
+            match &binding {
+                Some(b) => {
+                    ssa::apply(&bindings, &binding_name, b, &self.field_manager)
+                        .await
+                        .map_err(|e| Error::Request("apply the ClusterRoleBinding", e))?;
+                }
+                None => runtime::objects::delete(&bindings, &binding_name)
+                    .await
+                    .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?,
+            }
+            self.applied.insert(name.clone(), hash);
+        }
+        let message = match (&service_account, active) {
+            (Some(sa), _) => format!(
+                "{} roles rendered; the system role is bound to ServiceAccount {}/{sa}",
+                rendered.len(),
+                self.namespace
+            ),
+            (None, true) => format!(
+                "{} roles rendered; no runtime Deployment to bind the system role to yet",
+                rendered.len()
+            ),
+            (None, false) => format!(
+                "{} roles rendered; the revision is inactive, so its runtime is not bound",
+                rendered.len()
+            ),
+        };
+        self.ready_condition(r, &message).await?;
+        Ok(Action::requeue(Duration::from_secs(3600)))
+    }
+
+    async fn cleanup(
+        &self,
+        r: &Arc<ProviderRevision>,
+        _status: &mut Draft<ProviderRevision>,
+    ) -> Result<Cleanup, Error> {
+        self.applied.remove(&r.name_any());
+        Ok(Cleanup::Done)
+    }
+}
+
+fn hash_of(roles: &[serde_json::Value], binding: Option<&serde_json::Value>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for v in roles.iter().chain(binding) {
+        v.to_string().hash(&mut h);
+    }
+    binding.is_some().hash(&mut h);
+    h.finish()
+}
+
+impl Revisions {
+    /// The ServiceAccount the revision's runtime Deployment runs as.
+    fn runtime_service_account(&self, revision: &str) -> Option<String> {
+        self.deployments
+            .state()
+            .iter()
+            .find(|d| {
+                d.labels()
+                    .get(REVISION_LABEL)
+                    .is_some_and(|v| v == revision)
+            })
+            .and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.service_account_name.clone())
+    }
+
+    /// Writes RBACReady=True with `message`, only when it changed.
+    async fn ready_condition(&self, r: &ProviderRevision, message: &str) -> Result<(), Error> {
+        let current = r
+            .status
+            .as_ref()
+            .and_then(|s| conditions::get(&s.conditions, TYPE_RBAC_READY));
+        if current.is_some_and(|c| c.status == "True" && c.message.as_deref() == Some(message)) {
+            return Ok(());
+        }
+        let mut conds = r
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        conditions::set(
+            &mut conds,
+            conditions::custom(
+                TYPE_RBAC_READY,
+                true,
+                "RolesRendered",
+                Some(message.to_owned()),
+            ),
+            &conditions::now(),
+        );
+        let ours: Vec<_> = conds
+            .into_iter()
+            .filter(|c| c.type_ == TYPE_RBAC_READY)
+            .collect();
+        ssa::apply_status(
+            &Api::<ProviderRevision>::all(self.sk.client().clone()),
+            &r.name_any(),
+            serde_json::json!({"conditions": ours}),
+            &self.field_manager,
+        )
+        .await
+        .map_err(|e| Error::Request("write RBACReady", e))?;
+        Ok(())
+    }
+}
+
+/// The controller, ready to run: it watches the runtime Deployments of
+/// revisions (to bind their ServiceAccounts).
+pub fn controller(
+    rt: &Runtime,
+    namespace: String,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let (deployments, writer) = kube::runtime::reflector::store();
+    let owned = watcher(
+        Api::<Deployment>::namespaced(rt.client.clone(), &namespace),
+        watcher::Config::default().labels(REVISION_LABEL),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let ctrl = Controller::new(
+        Api::<ProviderRevision>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .owns_stream(owned)
+    .with_config(rt.controller_config())
+    .graceful_shutdown_on(rt.shutdown());
+    let reconciler = Arc::new(Revisions {
+        sk: Skeleton::new(rt, CONTROLLER),
+        field_manager: rt.field_manager(),
+        namespace,
+        deployments,
+        applied: Expiring::new(Duration::from_secs(3600)),
+    });
+    reconciler::run(ctrl, reconciler)
+}
