@@ -836,7 +836,11 @@ async fn the_kustomize_deployment_renders_and_applies() {
     for args in [
         &["list", "providerrevisions.pkg.crossplane.io"][..],
         &["watch", "extensions.extensions.crossplane.io", "-A"],
-        &["patch", "providerrevisions.pkg.crossplane.io/status"],
+        &[
+            "patch",
+            "providerrevisions.pkg.crossplane.io",
+            "--subresource=status",
+        ],
         &["create", "clusterroles"],
         &["escalate", "clusterroles"],
         &["bind", "clusterroles"],
@@ -870,7 +874,11 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["create", "providers.pkg.crossplane.io"],
         &["patch", "providerrevisions.pkg.crossplane.io"],
         &["delete", "providerrevisions.pkg.crossplane.io"],
-        &["patch", "providers.pkg.crossplane.io/status"],
+        &[
+            "patch",
+            "providers.pkg.crossplane.io",
+            "--subresource=status",
+        ],
         &["create", "customresourcedefinitions"],
         &["patch", "customresourcedefinitions"],
         &["delete", "customresourcedefinitions"],
