@@ -1366,3 +1366,79 @@ fn a_package_for_another_crossplane_version_waits_unless_told_to_ignore_it() {
     delete_provider(&unique);
     wait_provider_gone(&unique);
 }
+
+#[test]
+fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allows_it() {
+    let e = env();
+    let unique = testenv::unique_name("asks");
+    let g = group("asks");
+    let crds = [test_crd(&g, "Wish")];
+    let dir = package_dir_with(
+        "asks",
+        "v1",
+        &crds_of(&crds),
+        "  controller:\n    permissionRequests:\n    - {apiGroups: [\"\"], resources: [configmaps], verbs: [get]}\n    - {apiGroups: [\"\"], resources: [nodes], verbs: [delete]}\n",
+    );
+    let reference = format!("{}/test/{unique}:v1", e.registry.address);
+    let digest = xpkg_push(&dir, &reference, None);
+    apply(&provider_yaml(&unique, &reference, ""));
+    wait_provider_healthy(&unique, Duration::from_secs(60));
+    let rev = format!("{unique}-{}", short(&digest));
+    let system = format!("crossplane:provider:{rev}:system");
+    let refused = wait(
+        Duration::from_secs(30),
+        "RBACReady=False naming the refused rule",
+        || {
+            let r = get_json(&["providerrevisions.pkg.crossplane.io", &rev])?;
+            let (s, m) = condition(&r, "RBACReady")?;
+            (s == "False" && m.contains("delete nodes")).then_some(m)
+        },
+        explain_packages,
+    );
+    assert!(
+        refused.contains("crossplane-rs:allowed-provider-permissions"),
+        "{refused}"
+    );
+    assert!(
+        !refused.contains("configmaps"),
+        "an allowed part was refused too: {refused}"
+    );
+    assert!(
+        get_json(&["clusterrole", &system]).is_none(),
+        "a refused revision got roles"
+    );
+    // Widening the allow-list is enough: the roles appear by themselves.
+    let allowed = get_json(&["clusterrole", "crossplane-rs:allowed-provider-permissions"]).unwrap();
+    let mut rules = allowed["rules"].as_array().unwrap().clone();
+    rules.push(serde_json::json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"]}));
+    let patch = serde_json::json!({"rules": rules}).to_string();
+    kubectl(&[
+        "patch",
+        "clusterrole",
+        "crossplane-rs:allowed-provider-permissions",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+    let role = wait(
+        Duration::from_secs(30),
+        "the system role with the requested rule",
+        || get_json(&["clusterrole", &system]),
+        explain_packages,
+    );
+    assert!(role["rules"].to_string().contains("nodes"), "{role}");
+    let r = get_json(&["providerrevisions.pkg.crossplane.io", &rev]).unwrap();
+    assert_eq!(condition(&r, "RBACReady").unwrap().0, "True");
+    // Put the allow-list back as shipped.
+    let patch = serde_json::json!({"rules": allowed["rules"]}).to_string();
+    kubectl(&[
+        "patch",
+        "clusterrole",
+        "crossplane-rs:allowed-provider-permissions",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+    delete_provider(&unique);
+    wait_provider_gone(&unique);
+}

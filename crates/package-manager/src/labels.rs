@@ -16,3 +16,7 @@ pub const DEPENDENCIES: &str = "pkg.crossplane.io/dependencies";
 /// On a Provider the package manager installed only as a dependency: it is
 /// removed when no installed package depends on it any more.
 pub const DEPENDENCY: &str = "pkg.crossplane.io/dependency";
+/// On a revision: the extra rules its package asks for its runtime
+/// (`spec.controller.permissionRequests` of the meta), as JSON, for the
+/// rbac-manager to check against its allow-list.
+pub const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";

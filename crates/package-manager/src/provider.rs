@@ -438,6 +438,17 @@ impl Providers {
                             .collect::<Vec<_>>()
                             .join(","),
                     ),
+                    (
+                        labels::PERMISSION_REQUESTS.to_owned(),
+                        fetched
+                            .contents
+                            .meta
+                            .raw
+                            .pointer("/spec/controller/permissionRequests")
+                            .filter(|v| v.is_array())
+                            .map(|v| v.to_string())
+                            .unwrap_or_else(|| "[]".to_owned()),
+                    ),
                 ])),
                 owner_references: p.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()

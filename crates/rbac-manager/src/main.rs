@@ -23,6 +23,17 @@ const BINARY: &str = "rbac-manager";
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// The ClusterRole whose rules bound what a package may ask for its
+    /// runtime beyond its own kinds (spec.controller.permissionRequests of
+    /// its meta); a request it does not cover is refused and no role of
+    /// that revision is created or widened.
+    #[arg(
+        long,
+        env = "ALLOWED_PERMISSIONS_CLUSTERROLE",
+        default_value = "crossplane-rs:allowed-provider-permissions"
+    )]
+    allowed_permissions_clusterrole: String,
 }
 
 #[tokio::main]
@@ -30,12 +41,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
     let namespace = args.common.leader_election_namespace.clone();
+    let allowed = args.allowed_permissions_clusterrole.clone();
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [
         api_resource::<ProviderRevision>(),
         api_resource::<Extension>(),
     ];
-    let revisions = revisions::controller(&rt, namespace);
+    let revisions = revisions::controller(&rt, namespace, allowed);
     let work = {
         let rt = rt.clone();
         async move {

@@ -39,6 +39,9 @@ pub const CONTROLLER: &str = "providerrevision";
 pub const TYPE_RBAC_READY: &str = "RBACReady";
 /// The label the package-manager puts on a revision's runtime objects.
 const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
+/// The annotation the package-manager puts on a revision: the rules its
+/// package asks for (JSON).
+const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
 
 /// Why reconciling a revision's roles failed.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,10 @@ pub enum Error {
     /// Writing a role or binding failed.
     #[error("failed to {0}")]
     Request(&'static str, #[source] kube::Error),
+    /// The package asks for rules the allow-list does not allow, or its
+    /// requests cannot be read; the message says which and what to do.
+    #[error("{0}")]
+    Refused(String),
     /// Another request to the control cluster failed.
     #[error(transparent)]
     Control(#[from] ControlError),
@@ -55,6 +62,7 @@ impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
             Error::Request(..) => "CannotRenderRoles",
+            Error::Refused(_) => "PermissionRequestRefused",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
     }
@@ -66,6 +74,9 @@ pub struct Revisions {
     field_manager: String,
     namespace: String,
     deployments: Store<Deployment>,
+    /// The ClusterRole whose rules bound what packages may ask for.
+    allowed_role: String,
+    allow_list: Store<ClusterRole>,
     /// What was last applied for a revision (a hash), so an unchanged
     /// revision writes nothing.
     applied: Expiring<String, u64>,
@@ -101,7 +112,7 @@ impl Reconciler for Revisions {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.deployments).await
+        cache_ready(&self.deployments).await && cache_ready(&self.allow_list).await
     }
 
     /// The package-manager owns the revision's status; this controller
@@ -122,7 +133,16 @@ impl Reconciler for Revisions {
         }
         let name = r.name_any();
         let uid = r.uid().unwrap_or_default();
-        let rendered = roles::provider_roles(&name, &uid, &kinds);
+        let requested = match self.check_requests(r) {
+            Ok(requested) => requested,
+            Err(why) => {
+                // Nothing of this revision is created or widened.
+                self.condition(r, false, "PermissionRequestRefused", &why)
+                    .await?;
+                return Err(Error::Refused(why));
+            }
+        };
+        let rendered = roles::provider_roles(&name, &uid, &kinds, &requested);
         let active = r.spec.desired_state == RevisionState::Active;
         let service_account = active
             .then(|| self.runtime_service_account(&name))
@@ -171,7 +191,7 @@ impl Reconciler for Revisions {
                 rendered.len()
             ),
         };
-        self.ready_condition(r, &message).await?;
+        self.condition(r, true, "RolesRendered", &message).await?;
         Ok(Action::requeue(Duration::from_secs(3600)))
     }
 
@@ -211,12 +231,57 @@ impl Revisions {
     }
 
     /// Writes RBACReady=True with `message`, only when it changed.
-    async fn ready_condition(&self, r: &ProviderRevision, message: &str) -> Result<(), Error> {
+    /// The rules the revision's package asks for, if the allow-list allows
+    /// them all; else what is refused and how to allow it.
+    fn check_requests(&self, r: &ProviderRevision) -> Result<Vec<serde_json::Value>, String> {
+        let Some(text) = r.annotations().get(PERMISSION_REQUESTS) else {
+            return Ok(Vec::new());
+        };
+        let requested: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| {
+            format!("the revision's {PERMISSION_REQUESTS} annotation is not a list of rules: {e}")
+        })?;
+        if requested.is_empty() {
+            return Ok(requested);
+        }
+        let allowed: Vec<serde_json::Value> = self
+            .allow_list
+            .state()
+            .iter()
+            .find(|c| c.name_any() == self.allowed_role)
+            .and_then(|c| c.rules.as_ref())
+            .map(|rules| {
+                rules
+                    .iter()
+                    .filter_map(|r| serde_json::to_value(r).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let refused = roles::refused(&requested, &allowed);
+        if refused.is_empty() {
+            Ok(requested)
+        } else {
+            Err(format!(
+                "the package asks for permissions the allow-list does not grant: {}; add them to ClusterRole {} (--allowed-permissions-clusterrole) to allow them",
+                refused.join(", "),
+                self.allowed_role
+            ))
+        }
+    }
+
+    /// Writes RBACReady with `message`, only when it changed.
+    async fn condition(
+        &self,
+        r: &ProviderRevision,
+        ok: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), Error> {
+        let status = if ok { "True" } else { "False" };
         let current = r
             .status
             .as_ref()
             .and_then(|s| conditions::get(&s.conditions, TYPE_RBAC_READY));
-        if current.is_some_and(|c| c.status == "True" && c.message.as_deref() == Some(message)) {
+        if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(message)) {
             return Ok(());
         }
         let mut conds = r
@@ -226,12 +291,7 @@ impl Revisions {
             .unwrap_or_default();
         conditions::set(
             &mut conds,
-            conditions::custom(
-                TYPE_RBAC_READY,
-                true,
-                "RolesRendered",
-                Some(message.to_owned()),
-            ),
+            conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),
             &conditions::now(),
         );
         let ours: Vec<_> = conds
@@ -251,11 +311,21 @@ impl Revisions {
 }
 
 /// The controller, ready to run: it watches the runtime Deployments of
-/// revisions (to bind their ServiceAccounts).
+/// revisions (to bind their ServiceAccounts) and the allow-list ClusterRole
+/// (a change looks at every revision again).
 pub fn controller(
     rt: &Runtime,
     namespace: String,
+    allowed_role: String,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let (allow_list, allow_writer) = kube::runtime::reflector::store();
+    let allow_stream = watcher(
+        Api::<ClusterRole>::all(rt.client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={allowed_role}")),
+    )
+    .default_backoff()
+    .reflect(allow_writer)
+    .touched_objects();
     let (deployments, writer) = kube::runtime::reflector::store();
     let owned = watcher(
         Api::<Deployment>::namespaced(rt.client.clone(), &namespace),
@@ -267,15 +337,26 @@ pub fn controller(
     let ctrl = Controller::new(
         Api::<ProviderRevision>::all(rt.client.clone()),
         watcher::Config::default(),
-    )
-    .owns_stream(owned)
-    .with_config(rt.controller_config())
-    .graceful_shutdown_on(rt.shutdown());
+    );
+    let revisions = ctrl.store();
+    let ctrl = ctrl
+        .owns_stream(owned)
+        .watches_stream(allow_stream, move |_| {
+            revisions
+                .state()
+                .iter()
+                .map(|r| kube::runtime::reflector::ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Revisions {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         namespace,
         deployments,
+        allowed_role,
+        allow_list,
         applied: Expiring::new(Duration::from_secs(3600)),
     });
     reconciler::run(ctrl, reconciler)

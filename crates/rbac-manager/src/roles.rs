@@ -111,11 +111,72 @@ fn cluster_role(
     })
 }
 
+/// The strings of a rule's field (`apiGroups`, `resources`, `verbs`).
+fn strings<'a>(rule: &'a Value, field: &str) -> Vec<&'a str> {
+    rule.get(field)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn covers(allowed: &[&str], wanted: &str) -> bool {
+    allowed.iter().any(|a| *a == "*" || *a == wanted)
+}
+
+/// The parts of `requested` (PolicyRules a package asks for) that no rule
+/// of `allowed` (the allow-list ClusterRole's rules) covers, each as
+/// `<verb> <resource> (group "<group>")`. Rules naming resourceNames or
+/// nonResourceURLs are refused whole unless an allowed rule covers them
+/// without resourceNames.
+pub fn refused(requested: &[Value], allowed: &[Value]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for rule in requested {
+        let groups = strings(rule, "apiGroups");
+        let resources = strings(rule, "resources");
+        let verbs = strings(rule, "verbs");
+        if rule.get("nonResourceURLs").is_some()
+            || groups.is_empty()
+            || resources.is_empty()
+            || verbs.is_empty()
+        {
+            out.insert(format!(
+                "{rule} (only apiGroups, resources and verbs can be granted)"
+            ));
+            continue;
+        }
+        for g in &groups {
+            for r in &resources {
+                for v in &verbs {
+                    let ok = allowed.iter().any(|a| {
+                        a.get("resourceNames").is_none()
+                            && covers(&strings(a, "apiGroups"), g)
+                            && covers(&strings(a, "resources"), r)
+                            && covers(&strings(a, "verbs"), v)
+                    });
+                    if !ok {
+                        out.insert(format!("{v} {r} (group \"{g}\")"));
+                    }
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// The three ClusterRoles of revision `revision` (uid `uid`) that installed
-/// `kinds`.
-pub fn provider_roles(revision: &str, uid: &str, kinds: &[Kind]) -> Vec<Value> {
+/// `kinds` and whose package asked for `requested` (already allowed).
+pub fn provider_roles(
+    revision: &str,
+    uid: &str,
+    kinds: &[Kind],
+    requested: &[Value],
+) -> Vec<Value> {
     let mut system = kind_rules(kinds, &ALL, true);
     system.extend(runtime_rules());
+    let mut extra: Vec<Value> = requested.to_vec();
+    extra.sort_by_key(Value::to_string);
+    extra.dedup();
+    system.extend(extra);
     vec![
         cluster_role(
             role_name(revision, "system"),
@@ -205,6 +266,7 @@ mod tests {
             "p-1",
             "u",
             &kinds_of(&names(&["things.x.org", "others.x.org"])),
+            &[],
         );
         let system = &roles[0];
         assert_eq!(system["metadata"]["name"], "crossplane:provider:p-1:system");
@@ -224,7 +286,7 @@ mod tests {
 
     #[test]
     fn users_get_edit_and_view_through_aggregation_and_the_package_manager_may_list() {
-        let roles = provider_roles("p-1", "u", &kinds_of(&names(&["things.x.org"])));
+        let roles = provider_roles("p-1", "u", &kinds_of(&names(&["things.x.org"])), &[]);
         assert_eq!(roles[1]["metadata"]["labels"][AGGREGATE_TO_EDIT], "true");
         assert_eq!(roles[1]["rules"][0]["verbs"], json!(ALL));
         assert_eq!(roles[2]["metadata"]["labels"][AGGREGATE_TO_VIEW], "true");
@@ -237,9 +299,37 @@ mod tests {
 
     #[test]
     fn the_same_crds_in_any_order_give_the_same_roles() {
-        let a = provider_roles("p", "u", &kinds_of(&names(&["a.x.org", "b.y.org"])));
-        let b = provider_roles("p", "u", &kinds_of(&names(&["b.y.org", "a.x.org"])));
+        let a = provider_roles("p", "u", &kinds_of(&names(&["a.x.org", "b.y.org"])), &[]);
+        let b = provider_roles("p", "u", &kinds_of(&names(&["b.y.org", "a.x.org"])), &[]);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_request_outside_the_allow_list_is_refused_verb_by_verb() {
+        let allowed = [
+            json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}),
+            json!({"apiGroups": ["apps"], "resources": ["*"], "verbs": ["*"]}),
+        ];
+        let requested = [
+            json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "delete"]}),
+            json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}),
+        ];
+        assert_eq!(refused(&requested, &allowed), ["delete nodes (group \"\")"]);
+        assert!(
+            refused(
+                &[json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]})],
+                &allowed
+            )[0]
+            .contains("only apiGroups")
+        );
+    }
+
+    #[test]
+    fn allowed_requests_join_the_system_role_once_and_in_order() {
+        let r = json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]});
+        let roles = provider_roles("p", "u", &[], &[r.clone(), r.clone()]);
+        let rules = roles[0]["rules"].as_array().unwrap();
+        assert_eq!(rules.iter().filter(|x| **x == r).count(), 1);
     }
 
     #[test]
