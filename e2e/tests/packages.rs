@@ -1442,3 +1442,62 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
     delete_provider(&unique);
     wait_provider_gone(&unique);
 }
+
+#[test]
+fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
+    env();
+    let plane = testenv::control_plane_with_node();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt.block_on(plane.control.client());
+    let ns = rt.block_on(plane.control.namespace(&client, "ext"));
+    let seed = testenv::repo_root().join("examples/seeds/001-extension-redis.yaml");
+    kubectl(&["apply", "-n", &ns, "-f", seed.to_str().unwrap()]);
+    let role = format!("crossplane:extension:{ns}:redis:system");
+    wait(
+        Duration::from_secs(30),
+        "the Extension's RBACReady",
+        || {
+            let e = get_json(&["extensions.extensions.crossplane.io", "redis", "-n", &ns])?;
+            (condition(&e, "RBACReady")?.0 == "True").then_some(())
+        },
+        explain_packages,
+    );
+    let r = get_json(&["clusterrole", &role]).unwrap();
+    let rules = r["rules"].to_string();
+    assert!(
+        rules.contains("crossplane.redislabs.com") && rules.contains("redisclusters"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains("secrets") && rules.contains("namespaces"),
+        "{rules}"
+    );
+    let b = get_json(&["clusterrolebinding", &role]).unwrap();
+    assert_eq!(b["subjects"][0]["name"], "redis-controller");
+    assert_eq!(b["subjects"][0]["namespace"], ns.as_str());
+    let sa = format!("system:serviceaccount:{ns}:redis-controller");
+    let (_, can) = kubectl_try(&[
+        "auth", "can-i", "--as", &sa, "create", "secrets", "-n", "default",
+    ]);
+    assert!(can.trim().starts_with("yes"), "{can}");
+    kubectl(&[
+        "delete",
+        "extensions.extensions.crossplane.io",
+        "redis",
+        "-n",
+        &ns,
+    ]);
+    wait(
+        Duration::from_secs(30),
+        "the Extension's role and binding gone",
+        || {
+            (get_json(&["clusterrole", &role]).is_none()
+                && get_json(&["clusterrolebinding", &role]).is_none())
+            .then_some(())
+        },
+        explain_packages,
+    );
+}

@@ -2,15 +2,18 @@
 //!
 //! For each ProviderRevision it renders ClusterRoles from the CRDs the
 //! revision installed and binds the `system` one to the revision's runtime
-//! ServiceAccount ([`revisions`]). Extensions are only observed so far.
+//! ServiceAccount ([`revisions`]); an Extension gets a role with its
+//! permissions and CRDs, bound to its controller's ServiceAccount
+//! ([`extensions`]).
 
+mod extensions;
 mod revisions;
 mod roles;
 
 use clap::Parser;
 use runtime::{
     CommonArgs,
-    controller::{Runtime, api_resource, observe},
+    controller::{Runtime, api_resource},
 };
 use types::extensions::v1alpha1::Extension;
 use types::pkg::v1::ProviderRevision;
@@ -47,12 +50,10 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<ProviderRevision>(),
         api_resource::<Extension>(),
     ];
-    let revisions = revisions::controller(&rt, namespace, allowed);
-    let work = {
-        let rt = rt.clone();
-        async move {
-            tokio::join!(revisions, observe::<Extension>(rt.clone(), "extension"));
-        }
+    let revisions = revisions::controller(&rt, namespace, allowed.clone());
+    let extensions = extensions::controller(&rt, allowed);
+    let work = async move {
+        tokio::join!(revisions, extensions);
     };
     rt.run(&kinds, work).await?;
     Ok(())

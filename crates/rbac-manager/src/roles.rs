@@ -211,6 +211,54 @@ pub fn provider_roles(
     ]
 }
 
+/// The name of an Extension's role (and binding).
+pub fn extension_role_name(namespace: &str, name: &str) -> String {
+    format!("crossplane:extension:{namespace}:{name}:system")
+}
+
+/// The `system` ClusterRole of an Extension (seed 001): its
+/// `permissions.rules` (already allowed), everything on the kinds it owns
+/// and reading the kinds it depends on. Not owned (a namespaced Extension
+/// cannot own a cluster-scoped role): labelled, and removed by the
+/// Extension's finalizer.
+pub fn extension_role(
+    namespace: &str,
+    name: &str,
+    owns: &[Kind],
+    depends_on: &[Kind],
+    rules: &[Value],
+) -> Value {
+    let mut all = kind_rules(owns, &["*"], false);
+    all.extend(kind_rules(depends_on, &READ, false));
+    let mut extra: Vec<Value> = rules.to_vec();
+    extra.sort_by_key(Value::to_string);
+    extra.dedup();
+    all.extend(extra);
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {
+            "name": extension_role_name(namespace, name),
+            "labels": {"extensions.crossplane.io/namespace": namespace, "extensions.crossplane.io/name": name},
+        },
+        "rules": all,
+    })
+}
+
+/// The binding of an Extension's role to its controller's ServiceAccount.
+pub fn extension_binding(namespace: &str, name: &str, service_account: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": extension_role_name(namespace, name),
+            "labels": {"extensions.crossplane.io/namespace": namespace, "extensions.crossplane.io/name": name},
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": extension_role_name(namespace, name)},
+        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+    })
+}
+
 /// The binding of a revision's `system` role to its runtime's
 /// ServiceAccount.
 pub fn system_binding(revision: &str, uid: &str, service_account: &str, namespace: &str) -> Value {
@@ -330,6 +378,32 @@ mod tests {
         let roles = provider_roles("p", "u", &[], &[r.clone(), r.clone()]);
         let rules = roles[0]["rules"].as_array().unwrap();
         assert_eq!(rules.iter().filter(|x| **x == r).count(), 1);
+    }
+
+    #[test]
+    fn an_extension_gets_everything_on_what_it_owns_and_reads_what_it_depends_on() {
+        let owns = [Kind {
+            group: "redis.example".into(),
+            plural: "redisclusters".into(),
+        }];
+        let deps = [Kind {
+            group: "db.example".into(),
+            plural: "databases".into(),
+        }];
+        let secrets = json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]});
+        let role = extension_role("ns", "redis", &owns, &deps, std::slice::from_ref(&secrets));
+        assert_eq!(
+            role["metadata"]["name"],
+            "crossplane:extension:ns:redis:system"
+        );
+        let rules = role["rules"].as_array().unwrap();
+        assert_eq!(
+            rules[0],
+            json!({"apiGroups": ["redis.example"], "resources": ["redisclusters"], "verbs": ["*"]})
+        );
+        assert_eq!(rules[1]["verbs"], json!(READ));
+        assert_eq!(rules[2], secrets);
+        assert!(role["metadata"].get("ownerReferences").is_none());
     }
 
     #[test]
