@@ -835,6 +835,7 @@ async fn the_kustomize_deployment_renders_and_applies() {
     let who = "rbac-manager";
     for args in [
         &["list", "providerrevisions.pkg.crossplane.io"][..],
+        &["patch", "providerrevisions.pkg.crossplane.io"],
         &["watch", "extensions.extensions.crossplane.io", "-A"],
         &[
             "patch",
@@ -850,8 +851,7 @@ async fn the_kustomize_deployment_renders_and_applies() {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
     }
     for args in [
-        &["patch", "providerrevisions.pkg.crossplane.io"][..],
-        &["create", "customresourcedefinitions"],
+        &["create", "customresourcedefinitions"][..],
         &["update", "customresourcedefinitions"],
         &["create", "deployments", "-n", "crossplane-system"],
         &["watch", "deployments", "-n", "default"],

@@ -236,15 +236,54 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // Upgrade: revision 2 serves, revision 1 goes Inactive and its runtime
     // away; the Object stays Ready.
     let rev2 = format!("provider-kubernetes-{}", short(&d2));
+    // The order of binding changes, from a watch: revision 2's binding must
+    // come before revision 1's goes.
+    let plane = testenv::control_plane_with_node();
+    let mut watch = Command::new(testenv::bin_dir().unwrap().join("kubectl"))
+        .env("KUBECONFIG", &plane.control.kubeconfig_path)
+        .args([
+            "get",
+            "clusterrolebindings",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            "jsonpath={.type} {.object.metadata.name}{\"\\n\"}",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    {
+        use std::io::BufRead as _;
+        let seen = seen.clone();
+        let out = watch.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                seen.lock().unwrap().push(line);
+            }
+        });
+    }
     apply(&provider_yaml(
         "provider-kubernetes",
         &format!("{repository}:v0.2.0"),
         "",
     ));
+    let upgrading = Instant::now();
+    // Sampled all through the upgrade: some runtime may always create
+    // Objects.
+    let sa = |rev: &str| format!("system:serviceaccount:{NS}:{rev}");
+    let mut samples = Vec::new();
     wait(
         Duration::from_secs(180),
         "revision 2 serving and revision 1 inactive without a runtime",
-        || upgrade_unmet(&rev1, &rev2).is_empty().then_some(()),
+        || {
+            samples.push(
+                can(&sa(&rev1), &["create", "objects.kubernetes.crossplane.io"])
+                    || can(&sa(&rev2), &["create", "objects.kubernetes.crossplane.io"]),
+            );
+            upgrade_unmet(&rev1, &rev2).is_empty().then_some(())
+        },
         || {
             format!(
                 "unmet: {:?}\n{}",
@@ -253,6 +292,42 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
             )
         },
     );
+    eprintln!("packages: upgraded in {:?}", upgrading.elapsed());
+    assert!(
+        samples.iter().all(|ok| *ok),
+        "a moment without a bound runtime: {samples:?}"
+    );
+    let binding = |rev: &str| format!(" crossplane:provider:{rev}:system");
+    wait(
+        Duration::from_secs(30),
+        "revision 1's binding to go",
+        || {
+            let seen = seen.lock().unwrap().clone();
+            let added = seen
+                .iter()
+                .position(|l| l.contains("ADDED") && l.ends_with(&binding(&rev2)))?;
+            let deleted = seen
+                .iter()
+                .position(|l| l.contains("DELETED") && l.ends_with(&binding(&rev1)))?;
+            Some((added, deleted))
+        },
+        || format!("{:?}", seen.lock().unwrap()),
+    );
+    let seen = seen.lock().unwrap().clone();
+    let added = seen
+        .iter()
+        .position(|l| l.contains("ADDED") && l.ends_with(&binding(&rev2)))
+        .unwrap();
+    let deleted = seen
+        .iter()
+        .position(|l| l.contains("DELETED") && l.ends_with(&binding(&rev1)))
+        .unwrap();
+    assert!(
+        added < deleted,
+        "revision 1 was unbound before revision 2 was bound: {seen:?}"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
     for crd in OBJECT_CRDS {
         let c = get_json(&["crd", crd]).unwrap();
         let refs = c["metadata"]["ownerReferences"].as_array().unwrap().clone();
@@ -375,6 +450,21 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
                 && get_json(&["deployment", &rev2, "-n", NS]).is_none()
                 && get_json(&["serviceaccount", &rev2, "-n", NS]).is_none();
             gone.then_some(())
+        },
+        explain_packages,
+    );
+    // The roles go with their revisions (garbage collection).
+    wait(
+        Duration::from_secs(30),
+        "the revisions' roles gone",
+        || {
+            [&rev1, &rev2]
+                .iter()
+                .all(|rev| {
+                    get_json(&["clusterrole", &format!("crossplane:provider:{rev}:system")])
+                        .is_none()
+                })
+                .then_some(())
         },
         explain_packages,
     );

@@ -154,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
         provider::Settings {
             pull_interval: args.package_pull_interval,
             resync: rt.args.sync_interval,
+            runtime_bound: args.package_runtime == PackageRuntime::Deployment,
         },
     );
     let revisions = revision::controller(

@@ -100,6 +100,9 @@ pub struct Settings {
     pub pull_interval: Duration,
     /// How often a healthy Provider is looked at again.
     pub resync: Duration,
+    /// Whether runtimes are Deployments the rbac-manager binds roles to:
+    /// then an old revision serves until the new one's roles are bound.
+    pub runtime_bound: bool,
 }
 
 /// The Provider controller's reconciler.
@@ -182,7 +185,10 @@ impl Reconciler for Providers {
         if let Some(t) = &target {
             self.keep_in_step(p, t).await?;
         }
-        if let Some(t) = target.as_ref().filter(|t| revision::healthy(t)) {
+        let ready_to_serve = |t: &ProviderRevision| {
+            revision::healthy(t) && (!self.settings.runtime_bound || revision::rbac_ready(t))
+        };
+        if let Some(t) = target.as_ref().filter(|t| ready_to_serve(t)) {
             for r in revisions
                 .iter()
                 .filter(|r| r.name_any() != t.name_any() && is_active(r))

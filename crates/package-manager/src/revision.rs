@@ -189,6 +189,17 @@ pub fn healthy(r: &ProviderRevision) -> bool {
         .all(|t| conditions::get(conds, t).is_some_and(|c| c.status == "True"))
 }
 
+/// Whether the rbac-manager has bound the revision's roles: RBACReady is
+/// True, or absent (no rbac-manager runs, nothing to wait for).
+pub fn rbac_ready(r: &ProviderRevision) -> bool {
+    let conds = r
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    conditions::get(conds, "RBACReady").is_none_or(|c| c.status == "True")
+}
+
 /// What is wrong with an unhealthy revision, as its conditions say.
 pub fn unhealthy_message(r: &ProviderRevision) -> Option<String> {
     let conds = r

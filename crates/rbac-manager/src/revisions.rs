@@ -35,6 +35,8 @@ use crate::roles;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerrevision";
+/// Holds a revision until its roles and binding are gone.
+pub const FINALIZER: &str = "rbac.crossplane.io/revision";
 /// The revision's condition this controller owns.
 pub const TYPE_RBAC_READY: &str = "RBACReady";
 /// The label the package-manager puts on a revision's runtime objects.
@@ -107,8 +109,11 @@ impl Reconciler for Revisions {
         Api::all(self.sk.client().clone())
     }
 
+    /// Roles and binding are owned by the revision, but the revision also
+    /// removes them itself on deletion, without waiting for garbage
+    /// collection.
     fn finalizer(&self) -> Option<&'static str> {
-        None
+        Some(FINALIZER)
     }
 
     async fn ready(&self) -> bool {
@@ -191,7 +196,15 @@ impl Reconciler for Revisions {
                 rendered.len()
             ),
         };
-        self.condition(r, true, "RolesRendered", &message).await?;
+        // An Active revision whose runtime is not bound yet is not ready:
+        // the package-manager keeps the old revision serving until it is.
+        let waiting = active && service_account.is_none() && expects_runtime(r);
+        let reason = if waiting {
+            "WaitingForRuntime"
+        } else {
+            "RolesRendered"
+        };
+        self.condition(r, !waiting, reason, &message).await?;
         Ok(Action::requeue(Duration::from_secs(3600)))
     }
 
@@ -200,9 +213,40 @@ impl Reconciler for Revisions {
         r: &Arc<ProviderRevision>,
         _status: &mut Draft<ProviderRevision>,
     ) -> Result<Cleanup, Error> {
-        self.applied.remove(&r.name_any());
+        // The roles go last: until the package-manager has finished with
+        // the revision (its runtime stopped, its CRDs checked for custom
+        // resources, which it lists through the view role), they stay.
+        if r.finalizers().iter().any(|f| f != FINALIZER) {
+            return Ok(Cleanup::Wait(Action::await_change()));
+        }
+        let name = r.name_any();
+        runtime::objects::delete(
+            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
+            &roles::role_name(&name, "system"),
+        )
+        .await
+        .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?;
+        let api = Api::<ClusterRole>::all(self.sk.client().clone());
+        for kind in ["system", "aggregate-to-edit", "aggregate-to-view"] {
+            runtime::objects::delete(&api, &roles::role_name(&name, kind))
+                .await
+                .map_err(|e| Error::Request("delete a ClusterRole", e))?;
+        }
+        self.applied.remove(&name);
         Ok(Cleanup::Done)
     }
+}
+
+/// Whether the package-manager runs a Deployment for the revision (not
+/// for a package without a runtime image, nor with
+/// --package-runtime=External, which it says in RuntimeHealthy).
+fn expects_runtime(r: &ProviderRevision) -> bool {
+    let reason = r
+        .status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, "RuntimeHealthy"))
+        .and_then(|c| c.reason.as_deref());
+    r.spec.image.is_some() && !matches!(reason, Some("NoRuntime" | "ExternalRuntime"))
 }
 
 fn hash_of(roles: &[serde_json::Value], binding: Option<&serde_json::Value>) -> u64 {
