@@ -201,6 +201,12 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     ));
     for refused in [
         &["create", "providers.pkg.crossplane.io"][..],
+        &[
+            "create",
+            "kubernetesapplications.workload.crossplane.io",
+            "-n",
+            "default",
+        ],
         &["create", "customresourcedefinitions"],
         &["create", "clusterrolebindings"],
         &["delete", "nodes"],
@@ -1497,6 +1503,12 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
         get_json(&["clusterrole", &system]).is_none(),
         "a refused revision got roles"
     );
+    let refusals = e2e::metric_sum(
+        &env().rbac_manager.as_ref().unwrap().metrics(),
+        "crossplane_rs_rbac_permission_requests_refused_total",
+        &[],
+    );
+    assert!(refusals > 0.0, "the refusal is not counted");
     // Widening the allow-list is enough: the roles appear by themselves.
     let allowed = get_json(&["clusterrole", "crossplane-rs:allowed-provider-permissions"]).unwrap();
     let mut rules = allowed["rules"].as_array().unwrap().clone();

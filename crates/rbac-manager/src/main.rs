@@ -50,7 +50,8 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<ProviderRevision>(),
         api_resource::<Extension>(),
     ];
-    let revisions = revisions::controller(&rt, namespace, allowed.clone());
+    let metrics = revisions::RbacMetrics::new(&rt)?;
+    let revisions = revisions::controller(&rt, namespace, allowed.clone(), metrics);
     let extensions = extensions::controller(&rt, allowed);
     let work = async move {
         tokio::join!(revisions, extensions);

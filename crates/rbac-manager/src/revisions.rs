@@ -82,6 +82,40 @@ pub struct Revisions {
     /// What was last applied for a revision (a hash), so an unchanged
     /// revision writes nothing.
     applied: Expiring<String, u64>,
+    metrics: RbacMetrics,
+}
+
+/// The rbac-manager's own metrics.
+#[derive(Clone)]
+pub struct RbacMetrics {
+    /// ClusterRoles written (created or changed).
+    pub roles_rendered: prometheus::IntCounter,
+    /// Reconciles that refused a package's permission requests.
+    pub requests_refused: prometheus::IntCounter,
+}
+
+impl RbacMetrics {
+    /// Registers them with the binary's registry.
+    pub fn new(rt: &Runtime) -> Result<Self, prometheus::Error> {
+        let roles_rendered = prometheus::IntCounter::new(
+            "crossplane_rs_rbac_roles_rendered_total",
+            "ClusterRoles the rbac-manager wrote (created or changed) for package revisions and Extensions.",
+        )?;
+        let requests_refused = prometheus::IntCounter::new(
+            "crossplane_rs_rbac_permission_requests_refused_total",
+            "Reconciles that refused a package's permission requests (outside the allow-list).",
+        )?;
+        rt.metrics
+            .registry()
+            .register(Box::new(roles_rendered.clone()))?;
+        rt.metrics
+            .registry()
+            .register(Box::new(requests_refused.clone()))?;
+        Ok(Self {
+            roles_rendered,
+            requests_refused,
+        })
+    }
 }
 
 fn crd_names(r: &ProviderRevision) -> Vec<String> {
@@ -142,6 +176,7 @@ impl Reconciler for Revisions {
             Ok(requested) => requested,
             Err(why) => {
                 // Nothing of this revision is created or widened.
+                self.metrics.requests_refused.inc();
                 self.condition(r, false, "PermissionRequestRefused", &why)
                     .await?;
                 return Err(Error::Refused(why));
@@ -166,6 +201,7 @@ impl Reconciler for Revisions {
                 ssa::apply(&api, role_name, role, &self.field_manager)
                     .await
                     .map_err(|e| Error::Request("apply a ClusterRole", e))?;
+                self.metrics.roles_rendered.inc();
             }
             let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
             let binding_name = roles::role_name(&name, "system");
@@ -361,6 +397,7 @@ pub fn controller(
     rt: &Runtime,
     namespace: String,
     allowed_role: String,
+    metrics: RbacMetrics,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (allow_list, allow_writer) = kube::runtime::reflector::store();
     let allow_stream = watcher(
@@ -402,6 +439,7 @@ pub fn controller(
         allowed_role,
         allow_list,
         applied: Expiring::new(Duration::from_secs(3600)),
+        metrics,
     });
     reconciler::run(ctrl, reconciler)
 }
