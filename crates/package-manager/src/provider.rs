@@ -214,10 +214,7 @@ impl Reconciler for Providers {
         }
         // Custom resources of the package's CRDs hold the deletion: they
         // would be lost with their CRDs.
-        let crds: Vec<String> = revisions
-            .iter()
-            .flat_map(|r| revision::crd_names(r))
-            .collect();
+        let crds: Vec<String> = revisions.iter().flat_map(|r| r.crd_names()).collect();
         let users = usage::custom_resources(self.sk.client(), &crds)
             .await
             .map_err(|e| Error::Revisions("list the custom resources of the package's CRDs", e))?;

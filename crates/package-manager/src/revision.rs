@@ -179,11 +179,7 @@ pub struct Revisions {
 
 /// Whether a revision's CRDs and runtime are healthy.
 pub fn healthy(r: &ProviderRevision) -> bool {
-    let conds = r
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let conds = conditions::of(r);
     [TYPE_HEALTHY, TYPE_RUNTIME_HEALTHY]
         .iter()
         .all(|t| conditions::get(conds, t).is_some_and(|c| c.status == "True"))
@@ -192,21 +188,13 @@ pub fn healthy(r: &ProviderRevision) -> bool {
 /// Whether the rbac-manager has bound the revision's roles: RBACReady is
 /// True, or absent (no rbac-manager runs, nothing to wait for).
 pub fn rbac_ready(r: &ProviderRevision) -> bool {
-    let conds = r
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let conds = conditions::of(r);
     conditions::get(conds, "RBACReady").is_none_or(|c| c.status == "True")
 }
 
 /// What is wrong with an unhealthy revision, as its conditions say.
 pub fn unhealthy_message(r: &ProviderRevision) -> Option<String> {
-    let conds = r
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let conds = conditions::of(r);
     [TYPE_HEALTHY, TYPE_RUNTIME_HEALTHY]
         .iter()
         .filter_map(|t| conditions::get(conds, t))
@@ -221,20 +209,6 @@ pub fn unhealthy_message(r: &ProviderRevision) -> Option<String> {
                     .unwrap_or_default()
             )
         })
-}
-
-/// The CRDs a revision delivered.
-pub fn crd_names(r: &ProviderRevision) -> Vec<String> {
-    r.status
-        .as_ref()
-        .map(|s| {
-            s.object_refs
-                .iter()
-                .filter(|o| o.kind == "CustomResourceDefinition")
-                .map(|o| o.name.clone())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn set(
@@ -386,7 +360,7 @@ impl Reconciler for Revisions {
         let crds = self.crds_api();
         let uid = r.uid().unwrap_or_default();
         let mut waiting = Vec::new();
-        for name in crd_names(r) {
+        for name in r.crd_names() {
             let Some(live) = crds
                 .get_opt(&name)
                 .await
@@ -1099,16 +1073,11 @@ fn label(object: &mut serde_json::Value, revision: &str) {
 }
 
 fn runtime_hash(rendered: &render::Rendered) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for o in [
-        &rendered.service_account,
-        &rendered.service,
-        &rendered.deployment,
-    ] {
-        o.to_string().hash(&mut h);
-    }
-    h.finish()
+    reconciler::value_hash(&serde_json::json!([
+        rendered.service_account,
+        rendered.service,
+        rendered.deployment,
+    ]))
 }
 
 /// The revision controller, ready to run: it watches the runtime

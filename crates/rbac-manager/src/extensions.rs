@@ -17,44 +17,20 @@ use kube::{
 use runtime::{
     conditions,
     controller::Runtime,
-    events::ReconcileError,
-    reconciler::{
-        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
-    },
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     ssa,
 };
 use types::extensions::v1alpha1::{CrdRef, Extension};
 
-use crate::{revisions::TYPE_RBAC_READY, roles};
+use crate::{
+    revisions::{Error, TYPE_RBAC_READY},
+    roles,
+};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "extension";
 /// Holds an Extension until its role and binding are gone.
 pub const FINALIZER: &str = "rbac.crossplane.io/extension";
-
-/// Why reconciling an Extension's role failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A request failed.
-    #[error("failed to {0}")]
-    Request(&'static str, #[source] kube::Error),
-    /// The Extension asks for what the allow-list does not allow.
-    #[error("{0}")]
-    Refused(String),
-    /// Another request to the control cluster failed.
-    #[error(transparent)]
-    Control(#[from] ControlError),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Request(..) => "CannotRenderRoles",
-            Error::Refused(_) => "PermissionRequestRefused",
-            Error::Control(_) => CONTROL_REQUEST_FAILED,
-        }
-    }
-}
 
 /// The reconciler.
 pub struct Extensions {

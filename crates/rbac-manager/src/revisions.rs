@@ -5,11 +5,7 @@
 //! loses the binding), and says so in the revision's `RBACReady` condition.
 //! Roles and binding are controlled by the revision, so they go with it.
 
-use std::{
-    hash::{Hash, Hasher},
-    sync::Arc,
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -45,7 +41,7 @@ const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
 /// package asks for (JSON).
 const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
 
-/// Why reconciling a revision's roles failed.
+/// Why rendering a revision's or an Extension's roles failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Writing a role or binding failed.
@@ -118,19 +114,6 @@ impl RbacMetrics {
     }
 }
 
-fn crd_names(r: &ProviderRevision) -> Vec<String> {
-    r.status
-        .as_ref()
-        .map(|s| {
-            s.object_refs
-                .iter()
-                .filter(|o| o.kind == "CustomResourceDefinition")
-                .map(|o| o.name.clone())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl Reconciler for Revisions {
     type Object = ProviderRevision;
     type Error = Error;
@@ -165,7 +148,7 @@ impl Reconciler for Revisions {
         r: &Arc<ProviderRevision>,
         _status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
-        let kinds = roles::kinds_of(&crd_names(r));
+        let kinds = roles::kinds_of(&r.crd_names());
         if kinds.is_empty() {
             // Nothing installed yet: the revision's status change wakes us.
             return Ok(Action::await_change());
@@ -277,21 +260,13 @@ impl Reconciler for Revisions {
 /// for a package without a runtime image, nor with
 /// --package-runtime=External, which it says in RuntimeHealthy).
 fn expects_runtime(r: &ProviderRevision) -> bool {
-    let reason = r
-        .status
-        .as_ref()
-        .and_then(|s| conditions::get(&s.conditions, "RuntimeHealthy"))
-        .and_then(|c| c.reason.as_deref());
+    let reason =
+        conditions::get(conditions::of(r), "RuntimeHealthy").and_then(|c| c.reason.as_deref());
     r.spec.image.is_some() && !matches!(reason, Some("NoRuntime" | "ExternalRuntime"))
 }
 
 fn hash_of(roles: &[serde_json::Value], binding: Option<&serde_json::Value>) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for v in roles.iter().chain(binding) {
-        v.to_string().hash(&mut h);
-    }
-    binding.is_some().hash(&mut h);
-    h.finish()
+    reconciler::value_hash(&serde_json::json!([roles, binding]))
 }
 
 impl Revisions {
@@ -357,18 +332,11 @@ impl Revisions {
         message: &str,
     ) -> Result<(), Error> {
         let status = if ok { "True" } else { "False" };
-        let current = r
-            .status
-            .as_ref()
-            .and_then(|s| conditions::get(&s.conditions, TYPE_RBAC_READY));
+        let current = conditions::get(conditions::of(r), TYPE_RBAC_READY);
         if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(message)) {
             return Ok(());
         }
-        let mut conds = r
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
+        let mut conds = conditions::of(r).to_vec();
         conditions::set(
             &mut conds,
             conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),

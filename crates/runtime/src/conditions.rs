@@ -116,6 +116,11 @@ pub fn set(conditions: &mut Vec<Condition>, mut new: Condition, now: &str) -> bo
     }
 }
 
+/// An object's conditions (none before it has a status).
+pub fn of<K: types::common::Conditioned>(obj: &K) -> &[Condition] {
+    obj.status().map(K::conditions).unwrap_or_default()
+}
+
 /// The condition of a type, if present.
 pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

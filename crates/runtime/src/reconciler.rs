@@ -543,7 +543,7 @@ pub fn older(a: &str, b: &str) -> bool {
 }
 
 /// A hash of a JSON value, to tell whether it changed without keeping it.
-pub(crate) fn value_hash(value: &serde_json::Value) -> u64 {
+pub fn value_hash(value: &serde_json::Value) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     value.to_string().hash(&mut h);
     h.finish()

@@ -178,3 +178,16 @@ pub struct ProviderRevisionStatus {
 }
 
 crate::conditioned!(Provider => ProviderStatus, ProviderRevision => ProviderRevisionStatus);
+
+impl ProviderRevision {
+    /// The names of the CRDs the revision delivered (its status' object
+    /// references).
+    pub fn crd_names(&self) -> Vec<String> {
+        self.status
+            .iter()
+            .flat_map(|s| &s.object_refs)
+            .filter(|o| o.kind == "CustomResourceDefinition")
+            .map(|o| o.name.clone())
+            .collect()
+    }
+}
