@@ -152,23 +152,37 @@ pub fn apply_deploy_rbac() {
 /// The object-provider alone on the project's base layer, run as the
 /// package's runtime.
 pub fn push_runtime_image(registry: &testenv::registry::Registry) -> String {
+    push_binary_image(
+        registry,
+        "object-provider",
+        "crossplane-rs/object-provider:dev",
+    )
+}
+
+/// A workspace binary alone on the project's base layer, pushed to
+/// `registry` as `repository`; returns the name the node pulls it by.
+pub fn push_binary_image(
+    registry: &testenv::registry::Registry,
+    binary: &str,
+    repository: &str,
+) -> String {
     let cache = oci::debian::default_cache().expect("the .deb cache");
     let debs =
         oci::debian::download(&oci::debian::BASE_PACKAGES, &cache).expect("the base packages");
     let base = oci::debian::base_layer(&debs).expect("the base layer");
-    let program = std::fs::read(testenv::workspace_binary("object-provider"))
-        .expect("object-provider is built");
+    let program = std::fs::read(testenv::workspace_binary(binary))
+        .unwrap_or_else(|e| panic!("{binary} is built: {e}"));
+    let path = format!("usr/local/bin/{binary}");
     let layer = oci::LayerBuilder::new()
-        .file("usr/local/bin/object-provider", 0o755, program)
+        .file(path.clone(), 0o755, program)
         .build()
         .unwrap();
     let image = oci::Image::new(oci::Config {
-        entrypoint: vec!["/usr/local/bin/object-provider".into()],
+        entrypoint: vec![format!("/{path}")],
         ..oci::project::config()
     })
     .layer(base)
     .layer(layer);
-    let repository = "crossplane-rs/object-provider:dev";
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -178,7 +192,7 @@ pub fn push_runtime_image(registry: &testenv::registry::Registry) -> String {
             &oci::Auth::Anonymous,
             &oci::Tls::Ca(registry.ca_pem.clone()),
         ))
-        .expect("push the runtime image");
+        .unwrap_or_else(|e| panic!("push {repository}: {e}"));
     format!("{NODE_REGISTRY}/{repository}")
 }
 

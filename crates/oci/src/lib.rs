@@ -30,6 +30,7 @@ mod layer;
 pub mod project;
 pub mod pull;
 mod push;
+pub mod stack;
 pub mod xpkg;
 
 use std::path::Path;

@@ -10,6 +10,7 @@
 //! package that is wrong.
 
 use std::{
+    collections::BTreeMap,
     io::{BufRead, BufReader, Read as _, Seek as _, Write as _},
     path::{Path, PathBuf},
     time::SystemTime,
@@ -24,6 +25,7 @@ use sha2::{Digest as _, Sha256};
 use crate::{
     Auth, Digest, Error, Tls,
     push::TIMEOUT,
+    stack,
     xpkg::{self, BASE_ANNOTATION, Contents, MAX_BYTES, PACKAGE_FILE},
 };
 
@@ -57,6 +59,25 @@ pub struct Package {
     pub digest: Digest,
     /// What it holds.
     pub contents: Contents,
+}
+
+/// A stack package read from a registry.
+#[derive(Clone, Debug)]
+pub struct StackPackage {
+    /// The reference it was read by.
+    pub reference: String,
+    /// Its manifest digest.
+    pub digest: Digest,
+    /// What it holds.
+    pub stack: stack::Stack,
+}
+
+/// The tag of a reference, if it has one.
+pub fn tag_of(reference: &str) -> Option<String> {
+    reference
+        .parse::<Reference>()
+        .ok()
+        .and_then(|r| r.tag().map(str::to_owned))
 }
 
 /// Pulls packages, keeping their `package.yaml` by digest in a
@@ -445,6 +466,117 @@ impl Fetcher {
         })
     }
 
+    /// The stack package (seed 001) at `digest` in `reference`'s
+    /// repository: from the cache, else pulled (by digest), checked and
+    /// cached. Its tag (when `reference` has one) gives app.yaml's version
+    /// when it has none.
+    pub async fn fetch_stack(
+        &self,
+        reference: &str,
+        digest: &Digest,
+        auth: &Auth,
+        tls: &Tls,
+    ) -> Result<StackPackage, Error> {
+        let tag = tag_of(reference);
+        let (layer, files) = match self.cached_stack(digest) {
+            Some(hit) => hit,
+            None => {
+                let pulled =
+                    pull_files(reference, digest, auth, tls, &stack::is_stack_file).await?;
+                stack::parse(reference, &pulled.layer, &pulled.files, tag.as_deref())?;
+                self.store_stack(digest, &pulled.layer, &pulled.files);
+                (pulled.layer, pulled.files)
+            }
+        };
+        Ok(StackPackage {
+            reference: reference.to_owned(),
+            digest: digest.clone(),
+            stack: stack::parse(reference, &layer, &files, tag.as_deref())?,
+        })
+    }
+
+    fn stack_cache_file(&self, digest: &Digest) -> PathBuf {
+        self.cache_dir.join(format!("{}.stack.json", digest.hex()))
+    }
+
+    fn cached_stack(&self, digest: &Digest) -> Option<(String, BTreeMap<String, Vec<u8>>)> {
+        let path = self.stack_cache_file(digest);
+        let json: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let layer = json.get("layer")?.as_str()?.to_owned();
+        let mut files = BTreeMap::new();
+        for (k, v) in json.get("files")?.as_object()? {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str()?)
+                .ok()?;
+            files.insert(k.clone(), bytes);
+        }
+        if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Some((layer, files))
+    }
+
+    fn store_stack(&self, digest: &Digest, layer: &str, files: &BTreeMap<String, Vec<u8>>) {
+        let encoded: serde_json::Map<String, Value> = files
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    Value::String(base64::engine::general_purpose::STANDARD.encode(v)),
+                )
+            })
+            .collect();
+        let json = serde_json::json!({"layer": layer, "files": encoded});
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&self.cache_dir)?;
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".tmp-")
+                .tempfile_in(&self.cache_dir)?;
+            tmp.write_all(json.to_string().as_bytes())?;
+            tmp.persist(self.stack_cache_file(digest))
+                .map_err(|e| e.error)?;
+            Ok(())
+        };
+        if write().is_ok() {
+            trim(&self.cache_dir, self.max_cache_bytes);
+        }
+    }
+
+    /// The repositories of `registry` (`host[:port]`), every page of them
+    /// (the registry's catalog).
+    pub async fn catalog(
+        &self,
+        registry: &str,
+        auth: &Auth,
+        tls: &Tls,
+    ) -> Result<Vec<String>, Error> {
+        let image = parse_reference(&format!("{registry}/catalog"))?;
+        let client = crate::push::client(tls, true)
+            .map_err(|e| failed(registry, "setting up the HTTP client", auth, e))?;
+        let ra = registry_auth(auth);
+        let mut repositories: Vec<String> = Vec::new();
+        let mut last: Option<String> = None;
+        for _ in 0..MAX_TAG_PAGES {
+            let page = tokio::time::timeout(
+                TIMEOUT,
+                client.catalog(&image, &ra, Some(TAGS_PER_PAGE), last.as_deref()),
+            )
+            .await
+            .map_err(|_| timed_out(registry))?
+            .map_err(|e| failed(registry, "listing the registry's repositories", auth, e))?;
+            let next = page.repositories.last().cloned();
+            if next.is_none()
+                || next == last
+                || next.as_ref().is_some_and(|n| repositories.contains(n))
+            {
+                break;
+            }
+            repositories.extend(page.repositories);
+            last = next;
+        }
+        Ok(repositories)
+    }
+
     /// The layer and package.yaml cached for `digest`, marking the file
     /// used (trimming removes the least recently used first).
     fn cached(&self, digest: &Digest) -> Option<(String, Vec<u8>)> {
@@ -487,101 +619,216 @@ impl Fetcher {
         auth: &Auth,
         tls: &Tls,
     ) -> Result<(String, Vec<u8>), Error> {
-        let repository = repository_of(reference);
-        let image = parse_reference(&format!("{repository}@{digest}"))?;
-        let client = crate::push::client(tls, true)
-            .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
-        let bytes = manifest(&client, &image, reference, auth).await?;
-        if Digest::of(&bytes) != *digest {
-            return Err(invalid(
-                reference,
-                "manifest",
-                format!("the registry's manifest does not match {digest}"),
-            ));
-        }
-        let mut json = manifest_json(reference, &bytes)?;
-        if is_index(&json) {
-            let platform = platform_manifest(reference, &json)?;
-            let image = parse_reference(&format!("{repository}@{platform}"))?;
-            let bytes = manifest(&client, &image, reference, auth).await?;
-            if Digest::of(&bytes) != platform {
-                return Err(invalid(
-                    reference,
-                    "manifest",
-                    format!("the registry's manifest does not match {platform}"),
-                ));
-            }
-            json = manifest_json(reference, &bytes)?;
-        }
-        let layers = json
-            .get("layers")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        if layers.is_empty() {
-            return Err(invalid(
-                reference,
-                "manifest",
-                "the image has no layers; a package has one holding package.yaml",
-            ));
-        }
-        let base = layers.iter().find(|l| {
-            l.get("annotations")
-                .and_then(|a| a.get(BASE_ANNOTATION.0))
-                .and_then(Value::as_str)
-                == Some(BASE_ANNOTATION.1)
-        });
-        let chosen: Vec<&Value> = match base {
-            Some(b) => vec![b],
-            None => layers.iter().collect(),
-        };
-        // Later layers win, as when the layers are unpacked in order.
-        let mut found: Option<(String, Vec<u8>)> = None;
-        for descriptor in chosen {
-            let field = |k: &str| {
-                descriptor
-                    .get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            };
-            let layer = field("digest").to_owned();
-            let media_type = field("mediaType").to_owned();
-            let Some(layer_digest) = Digest::parse(&layer) else {
-                return Err(invalid(
-                    reference,
-                    "manifest",
-                    format!("a layer has the digest {layer:?}; only sha256 digests are read"),
-                ));
-            };
-            let size = descriptor.get("size").and_then(Value::as_u64).unwrap_or(0);
-            if size > MAX_BYTES {
-                return Err(invalid(
+        let pulled = pull_files(reference, digest, auth, tls, &|p| p == PACKAGE_FILE).await?;
+        let layer = pulled.layer;
+        pulled
+            .files
+            .into_iter()
+            .find(|(p, _)| p == PACKAGE_FILE)
+            .map(|(_, yaml)| (layer.clone(), yaml))
+            .ok_or_else(|| {
+                invalid(
                     reference,
                     &layer,
-                    format!(
-                        "the layer is {size} bytes; a package layer may have at most {MAX_BYTES}"
-                    ),
-                ));
-            }
-            let blob = download(&client, &image, reference, &layer_digest, auth).await?;
-            match package_file(reference, &layer, &media_type, BufReader::new(blob))? {
-                Some(Found::File(yaml)) => found = Some((layer, yaml)),
-                Some(Found::Deleted) => found = None,
-                None => {}
+                    format!("no {PACKAGE_FILE} in the package"),
+                )
+            })
+    }
+}
+
+/// What [`pull_files`] read from an image.
+#[derive(Debug, Default)]
+pub struct Pulled {
+    /// The layer the files came from (its digest), or "all layers".
+    pub layer: String,
+    /// The files asked for, by path (later layers win; whiteouts delete).
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// The annotations of the chosen layer (the base layer), or of all
+    /// layers merged.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The image manifest at `digest` in `reference`'s repository (an index is
+/// followed to its linux/amd64 manifest), checked against its digest.
+async fn image_manifest(
+    client: &Client,
+    reference: &str,
+    digest: &Digest,
+    auth: &Auth,
+) -> Result<(Reference, Value), Error> {
+    let repository = repository_of(reference);
+    let image = parse_reference(&format!("{repository}@{digest}"))?;
+    let bytes = manifest(client, &image, reference, auth).await?;
+    if Digest::of(&bytes) != *digest {
+        return Err(invalid(
+            reference,
+            "manifest",
+            format!("the registry's manifest does not match {digest}"),
+        ));
+    }
+    let json = manifest_json(reference, &bytes)?;
+    if !is_index(&json) {
+        return Ok((image, json));
+    }
+    let platform = platform_manifest(reference, &json)?;
+    let image = parse_reference(&format!("{repository}@{platform}"))?;
+    let bytes = manifest(client, &image, reference, auth).await?;
+    if Digest::of(&bytes) != platform {
+        return Err(invalid(
+            reference,
+            "manifest",
+            format!("the registry's manifest does not match {platform}"),
+        ));
+    }
+    Ok((image, manifest_json(reference, &bytes)?))
+}
+
+fn layer_descriptors(json: &Value) -> &[Value] {
+    json.get("layers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn base_layer(layers: &[Value]) -> Option<&Value> {
+    layers.iter().find(|l| {
+        l.get("annotations")
+            .and_then(|a| a.get(BASE_ANNOTATION.0))
+            .and_then(Value::as_str)
+            == Some(BASE_ANNOTATION.1)
+    })
+}
+
+fn annotations_of(descriptor: &Value) -> BTreeMap<String, String> {
+    descriptor
+        .get("annotations")
+        .and_then(Value::as_object)
+        .map(|a| {
+            a.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What an image's manifest says about its package layer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LayerInfo {
+    /// The annotations of the package layer (the one annotated
+    /// `io.crossplane.xpkg: base`, else every layer's, merged in order).
+    pub annotations: BTreeMap<String, String>,
+    /// Whether a layer is annotated `io.crossplane.xpkg: base`.
+    pub has_base: bool,
+    /// The bytes a pull of its files would download (the base layer, else
+    /// every layer).
+    pub size: u64,
+}
+
+/// What the manifest of the image at `digest` says about its package
+/// layer: one manifest read (two for an index), no layer downloaded.
+pub async fn layer_info(
+    reference: &str,
+    digest: &Digest,
+    auth: &Auth,
+    tls: &Tls,
+) -> Result<LayerInfo, Error> {
+    let client = crate::push::client(tls, true)
+        .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
+    let (_, json) = image_manifest(&client, reference, digest, auth).await?;
+    let layers = layer_descriptors(&json);
+    let size = |l: &Value| l.get("size").and_then(Value::as_u64).unwrap_or(0);
+    Ok(match base_layer(layers) {
+        Some(b) => LayerInfo {
+            annotations: annotations_of(b),
+            has_base: true,
+            size: size(b),
+        },
+        None => LayerInfo {
+            annotations: layers.iter().flat_map(annotations_of).collect(),
+            has_base: false,
+            size: layers.iter().map(size).sum(),
+        },
+    })
+}
+
+/// Pulls `repository@digest` and reads the files `wanted` picks from its
+/// package layer (the one annotated `io.crossplane.xpkg: base`, else every
+/// layer in order), each layer bounded by [`MAX_BYTES`] and checked
+/// against its digest.
+pub async fn pull_files(
+    reference: &str,
+    digest: &Digest,
+    auth: &Auth,
+    tls: &Tls,
+    wanted: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Pulled, Error> {
+    let client = crate::push::client(tls, true)
+        .map_err(|e| failed(reference, "setting up the HTTP client", auth, e))?;
+    let (image, json) = image_manifest(&client, reference, digest, auth).await?;
+    let layers = layer_descriptors(&json);
+    if layers.is_empty() {
+        return Err(invalid(
+            reference,
+            "manifest",
+            "the image has no layers; a package has one holding its files",
+        ));
+    }
+    let base = base_layer(layers);
+    let chosen: Vec<&Value> = match base {
+        Some(b) => vec![b],
+        None => layers.iter().collect(),
+    };
+    let mut pulled = Pulled {
+        layer: base
+            .and_then(|b| b.get("digest"))
+            .and_then(Value::as_str)
+            .unwrap_or("all layers")
+            .to_owned(),
+        ..Pulled::default()
+    };
+    for descriptor in chosen {
+        let field = |k: &str| {
+            descriptor
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let layer = field("digest").to_owned();
+        let media_type = field("mediaType").to_owned();
+        let Some(layer_digest) = Digest::parse(&layer) else {
+            return Err(invalid(
+                reference,
+                "manifest",
+                format!("a layer has the digest {layer:?}; only sha256 digests are read"),
+            ));
+        };
+        let size = descriptor.get("size").and_then(Value::as_u64).unwrap_or(0);
+        if size > MAX_BYTES {
+            return Err(invalid(
+                reference,
+                &layer,
+                format!("the layer is {size} bytes; a package layer may have at most {MAX_BYTES}"),
+            ));
+        }
+        let blob = download(&client, &image, reference, &layer_digest, auth).await?;
+        for (path, found) in
+            layer_files(reference, &layer, &media_type, BufReader::new(blob), wanted)?
+        {
+            match found {
+                Found::File(bytes) => {
+                    pulled.files.insert(path, bytes);
+                }
+                Found::Deleted => {
+                    pulled.files.remove(&path);
+                }
             }
         }
-        found.ok_or_else(|| {
-            let layer = base
-                .and_then(|b| b.get("digest"))
-                .and_then(Value::as_str)
-                .unwrap_or("all layers");
-            invalid(
-                reference,
-                layer,
-                format!("no {PACKAGE_FILE} in the package"),
-            )
-        })
+        pulled.annotations.extend(annotations_of(descriptor));
+        if base.is_none() && pulled.files.keys().any(|p| wanted(p)) {
+            pulled.layer.clone_from(&layer);
+        }
     }
+    Ok(pulled)
 }
 
 /// A manifest's bytes, within [`TIMEOUT`] as a whole.
@@ -665,12 +912,31 @@ async fn download(
 
 /// package.yaml from a layer (gzip tar, or plain tar when the media type
 /// says so): `None` when the layer does not mention it.
+#[cfg(test)]
 fn package_file(
     reference: &str,
     layer: &str,
     media_type: &str,
-    mut blob: impl BufRead,
+    blob: impl BufRead,
 ) -> Result<Option<Found>, Error> {
+    Ok(
+        layer_files(reference, layer, media_type, blob, &|p| p == PACKAGE_FILE)?
+            .into_iter()
+            .next_back()
+            .map(|(_, f)| f),
+    )
+}
+
+/// The files of a layer (gzip tar, or plain tar when the media type says
+/// so) that `wanted` picks, in archive order, and the whiteouts of such
+/// files.
+fn layer_files(
+    reference: &str,
+    layer: &str,
+    media_type: &str,
+    mut blob: impl BufRead,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, Found)>, Error> {
     let head = blob
         .fill_buf()
         .map_err(|e| invalid(reference, layer, format!("reading the layer: {e}")))?;
@@ -702,7 +968,8 @@ fn package_file(
             format!("the layer is not a tar archive: {e}"),
         )
     })?;
-    let mut found = None;
+    let mut found = Vec::new();
+    let mut total: u64 = 0;
     for entry in entries {
         let entry = entry.map_err(|e| {
             invalid(
@@ -724,15 +991,32 @@ fn package_file(
                 format!("{path} is {size} bytes; a file in a package may have at most {MAX_BYTES}"),
             ));
         }
-        if path == format!(".wh.{PACKAGE_FILE}") {
-            found = Some(Found::Deleted);
-        } else if path == PACKAGE_FILE && entry.header().entry_type().is_file() {
+        let (dir, name) = path.rsplit_once('/').map_or(("", path), |(d, n)| (d, n));
+        if let Some(deleted) = name.strip_prefix(".wh.") {
+            let deleted = if dir.is_empty() {
+                deleted.to_owned()
+            } else {
+                format!("{dir}/{deleted}")
+            };
+            if wanted(&deleted) {
+                found.push((deleted, Found::Deleted));
+            }
+        } else if wanted(path) && entry.header().entry_type().is_file() {
+            total += size;
+            if total > MAX_BYTES {
+                return Err(invalid(
+                    reference,
+                    layer,
+                    format!("the package's files are over {MAX_BYTES} bytes in all"),
+                ));
+            }
+            let path = path.to_owned();
             let mut bytes = Vec::new();
             entry
                 .take(MAX_BYTES)
                 .read_to_end(&mut bytes)
-                .map_err(|e| invalid(reference, layer, format!("reading {PACKAGE_FILE}: {e}")))?;
-            found = Some(Found::File(bytes));
+                .map_err(|e| invalid(reference, layer, format!("reading {path}: {e}")))?;
+            found.push((path, Found::File(bytes)));
         }
     }
     Ok(found)

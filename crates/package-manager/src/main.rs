@@ -1,8 +1,10 @@
 //! `package-manager`: installs Provider packages: resolves a Provider's
 //! package to a digest, makes a ProviderRevision per digest, installs the
 //! package's CRDs and runs its runtime (a Deployment per revision, rendered
-//! from a DeploymentRuntimeConfig). ExtensionRequests, Extensions and
-//! ControllerConfigs are only observed here.
+//! from a DeploymentRuntimeConfig). Installs Stacks (seed 001): an
+//! ExtensionRequest's stack package and its dependencies, found by package
+//! or by CRD in a registry, and every Extension's controller. ControllerConfigs
+//! are only observed here (a revision reads them).
 //!
 //! `package-manager convert controllerconfig FILE` prints the
 //! DeploymentRuntimeConfig equivalent to a deprecated ControllerConfig.
@@ -14,15 +16,18 @@ mod packages;
 mod provider;
 mod render;
 mod revision;
+mod stacks;
 mod usage;
 
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api,
     api::{ObjectMeta, PostParams},
+    runtime::WatchStreamExt as _,
 };
 use runtime::{
     CommonArgs,
@@ -73,6 +78,29 @@ struct Args {
     /// (a moved tag makes a new revision).
     #[arg(long, env = "PACKAGE_PULL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     package_pull_interval: Duration,
+
+    /// The registry an ExtensionRequest without spec.source installs from
+    /// (host[:port][/path]).
+    #[arg(
+        long,
+        env = "DEFAULT_REGISTRY",
+        default_value = "registry.crossplane.io"
+    )]
+    default_registry: String,
+
+    /// FROM=TO: read packages whose reference starts with FROM (a
+    /// host[:port][/path] prefix) from TO instead, e.g.
+    /// registry.crossplane.io=registry.internal:5000/mirror. Repeatable;
+    /// the longest prefix wins. Applies to Providers and stacks alike; the
+    /// CA is --ca-bundle-path's, the credentials --registry-pull-secret's.
+    #[arg(long, env = "REGISTRY_REWRITE", value_delimiter = ',')]
+    registry_rewrite: Vec<String>,
+
+    /// A kubernetes.io/dockerconfigjson Secret in the package manager's
+    /// namespace whose credentials are used for any registry a package's
+    /// own pull secrets do not cover (stacks have none of their own).
+    #[arg(long, env = "REGISTRY_PULL_SECRET")]
+    registry_pull_secret: Option<String>,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -137,9 +165,28 @@ async fn main() -> anyhow::Result<()> {
     let namespace = args.common.leader_election_namespace.clone();
     let fetcher =
         oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes);
+    let rewrites = packages::Rewrites::parse(&args.registry_rewrite).map_err(anyhow::Error::msg)?;
     let rt = Runtime::new(BINARY, args.common).await?;
     let packages =
-        packages::Packages::new(fetcher, tls, Api::namespaced(rt.client.clone(), &namespace));
+        packages::Packages::new(fetcher, tls, Api::namespaced(rt.client.clone(), &namespace))
+            .with_registry_settings(rewrites, args.registry_pull_secret.clone());
+    let (crds, crd_writer) = kube::runtime::reflector::store::<CustomResourceDefinition>();
+    let crd_changes = kube::runtime::watcher(
+        Api::<CustomResourceDefinition>::all(rt.client.clone()),
+        kube::runtime::watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(crd_writer)
+    .touched_objects();
+    let extensions =
+        stacks::extensions::controller(&rt, crds.clone(), crd_changes, rt.args.sync_interval);
+    let requests = stacks::requests::controller(
+        &rt,
+        stacks::index::Index::new(packages.clone()),
+        args.default_registry.clone(),
+        crds,
+        rt.args.sync_interval,
+    );
     let kinds = [
         api_resource::<ExtensionRequest>(),
         api_resource::<Extension>(),
@@ -176,8 +223,8 @@ async fn main() -> anyhow::Result<()> {
             tokio::join!(
                 providers,
                 revisions,
-                observe::<ExtensionRequest>(rt.clone(), "extensionrequest"),
-                observe::<Extension>(rt.clone(), "extension"),
+                requests,
+                extensions,
                 observe::<ControllerConfig>(rt.clone(), "controllerconfig"),
             );
         }

@@ -1,5 +1,6 @@
 //! Reading packages from registries for the controllers: credentials from a
-//! package's pull secrets, the CA bundle of `--ca-bundle-path`, and the
+//! package's pull secrets (else `--registry-pull-secret`), the CA bundle of
+//! `--ca-bundle-path`, registry rewrites (`--registry-rewrite`), and the
 //! digest-keyed cache of `oci::xpkg::Fetcher`.
 
 use std::sync::Arc;
@@ -18,6 +19,54 @@ pub struct Packages {
     fetcher: Arc<xpkg::Fetcher>,
     tls: Tls,
     secrets: Api<Secret>,
+    rewrites: Arc<Rewrites>,
+    pull_secret: Option<String>,
+}
+
+/// Registry rewrites: a reference starting with a prefix is read from
+/// another place (`registry.crossplane.io` → `10.0.0.1:5000/stacks`), in
+/// the spirit of Crossplane's ImageConfig rewrites. Objects keep the name
+/// the user wrote; only where it is read from changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rewrites(Vec<(String, String)>);
+
+impl Rewrites {
+    /// Parses `FROM=TO` settings; the longest matching prefix wins.
+    pub fn parse(settings: &[String]) -> Result<Self, String> {
+        let mut rules = Vec::new();
+        for s in settings {
+            let Some((from, to)) = s.split_once('=') else {
+                return Err(format!(
+                    "--registry-rewrite {s:?}: write FROM=TO, e.g. registry.crossplane.io=10.0.0.1:5000/stacks"
+                ));
+            };
+            let (from, to) = (
+                from.trim().trim_end_matches('/'),
+                to.trim().trim_end_matches('/'),
+            );
+            if from.is_empty() || to.is_empty() || to.contains("://") || from.contains("://") {
+                return Err(format!(
+                    "--registry-rewrite {s:?}: FROM and TO are host[:port][/path] prefixes, without a scheme"
+                ));
+            }
+            rules.push((from.to_owned(), to.to_owned()));
+        }
+        rules.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        Ok(Self(rules))
+    }
+
+    /// Where `reference` is read from: the first prefix it starts with (at
+    /// a path boundary) replaced, else itself.
+    pub fn apply(&self, reference: &str) -> String {
+        for (from, to) in &self.0 {
+            if let Some(rest) = reference.strip_prefix(from.as_str())
+                && (rest.is_empty() || rest.starts_with(['/', ':', '@']))
+            {
+                return format!("{to}{rest}");
+            }
+        }
+        reference.to_owned()
+    }
 }
 
 /// Why a package could not be read.
@@ -50,7 +99,27 @@ impl Packages {
             fetcher: Arc::new(fetcher),
             tls,
             secrets,
+            rewrites: Arc::new(Rewrites::default()),
+            pull_secret: None,
         }
+    }
+
+    /// Reads through `rewrites`, and with the credentials of `pull_secret`
+    /// (a dockerconfigjson Secret in the package manager's namespace) for
+    /// any registry a package's own pull secrets do not cover.
+    pub fn with_registry_settings(
+        mut self,
+        rewrites: Rewrites,
+        pull_secret: Option<String>,
+    ) -> Self {
+        self.rewrites = Arc::new(rewrites);
+        self.pull_secret = pull_secret;
+        self
+    }
+
+    /// Where `reference` is read from (after the registry rewrites).
+    pub fn location(&self, reference: &str) -> String {
+        self.rewrites.apply(reference)
     }
 
     /// The credentials for `reference` among `pull_secrets` (the first
@@ -60,8 +129,12 @@ impl Packages {
         reference: &str,
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Auth, FetchError> {
-        let registry = xpkg::registry_of(reference);
-        for s in pull_secrets {
+        let registry = xpkg::registry_of(&self.location(reference));
+        let fallback = self
+            .pull_secret
+            .as_ref()
+            .map(|name| LocalObjectReference { name: name.clone() });
+        for s in pull_secrets.iter().chain(fallback.as_ref()) {
             let secret = self.secrets.get_opt(&s.name).await.map_err(|e| {
                 FetchError::PullSecret(format!(
                     "cannot read packagePullSecret {}: {}",
@@ -100,7 +173,10 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Digest, FetchError> {
         let auth = self.auth(reference, pull_secrets).await?;
-        Ok(self.fetcher.resolve(reference, &auth, &self.tls).await?)
+        Ok(self
+            .fetcher
+            .resolve(&self.location(reference), &auth, &self.tls)
+            .await?)
     }
 
     /// The tags of `repository` (`host/repository`).
@@ -110,7 +186,10 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Vec<String>, FetchError> {
         let auth = self.auth(repository, pull_secrets).await?;
-        Ok(self.fetcher.tags(repository, &auth, &self.tls).await?)
+        Ok(self
+            .fetcher
+            .tags(&self.location(repository), &auth, &self.tls)
+            .await?)
     }
 
     /// The package at `digest` of `reference`'s repository (from the cache
@@ -122,9 +201,91 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<xpkg::Package, FetchError> {
         let auth = self.auth(reference, pull_secrets).await?;
-        Ok(self
+        let mut package = self
             .fetcher
-            .fetch(reference, digest, &auth, &self.tls)
-            .await?)
+            .fetch(&self.location(reference), digest, &auth, &self.tls)
+            .await?;
+        package.reference = reference.to_owned();
+        Ok(package)
+    }
+
+    /// The stack package at `digest` of `reference`'s repository (from the
+    /// cache when it is there).
+    pub async fn fetch_stack(
+        &self,
+        reference: &str,
+        digest: &Digest,
+    ) -> Result<oci::pull::StackPackage, FetchError> {
+        let auth = self.auth(reference, &[]).await?;
+        let mut package = self
+            .fetcher
+            .fetch_stack(&self.location(reference), digest, &auth, &self.tls)
+            .await?;
+        package.reference = reference.to_owned();
+        Ok(package)
+    }
+
+    /// What the package layer of the image at `digest` says about itself
+    /// (its annotations, its size): one manifest read.
+    pub async fn layer_info(
+        &self,
+        reference: &str,
+        digest: &Digest,
+    ) -> Result<oci::pull::LayerInfo, FetchError> {
+        let auth = self.auth(reference, &[]).await?;
+        Ok(oci::pull::layer_info(&self.location(reference), digest, &auth, &self.tls).await?)
+    }
+
+    /// The repositories of the registry `source` (`host[:port][/path]`)
+    /// names, under its path, as `source/<rest>`.
+    pub async fn repositories(&self, source: &str) -> Result<Vec<String>, FetchError> {
+        let location = self.location(source);
+        let (host, path) = location.split_once('/').unwrap_or((&location, ""));
+        let auth = self.auth(&format!("{host}/x"), &[]).await?;
+        let all = self.fetcher.catalog(host, &auth, &self.tls).await?;
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        Ok(all
+            .into_iter()
+            .filter_map(|r| {
+                r.strip_prefix(&prefix)
+                    .map(|rest| format!("{source}/{rest}"))
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn rewrites_replace_the_longest_prefix_at_a_boundary() {
+        let r = Rewrites::parse(&[
+            "registry.crossplane.io=10.0.0.1:5000".to_owned(),
+            "registry.crossplane.io/special=10.0.0.2:5000/x".to_owned(),
+        ])
+        .unwrap();
+        assert_eq!(
+            r.apply("registry.crossplane.io/redis:v0.1.0"),
+            "10.0.0.1:5000/redis:v0.1.0"
+        );
+        assert_eq!(
+            r.apply("registry.crossplane.io/special/a:v1"),
+            "10.0.0.2:5000/x/a:v1"
+        );
+        assert_eq!(r.apply("registry.crossplane.io"), "10.0.0.1:5000");
+        assert_eq!(
+            r.apply("registry.crossplane.iox/a:v1"),
+            "registry.crossplane.iox/a:v1"
+        );
+        assert_eq!(r.apply("other.example/a:v1"), "other.example/a:v1");
+        assert!(Rewrites::parse(&["nope".to_owned()]).is_err());
+        assert!(Rewrites::parse(&["https://a=b".to_owned()]).is_err());
     }
 }

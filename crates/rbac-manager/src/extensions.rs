@@ -15,7 +15,6 @@ use kube::{
     runtime::{Controller, controller::Action, watcher},
 };
 use runtime::{
-    conditions,
     controller::Runtime,
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     ssa,
@@ -23,7 +22,7 @@ use runtime::{
 use types::extensions::v1alpha1::{CrdRef, Extension};
 
 use crate::{
-    revisions::{Error, TYPE_RBAC_READY},
+    revisions::{Error, write_rbac_ready},
     roles,
 };
 
@@ -55,10 +54,16 @@ impl Reconciler for Extensions {
         Some(FINALIZER)
     }
 
+    /// The package-manager owns the Extension's status (Ready, Synced);
+    /// this controller writes its one condition itself.
+    fn writes_status(&self) -> bool {
+        false
+    }
+
     async fn apply(
         &self,
         e: &Arc<Extension>,
-        status: &mut Draft<Extension>,
+        _status: &mut Draft<Extension>,
     ) -> Result<Action, Error> {
         let ns = e.namespace().unwrap_or_default();
         let name = e.name_any();
@@ -92,7 +97,7 @@ impl Reconciler for Extensions {
                 refused.join(", "),
                 self.allowed_role
             );
-            set(status, false, "PermissionRequestRefused", &why);
+            self.set(e, false, "PermissionRequestRefused", &why).await?;
             return Err(Error::Refused(why));
         }
         let crds = e
@@ -137,7 +142,7 @@ impl Reconciler for Extensions {
                 "ClusterRole {role_name} rendered; the Extension names no controller ServiceAccount to bind"
             ),
         };
-        set(status, true, "RolesRendered", &message);
+        self.set(e, true, "RolesRendered", &message).await?;
         Ok(Action::requeue(std::time::Duration::from_secs(3600)))
     }
 
@@ -162,20 +167,20 @@ impl Reconciler for Extensions {
         .map_err(|e| Error::Request("delete the Extension's ClusterRole", e))?;
         Ok(Cleanup::Done)
     }
-
-    /// `apply` set RBACReady itself.
-    fn failed(&self, _e: &Extension, _status: &mut Draft<Extension>, _message: &str) {}
-}
-
-fn set(status: &mut Draft<Extension>, ok: bool, reason: &str, message: &str) {
-    conditions::set(
-        &mut status.conditions,
-        conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),
-        &conditions::now(),
-    );
 }
 
 impl Extensions {
+    /// Writes RBACReady, only when it changed.
+    async fn set(&self, e: &Extension, ok: bool, reason: &str, message: &str) -> Result<(), Error> {
+        write_rbac_ready(
+            &Api::namespaced(self.sk.client().clone(), &e.namespace().unwrap_or_default()),
+            e,
+            (ok, reason, message),
+            &self.field_manager,
+        )
+        .await
+    }
+
     /// The kinds of CRD references (kind + apiVersion): the plural from the
     /// CRD when it is installed, else the lower-case kind plus "s".
     async fn kinds(&self, refs: &[CrdRef]) -> Result<Vec<roles::Kind>, Error> {

@@ -331,31 +331,56 @@ impl Revisions {
         reason: &str,
         message: &str,
     ) -> Result<(), Error> {
-        let status = if ok { "True" } else { "False" };
-        let current = conditions::get(conditions::of(r), TYPE_RBAC_READY);
-        if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(message)) {
-            return Ok(());
-        }
-        let mut conds = conditions::of(r).to_vec();
-        conditions::set(
-            &mut conds,
-            conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),
-            &conditions::now(),
-        );
-        let ours: Vec<_> = conds
-            .into_iter()
-            .filter(|c| c.type_ == TYPE_RBAC_READY)
-            .collect();
-        ssa::apply_status(
+        write_rbac_ready(
             &Api::<ProviderRevision>::all(self.sk.client().clone()),
-            &r.name_any(),
-            serde_json::json!({"conditions": ours}),
+            r,
+            (ok, reason, message),
             &self.field_manager,
         )
         .await
-        .map_err(|e| Error::Request("write RBACReady", e))?;
-        Ok(())
     }
+}
+
+/// Writes an object's RBACReady condition (and only it: the package-manager
+/// owns the rest of the status) as `(ok, reason, message)`, only when it
+/// changed.
+pub async fn write_rbac_ready<K>(
+    api: &Api<K>,
+    obj: &K,
+    (ok, reason, message): (bool, &str, &str),
+    field_manager: &str,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + types::common::Conditioned
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let status = if ok { "True" } else { "False" };
+    let current = conditions::get(conditions::of(obj), TYPE_RBAC_READY);
+    if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(message)) {
+        return Ok(());
+    }
+    let mut conds = conditions::of(obj).to_vec();
+    conditions::set(
+        &mut conds,
+        conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),
+        &conditions::now(),
+    );
+    let ours: Vec<_> = conds
+        .into_iter()
+        .filter(|c| c.type_ == TYPE_RBAC_READY)
+        .collect();
+    ssa::apply_status(
+        api,
+        &obj.name_any(),
+        serde_json::json!({"conditions": ours}),
+        field_manager,
+    )
+    .await
+    .map_err(|e| Error::Request("write RBACReady", e))?;
+    Ok(())
 }
 
 /// The controller, ready to run: it watches the runtime Deployments of

@@ -5,6 +5,7 @@
 //! xpkg build ./provider-kubernetes -o provider-kubernetes.tar
 //! xpkg push ./provider-kubernetes registry.example/crossplane-rs/provider-kubernetes:v0.1.0
 //! xpkg inspect registry.example/crossplane-rs/provider-kubernetes:v0.1.0
+//! xpkg push ./redis-stack registry.example/redis:v0.1.0   # a dir with .registry/: a stack
 //! ```
 
 use std::{
@@ -14,9 +15,10 @@ use std::{
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use oci::{Auth, Tls, xpkg};
+use oci::{Auth, Tls, stack, xpkg};
 
-/// Build, push and inspect Crossplane packages (package.yaml + crds/).
+/// Build, push and inspect Crossplane packages (package.yaml + crds/) and
+/// Stack packages (a directory with .registry/, seed 001).
 #[derive(Debug, Parser)]
 #[command(name = "xpkg", version)]
 struct Cli {
@@ -115,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
             runtime_image,
             output,
         } => {
-            let image = xpkg::build(&dir, runtime_image.as_deref())?;
+            let image = build(&dir, runtime_image.as_deref())?;
             let digest = image.write_archive(&output, &name_of(&dir))?;
             eprintln!("wrote {}", output.display());
             println!("{digest}");
@@ -126,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
             runtime_image,
             registry,
         } => {
-            let image = xpkg::build(&dir, runtime_image.as_deref())?;
+            let image = build(&dir, runtime_image.as_deref())?;
             let pushed = image
                 .push(&reference, &registry.auth()?, &registry.tls()?)
                 .await?;
@@ -140,11 +142,31 @@ async fn main() -> anyhow::Result<()> {
             let cache = tempfile::tempdir()?;
             let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX);
             let digest = fetcher.resolve(&reference, &auth, &tls).await?;
-            let package = fetcher.fetch(&reference, &digest, &auth, &tls).await?;
-            print!("{}", xpkg::describe(&package));
+            let info = oci::pull::layer_info(&reference, &digest, &auth, &tls).await?;
+            if info.annotations.contains_key(stack::OWNS_ANNOTATION) {
+                let s = fetcher
+                    .fetch_stack(&reference, &digest, &auth, &tls)
+                    .await?;
+                print!("{}", stack::describe(&reference, digest.as_str(), &s.stack));
+            } else {
+                let package = fetcher.fetch(&reference, &digest, &auth, &tls).await?;
+                print!("{}", xpkg::describe(&package));
+            }
         }
     }
     Ok(())
+}
+
+/// A stack when `dir` has `.registry/`, else a Crossplane package.
+fn build(dir: &Path, runtime_image: Option<&str>) -> anyhow::Result<oci::Image> {
+    if dir.join(stack::REGISTRY_DIR).is_dir() {
+        anyhow::ensure!(
+            runtime_image.is_none(),
+            "--runtime-image is for Crossplane packages; a stack's controller image is in .registry/install.yaml"
+        );
+        return Ok(stack::build(dir)?.0);
+    }
+    Ok(xpkg::build(dir, runtime_image)?)
 }
 
 /// The name an archive is imported under: the directory's name.

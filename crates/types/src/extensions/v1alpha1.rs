@@ -22,7 +22,9 @@ use crate::common::{Condition, TypedReference, conditions_schema, opaque_object_
     printcolumn = r#"{"name":"PACKAGE","type":"string","jsonPath":".spec.package"}"#,
     printcolumn = r#"{"name":"CRD","type":"string","jsonPath":".spec.crd"}"#,
     printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"EXTENSION","type":"string","jsonPath":".status.extensionRecord.name"}"#,
     printcolumn = r#"{"name":"SOURCE","type":"string","jsonPath":".spec.source","priority":1}"#,
+    printcolumn = r#"{"name":"MESSAGE","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].message","priority":1}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -52,7 +54,9 @@ pub struct ExtensionRequestStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
-    /// ExtensionRecord is the Extension created for the installed Stack.
+    /// ExtensionRecord is the Extension created for the installed Stack (in
+    /// the request's namespace, or the one that already owned the CRD
+    /// asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension_record: Option<TypedReference>,
 }
@@ -70,6 +74,8 @@ pub struct ExtensionRequestStatus {
     category = "crossplane",
     printcolumn = r#"{"name":"VERSION","type":"string","jsonPath":".spec.version"}"#,
     printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"RBAC","type":"string","jsonPath":".status.conditions[?(@.type=='RBACReady')].status"}"#,
+    printcolumn = r#"{"name":"CONTROLLER","type":"string","jsonPath":".spec.controller.deployment.name"}"#,
     printcolumn = r#"{"name":"TITLE","type":"string","jsonPath":".spec.title","priority":1}"#,
     printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

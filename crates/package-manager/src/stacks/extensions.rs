@@ -1,0 +1,505 @@
+//! The Extension controller: whatever made an Extension (an
+//! ExtensionRequest, or a user applying one directly, as seed 001 allows),
+//! its controller runs here: the Deployment `spec.controller.deployment`
+//! describes and the ServiceAccount it names, in the Extension's namespace,
+//! controlled by the Extension. The CRDs it owns and depends on are
+//! labelled with it, so that on deletion a CRD a stack installed goes only
+//! with the last stack that owns or depends on it. Ready says whether the
+//! CRDs are there and established and the controller is available.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::ServiceAccount},
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Resource as _, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller, WatchStreamExt as _,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+use runtime::{
+    conditions,
+    controller::{Runtime, cache_ready},
+    expiring::Expiring,
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton, value_hash},
+    ssa,
+};
+use serde_json::json;
+use types::extensions::v1alpha1::{CrdRef, Extension};
+
+use super::{
+    DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, marked,
+    stack_label,
+};
+
+/// Name of this controller in metrics and events.
+pub const CONTROLLER: &str = "extension";
+/// Holds an Extension until its controller is stopped and its CRDs let go.
+pub const FINALIZER: &str = "extensions.crossplane.io/stack";
+/// How often an Extension waiting on what no watch shows looks again.
+const WAIT_POLL: Duration = Duration::from_secs(5);
+
+/// The reconciler.
+pub struct Extensions {
+    sk: Skeleton,
+    field_manager: String,
+    crds: Store<CustomResourceDefinition>,
+    deployments: Store<Deployment>,
+    /// A hash of the controller Deployment last applied per Extension UID.
+    applied: Expiring<String, u64>,
+    resync: Duration,
+}
+
+/// The installed CRD a reference names (by group and kind, serving the
+/// version).
+pub fn find_crd(
+    crds: &Store<CustomResourceDefinition>,
+    r: &CrdRef,
+) -> Option<Arc<CustomResourceDefinition>> {
+    let (group, version) = r
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", &r.api_version));
+    crds.state().into_iter().find(|c| {
+        c.spec.group == group
+            && c.spec.names.kind == r.kind
+            && c.spec.versions.iter().any(|v| v.name == version)
+    })
+}
+
+/// Whether a CRD is Established.
+pub fn established(c: &CustomResourceDefinition) -> bool {
+    c.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
+
+/// Whether an Extension is Ready.
+pub fn ready(e: &Extension) -> bool {
+    conditions::get(conditions::of(e), conditions::TYPE_READY).is_some_and(|c| c.status == "True")
+}
+
+/// Its Ready message (why not).
+pub fn ready_message(e: &Extension) -> String {
+    conditions::get(conditions::of(e), conditions::TYPE_READY)
+        .and_then(|c| c.message.clone())
+        .unwrap_or_else(|| "not reconciled yet".to_owned())
+}
+
+fn set_ready(status: &mut Draft<Extension>, ok: bool, reason: &str, message: String) {
+    conditions::set(
+        &mut status.conditions,
+        conditions::custom(conditions::TYPE_READY, ok, reason, Some(message)),
+        &conditions::now(),
+    );
+}
+
+fn describe(r: &CrdRef) -> String {
+    format!("{} ({})", r.kind, r.api_version)
+}
+
+impl Reconciler for Extensions {
+    type Object = Extension;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, e: &Extension) -> Api<Extension> {
+        Api::namespaced(self.sk.client().clone(), &e.namespace().unwrap_or_default())
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.crds).await && cache_ready(&self.deployments).await
+    }
+
+    async fn apply(
+        &self,
+        e: &Arc<Extension>,
+        status: &mut Draft<Extension>,
+    ) -> Result<Action, Error> {
+        let ns = e.namespace().unwrap_or_default();
+        let name = e.name_any();
+        let me = format!("{ns}/{name}");
+        let label = stack_label(&ns, &name);
+        let refs = e
+            .spec
+            .custom_resource_definitions
+            .clone()
+            .unwrap_or_default();
+        let mut missing = Vec::new();
+        let mut pending = Vec::new();
+        for r in &refs.owns {
+            let Some(crd) = find_crd(&self.crds, r) else {
+                missing.push(describe(r));
+                continue;
+            };
+            let owner = crd.annotations().get(OWNER_ANNOTATION).cloned();
+            if let Some(owner) = owner.filter(|o| *o != me)
+                && self.extension_exists(&owner).await?
+            {
+                return Err(Error::Conflict(format!(
+                    "CRD {} is owned by Extension {owner}; two stacks cannot own one CRD: remove it from spec.customresourcedefinitions.owns or uninstall {owner}",
+                    crd.name_any()
+                )));
+            }
+            self.mark(&crd, &label, OWNS, Some(&me)).await?;
+            if !established(&crd) {
+                pending.push(crd.name_any());
+            }
+        }
+        let mut missing_deps = Vec::new();
+        for r in &refs.depends_on {
+            match find_crd(&self.crds, r) {
+                Some(crd) => self.mark(&crd, &label, DEPENDS_ON, None).await?,
+                None => missing_deps.push(describe(r)),
+            }
+        }
+        let controller = self.run_controller(e).await?;
+        let (ok, reason, message) = if !missing.is_empty() {
+            (
+                false,
+                "MissingCRDs",
+                format!(
+                    "the CRDs this stack owns are not installed: {}; install the stack with an ExtensionRequest, or create them",
+                    missing.join(", ")
+                ),
+            )
+        } else if !missing_deps.is_empty() {
+            (
+                false,
+                "MissingDependencies",
+                format!(
+                    "the CRDs this stack depends on are not installed: {}; install the stacks that own them",
+                    missing_deps.join(", ")
+                ),
+            )
+        } else if !pending.is_empty() {
+            (
+                false,
+                "Creating",
+                format!(
+                    "waiting for CRDs to become established: {}",
+                    pending.join(", ")
+                ),
+            )
+        } else if let Some(why) = controller {
+            (false, "ControllerUnavailable", why)
+        } else {
+            (
+                true,
+                conditions::reason::AVAILABLE,
+                "the stack's CRDs are established and its controller is available".to_owned(),
+            )
+        };
+        set_ready(status, ok, reason, message);
+        Ok(Action::requeue(if ok { self.resync } else { WAIT_POLL }))
+    }
+
+    async fn cleanup(
+        &self,
+        e: &Arc<Extension>,
+        _status: &mut Draft<Extension>,
+    ) -> Result<Cleanup, Error> {
+        let ns = e.namespace().unwrap_or_default();
+        let name = e.name_any();
+        let me = format!("{ns}/{name}");
+        let label = stack_label(&ns, &name);
+        if let Some(d) = e
+            .spec
+            .controller
+            .as_ref()
+            .and_then(|c| c.deployment.as_ref())
+        {
+            let deployments = Api::<Deployment>::namespaced(self.sk.client().clone(), &ns);
+            if deployments
+                .get_opt(&d.name)
+                .await
+                .map_err(|e| Error::Request("read the stack's controller Deployment", e))?
+                .is_some_and(|live| self.ours(&live, &name))
+            {
+                runtime::objects::delete(&deployments, &d.name)
+                    .await
+                    .map_err(|e| Error::Request("delete the stack's controller Deployment", e))?;
+            }
+        }
+        let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
+        for crd in self.crds.state() {
+            if !crd.labels().contains_key(&label) {
+                continue;
+            }
+            let mut rest: BTreeMap<String, String> = crd.labels().clone();
+            rest.remove(&label);
+            if !marked(&rest)
+                && crd
+                    .labels()
+                    .get(INSTALLED_LABEL)
+                    .is_some_and(|v| v == "true")
+            {
+                tracing::info!(crd = %crd.name_any(), "deleting a CRD no installed stack owns or depends on any more");
+                runtime::objects::delete(&crds, &crd.name_any())
+                    .await
+                    .map_err(|e| Error::Request("delete a CRD of the stack", e))?;
+                continue;
+            }
+            let mut patch = json!({"metadata": {"labels": {label.clone(): null}}});
+            if crd.annotations().get(OWNER_ANNOTATION) == Some(&me) {
+                patch["metadata"]["annotations"] = json!({OWNER_ANNOTATION: null});
+            }
+            crds.patch(
+                &crd.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Request("let go of a CRD another stack still uses", e))?;
+        }
+        self.applied.remove(&e.uid().unwrap_or_default());
+        Ok(Cleanup::Done)
+    }
+
+    /// A failure keeps Ready as it was only if it was True; otherwise it says
+    /// why.
+    fn failed(&self, _e: &Extension, status: &mut Draft<Extension>, message: &str) {
+        let ready = conditions::get(&status.conditions, conditions::TYPE_READY)
+            .is_some_and(|c| c.status == "True");
+        if !ready {
+            set_ready(
+                status,
+                false,
+                conditions::reason::UNAVAILABLE,
+                message.to_owned(),
+            );
+        }
+    }
+}
+
+impl Extensions {
+    /// Whether the Extension `namespace/name` exists.
+    async fn extension_exists(&self, key: &str) -> Result<bool, Error> {
+        let Some((ns, name)) = key.split_once('/') else {
+            return Ok(false);
+        };
+        Ok(Api::<Extension>::namespaced(self.sk.client().clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Request("read the Extension that owns a CRD", e))?
+            .is_some())
+    }
+
+    /// Puts this Extension's label (and, for an owner, the owner
+    /// annotation) on a CRD, when it is not there yet.
+    async fn mark(
+        &self,
+        crd: &CustomResourceDefinition,
+        label: &str,
+        value: &str,
+        owner: Option<&str>,
+    ) -> Result<(), Error> {
+        let has_label = crd.labels().get(label).is_some_and(|v| v == value);
+        let has_owner = owner.is_none_or(|o| {
+            crd.annotations()
+                .get(OWNER_ANNOTATION)
+                .is_some_and(|a| a == o)
+        });
+        if has_label && has_owner {
+            return Ok(());
+        }
+        let mut patch = json!({"metadata": {"labels": {label: value}}});
+        if let Some(o) = owner {
+            patch["metadata"]["annotations"] = json!({OWNER_ANNOTATION: o});
+        }
+        Api::<CustomResourceDefinition>::all(self.sk.client().clone())
+            .patch(
+                &crd.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Request("label a CRD with the stack that uses it", e))?;
+        Ok(())
+    }
+
+    fn ours(&self, d: &Deployment, extension: &str) -> bool {
+        d.labels()
+            .get(EXTENSION_LABEL)
+            .is_some_and(|v| v == extension)
+    }
+
+    /// Applies the controller's ServiceAccount and Deployment (only when
+    /// they changed); `Some(why)` while the Deployment is not available.
+    async fn run_controller(&self, e: &Extension) -> Result<Option<String>, Error> {
+        let Some(d) = e
+            .spec
+            .controller
+            .as_ref()
+            .and_then(|c| c.deployment.as_ref())
+        else {
+            return Ok(None);
+        };
+        let ns = e.namespace().unwrap_or_default();
+        let name = e.name_any();
+        if !d.spec.is_object() {
+            return Err(Error::Invalid(
+                "spec.controller.deployment.spec must be an apps/v1 DeploymentSpec (an object)"
+                    .to_owned(),
+            ));
+        }
+        let Some(owner) = e.controller_owner_ref(&()) else {
+            return Ok(Some("the Extension has no UID yet".to_owned()));
+        };
+        let client = self.sk.client().clone();
+        let live = self.deployments.get(&ObjectRef::new(&d.name).within(&ns));
+        if let Some(live) = &live
+            && !self.ours(live, &name)
+        {
+            return Err(Error::Conflict(format!(
+                "Deployment {ns}/{} exists and is not this Extension's; rename spec.controller.deployment.name or remove that Deployment",
+                d.name
+            )));
+        }
+        let labels = json!({EXTENSION_LABEL: name});
+        let service_account = d
+            .spec
+            .pointer("/template/spec/serviceAccountName")
+            .and_then(|v| v.as_str());
+        let deployment = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": d.name, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
+            "spec": d.spec,
+        });
+        let hash = value_hash(&json!([deployment, service_account]));
+        let uid = e.uid().unwrap_or_default();
+        if live.is_none() || self.applied.get(&uid) != Some(hash) {
+            if let Some(sa) = service_account {
+                let api = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
+                let existing = api
+                    .get_opt(sa)
+                    .await
+                    .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
+                // One the user made stays theirs.
+                if existing
+                    .as_ref()
+                    .is_none_or(|s| s.labels().get(EXTENSION_LABEL) == Some(&name))
+                {
+                    let body = json!({
+                        "apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": sa, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
+                    });
+                    ssa::apply(&api, sa, &body, &self.field_manager)
+                        .await
+                        .map_err(|e| Error::Request("apply the controller's ServiceAccount", e))?;
+                }
+            }
+            let api = Api::<Deployment>::namespaced(client, &ns);
+            if let Err(err) = ssa::apply(&api, &d.name, &deployment, &self.field_manager).await {
+                return Err(match err {
+                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => {
+                        Error::Invalid(format!(
+                            "the API server refuses the controller Deployment {ns}/{}: {}; fix spec.controller.deployment",
+                            d.name, a.message
+                        ))
+                    }
+                    err => Error::Request("apply the controller Deployment", err),
+                });
+            }
+            self.applied.insert(uid, hash);
+            return Ok(Some(format!(
+                "controller Deployment {ns}/{} was applied; waiting for it to become available",
+                d.name
+            )));
+        }
+        let available = live
+            .as_ref()
+            .and_then(|d| d.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Available").cloned());
+        Ok(match available {
+            Some(c) if c.status == "True" => None,
+            Some(c) => Some(format!(
+                "controller Deployment {ns}/{} is not available: {}",
+                d.name,
+                c.message.unwrap_or_default()
+            )),
+            None => Some(format!(
+                "controller Deployment {ns}/{} is not available yet",
+                d.name
+            )),
+        })
+    }
+}
+
+/// The controller, ready to run: it watches the controller Deployments it
+/// made (by label) and the CRDs (an Extension waiting for one of its CRDs
+/// is looked at when it appears).
+pub fn controller<S>(
+    rt: &Runtime,
+    crds: Store<CustomResourceDefinition>,
+    crd_changes: S,
+    resync: Duration,
+) -> impl Future<Output = ()> + Send + 'static + use<S>
+where
+    S: futures::Stream<Item = Result<CustomResourceDefinition, watcher::Error>> + Send + 'static,
+{
+    let (deployments, writer) = kube::runtime::reflector::store();
+    let owned = watcher(
+        Api::<Deployment>::all(rt.client.clone()),
+        watcher::Config::default().labels(EXTENSION_LABEL),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let ctrl = Controller::new(
+        Api::<Extension>::all(rt.client.clone()),
+        watcher::Config::default(),
+    );
+    let extensions = ctrl.store();
+    let ctrl = ctrl
+        .owns_stream(owned)
+        .watches_stream(crd_changes, move |crd: CustomResourceDefinition| {
+            let (group, kind) = (crd.spec.group.clone(), crd.spec.names.kind.clone());
+            extensions
+                .state()
+                .iter()
+                .filter(|e| {
+                    e.spec
+                        .custom_resource_definitions
+                        .as_ref()
+                        .is_some_and(|r| {
+                            r.owns.iter().chain(&r.depends_on).any(|c| {
+                                c.kind == kind
+                                    && c.api_version.split('/').next() == Some(group.as_str())
+                            })
+                        })
+                })
+                .map(|e| ObjectRef::from_obj(e.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown());
+    let reconciler = Arc::new(Extensions {
+        sk: Skeleton::new(rt, CONTROLLER),
+        field_manager: rt.field_manager(),
+        crds,
+        deployments,
+        applied: Expiring::new(Duration::from_secs(3600)),
+        resync,
+    });
+    reconciler::run(ctrl, reconciler)
+}

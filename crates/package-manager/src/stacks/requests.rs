@@ -1,0 +1,732 @@
+//! The ExtensionRequest controller (seed 001 "Installation Flow"): the
+//! request names a package (`spec.package`) or a CRD (`spec.crd`) in a
+//! registry (`spec.source`, else `--default-registry`, both read through
+//! `--registry-rewrite`). The stack that owns the CRD is found by searching
+//! the registry ([`super::index`]); its `dependsOn` CRDs that are not
+//! installed are resolved the same way; then, dependencies first, each
+//! stack's Extension record is made in the request's namespace and its CRDs
+//! installed, and a stack waits until those it depends on are Ready.
+//!
+//! Every Extension a request made names the request among its owners, so
+//! deleting the request lets garbage collection delete the Extensions no
+//! other request still holds; each Extension's finalizer then stops its
+//! controller and deletes the CRDs no installed stack still uses.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{
+    Api, Resource as _, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller, WatchStreamExt as _,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
+};
+use oci::{
+    Digest,
+    stack::{CrdSelector, Stack},
+};
+use runtime::{
+    conditions,
+    controller::{Runtime, cache_ready},
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
+    ssa,
+};
+use serde_json::json;
+use types::{
+    common::TypedReference,
+    extensions::v1alpha1::{CrdRef, Extension, ExtensionRequest},
+};
+
+use super::{
+    Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, PACKAGE_ANNOTATION, extension_name,
+    extensions::{established, ready, ready_message},
+    index::{Candidate, Index},
+    install_order, stack_label,
+};
+
+/// Name of this controller in metrics and events.
+pub const CONTROLLER: &str = "extensionrequest";
+/// How often a request waiting on an installing stack looks again (the
+/// Extension watch usually wakes it first).
+const WAIT_POLL: Duration = Duration::from_secs(5);
+
+/// One stack of an install plan.
+#[derive(Clone, Debug)]
+struct Planned {
+    reference: String,
+    digest: Digest,
+    stack: Stack,
+    /// Extensions (`namespace/name`) that own CRDs this stack depends on
+    /// and were installed before: it waits until they are Ready.
+    waits_on: Vec<String>,
+}
+
+/// The reconciler.
+pub struct Requests {
+    sk: Skeleton,
+    field_manager: String,
+    index: Index,
+    default_source: String,
+    crds: Store<CustomResourceDefinition>,
+    extensions: Store<Extension>,
+    resync: Duration,
+}
+
+fn set_ready(status: &mut Draft<ExtensionRequest>, ok: bool, reason: &str, message: String) {
+    conditions::set(
+        &mut status.conditions,
+        conditions::custom(conditions::TYPE_READY, ok, reason, Some(message)),
+        &conditions::now(),
+    );
+}
+
+/// The CRD object a package's CRD installs as.
+fn crd_body(object: &serde_json::Value, owner: &str, label: &str) -> serde_json::Value {
+    let mut labels = object
+        .pointer("/metadata/labels")
+        .and_then(|l| l.as_object())
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(INSTALLED_LABEL.into(), "true".into());
+    labels.insert(label.into(), OWNS.into());
+    let mut annotations = object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.as_object())
+        .cloned()
+        .unwrap_or_default();
+    annotations.insert(OWNER_ANNOTATION.into(), owner.into());
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": object.pointer("/metadata/name").cloned().unwrap_or_default(),
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": object.get("spec").cloned().unwrap_or_default(),
+    })
+}
+
+/// The Extension record of a stack (seed 001: "the file based content is
+/// translated into a YAML based version").
+fn extension_body(
+    ns: &str,
+    name: &str,
+    p: &Planned,
+    owner: &OwnerReference,
+    crd_refs: (Vec<CrdRef>, Vec<CrdRef>),
+) -> serde_json::Value {
+    let mut spec = serde_json::to_value(&p.stack.app).unwrap_or_else(|_| json!({}));
+    if let Some(spec) = spec.as_object_mut() {
+        spec.insert(
+            "customresourcedefinitions".into(),
+            json!({"owns": crd_refs.0, "dependsOn": crd_refs.1}),
+        );
+        if let Some(d) = &p.stack.install {
+            let mut deployment_spec = d.get("spec").cloned().unwrap_or_else(|| json!({}));
+            // The controller runs as its own ServiceAccount, which the
+            // rbac-manager binds to the stack's role.
+            let dname = d
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or(name);
+            if deployment_spec
+                .pointer("/template/spec/serviceAccountName")
+                .is_none()
+                && let Some(pod) = deployment_spec
+                    .pointer_mut("/template/spec")
+                    .and_then(|s| s.as_object_mut())
+            {
+                pod.insert("serviceAccountName".into(), dname.into());
+            }
+            spec.insert(
+                "controller".into(),
+                json!({"deployment": {"name": dname, "spec": deployment_spec}}),
+            );
+        }
+        if !p.stack.rules.is_empty() {
+            spec.insert("permissions".into(), json!({"rules": p.stack.rules}));
+        }
+    }
+    json!({
+        "apiVersion": "extensions.crossplane.io/v1alpha1",
+        "kind": "Extension",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "annotations": {PACKAGE_ANNOTATION: format!("{}@{}", p.reference, p.digest)},
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    })
+}
+
+fn crd_ref_of(crd: &serde_json::Value) -> Vec<CrdRef> {
+    let text = |p: &str| {
+        crd.pointer(p)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    oci::stack::versions_of(crd)
+        .into_iter()
+        .map(|v| CrdRef {
+            kind: text("/spec/names/kind"),
+            api_version: format!("{}/{v}", text("/spec/group")),
+        })
+        .collect()
+}
+
+impl Reconciler for Requests {
+    type Object = ExtensionRequest;
+    type Error = Error;
+
+    fn skeleton(&self) -> &Skeleton {
+        &self.sk
+    }
+
+    fn api(&self, r: &ExtensionRequest) -> Api<ExtensionRequest> {
+        Api::namespaced(self.sk.client().clone(), &r.namespace().unwrap_or_default())
+    }
+
+    /// What a request makes is owned by it (garbage collection removes it).
+    fn finalizer(&self) -> Option<&'static str> {
+        None
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.crds).await && cache_ready(&self.extensions).await
+    }
+
+    async fn apply(
+        &self,
+        r: &Arc<ExtensionRequest>,
+        status: &mut Draft<ExtensionRequest>,
+    ) -> Result<Action, Error> {
+        let ns = r.namespace().unwrap_or_default();
+        let source = r
+            .spec
+            .source
+            .clone()
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or_else(|| self.default_source.clone());
+        let source = source.trim().trim_end_matches('/').to_owned();
+        let root = match (&r.spec.package, &r.spec.crd) {
+            (Some(p), None) => {
+                let reference = self.index.tagged(&format!("{source}/{}", p.trim())).await?;
+                let digest = self.index.packages().resolve(&reference, &[]).await?;
+                Candidate { reference, digest }
+            }
+            (None, Some(c)) => {
+                let selector =
+                    CrdSelector::parse(c).map_err(|e| Error::Invalid(format!("spec.crd: {e}")))?;
+                if let Some(crd) = self.installed(&selector) {
+                    return self.already_installed(r, &crd, status).await;
+                }
+                self.index.owner(&source, &selector).await?
+            }
+            _ => {
+                return Err(Error::Invalid(
+                    "set exactly one of spec.package (e.g. redis:v0.1.0) or spec.crd (e.g. redisclusters.cache.crossplane.io/v1alpha1)".to_owned(),
+                ));
+            }
+        };
+        let plan = self.plan(&ns, &source, root).await?;
+        let Some(owner) = owner_ref(r) else {
+            return Ok(Action::requeue(WAIT_POLL));
+        };
+        let mut installed = Vec::new();
+        for p in &plan {
+            let name = extension_name(&p.reference);
+            for w in &p.waits_on {
+                if let Some(why) = self.not_ready(w) {
+                    set_ready(
+                        status,
+                        false,
+                        conditions::reason::CREATING,
+                        format!(
+                            "installing {}: waiting for Extension {w}, which owns CRDs it depends on, to become Ready ({why})",
+                            p.reference
+                        ),
+                    );
+                    return Ok(Action::requeue(WAIT_POLL));
+                }
+            }
+            self.install(r, &ns, &name, p, &owner).await?;
+            let key = format!("{ns}/{name}");
+            if let Some(why) = self.not_ready(&key) {
+                set_ready(
+                    status,
+                    false,
+                    conditions::reason::CREATING,
+                    format!("installing {} as Extension {key}: {why}", p.reference),
+                );
+                return Ok(Action::requeue(WAIT_POLL));
+            }
+            installed.push(key);
+        }
+        let Some((reference, digest)) =
+            plan.last().map(|p| (p.reference.clone(), p.digest.clone()))
+        else {
+            return Err(Error::Invalid("the install plan is empty".to_owned()));
+        };
+        let name = extension_name(&reference);
+        let record = self
+            .extensions
+            .get(&ObjectRef::new(&name).within(&ns))
+            .and_then(|e| e.uid());
+        status.extension_record = Some(TypedReference {
+            api_version: "extensions.crossplane.io/v1alpha1".into(),
+            kind: "Extension".into(),
+            name: name.clone(),
+            uid: record,
+        });
+        // Its dependencies: those installed now, and those found installed.
+        installed.pop();
+        for w in plan.iter().flat_map(|p| &p.waits_on) {
+            if !installed.contains(w) {
+                installed.push(w.clone());
+            }
+        }
+        set_ready(
+            status,
+            true,
+            conditions::reason::AVAILABLE,
+            format!(
+                "installed {reference} ({digest}) as Extension {ns}/{name}{}",
+                if installed.is_empty() {
+                    String::new()
+                } else {
+                    format!(", after its dependencies {}", installed.join(", "))
+                }
+            ),
+        );
+        Ok(Action::requeue(self.resync))
+    }
+
+    async fn cleanup(
+        &self,
+        _r: &Arc<ExtensionRequest>,
+        _status: &mut Draft<ExtensionRequest>,
+    ) -> Result<Cleanup, Error> {
+        Ok(Cleanup::Done)
+    }
+
+    fn failed(&self, _r: &ExtensionRequest, status: &mut Draft<ExtensionRequest>, message: &str) {
+        let ready = conditions::get(&status.conditions, conditions::TYPE_READY)
+            .is_some_and(|c| c.status == "True");
+        if !ready {
+            set_ready(
+                status,
+                false,
+                conditions::reason::UNAVAILABLE,
+                message.to_owned(),
+            );
+        }
+    }
+}
+
+fn owner_ref(r: &ExtensionRequest) -> Option<OwnerReference> {
+    let mut o = r.controller_owner_ref(&())?;
+    // Several requests may hold one Extension; none controls it.
+    o.controller = Some(false);
+    o.block_owner_deletion = None;
+    Some(o)
+}
+
+impl Requests {
+    /// The installed CRD a selector names.
+    fn installed(&self, selector: &CrdSelector) -> Option<Arc<CustomResourceDefinition>> {
+        self.crds
+            .state()
+            .into_iter()
+            .find(|c| serde_json::to_value(c.as_ref()).is_ok_and(|v| selector.matches(&v)))
+    }
+
+    /// `Some(why)` while the Extension `namespace/name` is not Ready.
+    fn not_ready(&self, key: &str) -> Option<String> {
+        let (ns, name) = key.split_once('/')?;
+        match self.extensions.get(&ObjectRef::new(name).within(ns)) {
+            None => Some(format!("Extension {key} does not exist yet")),
+            Some(e) if ready(&e) => None,
+            Some(e) => Some(ready_message(&e)),
+        }
+    }
+
+    /// A request for a CRD that is installed already: it points at the
+    /// Extension that owns it (held by this request too when it is in the
+    /// same namespace), or says nothing needed installing.
+    async fn already_installed(
+        &self,
+        r: &ExtensionRequest,
+        crd: &CustomResourceDefinition,
+        status: &mut Draft<ExtensionRequest>,
+    ) -> Result<Action, Error> {
+        let ns = r.namespace().unwrap_or_default();
+        let Some(owner) = crd.annotations().get(OWNER_ANNOTATION).cloned() else {
+            status.extension_record = None;
+            set_ready(
+                status,
+                true,
+                conditions::reason::AVAILABLE,
+                format!(
+                    "CRD {} is already installed, not by a stack; nothing to install",
+                    crd.name_any()
+                ),
+            );
+            return Ok(Action::requeue(self.resync));
+        };
+        let (ens, ename) = owner.split_once('/').unwrap_or_default();
+        if ens == ns
+            && let Some(o) = owner_ref(r)
+        {
+            self.hold(r, ename, &o).await?;
+        }
+        let ext = self.extensions.get(&ObjectRef::new(ename).within(ens));
+        status.extension_record = Some(TypedReference {
+            api_version: "extensions.crossplane.io/v1alpha1".into(),
+            kind: "Extension".into(),
+            name: ename.to_owned(),
+            uid: ext.as_ref().and_then(|e| e.uid()),
+        });
+        match self.not_ready(&owner) {
+            None => {
+                set_ready(
+                    status,
+                    true,
+                    conditions::reason::AVAILABLE,
+                    format!("CRD {} is installed by Extension {owner}", crd.name_any()),
+                );
+                Ok(Action::requeue(self.resync))
+            }
+            Some(why) => {
+                set_ready(
+                    status,
+                    false,
+                    conditions::reason::CREATING,
+                    format!(
+                        "CRD {} is installed by Extension {owner}, which is not Ready: {why}",
+                        crd.name_any()
+                    ),
+                );
+                Ok(Action::requeue(WAIT_POLL))
+            }
+        }
+    }
+
+    /// The field manager a request applies its Extensions with: one per
+    /// request, so each request holds its own owner reference.
+    fn manager_of(&self, r: &ExtensionRequest) -> String {
+        let mut m = format!("{}.{}", self.field_manager, r.uid().unwrap_or_default());
+        m.truncate(128);
+        m
+    }
+
+    /// Adds this request to an Extension's owners.
+    async fn hold(
+        &self,
+        r: &ExtensionRequest,
+        name: &str,
+        owner: &OwnerReference,
+    ) -> Result<(), Error> {
+        let ns = r.namespace().unwrap_or_default();
+        let held = self
+            .extensions
+            .get(&ObjectRef::new(name).within(&ns))
+            .is_some_and(|e| e.owner_references().iter().any(|o| o.uid == owner.uid));
+        if held {
+            return Ok(());
+        }
+        let body = json!({
+            "apiVersion": "extensions.crossplane.io/v1alpha1", "kind": "Extension",
+            "metadata": {"name": name, "namespace": ns, "ownerReferences": [owner]},
+        });
+        ssa::apply(
+            &Api::<Extension>::namespaced(self.sk.client().clone(), &ns),
+            name,
+            &body,
+            &self.manager_of(r),
+        )
+        .await
+        .map_err(|e| Error::Request("add the request to the Extension's owners", e))?;
+        Ok(())
+    }
+
+    /// The stacks to install for `root`, dependencies first: every
+    /// `dependsOn` CRD not installed is resolved to the stack that owns it
+    /// in `source`, recursively; cycles are refused naming their path.
+    async fn plan(&self, ns: &str, source: &str, root: Candidate) -> Result<Vec<Planned>, Error> {
+        let mut stacks: BTreeMap<String, Planned> = BTreeMap::new();
+        let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut queue = vec![root.clone()];
+        while let Some(c) = queue.pop() {
+            if stacks.contains_key(&c.reference) {
+                continue;
+            }
+            let package = self
+                .index
+                .packages()
+                .fetch_stack(&c.reference, &c.digest)
+                .await?;
+            let mut resolved = Vec::new();
+            let mut waits_on = Vec::new();
+            for selector in &package.stack.depends_on {
+                if let Some(crd) = self.installed(selector) {
+                    if let Some(owner) = crd.annotations().get(OWNER_ANNOTATION)
+                        && *owner != format!("{ns}/{}", extension_name(&c.reference))
+                    {
+                        waits_on.push(owner.clone());
+                    }
+                    continue;
+                }
+                let planned = stacks
+                    .values()
+                    .chain(std::iter::once(&Planned {
+                        reference: c.reference.clone(),
+                        digest: c.digest.clone(),
+                        stack: package.stack.clone(),
+                        waits_on: Vec::new(),
+                    }))
+                    .find(|p| p.stack.crds.iter().any(|crd| selector.matches(crd)))
+                    .map(|p| p.reference.clone());
+                let dependency = match planned {
+                    Some(p) => p,
+                    None => {
+                        let owner =
+                            self.index
+                                .owner(source, selector)
+                                .await
+                                .map_err(|e| match e {
+                                    Error::NotFound(m) => Error::NotFound(format!(
+                                        "{} depends on CRD {selector}: {m}",
+                                        c.reference
+                                    )),
+                                    Error::Ambiguous(m) => Error::Ambiguous(format!(
+                                        "{} depends on CRD {selector}: {m}",
+                                        c.reference
+                                    )),
+                                    e => e,
+                                })?;
+                        let reference = owner.reference.clone();
+                        queue.push(owner);
+                        reference
+                    }
+                };
+                if dependency != c.reference {
+                    resolved.push(dependency);
+                }
+            }
+            deps.insert(c.reference.clone(), resolved);
+            stacks.insert(
+                c.reference.clone(),
+                Planned {
+                    reference: c.reference,
+                    digest: c.digest,
+                    stack: package.stack,
+                    waits_on,
+                },
+            );
+        }
+        let order = install_order(&root.reference, &deps).map_err(|path| {
+            Error::Cycle(format!(
+                "the stacks' dependencies form a cycle: {path}; a stack cannot depend, even indirectly, on a CRD of its own dependents"
+            ))
+        })?;
+        Ok(order
+            .into_iter()
+            .filter_map(|r| stacks.remove(&r))
+            .collect())
+    }
+
+    /// Makes the Extension record of one planned stack (held by this
+    /// request) and installs its CRDs (all checked by a dry run first).
+    async fn install(
+        &self,
+        r: &ExtensionRequest,
+        ns: &str,
+        name: &str,
+        p: &Planned,
+        owner: &OwnerReference,
+    ) -> Result<(), Error> {
+        let me = format!("{ns}/{name}");
+        let label = stack_label(ns, name);
+        let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
+        let mut bodies = Vec::new();
+        for object in &p.stack.crds {
+            let crd_name = object
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let live = self.crds.get(&ObjectRef::new(&crd_name));
+            if let Some(live) = &live {
+                match live.annotations().get(OWNER_ANNOTATION) {
+                    Some(o) if *o != me && self.extension_exists(o).await? => {
+                        return Err(Error::Conflict(format!(
+                            "{} owns CRD {crd_name}, which Extension {o} owns already; uninstall {o} first (this request installs by itself once it is gone)",
+                            p.reference
+                        )));
+                    }
+                    None if !live.labels().contains_key(INSTALLED_LABEL) => {
+                        return Err(Error::Conflict(format!(
+                            "{} owns CRD {crd_name}, which exists and was not installed by a stack; delete it or install another stack",
+                            p.reference
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            let body = crd_body(object, &me, &label);
+            let unchanged = live.as_ref().is_some_and(|l| {
+                serde_json::to_value(l.as_ref()).is_ok_and(|v| ssa::unchanged_by(&v, &body))
+            });
+            bodies.push((crd_name, body, unchanged));
+        }
+        let dry = PatchParams::apply(&self.field_manager).force().dry_run();
+        for (crd_name, body, _) in bodies.iter().filter(|b| !b.2) {
+            if let Err(e) = crds.patch(crd_name, &dry, &Patch::Apply(body)).await {
+                return Err(match e {
+                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => Error::InvalidCrd {
+                        name: crd_name.clone(),
+                        message: a.message,
+                    },
+                    e => Error::Request("check a CRD (dry run)", e),
+                });
+            }
+        }
+        let owns: Vec<CrdRef> = p.stack.crds.iter().flat_map(crd_ref_of).collect();
+        let mut depends_on: Vec<CrdRef> = Vec::new();
+        for selector in &p.stack.depends_on {
+            let crd = self
+                .installed(selector)
+                .and_then(|c| serde_json::to_value(c.as_ref()).ok());
+            match (crd, &selector.kind) {
+                (Some(c), _) => depends_on.extend(crd_ref_of(&c).into_iter().filter(|r| {
+                    selector
+                        .version
+                        .as_ref()
+                        .is_none_or(|v| r.api_version.ends_with(&format!("/{v}")))
+                })),
+                (None, Some(kind)) => depends_on.push(CrdRef {
+                    kind: kind.clone(),
+                    api_version: format!(
+                        "{}/{}",
+                        selector.group,
+                        selector.version.clone().unwrap_or_default()
+                    ),
+                }),
+                // Not installed yet, by name: installed before this stack,
+                // so this does not happen; the next reconcile fills it in.
+                (None, None) => {}
+            }
+        }
+        let body = extension_body(ns, name, p, owner, (owns, depends_on));
+        let api = Api::<Extension>::namespaced(self.sk.client().clone(), ns);
+        let current = self.extensions.get(&ObjectRef::new(name).within(ns));
+        let unchanged = current.as_ref().is_some_and(|e| {
+            serde_json::to_value(e.as_ref()).is_ok_and(|v| ssa::unchanged_by(&v, &body))
+        });
+        if !unchanged {
+            ssa::apply(&api, name, &body, &self.manager_of(r))
+                .await
+                .map_err(|e| match e {
+                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => {
+                        Error::Invalid(format!(
+                            "the API server refuses the Extension record of {}: {}",
+                            p.reference, a.message
+                        ))
+                    }
+                    e => Error::Request("apply the Extension record", e),
+                })?;
+        }
+        for (crd_name, body, unchanged) in bodies {
+            if unchanged {
+                continue;
+            }
+            let applied = ssa::apply(&crds, &crd_name, &body, &self.field_manager)
+                .await
+                .map_err(|e| Error::Request("apply a CRD of the stack", e))?;
+            if !established(&applied) {
+                tracing::debug!(crd = %crd_name, "installed; not established yet");
+            }
+        }
+        Ok(())
+    }
+
+    async fn extension_exists(&self, key: &str) -> Result<bool, Error> {
+        let Some((ns, name)) = key.split_once('/') else {
+            return Ok(false);
+        };
+        Ok(Api::<Extension>::namespaced(self.sk.client().clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Request("read the Extension that owns a CRD", e))?
+            .is_some())
+    }
+}
+
+/// The controller, ready to run: it watches the Extensions requests hold
+/// (a request waiting on an installing stack is woken when it changes).
+pub fn controller(
+    rt: &Runtime,
+    index: Index,
+    default_source: String,
+    crds: Store<CustomResourceDefinition>,
+    resync: Duration,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
+    let (extensions, writer) = kube::runtime::reflector::store();
+    let extension_stream = watcher(
+        Api::<Extension>::all(rt.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let ctrl = Controller::new(
+        Api::<ExtensionRequest>::all(rt.client.clone()),
+        watcher::Config::default(),
+    );
+    let requests = ctrl.store();
+    let ctrl = ctrl
+        .watches_stream(extension_stream, move |e: Extension| {
+            // The requests that hold it, and the requests waiting on it (any
+            // in its namespace that is not Ready yet).
+            let ns = e.namespace().unwrap_or_default();
+            let holders: Vec<String> = e
+                .owner_references()
+                .iter()
+                .filter(|o| o.kind == "ExtensionRequest")
+                .map(|o| o.name.clone())
+                .collect();
+            requests
+                .state()
+                .iter()
+                .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|r| {
+                    holders.contains(&r.name_any())
+                        || !conditions::get(conditions::of(r.as_ref()), conditions::TYPE_READY)
+                            .is_some_and(|c| c.status == "True")
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown());
+    let reconciler = Arc::new(Requests {
+        sk: Skeleton::new(rt, CONTROLLER),
+        field_manager: rt.field_manager(),
+        index,
+        default_source,
+        crds,
+        extensions,
+        resync,
+    });
+    reconciler::run(ctrl, reconciler)
+}

@@ -1,0 +1,747 @@
+//! Stacks (seed 001), on a real node with a real registry: stacks built by
+//! `xpkg` (a `.registry/` directory) whose controller is the project's
+//! `stack-controller` (it writes a ConfigMap for each custom resource of
+//! its CRD), installed through ExtensionRequests by package and by CRD. The
+//! seed's requests name `registry.crossplane.io`; this binary's
+//! package-manager reads that name from the test registry
+//! (`--registry-rewrite`), so they apply verbatim.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{path::PathBuf, sync::OnceLock, time::Duration};
+
+use e2e::packages::*;
+use serde_json::Value;
+
+const INSTALL: Duration = Duration::from_secs(180);
+
+struct Stacks {
+    /// The stack-controller image, as the node pulls it.
+    controller_image: String,
+}
+
+static STACKS: OnceLock<Stacks> = OnceLock::new();
+
+/// The registry, this binary's package-manager (reading
+/// registry.crossplane.io from the test registry) and rbac-manager, and the
+/// stack-controller image.
+fn stacks() -> &'static Stacks {
+    STACKS.get_or_init(|| {
+        let e = env_without_package_manager();
+        let controller_image = push_binary_image(
+            &e.registry,
+            "stack-controller",
+            "stacks-test/stack-controller:dev",
+        );
+        let mut args = package_manager_args(&e.ca_file, &e.work.join("stack-cache"));
+        args.extend([
+            "--registry-rewrite".to_owned(),
+            format!("registry.crossplane.io={}", e.registry.address),
+        ]);
+        let pm = start_package_manager(&args);
+        let plane = testenv::control_plane_with_node();
+        let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, "rbac-manager");
+        let rbac = e2e::Running::start("rbac-manager", &kubeconfig, &[]);
+        // Both run until the test binary exits.
+        std::mem::forget(pm);
+        std::mem::forget(rbac);
+        Stacks { controller_image }
+    })
+}
+
+fn namespace(prefix: &str) -> String {
+    let ns = testenv::unique_name(prefix);
+    kubectl(&["create", "namespace", &ns]);
+    ns
+}
+
+/// A namespaced CRD `<plural>.<group>` of kind `kind` (v1alpha1).
+fn crd_yaml(group: &str, kind: &str) -> String {
+    let plural = format!("{}s", kind.to_lowercase());
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: {kind}, plural: {plural}, singular: {}, listKind: {kind}List}}\n  versions:\n  - name: v1alpha1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+        kind.to_lowercase()
+    )
+}
+
+/// What goes into a stack directory.
+struct StackDir<'a> {
+    title: &'a str,
+    version: &'a str,
+    /// (group, kind) of the CRDs it owns.
+    owns: &'a [(&'a str, &'a str)],
+    /// `dependsOn` entries as `crd:` names.
+    depends_on: &'a [String],
+    /// Run the stack-controller for the first owned CRD.
+    controller: bool,
+}
+
+fn stack_dir(s: &StackDir) -> PathBuf {
+    let dir = env_without_package_manager()
+        .work
+        .join(testenv::unique_name("stack"));
+    let reg = dir.join(".registry");
+    std::fs::create_dir_all(&reg).unwrap();
+    let mut app = format!(
+        "title: {}\ndescription: |\n  A test stack.\nversion: {}\nmaintainers:\n- name: Test\n  email: test@example.org\ncompany: crossplane-rs\nkeywords: [test]\nlinks:\n- description: Source\n  url: https://example.org/stack\nlicense: Apache-2.0\n",
+        s.title, s.version
+    );
+    if !s.depends_on.is_empty() {
+        app.push_str("dependsOn:\n");
+        for d in s.depends_on {
+            app.push_str(&format!("- crd: {d}\n"));
+        }
+    }
+    std::fs::write(reg.join("app.yaml"), app).unwrap();
+    std::fs::write(reg.join("icon.png"), [0x89, b'P', b'N', b'G', 0x0d, 0x0a]).unwrap();
+    for (group, kind) in s.owns {
+        let d = reg
+            .join("resources")
+            .join(group)
+            .join(kind.to_lowercase())
+            .join("v1alpha1");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join(format!("{}.v1alpha1.crd.yaml", kind.to_lowercase())),
+            crd_yaml(group, kind),
+        )
+        .unwrap();
+        std::fs::write(d.join("resource.yaml"), format!("title: {kind}\n")).unwrap();
+    }
+    if s.controller {
+        let (group, kind) = s.owns[0];
+        let name = format!("{}-controller", s.title.to_lowercase());
+        std::fs::write(
+            reg.join("install.yaml"),
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: controller\n        image: {}\n        env:\n        - {{name: STACK_GROUP, value: {group}}}\n        - {{name: STACK_VERSION, value: v1alpha1}}\n        - {{name: STACK_KIND, value: {kind}}}\n        - {{name: STACK_PLURAL, value: {}s}}\n",
+                stacks().controller_image,
+                kind.to_lowercase()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            reg.join("rbac.yaml"),
+            "rules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get, list, watch, create, update, patch]\n",
+        )
+        .unwrap();
+    }
+    dir
+}
+
+/// Builds and pushes a stack as `<registry>/<repository>:<tag>`.
+fn push_stack(s: &StackDir, repository: &str, tag: &str) {
+    xpkg_push(
+        &stack_dir(s),
+        &format!(
+            "{}/{repository}:{tag}",
+            env_without_package_manager().registry.address
+        ),
+        None,
+    );
+}
+
+fn request_yaml(name: &str, what: &str) -> String {
+    format!(
+        "apiVersion: extensions.crossplane.io/v1alpha1\nkind: ExtensionRequest\nmetadata:\n  name: {name}\nspec:\n  source: registry.crossplane.io\n  {what}\n"
+    )
+}
+
+fn apply_in(ns: &str, yaml: &str) {
+    let out = testenv::control_plane_with_node()
+        .control
+        .kubectl_stdin(&["apply", "-n", ns, "-f", "-"], Some(yaml));
+    assert!(
+        out.status.success(),
+        "apply: {}\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn request(ns: &str, name: &str) -> Option<Value> {
+    get_json(&["extensionrequests.extensions.crossplane.io", name, "-n", ns])
+}
+
+fn extension(ns: &str, name: &str) -> Option<Value> {
+    get_json(&["extensions.extensions.crossplane.io", name, "-n", ns])
+}
+
+fn explain(ns: &str) -> String {
+    let (_, objects) = kubectl_try(&[
+        "get",
+        "extensionrequests,extensions,deployments,pods",
+        "-n",
+        ns,
+        "-o",
+        "yaml",
+    ]);
+    objects
+}
+
+fn wait_request(ns: &str, name: &str, status: &str, says: &[&str], timeout: Duration) -> Value {
+    wait(
+        timeout,
+        &format!("ExtensionRequest {ns}/{name} Ready={status} saying {says:?}"),
+        || {
+            let r = request(ns, name)?;
+            let (s, m) = condition(&r, "Ready")?;
+            (s == status && says.iter().all(|w| m.contains(w))).then_some(r)
+        },
+        || explain(ns),
+    )
+}
+
+fn wait_gone(what: &str, mut exists: impl FnMut() -> bool, ns: &str) {
+    wait(
+        Duration::from_secs(90),
+        &format!("{what} gone"),
+        || (!exists()).then_some(()),
+        || explain(ns),
+    );
+}
+
+fn crd_exists(name: &str) -> bool {
+    get_json(&["crd", name]).is_some()
+}
+
+fn delete_request(ns: &str, name: &str) {
+    kubectl(&[
+        "delete",
+        "extensionrequests.extensions.crossplane.io",
+        name,
+        "-n",
+        ns,
+        "--wait=false",
+    ]);
+}
+
+/// The seed's two requests, applied verbatim from examples/seeds: both end
+/// at the same Extension `redis` (the stack redis:v0.1.0 owns
+/// redisclusters.cache.crossplane.io), whose controller runs on the node
+/// with its role bound, and a RedisCluster made afterwards is acted on
+/// (seed "Step 2"). It goes only when the last request goes, with its
+/// controller and CRD.
+#[test]
+fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
+    stacks();
+    push_stack(
+        &StackDir {
+            title: "Redis",
+            version: "0.1.0",
+            owns: &[("cache.crossplane.io", "RedisCluster")],
+            depends_on: &[],
+            controller: true,
+        },
+        "redis",
+        "v0.1.0",
+    );
+    let ns = namespace("seed-stacks");
+    let seed = std::fs::read_to_string(
+        testenv::repo_root().join("examples/seeds/001-extensionrequests.yaml"),
+    )
+    .unwrap();
+    apply_in(&ns, &seed);
+    for name in ["redis-from-package", "redis-from-crd"] {
+        let r = wait_request(&ns, name, "True", &["Extension"], INSTALL);
+        assert_eq!(
+            r.pointer("/status/extensionRecord/name")
+                .and_then(Value::as_str),
+            Some("redis"),
+            "{r:#}"
+        );
+    }
+    let ext = extension(&ns, "redis").expect("the Extension record");
+    assert_eq!(
+        ext.pointer("/spec/title").and_then(Value::as_str),
+        Some("Redis")
+    );
+    assert_eq!(
+        ext.pointer("/spec/version").and_then(Value::as_str),
+        Some("0.1.0")
+    );
+    assert_eq!(
+        ext.pointer("/spec/license").and_then(Value::as_str),
+        Some("Apache-2.0")
+    );
+    assert_eq!(
+        ext.pointer("/spec/icons/0/mediatype")
+            .and_then(Value::as_str),
+        Some("image/png")
+    );
+    assert_eq!(
+        ext.pointer("/spec/customresourcedefinitions/owns/0"),
+        Some(
+            &serde_json::json!({"kind": "RedisCluster", "apiVersion": "cache.crossplane.io/v1alpha1"})
+        )
+    );
+    let owners: Vec<&str> = ext["metadata"]["ownerReferences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert!(
+        owners.contains(&"redis-from-package") && owners.contains(&"redis-from-crd"),
+        "{owners:?}"
+    );
+    // Its roles: the rbac-manager bound the stack's rule set to the
+    // controller's ServiceAccount.
+    wait(
+        Duration::from_secs(60),
+        "RBACReady on the Extension",
+        || {
+            let e = extension(&ns, "redis")?;
+            (condition(&e, "RBACReady")?.0 == "True").then_some(())
+        },
+        || explain(&ns),
+    );
+    let sa = format!("system:serviceaccount:{ns}:redis-controller");
+    let (ok, can) = kubectl_try(&[
+        "auth",
+        "can-i",
+        "create",
+        "configmaps",
+        "-n",
+        &ns,
+        "--as",
+        &sa,
+    ]);
+    assert!(ok && can.trim() == "yes", "{can}");
+    // Step 2: a custom resource of the stack's CRD is acted on by its
+    // controller, a real pod on the node.
+    apply_in(
+        &ns,
+        "apiVersion: cache.crossplane.io/v1alpha1\nkind: RedisCluster\nmetadata:\n  name: cache-one\nspec:\n  size: 3\n",
+    );
+    let cm = wait(
+        INSTALL,
+        "the stack controller's ConfigMap for RedisCluster cache-one",
+        || get_json(&["configmap", "cache-one", "-n", &ns]),
+        || explain(&ns),
+    );
+    assert_eq!(
+        cm.pointer("/data/spec").and_then(Value::as_str),
+        Some(r#"{"size":3}"#)
+    );
+    // kubectl shows where each stands.
+    let table = kubectl(&["get", "extensionrequests,extensions", "-A"]);
+    for column in [
+        "PACKAGE",
+        "CRD",
+        "READY",
+        "EXTENSION",
+        "VERSION",
+        "redis-from-crd",
+        "redisclusters.cache.crossplane.io/v1alpha1",
+        "0.1.0",
+    ] {
+        assert!(table.contains(column), "{column} missing from:\n{table}");
+    }
+    // Uninstall: the Extension is held while any request holds it.
+    delete_request(&ns, "redis-from-crd");
+    wait_gone(
+        "ExtensionRequest redis-from-crd",
+        || request(&ns, "redis-from-crd").is_some(),
+        &ns,
+    );
+    let ext =
+        extension(&ns, "redis").expect("the Extension stays while redis-from-package holds it");
+    assert!(ext["metadata"]["deletionTimestamp"].is_null(), "{ext:#}");
+    delete_request(&ns, "redis-from-package");
+    wait_gone("Extension redis", || extension(&ns, "redis").is_some(), &ns);
+    wait_gone(
+        "the controller Deployment",
+        || get_json(&["deployment", "redis-controller", "-n", &ns]).is_some(),
+        &ns,
+    );
+    wait_gone(
+        "CRD redisclusters.cache.crossplane.io",
+        || crd_exists("redisclusters.cache.crossplane.io"),
+        &ns,
+    );
+    let (_, roles) = kubectl_try(&["get", "clusterroles", "-o", "name"]);
+    assert!(
+        !roles.contains(&format!("crossplane:extension:{ns}:redis")),
+        "{roles}"
+    );
+}
+
+/// Two stacks that own one CRD: a request for it is refused naming both,
+/// and nothing is installed.
+#[test]
+fn a_crd_two_stacks_own_is_refused_naming_both() {
+    stacks();
+    let g = format!("{}.example.org", testenv::unique_name("amb"));
+    for repo in ["amb-one", "amb-two"] {
+        push_stack(
+            &StackDir {
+                title: repo,
+                version: "1.0.0",
+                owns: &[(&g, "Gizmo")],
+                depends_on: &[],
+                controller: false,
+            },
+            &format!("{g}/{repo}"),
+            "v1.0.0",
+        );
+    }
+    let ns = namespace("ambiguous");
+    apply_in(
+        &ns,
+        &request_yaml("gizmos", &format!("crd: gizmos.{g}/v1alpha1")),
+    );
+    wait_request(
+        &ns,
+        "gizmos",
+        "False",
+        &[
+            "more than one stack",
+            &format!("{g}/amb-one:v1.0.0"),
+            &format!("{g}/amb-two:v1.0.0"),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!crd_exists(&format!("gizmos.{g}")));
+    let (_, exts) = kubectl_try(&[
+        "get",
+        "extensions.extensions.crossplane.io",
+        "-n",
+        &ns,
+        "-o",
+        "name",
+    ]);
+    assert!(exts.trim().is_empty(), "{exts}");
+}
+
+/// A request for a CRD no stack owns says so and installs by itself once a
+/// stack that owns it is pushed.
+#[test]
+fn a_missing_package_is_installed_once_pushed() {
+    stacks();
+    let g = format!("{}.example.org", testenv::unique_name("late"));
+    let ns = namespace("late");
+    apply_in(
+        &ns,
+        &request_yaml("things", &format!("crd: things.{g}/v1alpha1")),
+    );
+    wait_request(
+        &ns,
+        "things",
+        "False",
+        &[&format!(
+            "no stack in registry registry.crossplane.io owns CRD things.{g}/v1alpha1"
+        )],
+        Duration::from_secs(60),
+    );
+    push_stack(
+        &StackDir {
+            title: "late",
+            version: "0.2.0",
+            owns: &[(&g, "Thing")],
+            depends_on: &[],
+            controller: false,
+        },
+        &format!("{g}/late"),
+        "v0.2.0",
+    );
+    let r = wait_request(
+        &ns,
+        "things",
+        "True",
+        &["installed"],
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        r.pointer("/status/extensionRecord/name")
+            .and_then(Value::as_str),
+        Some("late")
+    );
+    assert!(crd_exists(&format!("things.{g}")));
+    delete_request(&ns, "things");
+    wait_gone("the CRD", || crd_exists(&format!("things.{g}")), &ns);
+}
+
+/// A chain of two: app depends on a CRD of base. Base is found by its CRD,
+/// installed first, and app's CRDs appear only once base is Ready (its
+/// controller available on the node). A cycle is refused naming its path.
+#[test]
+fn dependencies_install_first_and_cycles_are_refused() {
+    stacks();
+    let g = format!("{}.example.org", testenv::unique_name("dep"));
+    push_stack(
+        &StackDir {
+            title: "Base",
+            version: "1.0.0",
+            owns: &[(&g, "Widget")],
+            depends_on: &[],
+            controller: true,
+        },
+        &format!("{g}/base"),
+        "v1.0.0",
+    );
+    push_stack(
+        &StackDir {
+            title: "App",
+            version: "1.0.0",
+            owns: &[(&g, "Gadget")],
+            depends_on: &[format!("widgets.{g}/v1alpha1")],
+            controller: false,
+        },
+        &format!("{g}/app"),
+        "v1.0.0",
+    );
+    let ns = namespace("deps");
+    apply_in(
+        &ns,
+        &request_yaml("app", &format!("package: {g}/app:v1.0.0")),
+    );
+    let r = wait_request(
+        &ns,
+        "app",
+        "True",
+        &["after its dependencies", &format!("{ns}/base")],
+        INSTALL,
+    );
+    assert_eq!(
+        r.pointer("/status/extensionRecord/name")
+            .and_then(Value::as_str),
+        Some("app")
+    );
+    let base = extension(&ns, "base").unwrap();
+    let base_ready = base["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .unwrap()
+        .to_owned();
+    let app_crd = get_json(&["crd", &format!("gadgets.{g}")]).unwrap();
+    let created = app_crd["metadata"]["creationTimestamp"].as_str().unwrap();
+    assert!(
+        created >= base_ready.as_str(),
+        "app's CRD created {created}, before base was Ready at {base_ready}"
+    );
+    let app = extension(&ns, "app").unwrap();
+    assert_eq!(
+        app.pointer("/spec/customresourcedefinitions/dependsOn/0"),
+        Some(&serde_json::json!({"kind": "Widget", "apiVersion": format!("{g}/v1alpha1")}))
+    );
+    // Cycle: one owns A and needs B, the other owns B and needs A.
+    let c = format!("{}.example.org", testenv::unique_name("cyc"));
+    push_stack(
+        &StackDir {
+            title: "CycA",
+            version: "1.0.0",
+            owns: &[(&c, "Alpha")],
+            depends_on: &[format!("betas.{c}/v1alpha1")],
+            controller: false,
+        },
+        &format!("{c}/cyc-a"),
+        "v1.0.0",
+    );
+    push_stack(
+        &StackDir {
+            title: "CycB",
+            version: "1.0.0",
+            owns: &[(&c, "Beta")],
+            depends_on: &[format!("alphas.{c}/v1alpha1")],
+            controller: false,
+        },
+        &format!("{c}/cyc-b"),
+        "v1.0.0",
+    );
+    apply_in(
+        &ns,
+        &request_yaml("cyclic", &format!("package: {c}/cyc-a:v1.0.0")),
+    );
+    wait_request(
+        &ns,
+        "cyclic",
+        "False",
+        &[
+            "cycle",
+            &format!(
+                "registry.crossplane.io/{c}/cyc-a:v1.0.0 → registry.crossplane.io/{c}/cyc-b:v1.0.0 → registry.crossplane.io/{c}/cyc-a:v1.0.0"
+            ),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!crd_exists(&format!("alphas.{c}")) && !crd_exists(&format!("betas.{c}")));
+    delete_request(&ns, "app");
+    wait_gone("CRD gadgets", || crd_exists(&format!("gadgets.{g}")), &ns);
+    wait_gone("CRD widgets", || crd_exists(&format!("widgets.{g}")), &ns);
+}
+
+/// A malformed app.yaml is refused naming the file and line; nothing is
+/// installed.
+#[test]
+fn a_malformed_app_yaml_is_refused_with_its_line() {
+    stacks();
+    let g = format!("{}.example.org", testenv::unique_name("bad"));
+    let layer = oci::LayerBuilder::new()
+        .file(
+            ".registry/app.yaml",
+            0o644,
+            b"title: Bad\nmaintainers: [unclosed\n".to_vec(),
+        )
+        .file(
+            format!(".registry/resources/{g}/bolt.crd.yaml"),
+            0o644,
+            crd_yaml(&g, "Bolt").into_bytes(),
+        )
+        .build()
+        .unwrap()
+        .annotate("io.crossplane.xpkg", "base");
+    let e = env_without_package_manager();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(oci::Image::new(oci::Config::default()).layer(layer).push(
+            &format!("{}/{g}/bad:v1.0.0", e.registry.address),
+            &oci::Auth::Anonymous,
+            &oci::Tls::Ca(e.registry.ca_pem.clone()),
+        ))
+        .unwrap();
+    let ns = namespace("malformed");
+    apply_in(
+        &ns,
+        &request_yaml("bad", &format!("package: {g}/bad:v1.0.0")),
+    );
+    let r = wait_request(
+        &ns,
+        "bad",
+        "False",
+        &[".registry/app.yaml (line 2"],
+        Duration::from_secs(60),
+    );
+    let (_, events) = kubectl_try(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name=bad",
+    ]);
+    assert!(
+        events.contains("app.yaml"),
+        "no event names the fault:\n{events}\n{r:#}"
+    );
+    assert!(!crd_exists(&format!("bolts.{g}")));
+    assert!(extension(&ns, "bad").is_none());
+}
+
+/// Uninstalling a stack keeps a CRD another installed stack depends on;
+/// it goes with the last stack that uses it.
+#[test]
+fn uninstall_keeps_a_crd_another_stack_depends_on() {
+    stacks();
+    let g = format!("{}.example.org", testenv::unique_name("share"));
+    push_stack(
+        &StackDir {
+            title: "Shared",
+            version: "1.0.0",
+            owns: &[(&g, "Pool")],
+            depends_on: &[],
+            controller: false,
+        },
+        &format!("{g}/shared"),
+        "v1.0.0",
+    );
+    push_stack(
+        &StackDir {
+            title: "User",
+            version: "1.0.0",
+            owns: &[(&g, "Lease")],
+            depends_on: &[format!("pools.{g}/v1alpha1")],
+            controller: false,
+        },
+        &format!("{g}/user"),
+        "v1.0.0",
+    );
+    let ns = namespace("shared");
+    apply_in(
+        &ns,
+        &request_yaml("shared", &format!("package: {g}/shared:v1.0.0")),
+    );
+    wait_request(&ns, "shared", "True", &["installed"], INSTALL);
+    apply_in(
+        &ns,
+        &request_yaml("user", &format!("package: {g}/user:v1.0.0")),
+    );
+    wait_request(&ns, "user", "True", &["installed"], INSTALL);
+    delete_request(&ns, "shared");
+    wait_gone(
+        "Extension shared",
+        || extension(&ns, "shared").is_some(),
+        &ns,
+    );
+    let pools = get_json(&["crd", &format!("pools.{g}")]).expect("pools stays: user depends on it");
+    assert!(pools["metadata"]["deletionTimestamp"].is_null());
+    delete_request(&ns, "user");
+    wait_gone("CRD leases", || crd_exists(&format!("leases.{g}")), &ns);
+    wait_gone("CRD pools", || crd_exists(&format!("pools.{g}")), &ns);
+}
+
+/// The seed's Extension applied directly (no request): its controller
+/// Deployment and ServiceAccount are made in its namespace and its role
+/// bound; Ready says its CRD is not installed.
+#[test]
+fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
+    stacks();
+    let ns = namespace("direct");
+    let seed = std::fs::read_to_string(
+        testenv::repo_root().join("examples/seeds/001-extension-redis.yaml"),
+    )
+    .unwrap();
+    apply_in(&ns, &seed);
+    let d = wait(
+        Duration::from_secs(60),
+        "the seed Extension's controller Deployment",
+        || get_json(&["deployment", "redis-controller", "-n", &ns]),
+        || explain(&ns),
+    );
+    assert_eq!(
+        d.pointer("/spec/template/spec/serviceAccountName")
+            .and_then(Value::as_str),
+        Some("redis-controller")
+    );
+    assert_eq!(
+        d.pointer("/metadata/ownerReferences/0/kind")
+            .and_then(Value::as_str),
+        Some("Extension")
+    );
+    assert!(get_json(&["serviceaccount", "redis-controller", "-n", &ns]).is_some());
+    wait(
+        Duration::from_secs(60),
+        "RBACReady and Ready=False naming the missing CRD",
+        || {
+            let e = extension(&ns, "redis")?;
+            let rbac = condition(&e, "RBACReady")?.0 == "True";
+            let (ready, msg) = condition(&e, "Ready")?;
+            (rbac
+                && ready == "False"
+                && msg.contains("RedisCluster (crossplane.redislabs.com/v1alpha1)"))
+            .then_some(())
+        },
+        || explain(&ns),
+    );
+    let sa = format!("system:serviceaccount:{ns}:redis-controller");
+    let (_, can) = kubectl_try(&["auth", "can-i", "list", "secrets", "-n", &ns, "--as", &sa]);
+    assert_eq!(can.trim(), "yes");
+    kubectl(&[
+        "delete",
+        "extensions.extensions.crossplane.io",
+        "redis",
+        "-n",
+        &ns,
+        "--wait=false",
+    ]);
+    wait_gone(
+        "the Deployment",
+        || get_json(&["deployment", "redis-controller", "-n", &ns]).is_some(),
+        &ns,
+    );
+    wait_gone("the Extension", || extension(&ns, "redis").is_some(), &ns);
+}
