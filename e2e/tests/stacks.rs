@@ -215,6 +215,98 @@ fn delete_request(ns: &str, name: &str) {
     ]);
 }
 
+/// Records, from watches, the resourceVersion at which each named object
+/// first satisfied a condition. resourceVersions are the etcd revisions of
+/// one etcd, so they order writes to different objects exactly.
+struct Order {
+    seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    _rt: tokio::runtime::Runtime,
+}
+
+type Check = fn(&Value) -> bool;
+
+impl Order {
+    /// Watches Extensions in `ns` and all CRDs; `wanted` lists
+    /// (name, condition) for both.
+    fn watch(ns: &str, wanted: Vec<(String, Check)>) -> Self {
+        use futures::TryStreamExt as _;
+        use kube::{
+            Api,
+            api::{ApiResource, DynamicObject, GroupVersionKind},
+            runtime::watcher,
+        };
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let wanted = std::sync::Arc::new(wanted);
+        let client = rt.block_on(testenv::control_plane_with_node().control.client());
+        let ext = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "extensions.crossplane.io",
+            "v1alpha1",
+            "Extension",
+        ));
+        let crd = ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+        ));
+        let apis = [
+            Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ext),
+            Api::<DynamicObject>::all_with(client, &crd),
+        ];
+        let (tx, rx) = std::sync::mpsc::channel();
+        for api in apis {
+            let (seen, wanted, tx) = (seen.clone(), wanted.clone(), tx.clone());
+            rt.spawn(async move {
+                let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()));
+                while let Ok(Some(event)) = stream.try_next().await {
+                    let o = match event {
+                        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => o,
+                        watcher::Event::InitDone => {
+                            let _ = tx.send(());
+                            continue;
+                        }
+                        _ => continue,
+                    };
+                    let v = serde_json::to_value(&o).unwrap();
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    let rv: u64 = o
+                        .metadata
+                        .resource_version
+                        .as_deref()
+                        .unwrap_or("0")
+                        .parse()
+                        .unwrap();
+                    if wanted.iter().any(|(n, check)| *n == name && check(&v)) {
+                        seen.lock().unwrap().entry(name).or_insert(rv);
+                    }
+                }
+            });
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(Duration::from_secs(30))
+                .expect("the watches list");
+        }
+        Self { seen, _rt: rt }
+    }
+
+    fn revision(&self, name: &str) -> u64 {
+        *self
+            .seen
+            .lock()
+            .unwrap()
+            .get(name)
+            .unwrap_or_else(|| panic!("the watch never saw {name} as expected"))
+    }
+}
+
+fn is_ready(v: &Value) -> bool {
+    condition(v, "Ready").is_some_and(|c| c.0 == "True")
+}
+
+fn exists(_: &Value) -> bool {
+    true
+}
+
 /// The seed's two requests, applied verbatim from examples/seeds: both end
 /// at the same Extension `redis` (the stack redis:v0.1.0 owns
 /// redisclusters.cache.crossplane.io), whose controller runs on the node
@@ -491,6 +583,14 @@ fn dependencies_install_first_and_cycles_are_refused() {
         "v1.0.0",
     );
     let ns = namespace("deps");
+    let order = Order::watch(
+        &ns,
+        vec![
+            ("base".to_owned(), is_ready as Check),
+            (format!("gadgets.{g}"), exists as Check),
+            (format!("widgets.{g}"), exists as Check),
+        ],
+    );
     apply_in(
         &ns,
         &request_yaml("app", &format!("package: {g}/app:v1.0.0")),
@@ -507,20 +607,16 @@ fn dependencies_install_first_and_cycles_are_refused() {
             .and_then(Value::as_str),
         Some("app")
     );
-    let base = extension(&ns, "base").unwrap();
-    let base_ready = base["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .and_then(|c| c["lastTransitionTime"].as_str())
-        .unwrap()
-        .to_owned();
-    let app_crd = get_json(&["crd", &format!("gadgets.{g}")]).unwrap();
-    let created = app_crd["metadata"]["creationTimestamp"].as_str().unwrap();
+    // Order, from the watches: base's CRD, then base Ready (its controller
+    // available on the node), then app's CRD.
+    let (widgets, base_ready, gadgets) = (
+        order.revision(&format!("widgets.{g}")),
+        order.revision("base"),
+        order.revision(&format!("gadgets.{g}")),
+    );
     assert!(
-        created >= base_ready.as_str(),
-        "app's CRD created {created}, before base was Ready at {base_ready}"
+        widgets < base_ready && base_ready < gadgets,
+        "CRD widgets at {widgets}, base Ready at {base_ready}, CRD gadgets at {gadgets}"
     );
     let app = extension(&ns, "app").unwrap();
     assert_eq!(

@@ -711,8 +711,8 @@ pub fn controller(
                 .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
                 .filter(|r| {
                     holders.contains(&r.name_any())
-                        || !conditions::get(conditions::of(r.as_ref()), conditions::TYPE_READY)
-                            .is_some_and(|c| c.status == "True")
+                        || conditions::get(conditions::of(r.as_ref()), conditions::TYPE_READY)
+                            .is_none_or(|c| c.status != "True")
                 })
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect::<Vec<_>>()
