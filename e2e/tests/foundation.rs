@@ -864,10 +864,12 @@ async fn the_kustomize_deployment_renders_and_applies() {
     }
 
     // The package-manager installs packages: it makes, switches and deletes
-    // revisions, applies and deletes CRDs, runs runtimes in its own
-    // namespace only and reads pull secrets there by name; it never
-    // changes Secrets, never grants roles, and never touches another
-    // namespace's workloads.
+    // revisions, applies and deletes CRDs, runs Provider runtimes in its own
+    // namespace and reads pull secrets there by name; an Extension's
+    // controller runs in the Extension's namespace, so it makes Deployments
+    // and ServiceAccounts there (and nothing else of another namespace's:
+    // no Services, Secrets or pods). It never changes Secrets and never
+    // grants roles.
     let who = "package-manager";
     for args in [
         &["create", "providerrevisions.pkg.crossplane.io"][..],
@@ -887,14 +889,37 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["create", "serviceaccounts", "-n", "crossplane-system"],
         &["get", "secrets", "-n", "crossplane-system"],
         &["create", "deploymentruntimeconfigs.pkg.crossplane.io"],
+        &[
+            "create",
+            "extensions.extensions.crossplane.io",
+            "-n",
+            "default",
+        ],
+        &[
+            "patch",
+            "extensionrequests.extensions.crossplane.io/status",
+            "-n",
+            "default",
+        ],
+        &["create", "deployments", "-n", "default"],
+        &["delete", "deployments", "-n", "default"],
+        &["create", "serviceaccounts", "-n", "default"],
+        &["watch", "customresourcedefinitions"],
     ] {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
     }
     for args in [
         &["patch", "deploymentruntimeconfigs.pkg.crossplane.io"][..],
         &["update", "customresourcedefinitions"],
-        &["create", "deployments", "-n", "default"],
-        &["create", "serviceaccounts", "-n", "default"],
+        &["create", "services", "-n", "default"],
+        &["delete", "serviceaccounts", "-n", "default"],
+        &["list", "pods", "-n", "default"],
+        &[
+            "create",
+            "extensionrequests.extensions.crossplane.io",
+            "-n",
+            "default",
+        ],
         &["get", "secrets", "-n", "default"],
         &["watch", "secrets", "-A"],
         &["create", "secrets", "-n", "crossplane-system"],

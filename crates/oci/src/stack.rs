@@ -341,16 +341,9 @@ fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
 
 /// "(line L, column C): what" from a YAML error, on one line.
 fn at_line(e: &serde_saphyr::Error) -> String {
-    let text = e.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    let what = match first.split_once(": ") {
-        Some((place, rest)) if place.starts_with("line ") => rest,
-        _ => first,
-    };
-    match e.location() {
-        Some(l) if l.line() > 0 => format!("(line {}, column {}): {what}", l.line(), l.column()),
-        _ => format!(": {what}"),
+    match crate::xpkg::yaml_error(e) {
+        (Some((line, column)), what) => format!("(line {line}, column {column}): {what}"),
+        (None, what) => format!(": {what}"),
     }
 }
 

@@ -102,27 +102,33 @@ fn documents(text: &str) -> Vec<(usize, String)> {
     docs
 }
 
-/// "(line L[, column C]): malformed YAML: what", L counted in the whole
-/// stream (the parser counts within the document starting on `start`), on
-/// one line (the parser's message may add a snippet).
-fn yaml_fault(start: usize, e: &serde_saphyr::Error) -> String {
+/// Where a YAML error is (line and column within the parsed text, when
+/// known) and what it says, on one line (the parser's message may add a
+/// snippet, and starts with its own "line N column M: ").
+pub(crate) fn yaml_error(e: &serde_saphyr::Error) -> (Option<(usize, u64)>, String) {
     let text = e.to_string();
     let first = text.lines().next().unwrap_or_default();
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    // Drop the parser's own "line N column M: " prefix.
     let what = match first.split_once(": ") {
         Some((place, rest)) if place.starts_with("line ") => rest,
         _ => first,
     };
-    match e.location() {
-        Some(l) if l.line() > 0 => {
-            let line = start + usize::try_from(l.line()).unwrap_or(1) - 1;
-            format!(
-                "(line {line}, column {}): malformed YAML: {what}",
-                l.column()
-            )
+    let place = e
+        .location()
+        .filter(|l| l.line() > 0)
+        .map(|l| (usize::try_from(l.line()).unwrap_or(1), l.column()));
+    (place, what.to_owned())
+}
+
+/// "(line L[, column C]): malformed YAML: what", L counted in the whole
+/// stream (the parser counts within the document starting on `start`).
+fn yaml_fault(start: usize, e: &serde_saphyr::Error) -> String {
+    match yaml_error(e) {
+        (Some((line, column)), what) => {
+            let line = start + line - 1;
+            format!("(line {line}, column {column}): malformed YAML: {what}")
         }
-        _ => format!("(line {start}): malformed YAML: {what}"),
+        (None, what) => format!("(line {start}): malformed YAML: {what}"),
     }
 }
 

@@ -105,23 +105,7 @@ fn version_of(reference: &str) -> Option<semver::Version> {
 
 /// A Provider name for a dependency's repository: its last path segment.
 fn provider_name(repository: &str) -> String {
-    let last = repository.rsplit('/').next().unwrap_or(repository);
-    let name: String = last
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let name = name.trim_matches('-').to_owned();
-    if name.is_empty() {
-        "dependency".to_owned()
-    } else {
-        name
-    }
+    crate::packages::object_name(repository, "dependency")
 }
 
 /// Installed packages by repository: the Provider and the repositories its

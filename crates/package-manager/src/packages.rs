@@ -23,6 +23,30 @@ pub struct Packages {
     pull_secret: Option<String>,
 }
 
+/// An object name for a repository (`host/path/name`): its last path
+/// segment as a DNS label (lower case, other characters as '-', at most 63),
+/// else `fallback`.
+pub fn object_name(repository: &str, fallback: &str) -> String {
+    let last = repository.rsplit('/').next().unwrap_or(repository);
+    let mut name: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name.truncate(63);
+    let name = name.trim_matches('-');
+    if name.is_empty() {
+        fallback.to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
 /// Registry rewrites: a reference starting with a prefix is read from
 /// another place (`registry.crossplane.io` → `10.0.0.1:5000/stacks`), in
 /// the spirit of Crossplane's ImageConfig rewrites. Objects keep the name

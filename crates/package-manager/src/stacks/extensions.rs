@@ -34,7 +34,7 @@ use serde_json::json;
 use types::extensions::v1alpha1::{CrdRef, Extension};
 
 use super::{
-    DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, marked,
+    DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, marked, set_ready,
     stack_label,
 };
 
@@ -96,14 +96,6 @@ pub fn ready_message(e: &Extension) -> String {
         .unwrap_or_else(|| "not reconciled yet".to_owned())
 }
 
-fn set_ready(status: &mut Draft<Extension>, ok: bool, reason: &str, message: String) {
-    conditions::set(
-        &mut status.conditions,
-        conditions::custom(conditions::TYPE_READY, ok, reason, Some(message)),
-        &conditions::now(),
-    );
-}
-
 fn describe(r: &CrdRef) -> String {
     format!("{} ({})", r.kind, r.api_version)
 }
@@ -151,7 +143,7 @@ impl Reconciler for Extensions {
             };
             let owner = crd.annotations().get(OWNER_ANNOTATION).cloned();
             if let Some(owner) = owner.filter(|o| *o != me)
-                && self.extension_exists(&owner).await?
+                && super::extension_exists(self.sk.client(), &owner).await?
             {
                 return Err(Error::Conflict(format!(
                     "CRD {} is owned by Extension {owner}; two stacks cannot own one CRD: remove it from spec.customresourcedefinitions.owns or uninstall {owner}",
@@ -207,7 +199,7 @@ impl Reconciler for Extensions {
                 "the stack's CRDs are established and its controller is available".to_owned(),
             )
         };
-        set_ready(status, ok, reason, message);
+        set_ready(&mut status.conditions, ok, reason, message);
         Ok(Action::requeue(if ok { self.resync } else { WAIT_POLL }))
     }
 
@@ -257,10 +249,11 @@ impl Reconciler for Extensions {
                     .map_err(|e| Error::Request("delete a CRD of the stack", e))?;
                 continue;
             }
-            let mut patch = json!({"metadata": {"labels": {label.clone(): null}}});
-            if crd.annotations().get(OWNER_ANNOTATION) == Some(&me) {
-                patch["metadata"]["annotations"] = json!({OWNER_ANNOTATION: null});
-            }
+            let patch = if crd.annotations().get(OWNER_ANNOTATION) == Some(&me) {
+                json!({"metadata": {"labels": {label.clone(): null}, "annotations": {OWNER_ANNOTATION: null}}})
+            } else {
+                json!({"metadata": {"labels": {label.clone(): null}}})
+            };
             crds.patch(
                 &crd.name_any(),
                 &PatchParams::default(),
@@ -272,36 +265,9 @@ impl Reconciler for Extensions {
         self.applied.remove(&e.uid().unwrap_or_default());
         Ok(Cleanup::Done)
     }
-
-    /// A failure keeps Ready as it was only if it was True; otherwise it says
-    /// why.
-    fn failed(&self, _e: &Extension, status: &mut Draft<Extension>, message: &str) {
-        let ready = conditions::get(&status.conditions, conditions::TYPE_READY)
-            .is_some_and(|c| c.status == "True");
-        if !ready {
-            set_ready(
-                status,
-                false,
-                conditions::reason::UNAVAILABLE,
-                message.to_owned(),
-            );
-        }
-    }
 }
 
 impl Extensions {
-    /// Whether the Extension `namespace/name` exists.
-    async fn extension_exists(&self, key: &str) -> Result<bool, Error> {
-        let Some((ns, name)) = key.split_once('/') else {
-            return Ok(false);
-        };
-        Ok(Api::<Extension>::namespaced(self.sk.client().clone(), ns)
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::Request("read the Extension that owns a CRD", e))?
-            .is_some())
-    }
-
     /// Puts this Extension's label (and, for an owner, the owner
     /// annotation) on a CRD, when it is not there yet.
     async fn mark(
@@ -320,10 +286,12 @@ impl Extensions {
         if has_label && has_owner {
             return Ok(());
         }
-        let mut patch = json!({"metadata": {"labels": {label: value}}});
-        if let Some(o) = owner {
-            patch["metadata"]["annotations"] = json!({OWNER_ANNOTATION: o});
-        }
+        let patch = match owner {
+            Some(o) => {
+                json!({"metadata": {"labels": {label: value}, "annotations": {OWNER_ANNOTATION: o}}})
+            }
+            None => json!({"metadata": {"labels": {label: value}}}),
+        };
         Api::<CustomResourceDefinition>::all(self.sk.client().clone())
             .patch(
                 &crd.name_any(),

@@ -15,6 +15,7 @@ pub mod requests;
 use std::{collections::BTreeMap, time::Duration};
 
 use runtime::{events::ReconcileError, reconciler::ControlError};
+use types::{common::Condition, extensions::v1alpha1::Extension};
 
 use crate::packages::FetchError;
 
@@ -50,25 +51,28 @@ pub fn marked(labels: &BTreeMap<String, String>) -> bool {
 /// The Extension name for a package reference: the last path segment of
 /// its repository, as a DNS label (`.../stacks/redis:v0.1.0` → `redis`).
 pub fn extension_name(reference: &str) -> String {
-    let repository = oci::xpkg::repository_of(reference);
-    let last = repository.rsplit('/').next().unwrap_or(&repository);
-    let mut name: String = last
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    name.truncate(63);
-    let name = name.trim_matches('-').to_owned();
-    if name.is_empty() {
-        "stack".to_owned()
-    } else {
-        name
-    }
+    crate::packages::object_name(&oci::xpkg::repository_of(reference), "stack")
+}
+
+/// Sets Ready on a stack object's conditions.
+pub fn set_ready(conditions: &mut Vec<Condition>, ok: bool, reason: &str, message: String) {
+    runtime::conditions::set(
+        conditions,
+        runtime::conditions::custom(runtime::conditions::TYPE_READY, ok, reason, Some(message)),
+        &runtime::conditions::now(),
+    );
+}
+
+/// Whether the Extension `namespace/name` exists.
+pub async fn extension_exists(client: &kube::Client, key: &str) -> Result<bool, Error> {
+    let Some((ns, name)) = key.split_once('/') else {
+        return Ok(false);
+    };
+    Ok(kube::Api::<Extension>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::Request("read the Extension that owns a CRD", e))?
+        .is_some())
 }
 
 /// The order to install packages in: every package after the packages it

@@ -48,7 +48,7 @@ use super::{
     Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, PACKAGE_ANNOTATION, extension_name,
     extensions::{established, ready, ready_message},
     index::{Candidate, Index},
-    install_order, stack_label,
+    install_order, set_ready, stack_label,
 };
 
 /// Name of this controller in metrics and events.
@@ -77,14 +77,6 @@ pub struct Requests {
     crds: Store<CustomResourceDefinition>,
     extensions: Store<Extension>,
     resync: Duration,
-}
-
-fn set_ready(status: &mut Draft<ExtensionRequest>, ok: bool, reason: &str, message: String) {
-    conditions::set(
-        &mut status.conditions,
-        conditions::custom(conditions::TYPE_READY, ok, reason, Some(message)),
-        &conditions::now(),
-    );
 }
 
 /// The CRD object a package's CRD installs as.
@@ -248,7 +240,7 @@ impl Reconciler for Requests {
             for w in &p.waits_on {
                 if let Some(why) = self.not_ready(w) {
                     set_ready(
-                        status,
+                        &mut status.conditions,
                         false,
                         conditions::reason::CREATING,
                         format!(
@@ -263,7 +255,7 @@ impl Reconciler for Requests {
             let key = format!("{ns}/{name}");
             if let Some(why) = self.not_ready(&key) {
                 set_ready(
-                    status,
+                    &mut status.conditions,
                     false,
                     conditions::reason::CREATING,
                     format!("installing {} as Extension {key}: {why}", p.reference),
@@ -296,7 +288,7 @@ impl Reconciler for Requests {
             }
         }
         set_ready(
-            status,
+            &mut status.conditions,
             true,
             conditions::reason::AVAILABLE,
             format!(
@@ -317,19 +309,6 @@ impl Reconciler for Requests {
         _status: &mut Draft<ExtensionRequest>,
     ) -> Result<Cleanup, Error> {
         Ok(Cleanup::Done)
-    }
-
-    fn failed(&self, _r: &ExtensionRequest, status: &mut Draft<ExtensionRequest>, message: &str) {
-        let ready = conditions::get(&status.conditions, conditions::TYPE_READY)
-            .is_some_and(|c| c.status == "True");
-        if !ready {
-            set_ready(
-                status,
-                false,
-                conditions::reason::UNAVAILABLE,
-                message.to_owned(),
-            );
-        }
     }
 }
 
@@ -373,7 +352,7 @@ impl Requests {
         let Some(owner) = crd.annotations().get(OWNER_ANNOTATION).cloned() else {
             status.extension_record = None;
             set_ready(
-                status,
+                &mut status.conditions,
                 true,
                 conditions::reason::AVAILABLE,
                 format!(
@@ -399,7 +378,7 @@ impl Requests {
         match self.not_ready(&owner) {
             None => {
                 set_ready(
-                    status,
+                    &mut status.conditions,
                     true,
                     conditions::reason::AVAILABLE,
                     format!("CRD {} is installed by Extension {owner}", crd.name_any()),
@@ -408,7 +387,7 @@ impl Requests {
             }
             Some(why) => {
                 set_ready(
-                    status,
+                    &mut status.conditions,
                     false,
                     conditions::reason::CREATING,
                     format!(
@@ -568,7 +547,7 @@ impl Requests {
             let live = self.crds.get(&ObjectRef::new(&crd_name));
             if let Some(live) = &live {
                 match live.annotations().get(OWNER_ANNOTATION) {
-                    Some(o) if *o != me && self.extension_exists(o).await? => {
+                    Some(o) if *o != me && super::extension_exists(self.sk.client(), o).await? => {
                         return Err(Error::Conflict(format!(
                             "{} owns CRD {crd_name}, which Extension {o} owns already; uninstall {o} first (this request installs by itself once it is gone)",
                             p.reference
@@ -658,17 +637,6 @@ impl Requests {
             }
         }
         Ok(())
-    }
-
-    async fn extension_exists(&self, key: &str) -> Result<bool, Error> {
-        let Some((ns, name)) = key.split_once('/') else {
-            return Ok(false);
-        };
-        Ok(Api::<Extension>::namespaced(self.sk.client().clone(), ns)
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::Request("read the Extension that owns a CRD", e))?
-            .is_some())
     }
 }
 
