@@ -18,16 +18,31 @@ const INSTALL: Duration = Duration::from_secs(180);
 struct Stacks {
     /// The stack-controller image, as the node pulls it.
     controller_image: String,
+    /// A registry that wants credentials, read as `private.crossplane.io`.
+    private: testenv::registry::Registry,
 }
+
+/// The package-manager's credentials for rewritten registries.
+const MIRROR_SECRET: &str = "stacks-mirror-credentials";
+const MIRROR_USER: (&str, &str) = ("mirror", "m1rror-pass");
 
 static STACKS: OnceLock<Stacks> = OnceLock::new();
 
 /// The registry, this binary's package-manager (reading
-/// registry.crossplane.io from the test registry) and rbac-manager, and the
+/// registry.crossplane.io from the test registry, private.crossplane.io
+/// from one that wants credentials) and rbac-manager, and the
 /// stack-controller image.
 fn stacks() -> &'static Stacks {
     STACKS.get_or_init(|| {
         let e = env_without_package_manager();
+        let plane = testenv::control_plane_with_node();
+        let private = testenv::registry::Registry::start(
+            plane,
+            plane.node.as_ref().unwrap(),
+            "private.crossplane-rs.test",
+            Some(MIRROR_USER),
+        )
+        .unwrap();
         let controller_image = push_binary_image(
             &e.registry,
             "stack-controller",
@@ -37,15 +52,21 @@ fn stacks() -> &'static Stacks {
         args.extend([
             "--registry-rewrite".to_owned(),
             format!("registry.crossplane.io={}", e.registry.address),
+            "--registry-rewrite".to_owned(),
+            format!("private.crossplane.io={}/mirror", private.address),
+            "--registry-pull-secret".to_owned(),
+            MIRROR_SECRET.to_owned(),
         ]);
         let pm = start_package_manager(&args);
-        let plane = testenv::control_plane_with_node();
         let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, "rbac-manager");
         let rbac = e2e::Running::start("rbac-manager", &kubeconfig, &[]);
         // Both run until the test binary exits.
         std::mem::forget(pm);
         std::mem::forget(rbac);
-        Stacks { controller_image }
+        Stacks {
+            controller_image,
+            private,
+        }
     })
 }
 
@@ -840,4 +861,105 @@ fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
         &ns,
     );
     wait_gone("the Extension", || extension(&ns, "redis").is_some(), &ns);
+}
+
+/// `--registry-rewrite` reads a private mirror for `private.crossplane.io`
+/// with `--registry-pull-secret`'s credentials: refused (and said) without
+/// the Secret, installed once it exists. Provider packages go through the
+/// same rewrite.
+#[test]
+fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
+    let st = stacks();
+    let e = env_without_package_manager();
+    let g = format!("{}.example.org", testenv::unique_name("mirror"));
+    let dir = stack_dir(&StackDir {
+        title: "Mirrored",
+        version: "1.0.0",
+        owns: &[(&g, "Copy")],
+        depends_on: &[],
+        controller: false,
+    });
+    let repo = format!("mirror-{}", testenv::unique_name("s"));
+    xpkg_push_as(
+        &dir,
+        &format!("{}/mirror/{repo}:v1.0.0", st.private.address),
+        None,
+        Some(MIRROR_USER),
+    );
+    let ns = namespace("mirror");
+    apply_in(
+        &ns,
+        &format!(
+            "apiVersion: extensions.crossplane.io/v1alpha1\nkind: ExtensionRequest\nmetadata:\n  name: mirrored\nspec:\n  source: private.crossplane.io\n  package: {repo}:v1.0.0\n"
+        ),
+    );
+    wait_request(
+        &ns,
+        "mirrored",
+        "False",
+        &["requires credentials"],
+        Duration::from_secs(60),
+    );
+    let config = serde_json::json!({"auths": {st.private.address.clone(): {"username": MIRROR_USER.0, "password": MIRROR_USER.1}}});
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {MIRROR_SECRET}, namespace: {NS}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+    ));
+    // Looked at again within 30s of a credentials failure: no poke needed.
+    let r = wait_request(
+        &ns,
+        "mirrored",
+        "True",
+        &["installed private.crossplane.io/"],
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        r.pointer("/status/extensionRecord/name")
+            .and_then(Value::as_str),
+        Some(repo.as_str())
+    );
+    let ext = extension(&ns, &repo).unwrap();
+    let recorded = ext
+        .pointer("/metadata/annotations/extensions.crossplane.io~1package")
+        .and_then(Value::as_str)
+        .unwrap();
+    assert!(
+        recorded.starts_with(&format!("private.crossplane.io/{repo}:v1.0.0@sha256:")),
+        "{recorded}"
+    );
+
+    // A Provider named registry.crossplane.io/... installs from the test
+    // registry, and keeps the name it was given.
+    let pg = group("rewritten");
+    let pkg = package_dir("rewritten", "v1.0.0", &crds_of(&[test_crd(&pg, "Rewrite")]));
+    xpkg_push(
+        &pkg,
+        &format!("{}/{pg}/provider:v1.0.0", e.registry.address),
+        None,
+    );
+    let name = testenv::unique_name("rewritten");
+    let package = format!("registry.crossplane.io/{pg}/provider:v1.0.0");
+    apply(&provider_yaml(&name, &package, ""));
+    let p = wait(
+        Duration::from_secs(90),
+        &format!("Provider {name} Installed and Healthy"),
+        || {
+            let p = provider(&name)?;
+            (condition(&p, "Installed")?.0 == "True" && condition(&p, "Healthy")?.0 == "True")
+                .then_some(p)
+        },
+        || kubectl_try(&["get", "providers,providerrevisions", "-o", "yaml"]).1,
+    );
+    assert_eq!(
+        p.pointer("/spec/package").and_then(Value::as_str),
+        Some(package.as_str())
+    );
+    assert!(crd_exists(&format!("rewrites.{pg}")));
+    delete_provider(&name);
+    wait_gone("the Provider", || provider(&name).is_some(), &ns);
+    delete_request(&ns, "mirrored");
+    wait_gone(
+        "the mirrored stack's CRD",
+        || crd_exists(&format!("copys.{g}")),
+        &ns,
+    );
 }

@@ -72,12 +72,14 @@ pub struct StackPackage {
     pub stack: stack::Stack,
 }
 
-/// The tag of a reference, if it has one.
+/// The tag a reference names explicitly, if it does (a reference without
+/// one is not taken to mean `latest` here).
 pub fn tag_of(reference: &str) -> Option<String> {
-    reference
-        .parse::<Reference>()
-        .ok()
-        .and_then(|r| r.tag().map(str::to_owned))
+    let without_digest = reference.split('@').next().unwrap_or(reference);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last.split_once(':')
+        .map(|(_, tag)| tag.to_owned())
+        .filter(|t| !t.is_empty())
 }
 
 /// Pulls packages, keeping their `package.yaml` by digest in a
@@ -1068,6 +1070,17 @@ mod tests {
     const META: &str =
         "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\n";
     const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\nspec:\n  group: example.org\n";
+
+    #[test]
+    fn only_a_written_tag_is_a_tag() {
+        assert_eq!(
+            tag_of("reg.example:5000/a/redis:v0.1.0").as_deref(),
+            Some("v0.1.0")
+        );
+        assert_eq!(tag_of("reg.example:5000/a/redis"), None);
+        assert_eq!(tag_of("reg.example:5000/a/redis@sha256:00"), None);
+        assert_eq!(tag_of("redis:v1@sha256:00").as_deref(), Some("v1"));
+    }
 
     #[test]
     fn docker_config_credentials_in_both_forms() {

@@ -154,11 +154,7 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Auth, FetchError> {
         let registry = xpkg::registry_of(&self.location(reference));
-        let fallback = self
-            .pull_secret
-            .as_ref()
-            .map(|name| LocalObjectReference { name: name.clone() });
-        for s in pull_secrets.iter().chain(fallback.as_ref()) {
+        for s in pull_secrets {
             let secret = self.secrets.get_opt(&s.name).await.map_err(|e| {
                 FetchError::PullSecret(format!(
                     "cannot read packagePullSecret {}: {}",
@@ -183,7 +179,38 @@ impl Packages {
                 return Ok(auth);
             }
         }
+        // The package manager's own credentials are optional: a registry
+        // that needs them and does not get them says so (see `explain`).
+        if let Some(name) = &self.pull_secret {
+            let secret = self.secrets.get_opt(name).await.map_err(|e| {
+                FetchError::PullSecret(format!(
+                    "cannot read --registry-pull-secret {name}: {}",
+                    runtime::events::error_chain(&e)
+                ))
+            })?;
+            let json = secret
+                .as_ref()
+                .and_then(|s| s.data.as_ref())
+                .and_then(|d| d.get(DOCKER_CONFIG_KEY));
+            if let Some(auth) = json.and_then(|j| xpkg::auth_from_docker_config(&j.0, &registry)) {
+                return Ok(auth);
+            }
+        }
         Ok(Auth::Anonymous)
+    }
+
+    /// A registry failure, with where the package manager's own
+    /// credentials come from when the registry wants some.
+    fn explain(&self, e: oci::Error) -> FetchError {
+        match (&e, &self.pull_secret) {
+            (oci::Error::Unauthorized { registry, .. }, Some(name)) => {
+                FetchError::PullSecret(format!(
+                    "{e}; the package manager's credentials come from Secret {}/{name} (--registry-pull-secret, type kubernetes.io/dockerconfigjson): give it an entry for {registry}",
+                    self.secrets_namespace()
+                ))
+            }
+            _ => FetchError::Oci(e),
+        }
     }
 
     fn secrets_namespace(&self) -> String {
@@ -197,10 +224,10 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Digest, FetchError> {
         let auth = self.auth(reference, pull_secrets).await?;
-        Ok(self
-            .fetcher
+        self.fetcher
             .resolve(&self.location(reference), &auth, &self.tls)
-            .await?)
+            .await
+            .map_err(|e| self.explain(e))
     }
 
     /// The tags of `repository` (`host/repository`).
@@ -210,10 +237,10 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Vec<String>, FetchError> {
         let auth = self.auth(repository, pull_secrets).await?;
-        Ok(self
-            .fetcher
+        self.fetcher
             .tags(&self.location(repository), &auth, &self.tls)
-            .await?)
+            .await
+            .map_err(|e| self.explain(e))
     }
 
     /// The package at `digest` of `reference`'s repository (from the cache
@@ -228,7 +255,8 @@ impl Packages {
         let mut package = self
             .fetcher
             .fetch(&self.location(reference), digest, &auth, &self.tls)
-            .await?;
+            .await
+            .map_err(|e| self.explain(e))?;
         package.reference = reference.to_owned();
         Ok(package)
     }
@@ -244,7 +272,8 @@ impl Packages {
         let mut package = self
             .fetcher
             .fetch_stack(&self.location(reference), digest, &auth, &self.tls)
-            .await?;
+            .await
+            .map_err(|e| self.explain(e))?;
         package.reference = reference.to_owned();
         Ok(package)
     }
@@ -257,7 +286,9 @@ impl Packages {
         digest: &Digest,
     ) -> Result<oci::pull::LayerInfo, FetchError> {
         let auth = self.auth(reference, &[]).await?;
-        Ok(oci::pull::layer_info(&self.location(reference), digest, &auth, &self.tls).await?)
+        oci::pull::layer_info(&self.location(reference), digest, &auth, &self.tls)
+            .await
+            .map_err(|e| self.explain(e))
     }
 
     /// The repositories of the registry `source` (`host[:port][/path]`)
@@ -266,7 +297,11 @@ impl Packages {
         let location = self.location(source);
         let (host, path) = location.split_once('/').unwrap_or((&location, ""));
         let auth = self.auth(&format!("{host}/x"), &[]).await?;
-        let all = self.fetcher.catalog(host, &auth, &self.tls).await?;
+        let all = self
+            .fetcher
+            .catalog(host, &auth, &self.tls)
+            .await
+            .map_err(|e| self.explain(e))?;
         let prefix = if path.is_empty() {
             String::new()
         } else {

@@ -166,7 +166,18 @@ impl ReconcileError for Error {
             // coming back are noticed within these bounds.
             Error::NotFound(_) => Some(Duration::from_secs(15)),
             Error::Conflict(_) => Some(Duration::from_secs(10)),
-            Error::Package(p) if p.is_transient() => Some(Duration::from_secs(30)),
+            // A registry coming back, or credentials (a Secret the
+            // package manager reads, not a watched object) being given.
+            Error::Package(p)
+                if p.is_transient()
+                    || matches!(
+                        p,
+                        FetchError::PullSecret(_)
+                            | FetchError::Oci(oci::Error::Unauthorized { .. })
+                    ) =>
+            {
+                Some(Duration::from_secs(30))
+            }
             _ => None,
         }
     }

@@ -212,9 +212,18 @@ impl Reconciler for Requests {
         let source = source.trim().trim_end_matches('/').to_owned();
         let root = match (&r.spec.package, &r.spec.crd) {
             (Some(p), None) => {
-                let reference = self.index.tagged(&format!("{source}/{}", p.trim())).await?;
-                let digest = self.index.packages().resolve(&reference, &[]).await?;
-                Candidate { reference, digest }
+                let wanted = format!("{source}/{}", p.trim());
+                match self.recorded(&ns, &wanted) {
+                    // Installed already: a tag is resolved once (as a
+                    // Provider's IfNotPresent), so a steady request asks
+                    // the registry nothing.
+                    Some(c) => c,
+                    None => {
+                        let reference = self.index.tagged(&wanted).await?;
+                        let digest = self.index.packages().resolve(&reference, &[]).await?;
+                        Candidate { reference, digest }
+                    }
+                }
             }
             (None, Some(c)) => {
                 let selector =
@@ -327,6 +336,26 @@ impl Requests {
             .state()
             .into_iter()
             .find(|c| serde_json::to_value(c.as_ref()).is_ok_and(|v| selector.matches(&v)))
+    }
+
+    /// The package an installed Extension records for `wanted` (a reference
+    /// with or without a tag), if it was installed from it.
+    fn recorded(&self, ns: &str, wanted: &str) -> Option<Candidate> {
+        let name = extension_name(wanted);
+        let e = self.extensions.get(&ObjectRef::new(&name).within(ns))?;
+        let (reference, digest) = e.annotations().get(PACKAGE_ANNOTATION)?.rsplit_once('@')?;
+        let same = if oci::pull::tag_of(wanted).is_some() || wanted.contains('@') {
+            reference == wanted
+        } else {
+            oci::xpkg::repository_of(reference) == oci::xpkg::repository_of(wanted)
+        };
+        same.then(|| {
+            Some(Candidate {
+                reference: reference.to_owned(),
+                digest: Digest::parse(digest)?,
+            })
+        })
+        .flatten()
     }
 
     /// `Some(why)` while the Extension `namespace/name` is not Ready.
@@ -609,9 +638,18 @@ impl Requests {
         let body = extension_body(ns, name, p, owner, (owns, depends_on));
         let api = Api::<Extension>::namespaced(self.sk.client().clone(), ns);
         let current = self.extensions.get(&ObjectRef::new(name).within(ns));
-        let unchanged = current.as_ref().is_some_and(|e| {
-            serde_json::to_value(e.as_ref()).is_ok_and(|v| ssa::unchanged_by(&v, &body))
-        });
+        // Other requests may hold it too: its owners are compared apart.
+        let held = current
+            .as_ref()
+            .is_some_and(|e| e.owner_references().iter().any(|o| o.uid == owner.uid));
+        let mut compared = body.clone();
+        if let Some(meta) = compared.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("ownerReferences");
+        }
+        let unchanged = held
+            && current.as_ref().is_some_and(|e| {
+                serde_json::to_value(e.as_ref()).is_ok_and(|v| ssa::unchanged_by(&v, &compared))
+            });
         if !unchanged {
             ssa::apply(&api, name, &body, &self.manager_of(r))
                 .await
