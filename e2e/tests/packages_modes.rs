@@ -1,7 +1,9 @@
 //! The package-manager's modes, each with its own package-manager (one at
 //! a time, on this binary's control plane): a registry it does not trust,
 //! `--package-runtime=External`, and the deprecated ControllerConfig with
-//! `--enable-runtime-config=false` beside its conversion.
+//! `--enable-runtime-config=false` beside its conversion; and an installed
+//! stack, whose reconciles must write nothing (counted on a package-manager
+//! that serves that test alone).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -34,8 +36,14 @@ fn runtime_objects(revision: &str) -> Vec<&'static str> {
         .collect()
 }
 
+/// One package-manager at a time: each test runs its own.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn untrusted_registry_external_runtime_and_controller_config() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let e = env_without_package_manager();
     let cache = e.work.join("cache");
     let trusted = package_manager_args(&e.ca_file, &cache);
@@ -239,4 +247,148 @@ fn e2e_wait_event(involved: &str, reason: &str) {
         },
         explain_packages,
     );
+}
+
+/// An installed stack (requested by package and by CRD, both held) is
+/// reconciled again and again without a write: no CRD, Extension, status
+/// or label patch, no create. The counters are this test's own
+/// package-manager's.
+#[test]
+fn an_installed_stack_writes_nothing_when_reconciled_again() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let e = env_without_package_manager();
+    let mut args = package_manager_args(&e.ca_file, &e.work.join("stack-cache"));
+    args.extend([
+        "--registry-rewrite".to_owned(),
+        format!("registry.crossplane.io={}", e.registry.address),
+    ]);
+    let pm = start_package_manager(&args);
+    let g = format!("{}.example.org", testenv::unique_name("steady"));
+    let dir = e.work.join(testenv::unique_name("steady-stack"));
+    let res = dir.join(".registry/resources").join(&g);
+    std::fs::create_dir_all(&res).unwrap();
+    std::fs::write(
+        dir.join(".registry/app.yaml"),
+        "title: Steady\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        res.join("knob.crd.yaml"),
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: knobs.{g}\nspec:\n  group: {g}\n  scope: Namespaced\n  names: {{kind: Knob, plural: knobs}}\n  versions:\n  - name: v1alpha1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+        ),
+    )
+    .unwrap();
+    xpkg_push(
+        &dir,
+        &format!("{}/{g}/steady:v1.0.0", e.registry.address),
+        None,
+    );
+    let ns = testenv::unique_name("steady");
+    kubectl(&["create", "namespace", &ns]);
+    let request = |name: &str, what: &str| {
+        format!(
+            "apiVersion: extensions.crossplane.io/v1alpha1\nkind: ExtensionRequest\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: registry.crossplane.io\n  {what}\n"
+        )
+    };
+    apply(&request(
+        "by-package",
+        &format!("package: {g}/steady:v1.0.0"),
+    ));
+    apply(&request("by-crd", &format!("crd: knobs.{g}/v1alpha1")));
+    let ready = |name: &str| {
+        get_json(&[
+            "extensionrequests.extensions.crossplane.io",
+            name,
+            "-n",
+            &ns,
+        ])
+        .and_then(|r| condition(&r, "Ready"))
+        .is_some_and(|c| c.0 == "True")
+    };
+    wait(
+        Duration::from_secs(90),
+        "both requests Ready",
+        || (ready("by-package") && ready("by-crd")).then_some(()),
+        || {
+            kubectl_try(&[
+                "get",
+                "extensionrequests,extensions",
+                "-n",
+                &ns,
+                "-o",
+                "yaml",
+            ])
+            .1
+        },
+    );
+    let writes = || {
+        ["patch", "create", "update", "delete"]
+            .iter()
+            .map(|verb| {
+                e2e::metric_sum(
+                    &pm.metrics(),
+                    "crossplane_rs_kube_api_requests_total",
+                    &[("cluster", "control"), ("verb", verb)],
+                )
+            })
+            .sum::<f64>()
+    };
+    let reconciles = |controller: &str| {
+        e2e::metric_sum(
+            &pm.metrics(),
+            "crossplane_rs_reconcile_total",
+            &[("controller", controller)],
+        )
+    };
+    let written = writes();
+    assert!(written > 0.0, "the install itself was counted:\n{}", pm.metrics());
+    for round in 0..3 {
+        let (requests, extensions) = (reconciles("extensionrequest"), reconciles("extension"));
+        for (kind, name) in [
+            ("extensionrequests.extensions.crossplane.io", "by-package"),
+            ("extensionrequests.extensions.crossplane.io", "by-crd"),
+            ("extensions.extensions.crossplane.io", "steady"),
+        ] {
+            kubectl(&[
+                "annotate",
+                kind,
+                name,
+                "-n",
+                &ns,
+                &format!("poke={round}"),
+                "--overwrite",
+            ]);
+        }
+        wait(
+            Duration::from_secs(30),
+            "both requests and the Extension reconciled again",
+            || {
+                (reconciles("extensionrequest") >= requests + 2.0
+                    && reconciles("extension") > extensions)
+                    .then_some(())
+            },
+            || pm.log(),
+        );
+    }
+    assert_eq!(
+        writes(),
+        written,
+        "an installed stack wrote something:\n{}",
+        pm.metrics()
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    wait(
+        Duration::from_secs(90),
+        "the stack's CRD gone with its namespace",
+        || {
+            get_json(&["crd", &format!("knobs.{g}")])
+                .is_none()
+                .then_some(())
+        },
+        || pm.log(),
+    );
+    drop(pm);
 }
