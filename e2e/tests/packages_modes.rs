@@ -344,7 +344,11 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
         )
     };
     let written = writes();
-    assert!(written > 0.0, "the install itself was counted:\n{}", pm.metrics());
+    assert!(
+        written > 0.0,
+        "the install itself was counted:\n{}",
+        pm.metrics()
+    );
     for round in 0..3 {
         let (requests, extensions) = (reconciles("extensionrequest"), reconciles("extension"));
         for (kind, name) in [
