@@ -15,7 +15,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource as _, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
     runtime::{
         Controller, WatchStreamExt as _,
         controller::Action,
@@ -42,6 +42,8 @@ use super::{
 pub const CONTROLLER: &str = "extension";
 /// Holds an Extension until its controller is stopped and its CRDs let go.
 pub const FINALIZER: &str = "extensions.crossplane.io/stack";
+/// The rbac-manager's condition: the controller's role is bound.
+const TYPE_RBAC_READY: &str = "RBACReady";
 /// How often an Extension waiting on what no watch shows looks again.
 const WAIT_POLL: Duration = Duration::from_secs(5);
 
@@ -94,6 +96,22 @@ pub fn ready_message(e: &Extension) -> String {
     conditions::get(conditions::of(e), conditions::TYPE_READY)
         .and_then(|c| c.message.clone())
         .unwrap_or_else(|| "not reconciled yet".to_owned())
+}
+
+/// Why the controller cannot work yet for want of its role: the
+/// rbac-manager's RBACReady on an Extension that runs a controller.
+fn unbound(e: &Extension) -> Option<String> {
+    e.spec.controller.as_ref()?.deployment.as_ref()?;
+    match conditions::get(conditions::of(e), TYPE_RBAC_READY) {
+        Some(c) if c.status == "True" => None,
+        Some(c) => Some(format!(
+            "the controller runs without its role: {}",
+            c.message.clone().unwrap_or_default()
+        )),
+        None => Some(
+            "waiting for the rbac-manager to bind the controller's role (RBACReady)".to_owned(),
+        ),
+    }
 }
 
 fn describe(r: &CrdRef) -> String {
@@ -192,6 +210,8 @@ impl Reconciler for Extensions {
             )
         } else if let Some(why) = controller {
             (false, "ControllerUnavailable", why)
+        } else if let Some(why) = unbound(e) {
+            (false, "RolesNotBound", why)
         } else {
             (
                 true,
@@ -231,10 +251,25 @@ impl Reconciler for Extensions {
             }
         }
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
-        for crd in self.crds.state() {
+        for cached in self.crds.state() {
+            if !cached.labels().contains_key(&label) {
+                continue;
+            }
+            // Stacks let go of a CRD concurrently (one request's stacks all
+            // go at once): each decides from the CRD as it is now and
+            // writes only if it is still so (resourceVersion), else looks
+            // again, so the last one to go always sees that it is last.
+            let Some(crd) = crds
+                .get_opt(&cached.name_any())
+                .await
+                .map_err(|e| Error::Request("read a CRD of the stack", e))?
+            else {
+                continue;
+            };
             if !crd.labels().contains_key(&label) {
                 continue;
             }
+            let rv = crd.resource_version();
             let mut rest: BTreeMap<String, String> = crd.labels().clone();
             rest.remove(&label);
             if !marked(&rest)
@@ -244,15 +279,24 @@ impl Reconciler for Extensions {
                     .is_some_and(|v| v == "true")
             {
                 tracing::info!(crd = %crd.name_any(), "deleting a CRD no installed stack owns or depends on any more");
-                runtime::objects::delete(&crds, &crd.name_any())
-                    .await
-                    .map_err(|e| Error::Request("delete a CRD of the stack", e))?;
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        resource_version: rv,
+                        uid: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                match crds.delete(&crd.name_any(), &dp).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(a)) if a.code == 404 => {}
+                    Err(e) => return Err(Error::Request("delete a CRD of the stack", e)),
+                }
                 continue;
             }
             let patch = if crd.annotations().get(OWNER_ANNOTATION) == Some(&me) {
-                json!({"metadata": {"labels": {label.clone(): null}, "annotations": {OWNER_ANNOTATION: null}}})
+                json!({"metadata": {"resourceVersion": rv, "labels": {label.clone(): null}, "annotations": {OWNER_ANNOTATION: null}}})
             } else {
-                json!({"metadata": {"labels": {label.clone(): null}}})
+                json!({"metadata": {"resourceVersion": rv, "labels": {label.clone(): null}}})
             };
             crds.patch(
                 &crd.name_any(),
