@@ -436,6 +436,20 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
         cm.pointer("/data/spec").and_then(Value::as_str),
         Some(r#"{"size":3}"#)
     );
+    let (_, events) = kubectl_try(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name=redis-from-package,reason=Installed",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("as Extension"),
+        "no Installed event: {events}"
+    );
     // kubectl shows where each stands.
     let table = kubectl(&["get", "extensionrequests,extensions", "-A"]);
     for column in [

@@ -312,6 +312,27 @@ impl Reconciler for Requests {
         Ok(Action::requeue(self.resync))
     }
 
+    /// A request that became Ready says so with a Normal event.
+    async fn written(&self, r: &ExtensionRequest, status: &Draft<ExtensionRequest>) {
+        let was = conditions::get(conditions::of(r), conditions::TYPE_READY)
+            .is_some_and(|c| c.status == "True");
+        let now = conditions::get(&status.conditions, conditions::TYPE_READY)
+            .filter(|c| c.status == "True");
+        if let Some(c) = now
+            && !was
+        {
+            self.sk
+                .reporting
+                .events
+                .normal(
+                    &r.object_ref(&()),
+                    "Installed",
+                    c.message.clone().unwrap_or_default(),
+                )
+                .await;
+        }
+    }
+
     async fn cleanup(
         &self,
         _r: &Arc<ExtensionRequest>,

@@ -33,15 +33,21 @@ use crate::common::{Condition, TypedReference, conditions_schema, opaque_object_
     "message": "set exactly one of spec.package (e.g. redis:v0.1.0) or spec.crd (e.g. redisclusters.cache.crossplane.io/v1alpha1)"
 }]))]
 pub struct ExtensionRequestSpec {
-    /// Source is the registry to pull the package from. Defaults to the
-    /// package manager's default registry.
+    /// Source is the registry (host[:port][/path]) to find the package in,
+    /// e.g. registry.crossplane.io. Defaults to the package manager's
+    /// --default-registry; its --registry-rewrite settings may read it from
+    /// a mirror.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// Package to install, as name:tag (for example redis:v0.1.0).
+    /// Package to install, as a repository under the source and a tag (for
+    /// example redis:v0.1.0). Without a tag, the highest semver tag is
+    /// installed (once; it is not followed afterwards).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub package: Option<String>,
     /// CRD whose owning package to install, as <plural>.<group>/<version>
-    /// (for example redisclusters.cache.crossplane.io/v1alpha1).
+    /// (for example redisclusters.cache.crossplane.io/v1alpha1). The source
+    /// registry is searched for the stack that owns it; if it is installed
+    /// already, the request points at the Extension that owns it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crd: Option<String>,
 }
