@@ -977,3 +977,70 @@ fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
         &ns,
     );
 }
+
+/// A stack whose CRD another Extension owns (the same package requested in
+/// another namespace) names that owner, installs nothing, and installs by
+/// itself once the owner is gone. A `spec.crd` that is not a CRD name says
+/// how to write one.
+#[test]
+fn a_crd_owned_by_another_extension_waits_for_it_to_go() {
+    stacks();
+    let g = format!("{}.example.org", testenv::unique_name("owned"));
+    push_stack(
+        &StackDir {
+            title: "Owned",
+            version: "1.0.0",
+            owns: &[(&g, "Valve")],
+            depends_on: &[],
+            controller: false,
+        },
+        &format!("{g}/owned"),
+        "v1.0.0",
+    );
+    let (first, second) = (namespace("owner-one"), namespace("owner-two"));
+    let request = request_yaml("valves", &format!("package: {g}/owned:v1.0.0"));
+    apply_in(&first, &request);
+    wait_request(&first, "valves", "True", &["installed"], INSTALL);
+    apply_in(&second, &request);
+    wait_request(
+        &second,
+        "valves",
+        "False",
+        &[&format!("which Extension {first}/owned owns already")],
+        Duration::from_secs(60),
+    );
+    assert!(extension(&second, "owned").is_none());
+    delete_request(&first, "valves");
+    let r = wait_request(
+        &second,
+        "valves",
+        "True",
+        &["installed"],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        r.pointer("/status/extensionRecord/name")
+            .and_then(Value::as_str),
+        Some("owned")
+    );
+    let crd = get_json(&["crd", &format!("valves.{g}")]).unwrap();
+    assert_eq!(
+        crd.pointer("/metadata/annotations/extensions.crossplane.io~1owner")
+            .and_then(Value::as_str),
+        Some(format!("{second}/owned").as_str())
+    );
+    apply_in(&second, &request_yaml("bad-crd", "crd: Valve"));
+    wait_request(
+        &second,
+        "bad-crd",
+        "False",
+        &[
+            "spec.crd",
+            "is not a CRD name",
+            "<plural>.<group>/<version>",
+        ],
+        Duration::from_secs(60),
+    );
+    delete_request(&second, "valves");
+    wait_gone("the CRD", || crd_exists(&format!("valves.{g}")), &second);
+}
