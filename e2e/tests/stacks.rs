@@ -499,19 +499,51 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
 fn a_crd_two_stacks_own_is_refused_naming_both() {
     stacks();
     let g = format!("{}.example.org", testenv::unique_name("amb"));
-    for repo in ["amb-one", "amb-two"] {
-        push_stack(
-            &StackDir {
-                title: repo,
-                version: "1.0.0",
-                owns: &[(&g, "Gizmo")],
-                depends_on: &[],
-                controller: false,
-            },
-            &format!("{g}/{repo}"),
-            "v1.0.0",
-        );
+    // One built by xpkg (its layer lists the CRDs it owns), one built
+    // elsewhere without that annotation: the search reads its
+    // .registry/resources instead.
+    push_stack(
+        &StackDir {
+            title: "amb-one",
+            version: "1.0.0",
+            owns: &[(&g, "Gizmo")],
+            depends_on: &[],
+            controller: false,
+        },
+        &format!("{g}/amb-one"),
+        "v1.0.0",
+    );
+    let dir = stack_dir(&StackDir {
+        title: "amb-two",
+        version: "1.0.0",
+        owns: &[(&g, "Gizmo")],
+        depends_on: &[],
+        controller: false,
+    });
+    let mut layer = oci::LayerBuilder::new();
+    for (path, bytes) in oci::stack::read_dir(&dir).unwrap() {
+        layer = layer.file(path, 0o644, bytes);
     }
+    let layer = layer
+        .build()
+        .unwrap()
+        .annotate("io.crossplane.xpkg", "base");
+    assert!(
+        !layer
+            .annotations()
+            .contains_key(oci::stack::OWNS_ANNOTATION)
+    );
+    let e = env_without_package_manager();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(oci::Image::new(oci::Config::default()).layer(layer).push(
+            &format!("{}/{g}/amb-two:v1.0.0", e.registry.address),
+            &oci::Auth::Anonymous,
+            &oci::Tls::Ca(e.registry.ca_pem.clone()),
+        ))
+        .unwrap();
     let ns = namespace("ambiguous");
     apply_in(
         &ns,
