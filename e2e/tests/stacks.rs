@@ -337,16 +337,36 @@ fn exists(_: &Value) -> bool {
 #[test]
 fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
     stacks();
-    push_stack(
-        &StackDir {
-            title: "Redis",
-            version: "0.1.0",
-            owns: &[("cache.crossplane.io", "RedisCluster")],
-            depends_on: &[],
-            controller: true,
-        },
-        "redis",
-        "v0.1.0",
+    // The example stack of examples/stacks/redis, its controller image
+    // named as this node pulls it.
+    let dir = env_without_package_manager()
+        .work
+        .join(testenv::unique_name("redis-example"));
+    for (path, bytes) in
+        oci::stack::read_dir(&testenv::repo_root().join("examples/stacks/redis")).unwrap()
+    {
+        let to = dir.join(&path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let bytes = if path.ends_with("install.yaml") {
+            String::from_utf8(bytes)
+                .unwrap()
+                .replace(
+                    "registry.crossplane.io/stack-controller:v0.1.0",
+                    &stacks().controller_image,
+                )
+                .into_bytes()
+        } else {
+            bytes
+        };
+        std::fs::write(to, bytes).unwrap();
+    }
+    xpkg_push(
+        &dir,
+        &format!(
+            "{}/redis:v0.1.0",
+            env_without_package_manager().registry.address
+        ),
+        None,
     );
     let ns = namespace("seed-stacks");
     let seed = std::fs::read_to_string(

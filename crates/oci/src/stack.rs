@@ -968,6 +968,25 @@ mod tests {
     }
 
     #[test]
+    fn the_example_redis_stack_builds() {
+        let dir = std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/stacks/redis"
+        ));
+        let (image, stack) = build(dir).unwrap();
+        assert_eq!(stack.app.title, "Redis");
+        assert_eq!(stack.owns(), ["redisclusters.cache.crossplane.io/v1alpha1"]);
+        assert_eq!(stack.app.icons.len(), 1);
+        assert_eq!(stack.rules.len(), 1);
+        let deployment = stack.install.unwrap();
+        assert_eq!(
+            deployment.pointer("/metadata/name").and_then(Value::as_str),
+            Some("redis-controller")
+        );
+        assert_eq!(image.layers().len(), 1);
+    }
+
+    #[test]
     fn build_annotates_owned_crds_and_is_reproducible() {
         let dir = tempfile::tempdir().unwrap();
         let res = dir
