@@ -183,17 +183,32 @@ pub fn push_binary_image(
     })
     .layer(base)
     .layer(layer);
-    tokio::runtime::Builder::new_current_thread()
+    push_image(
+        registry,
+        &format!("{}/{repository}", registry.address),
+        &image,
+    );
+    format!("{NODE_REGISTRY}/{repository}")
+}
+
+/// Pushes `image` to `reference` (in `registry`, trusting its CA,
+/// anonymously); returns the digest.
+pub fn push_image(
+    registry: &testenv::registry::Registry,
+    reference: &str,
+    image: &oci::Image,
+) -> String {
+    let pushed = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
         .block_on(image.push(
-            &format!("{}/{repository}", registry.address),
+            reference,
             &oci::Auth::Anonymous,
             &oci::Tls::Ca(registry.ca_pem.clone()),
         ))
-        .unwrap_or_else(|e| panic!("push {repository}: {e}"));
-    format!("{NODE_REGISTRY}/{repository}")
+        .unwrap_or_else(|e| panic!("push {reference}: {e}"));
+    pushed.digest.as_str().to_owned()
 }
 
 /// The shared setup, with the package-manager running as its shipped
@@ -438,17 +453,7 @@ pub fn push_raw(reference: &str, package_yaml: &str) -> String {
         .unwrap()
         .annotate("io.crossplane.xpkg", "base");
     let image = oci::Image::new(oci::Config::default()).layer(layer);
-    let pushed = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(image.push(
-            reference,
-            &oci::Auth::Anonymous,
-            &oci::Tls::Ca(env().registry.ca_pem.clone()),
-        ))
-        .unwrap_or_else(|e| panic!("push {reference}: {e}"));
-    pushed.digest.as_str().to_owned()
+    push_image(&env().registry, reference, &image)
 }
 
 pub fn meta(name: &str) -> String {

@@ -417,25 +417,18 @@ impl Fetcher {
         let client = crate::push::client(tls, true)
             .map_err(|e| failed(repository, "setting up the HTTP client", auth, e))?;
         let ra = registry_auth(auth);
-        let mut tags: Vec<String> = Vec::new();
-        let mut last: Option<String> = None;
-        for _ in 0..MAX_TAG_PAGES {
-            let page = tokio::time::timeout(
+        let (client, image, ra) = (&client, &image, &ra);
+        all_pages(|last| async move {
+            tokio::time::timeout(
                 TIMEOUT,
-                client.list_tags(&image, &ra, Some(TAGS_PER_PAGE), last.as_deref()),
+                client.list_tags(image, ra, Some(TAGS_PER_PAGE), last.as_deref()),
             )
             .await
             .map_err(|_| timed_out(repository))?
-            .map_err(|e| failed(repository, "listing tags", auth, e))?;
-            let next = page.tags.last().cloned();
-            // A registry that ignores `last` sends the same page again.
-            if next.is_none() || next == last || next.as_ref().is_some_and(|n| tags.contains(n)) {
-                break;
-            }
-            tags.extend(page.tags);
-            last = next;
-        }
-        Ok(tags)
+            .map(|page| page.tags)
+            .map_err(|e| failed(repository, "listing tags", auth, e))
+        })
+        .await
     }
 
     fn cache_file(&self, digest: &Digest) -> PathBuf {
@@ -556,27 +549,18 @@ impl Fetcher {
         let client = crate::push::client(tls, true)
             .map_err(|e| failed(registry, "setting up the HTTP client", auth, e))?;
         let ra = registry_auth(auth);
-        let mut repositories: Vec<String> = Vec::new();
-        let mut last: Option<String> = None;
-        for _ in 0..MAX_TAG_PAGES {
-            let page = tokio::time::timeout(
+        let (client, image, ra) = (&client, &image, &ra);
+        all_pages(|last| async move {
+            tokio::time::timeout(
                 TIMEOUT,
-                client.catalog(&image, &ra, Some(TAGS_PER_PAGE), last.as_deref()),
+                client.catalog(image, ra, Some(TAGS_PER_PAGE), last.as_deref()),
             )
             .await
             .map_err(|_| timed_out(registry))?
-            .map_err(|e| failed(registry, "listing the registry's repositories", auth, e))?;
-            let next = page.repositories.last().cloned();
-            if next.is_none()
-                || next == last
-                || next.as_ref().is_some_and(|n| repositories.contains(n))
-            {
-                break;
-            }
-            repositories.extend(page.repositories);
-            last = next;
-        }
-        Ok(repositories)
+            .map(|page| page.repositories)
+            .map_err(|e| failed(registry, "listing the registry's repositories", auth, e))
+        })
+        .await
     }
 
     /// The layer and package.yaml cached for `digest`, marking the file
@@ -831,6 +815,28 @@ pub async fn pull_files(
         }
     }
     Ok(pulled)
+}
+
+/// Every page of a paginated list (tags, the catalog): `page(last)` reads
+/// the page after `last`. At most [`MAX_TAG_PAGES`] pages are read, and a
+/// registry that ignores `last` (sending the same page again) ends it.
+async fn all_pages<F, Fut>(mut page: F) -> Result<Vec<String>, Error>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<Vec<String>, Error>>,
+{
+    let mut all: Vec<String> = Vec::new();
+    let mut last: Option<String> = None;
+    for _ in 0..MAX_TAG_PAGES {
+        let items = page(last.clone()).await?;
+        let next = items.last().cloned();
+        if next.is_none() || next == last || next.as_ref().is_some_and(|n| all.contains(n)) {
+            break;
+        }
+        all.extend(items);
+        last = next;
+    }
+    Ok(all)
 }
 
 /// A manifest's bytes, within [`TIMEOUT`] as a whole.

@@ -122,26 +122,31 @@ impl CrdSelector {
     /// version, when one is asked for).
     pub fn matches(&self, crd: &Value) -> bool {
         let text = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or_default();
-        if text("/spec/group") != self.group {
-            return false;
-        }
-        if self
-            .plural
-            .as_deref()
-            .is_some_and(|p| p != text("/spec/names/plural"))
-        {
-            return false;
-        }
-        if self
-            .kind
-            .as_deref()
-            .is_some_and(|k| k != text("/spec/names/kind"))
-        {
-            return false;
-        }
-        self.version
-            .as_deref()
-            .is_none_or(|v| versions_of(crd).iter().any(|have| have == v))
+        let versions = versions_of(crd);
+        self.matches_parts(
+            text("/spec/group"),
+            text("/spec/names/plural"),
+            text("/spec/names/kind"),
+            versions.iter().map(String::as_str),
+        )
+    }
+
+    /// [`CrdSelector::matches`] on a CRD's parts: its group, plural, kind
+    /// and the versions it defines.
+    pub fn matches_parts<'a>(
+        &self,
+        group: &str,
+        plural: &str,
+        kind: &str,
+        mut versions: impl Iterator<Item = &'a str>,
+    ) -> bool {
+        group == self.group
+            && self.plural.as_deref().is_none_or(|p| p == plural)
+            && self.kind.as_deref().is_none_or(|k| k == kind)
+            && self
+                .version
+                .as_deref()
+                .is_none_or(|v| versions.any(|have| have == v))
     }
 
     /// Whether an owned CRD listed as `<plural>.<group>/<version>` (the

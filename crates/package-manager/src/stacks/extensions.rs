@@ -23,6 +23,7 @@ use kube::{
         watcher,
     },
 };
+use oci::stack::CrdSelector;
 use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
@@ -34,8 +35,8 @@ use serde_json::json;
 use types::extensions::v1alpha1::{CrdRef, Extension};
 
 use super::{
-    DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, marked, set_ready,
-    stack_label,
+    DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, installed_crd,
+    marked, set_ready, stack_label,
 };
 
 /// Name of this controller in metrics and events.
@@ -56,23 +57,6 @@ pub struct Extensions {
     /// A hash of the controller Deployment last applied per Extension UID.
     applied: Expiring<String, u64>,
     resync: Duration,
-}
-
-/// The installed CRD a reference names (by group and kind, serving the
-/// version).
-pub fn find_crd(
-    crds: &Store<CustomResourceDefinition>,
-    r: &CrdRef,
-) -> Option<Arc<CustomResourceDefinition>> {
-    let (group, version) = r
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", &r.api_version));
-    crds.state().into_iter().find(|c| {
-        c.spec.group == group
-            && c.spec.names.kind == r.kind
-            && c.spec.versions.iter().any(|v| v.name == version)
-    })
 }
 
 /// Whether a CRD is Established.
@@ -155,7 +139,9 @@ impl Reconciler for Extensions {
         let mut missing = Vec::new();
         let mut pending = Vec::new();
         for r in &refs.owns {
-            let Some(crd) = find_crd(&self.crds, r) else {
+            let Some(crd) =
+                installed_crd(&self.crds, &CrdSelector::of_kind(&r.kind, &r.api_version))
+            else {
                 missing.push(describe(r));
                 continue;
             };
@@ -175,7 +161,7 @@ impl Reconciler for Extensions {
         }
         let mut missing_deps = Vec::new();
         for r in &refs.depends_on {
-            match find_crd(&self.crds, r) {
+            match installed_crd(&self.crds, &CrdSelector::of_kind(&r.kind, &r.api_version)) {
                 Some(crd) => self.mark(&crd, &label, DEPENDS_ON, None).await?,
                 None => missing_deps.push(describe(r)),
             }

@@ -15,7 +15,15 @@ pub mod requests;
 use std::{collections::BTreeMap, time::Duration};
 
 use runtime::{events::ReconcileError, reconciler::ControlError};
-use types::{common::Condition, extensions::v1alpha1::Extension};
+use std::sync::Arc;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::runtime::reflector::Store;
+use oci::stack::CrdSelector;
+use types::{
+    common::Condition,
+    extensions::v1alpha1::{CrdRef, Extension},
+};
 
 use crate::packages::FetchError;
 
@@ -61,6 +69,35 @@ pub fn set_ready(conditions: &mut Vec<Condition>, ok: bool, reason: &str, messag
         runtime::conditions::custom(runtime::conditions::TYPE_READY, ok, reason, Some(message)),
         &runtime::conditions::now(),
     );
+}
+
+/// The installed CRD `selector` names.
+pub fn installed_crd(
+    crds: &Store<CustomResourceDefinition>,
+    selector: &CrdSelector,
+) -> Option<Arc<CustomResourceDefinition>> {
+    crds.state().into_iter().find(|c| {
+        selector.matches_parts(
+            &c.spec.group,
+            &c.spec.names.plural,
+            &c.spec.names.kind,
+            c.spec.versions.iter().map(|v| v.name.as_str()),
+        )
+    })
+}
+
+/// The references (kind and apiVersion, one per version) of an installed
+/// CRD's versions that `selector` asks for (all when it names none).
+pub fn crd_refs(crd: &CustomResourceDefinition, selector: &CrdSelector) -> Vec<CrdRef> {
+    crd.spec
+        .versions
+        .iter()
+        .filter(|v| selector.version.as_ref().is_none_or(|want| *want == v.name))
+        .map(|v| CrdRef {
+            kind: crd.spec.names.kind.clone(),
+            api_version: format!("{}/{}", crd.spec.group, v.name),
+        })
+        .collect()
 }
 
 /// Whether the Extension `namespace/name` exists.

@@ -45,10 +45,10 @@ use types::{
 };
 
 use super::{
-    Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, PACKAGE_ANNOTATION, extension_name,
+    Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, PACKAGE_ANNOTATION, crd_refs, extension_name,
     extensions::{established, ready, ready_message},
     index::{Candidate, Index},
-    install_order, set_ready, stack_label,
+    install_order, installed_crd, set_ready, stack_label,
 };
 
 /// Name of this controller in metrics and events.
@@ -353,10 +353,7 @@ fn owner_ref(r: &ExtensionRequest) -> Option<OwnerReference> {
 impl Requests {
     /// The installed CRD a selector names.
     fn installed(&self, selector: &CrdSelector) -> Option<Arc<CustomResourceDefinition>> {
-        self.crds
-            .state()
-            .into_iter()
-            .find(|c| serde_json::to_value(c.as_ref()).is_ok_and(|v| selector.matches(&v)))
+        installed_crd(&self.crds, selector)
     }
 
     /// The package an installed Extension records for `wanted` (a reference
@@ -515,16 +512,13 @@ impl Requests {
                     }
                     continue;
                 }
+                // A stack already in the plan (this one included) that owns it.
                 let planned = stacks
                     .values()
-                    .chain(std::iter::once(&Planned {
-                        reference: c.reference.clone(),
-                        digest: c.digest.clone(),
-                        stack: package.stack.clone(),
-                        waits_on: Vec::new(),
-                    }))
-                    .find(|p| p.stack.crds.iter().any(|crd| selector.matches(crd)))
-                    .map(|p| p.reference.clone());
+                    .map(|p| (&p.reference, &p.stack))
+                    .chain(std::iter::once((&c.reference, &package.stack)))
+                    .find(|(_, stack)| stack.crds.iter().any(|crd| selector.matches(crd)))
+                    .map(|(reference, _)| reference.clone());
                 let dependency = match planned {
                     Some(p) => p,
                     None => {
@@ -633,16 +627,8 @@ impl Requests {
         let owns: Vec<CrdRef> = p.stack.crds.iter().flat_map(crd_ref_of).collect();
         let mut depends_on: Vec<CrdRef> = Vec::new();
         for selector in &p.stack.depends_on {
-            let crd = self
-                .installed(selector)
-                .and_then(|c| serde_json::to_value(c.as_ref()).ok());
-            match (crd, &selector.kind) {
-                (Some(c), _) => depends_on.extend(crd_ref_of(&c).into_iter().filter(|r| {
-                    selector
-                        .version
-                        .as_ref()
-                        .is_none_or(|v| r.api_version.ends_with(&format!("/{v}")))
-                })),
+            match (self.installed(selector), &selector.kind) {
+                (Some(c), _) => depends_on.extend(crd_refs(&c, selector)),
                 (None, Some(kind)) => depends_on.push(CrdRef {
                     kind: kind.clone(),
                     api_version: format!(
