@@ -554,16 +554,11 @@ fn a_crd_two_stacks_own_is_refused_naming_both() {
             .contains_key(oci::stack::OWNS_ANNOTATION)
     );
     let e = env_without_package_manager();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(oci::Image::new(oci::Config::default()).layer(layer).push(
-            &format!("{}/{g}/amb-two:v1.0.0", e.registry.address),
-            &oci::Auth::Anonymous,
-            &oci::Tls::Ca(e.registry.ca_pem.clone()),
-        ))
-        .unwrap();
+    push_image(
+        &e.registry,
+        &format!("{}/{g}/amb-two:v1.0.0", e.registry.address),
+        &oci::Image::new(oci::Config::default()).layer(layer),
+    );
     let ns = namespace("ambiguous");
     apply_in(
         &ns,
@@ -777,16 +772,11 @@ fn a_malformed_app_yaml_is_refused_with_its_line() {
         .unwrap()
         .annotate("io.crossplane.xpkg", "base");
     let e = env_without_package_manager();
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(oci::Image::new(oci::Config::default()).layer(layer).push(
-            &format!("{}/{g}/bad:v1.0.0", e.registry.address),
-            &oci::Auth::Anonymous,
-            &oci::Tls::Ca(e.registry.ca_pem.clone()),
-        ))
-        .unwrap();
+    push_image(
+        &e.registry,
+        &format!("{}/{g}/bad:v1.0.0", e.registry.address),
+        &oci::Image::new(oci::Config::default()).layer(layer),
+    );
     let ns = namespace("malformed");
     apply_in(
         &ns,
@@ -854,6 +844,13 @@ fn uninstall_keeps_a_crd_another_stack_depends_on() {
         &request_yaml("user", &format!("package: {g}/user:v1.0.0")),
     );
     wait_request(&ns, "user", "True", &["installed"], INSTALL);
+    let uid_of = |crd: &Value| {
+        crd["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let before = uid_of(&get_json(&["crd", &format!("pools.{g}")]).unwrap());
     delete_request(&ns, "shared");
     wait_gone(
         "Extension shared",
@@ -862,6 +859,8 @@ fn uninstall_keeps_a_crd_another_stack_depends_on() {
     );
     let pools = get_json(&["crd", &format!("pools.{g}")]).expect("pools stays: user depends on it");
     assert!(pools["metadata"]["deletionTimestamp"].is_null());
+    // The same CRD, kept: not deleted and installed again for user.
+    assert_eq!(uid_of(&pools), before, "pools was deleted and made again");
     delete_request(&ns, "user");
     wait_gone("CRD leases", || crd_exists(&format!("leases.{g}")), &ns);
     wait_gone("CRD pools", || crd_exists(&format!("pools.{g}")), &ns);
