@@ -494,21 +494,21 @@ impl Fetcher {
         self.cache_dir.join(format!("{}.stack.json", digest.hex()))
     }
 
+    /// The layer and `.registry/` files cached for `digest`, marking the
+    /// file used.
     fn cached_stack(&self, digest: &Digest) -> Option<(String, BTreeMap<String, Vec<u8>>)> {
-        let path = self.stack_cache_file(digest);
-        let json: Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-        let layer = json.get("layer")?.as_str()?.to_owned();
-        let mut files = BTreeMap::new();
-        for (k, v) in json.get("files")?.as_object()? {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(v.as_str()?)
-                .ok()?;
-            files.insert(k.clone(), bytes);
-        }
-        if let Ok(f) = std::fs::File::options().append(true).open(&path) {
-            let _ = f.set_modified(SystemTime::now());
-        }
-        Some((layer, files))
+        read_cached(&self.stack_cache_file(digest), |bytes| {
+            let json: Value = serde_json::from_slice(bytes).ok()?;
+            let layer = json.get("layer")?.as_str()?.to_owned();
+            let mut files = BTreeMap::new();
+            for (k, v) in json.get("files")?.as_object()? {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(v.as_str()?)
+                    .ok()?;
+                files.insert(k.clone(), bytes);
+            }
+            Some((layer, files))
+        })
     }
 
     fn store_stack(&self, digest: &Digest, layer: &str, files: &BTreeMap<String, Vec<u8>>) {
@@ -522,19 +522,10 @@ impl Fetcher {
             })
             .collect();
         let json = serde_json::json!({"layer": layer, "files": encoded});
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(&self.cache_dir)?;
-            let mut tmp = tempfile::Builder::new()
-                .prefix(".tmp-")
-                .tempfile_in(&self.cache_dir)?;
-            tmp.write_all(json.to_string().as_bytes())?;
-            tmp.persist(self.stack_cache_file(digest))
-                .map_err(|e| e.error)?;
-            Ok(())
-        };
-        if write().is_ok() {
-            trim(&self.cache_dir, self.max_cache_bytes);
-        }
+        self.write_cached(
+            &self.stack_cache_file(digest),
+            &[json.to_string().as_bytes()],
+        );
     }
 
     /// The repositories of `registry` (`host[:port]`), every page of them
@@ -566,29 +557,35 @@ impl Fetcher {
     /// The layer and package.yaml cached for `digest`, marking the file
     /// used (trimming removes the least recently used first).
     fn cached(&self, digest: &Digest) -> Option<(String, Vec<u8>)> {
-        let path = self.cache_file(digest);
-        let bytes = std::fs::read(&path).ok()?;
-        let text = std::str::from_utf8(&bytes).ok()?;
-        let (first, yaml) = text.split_once('\n')?;
-        let layer = first.strip_prefix(CACHE_LAYER_PREFIX)?.trim().to_owned();
-        if let Ok(f) = std::fs::File::options().append(true).open(&path) {
-            let _ = f.set_modified(SystemTime::now());
-        }
-        Some((layer, yaml.as_bytes().to_vec()))
+        read_cached(&self.cache_file(digest), |bytes| {
+            let text = std::str::from_utf8(bytes).ok()?;
+            let (first, yaml) = text.split_once('\n')?;
+            let layer = first.strip_prefix(CACHE_LAYER_PREFIX)?.trim().to_owned();
+            Some((layer, yaml.as_bytes().to_vec()))
+        })
     }
 
-    /// Writes a checked package.yaml to the cache (atomically: a temporary
+    /// Writes a checked package.yaml to the cache.
+    fn store(&self, digest: &Digest, layer: &str, yaml: &[u8]) {
+        self.write_cached(
+            &self.cache_file(digest),
+            &[format!("{CACHE_LAYER_PREFIX}{layer}\n").as_bytes(), yaml],
+        );
+    }
+
+    /// Writes `parts` as the cache file `path` (atomically: a temporary
     /// file renamed) and trims the cache. A cache that cannot be written
     /// only costs a pull later.
-    fn store(&self, digest: &Digest, layer: &str, yaml: &[u8]) {
+    fn write_cached(&self, path: &Path, parts: &[&[u8]]) {
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(&self.cache_dir)?;
             let mut tmp = tempfile::Builder::new()
                 .prefix(".tmp-")
                 .tempfile_in(&self.cache_dir)?;
-            tmp.write_all(format!("{CACHE_LAYER_PREFIX}{layer}\n").as_bytes())?;
-            tmp.write_all(yaml)?;
-            tmp.persist(self.cache_file(digest)).map_err(|e| e.error)?;
+            for part in parts {
+                tmp.write_all(part)?;
+            }
+            tmp.persist(path).map_err(|e| e.error)?;
             Ok(())
         };
         if write().is_ok() {
@@ -1028,6 +1025,17 @@ fn layer_files(
         }
     }
     Ok(found)
+}
+
+/// What `parse` reads from the cache file `path`, marking the file used
+/// when it holds something (trimming removes the least recently used
+/// first).
+fn read_cached<T>(path: &Path, parse: impl FnOnce(&[u8]) -> Option<T>) -> Option<T> {
+    let found = parse(&std::fs::read(path).ok()?)?;
+    if let Ok(f) = std::fs::File::options().append(true).open(path) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+    Some(found)
 }
 
 /// Deletes the least recently modified files of `dir` (not the temporary

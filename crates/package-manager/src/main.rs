@@ -10,6 +10,7 @@
 //! DeploymentRuntimeConfig equivalent to a deprecated ControllerConfig.
 
 mod convert;
+mod crds;
 mod deps;
 mod labels;
 mod packages;

@@ -122,6 +122,17 @@ pub enum Error {
     Control(#[from] ControlError),
 }
 
+impl From<crate::crds::DryRunError> for Error {
+    fn from(e: crate::crds::DryRunError) -> Self {
+        match e {
+            crate::crds::DryRunError::Refused { name, message } => {
+                Error::InvalidCrd { name, message }
+            }
+            crate::crds::DryRunError::Failed(e) => Error::Request("check a CRD (dry run)", e),
+        }
+    }
+}
+
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
@@ -634,25 +645,21 @@ impl Revisions {
             let body = self.crd_body(r, object, live.as_ref(), &siblings);
             // A CRD that already is what this revision would apply is not
             // written again.
-            let current = live.filter(|l| {
-                serde_json::to_value(l).is_ok_and(|live| ssa::unchanged_by(&live, &body))
-            });
+            let current = live.filter(|l| ssa::unchanged(l, &body));
             bodies.push((name, body, current));
         }
         // All or nothing: every CRD to write is checked by the API server
         // before any is written.
-        let dry = PatchParams::apply(&self.field_manager).force().dry_run();
-        for (name, body, _) in bodies.iter().filter(|b| b.2.is_none()) {
-            if let Err(e) = crds.patch(name, &dry, &Patch::Apply(body)).await {
-                return Err(match e {
-                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => Error::InvalidCrd {
-                        name: name.clone(),
-                        message: a.message,
-                    },
-                    e => Error::Request("check a CRD (dry run)", e),
-                });
-            }
-        }
+        crate::crds::dry_run(
+            &crds,
+            &self.field_manager,
+            &bodies
+                .iter()
+                .filter(|b| b.2.is_none())
+                .map(|(name, body, _)| (name.as_str(), body))
+                .collect::<Vec<_>>(),
+        )
+        .await?;
         let mut pending = Vec::new();
         let mut refs = Vec::new();
         for (name, body, current) in bodies {
@@ -662,15 +669,7 @@ impl Revisions {
                     .await
                     .map_err(|e| Error::Request("apply a CRD", e))?,
             };
-            let established = applied
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                });
-            if !established {
+            if !crate::crds::established(&applied) {
                 pending.push(name.clone());
             }
             refs.push(TypedReference {

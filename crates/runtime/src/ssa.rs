@@ -23,6 +23,11 @@ pub fn unchanged_by(live: &serde_json::Value, desired: &serde_json::Value) -> bo
     }
 }
 
+/// [`unchanged_by`] for a typed live object, e.g. one from a cache.
+pub fn unchanged<K: Serialize>(live: &K, desired: &serde_json::Value) -> bool {
+    serde_json::to_value(live).is_ok_and(|live| unchanged_by(&live, desired))
+}
+
 /// The part of `object` that `manager` owns through server-side apply: the
 /// object cut down to the fields its `Apply` entry in `metadata.managedFields`
 /// lists, with the values the API server stored (normalised: a quantity

@@ -59,17 +59,6 @@ pub struct Extensions {
     resync: Duration,
 }
 
-/// Whether a CRD is Established.
-pub fn established(c: &CustomResourceDefinition) -> bool {
-    c.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
-}
-
 /// Whether an Extension is Ready.
 pub fn ready(e: &Extension) -> bool {
     conditions::get(conditions::of(e), conditions::TYPE_READY).is_some_and(|c| c.status == "True")
@@ -155,7 +144,7 @@ impl Reconciler for Extensions {
                 )));
             }
             self.mark(&crd, &label, OWNS, Some(&me)).await?;
-            if !established(&crd) {
+            if !crate::crds::established(&crd) {
                 pending.push(crd.name_any());
             }
         }

@@ -184,6 +184,17 @@ pub enum Error {
     Control(#[from] ControlError),
 }
 
+impl From<crate::crds::DryRunError> for Error {
+    fn from(e: crate::crds::DryRunError) -> Self {
+        match e {
+            crate::crds::DryRunError::Refused { name, message } => {
+                Error::InvalidCrd { name, message }
+            }
+            crate::crds::DryRunError::Failed(e) => Error::Request("check a CRD (dry run)", e),
+        }
+    }
+}
+
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {

@@ -20,7 +20,6 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource as _, ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{
         Controller, WatchStreamExt as _,
         controller::Action,
@@ -46,7 +45,7 @@ use types::{
 
 use super::{
     Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, PACKAGE_ANNOTATION, crd_refs, extension_name,
-    extensions::{established, ready, ready_message},
+    extensions::{ready, ready_message},
     index::{Candidate, Index},
     install_order, installed_crd, set_ready, stack_label,
 };
@@ -279,16 +278,7 @@ impl Reconciler for Requests {
             return Err(Error::Invalid("the install plan is empty".to_owned()));
         };
         let name = extension_name(&reference);
-        let record = self
-            .extensions
-            .get(&ObjectRef::new(&name).within(&ns))
-            .and_then(|e| e.uid());
-        status.extension_record = Some(TypedReference {
-            api_version: "extensions.crossplane.io/v1alpha1".into(),
-            kind: "Extension".into(),
-            name: name.clone(),
-            uid: record,
-        });
+        status.extension_record = Some(self.record(&ns, &name));
         // Its dependencies: those installed now, and those found installed.
         installed.pop();
         for w in plan.iter().flat_map(|p| &p.waits_on) {
@@ -376,6 +366,19 @@ impl Requests {
         .flatten()
     }
 
+    /// What `status.extensionRecord` says of the Extension `ns/name`.
+    fn record(&self, ns: &str, name: &str) -> TypedReference {
+        TypedReference {
+            api_version: "extensions.crossplane.io/v1alpha1".into(),
+            kind: "Extension".into(),
+            name: name.to_owned(),
+            uid: self
+                .extensions
+                .get(&ObjectRef::new(name).within(ns))
+                .and_then(|e| e.uid()),
+        }
+    }
+
     /// `Some(why)` while the Extension `namespace/name` is not Ready.
     fn not_ready(&self, key: &str) -> Option<String> {
         let (ns, name) = key.split_once('/')?;
@@ -415,13 +418,7 @@ impl Requests {
         {
             self.hold(r, ename, &o).await?;
         }
-        let ext = self.extensions.get(&ObjectRef::new(ename).within(ens));
-        status.extension_record = Some(TypedReference {
-            api_version: "extensions.crossplane.io/v1alpha1".into(),
-            kind: "Extension".into(),
-            name: ename.to_owned(),
-            uid: ext.as_ref().and_then(|e| e.uid()),
-        });
+        status.extension_record = Some(self.record(ens, ename));
         match self.not_ready(&owner) {
             None => {
                 set_ready(
@@ -607,23 +604,21 @@ impl Requests {
                 }
             }
             let body = crd_body(object, &me, &label);
-            let unchanged = live.as_ref().is_some_and(|l| {
-                serde_json::to_value(l.as_ref()).is_ok_and(|v| ssa::unchanged_by(&v, &body))
-            });
+            let unchanged = live
+                .as_ref()
+                .is_some_and(|l| ssa::unchanged(l.as_ref(), &body));
             bodies.push((crd_name, body, unchanged));
         }
-        let dry = PatchParams::apply(&self.field_manager).force().dry_run();
-        for (crd_name, body, _) in bodies.iter().filter(|b| !b.2) {
-            if let Err(e) = crds.patch(crd_name, &dry, &Patch::Apply(body)).await {
-                return Err(match e {
-                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => Error::InvalidCrd {
-                        name: crd_name.clone(),
-                        message: a.message,
-                    },
-                    e => Error::Request("check a CRD (dry run)", e),
-                });
-            }
-        }
+        crate::crds::dry_run(
+            &crds,
+            &self.field_manager,
+            &bodies
+                .iter()
+                .filter(|b| !b.2)
+                .map(|(crd_name, body, _)| (crd_name.as_str(), body))
+                .collect::<Vec<_>>(),
+        )
+        .await?;
         let owns: Vec<CrdRef> = p.stack.crds.iter().flat_map(crd_ref_of).collect();
         let mut depends_on: Vec<CrdRef> = Vec::new();
         for selector in &p.stack.depends_on {
@@ -654,9 +649,9 @@ impl Requests {
             meta.remove("ownerReferences");
         }
         let unchanged = held
-            && current.as_ref().is_some_and(|e| {
-                serde_json::to_value(e.as_ref()).is_ok_and(|v| ssa::unchanged_by(&v, &compared))
-            });
+            && current
+                .as_ref()
+                .is_some_and(|e| ssa::unchanged(e.as_ref(), &compared));
         if !unchanged {
             ssa::apply(&api, name, &body, &self.manager_of(r))
                 .await
@@ -677,7 +672,7 @@ impl Requests {
             let applied = ssa::apply(&crds, &crd_name, &body, &self.field_manager)
                 .await
                 .map_err(|e| Error::Request("apply a CRD of the stack", e))?;
-            if !established(&applied) {
+            if !crate::crds::established(&applied) {
                 tracing::debug!(crd = %crd_name, "installed; not established yet");
             }
         }
