@@ -204,6 +204,16 @@ impl Error {
         }
     }
 
+    /// A package that is not what it must be: `fault` says what, found in
+    /// `layer` of `reference`.
+    pub(crate) fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Self {
+        Self::Invalid {
+            reference: reference.to_owned(),
+            layer: layer.to_owned(),
+            fault: fault.into(),
+        }
+    }
+
     pub(crate) fn write(path: &Path, source: std::io::Error) -> Self {
         Self::Write {
             path: path.display().to_string(),

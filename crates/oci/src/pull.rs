@@ -155,14 +155,6 @@ pub fn auth_from_docker_config(json: &[u8], registry: &str) -> Option<Auth> {
     })
 }
 
-fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
-    Error::Invalid {
-        reference: reference.to_owned(),
-        layer: layer.to_owned(),
-        fault: fault.into(),
-    }
-}
-
 fn registry_auth(auth: &Auth) -> RegistryAuth {
     auth.to_registry()
 }
@@ -333,7 +325,7 @@ fn platform_manifest(reference: &str, index: &Value) -> Result<Digest, Error> {
         }
         platforms.push(format!("{os}/{arch}"));
     }
-    Err(invalid(
+    Err(Error::invalid(
         reference,
         "index",
         format!(
@@ -353,7 +345,7 @@ fn is_index(manifest: &Value) -> bool {
 
 fn manifest_json(reference: &str, bytes: &[u8]) -> Result<Value, Error> {
     if bytes.len() > MAX_MANIFEST_BYTES {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             "manifest",
             format!(
@@ -363,7 +355,7 @@ fn manifest_json(reference: &str, bytes: &[u8]) -> Result<Value, Error> {
         ));
     }
     serde_json::from_slice(bytes).map_err(|e| {
-        invalid(
+        Error::invalid(
             reference,
             "manifest",
             format!("the manifest is not JSON: {e}"),
@@ -610,7 +602,7 @@ impl Fetcher {
             .find(|(p, _)| p == PACKAGE_FILE)
             .map(|(_, yaml)| (layer.clone(), yaml))
             .ok_or_else(|| {
-                invalid(
+                Error::invalid(
                     reference,
                     &layer,
                     format!("no {PACKAGE_FILE} in the package"),
@@ -643,7 +635,7 @@ async fn image_manifest(
     let image = parse_reference(&format!("{repository}@{digest}"))?;
     let bytes = manifest(client, &image, reference, auth).await?;
     if Digest::of(&bytes) != *digest {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             "manifest",
             format!("the registry's manifest does not match {digest}"),
@@ -657,7 +649,7 @@ async fn image_manifest(
     let image = parse_reference(&format!("{repository}@{platform}"))?;
     let bytes = manifest(client, &image, reference, auth).await?;
     if Digest::of(&bytes) != platform {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             "manifest",
             format!("the registry's manifest does not match {platform}"),
@@ -750,7 +742,7 @@ pub async fn pull_files(
     let (image, json) = image_manifest(&client, reference, digest, auth).await?;
     let layers = layer_descriptors(&json);
     if layers.is_empty() {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             "manifest",
             "the image has no layers; a package has one holding its files",
@@ -779,7 +771,7 @@ pub async fn pull_files(
         let layer = field("digest").to_owned();
         let media_type = field("mediaType").to_owned();
         let Some(layer_digest) = Digest::parse(&layer) else {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 "manifest",
                 format!("a layer has the digest {layer:?}; only sha256 digests are read"),
@@ -787,7 +779,7 @@ pub async fn pull_files(
         };
         let size = descriptor.get("size").and_then(Value::as_u64).unwrap_or(0);
         if size > MAX_BYTES {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 &layer,
                 format!("the layer is {size} bytes; a package layer may have at most {MAX_BYTES}"),
@@ -871,7 +863,7 @@ async fn download(
     if let Some(len) = stream.content_length
         && len > MAX_BYTES
     {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("the layer is {len} bytes; a package layer may have at most {MAX_BYTES}"),
@@ -895,7 +887,7 @@ async fn download(
         })?;
         total += chunk.len() as u64;
         if total > MAX_BYTES {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("the layer is over {MAX_BYTES} bytes, the most a package layer may have"),
@@ -905,7 +897,7 @@ async fn download(
         file.write_all(&chunk).map_err(local)?;
     }
     if format!("sha256:{}", hex::encode(hash.finalize())) != layer {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             "the layer does not match its digest",
@@ -944,7 +936,7 @@ fn layer_files(
 ) -> Result<Vec<(String, Found)>, Error> {
     let head = blob
         .fill_buf()
-        .map_err(|e| invalid(reference, layer, format!("reading the layer: {e}")))?;
+        .map_err(|e| Error::invalid(reference, layer, format!("reading the layer: {e}")))?;
     let gzip = head.starts_with(&[0x1f, 0x8b]);
     let plain_tar = media_type.ends_with(".tar") || media_type.ends_with(".tar.diff");
     let reader: Box<dyn std::io::Read + '_> = if gzip {
@@ -952,7 +944,7 @@ fn layer_files(
     } else if plain_tar {
         Box::new(blob)
     } else {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -967,7 +959,7 @@ fn layer_files(
     };
     let mut archive = tar::Archive::new(reader);
     let entries = archive.entries().map_err(|e| {
-        invalid(
+        Error::invalid(
             reference,
             layer,
             format!("the layer is not a tar archive: {e}"),
@@ -977,7 +969,7 @@ fn layer_files(
     let mut total: u64 = 0;
     for entry in entries {
         let entry = entry.map_err(|e| {
-            invalid(
+            Error::invalid(
                 reference,
                 layer,
                 format!("the layer is not a valid tar archive: {e}"),
@@ -990,7 +982,7 @@ fn layer_files(
         let path = path.trim_start_matches("./").trim_start_matches('/');
         let size = entry.header().size().unwrap_or(0);
         if size > MAX_BYTES {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("{path} is {size} bytes; a file in a package may have at most {MAX_BYTES}"),
@@ -1009,7 +1001,7 @@ fn layer_files(
         } else if wanted(path) && entry.header().entry_type().is_file() {
             total += size;
             if total > MAX_BYTES {
-                return Err(invalid(
+                return Err(Error::invalid(
                     reference,
                     layer,
                     format!("the package's files are over {MAX_BYTES} bytes in all"),
@@ -1020,7 +1012,7 @@ fn layer_files(
             entry
                 .take(MAX_BYTES)
                 .read_to_end(&mut bytes)
-                .map_err(|e| invalid(reference, layer, format!("reading {path}: {e}")))?;
+                .map_err(|e| Error::invalid(reference, layer, format!("reading {path}: {e}")))?;
             found.push((path, Found::File(bytes)));
         }
     }

@@ -336,14 +336,6 @@ impl Stack {
     }
 }
 
-fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
-    Error::Invalid {
-        reference: reference.to_owned(),
-        layer: layer.to_owned(),
-        fault: fault.into(),
-    }
-}
-
 /// "(line L, column C): what" from a YAML error, on one line.
 fn at_line(e: &serde_saphyr::Error) -> String {
     match crate::xpkg::yaml_error(e) {
@@ -359,7 +351,7 @@ fn text_of<'a>(
     bytes: &'a [u8],
 ) -> Result<&'a str, Error> {
     std::str::from_utf8(bytes)
-        .map_err(|e| invalid(reference, layer, format!("{path} is not UTF-8: {e}")))
+        .map_err(|e| Error::invalid(reference, layer, format!("{path} is not UTF-8: {e}")))
 }
 
 fn yaml<T: serde::de::DeserializeOwned>(
@@ -370,7 +362,7 @@ fn yaml<T: serde::de::DeserializeOwned>(
 ) -> Result<T, Error> {
     let text = text_of(reference, layer, path, bytes)?;
     serde_saphyr::from_str(text)
-        .map_err(|e| invalid(reference, layer, format!("{path} {}", at_line(&e))))
+        .map_err(|e| Error::invalid(reference, layer, format!("{path} {}", at_line(&e))))
 }
 
 /// The media type of an icon file, by extension.
@@ -397,7 +389,7 @@ pub fn parse(
     tag: Option<&str>,
 ) -> Result<Stack, Error> {
     let Some(app_bytes) = files.get(APP_FILE) else {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -408,7 +400,7 @@ pub fn parse(
     let app_file: AppFile = yaml(reference, layer, APP_FILE, app_bytes)?;
     let title = app_file.title.clone().unwrap_or_default();
     if title.trim().is_empty() {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("{APP_FILE}: title is required (a human readable name for the stack)"),
@@ -418,7 +410,7 @@ pub fn parse(
     let tag_version = tag.filter(|t| semver::Version::parse(&plain(t)).is_ok());
     let version = match (&app_file.version, tag_version) {
         (Some(v), Some(t)) if plain(v) != plain(t) => {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!(
@@ -433,7 +425,7 @@ pub fn parse(
     };
     for (i, link) in app_file.links.iter().enumerate() {
         if !(link.url.starts_with("https://") || link.url.starts_with("http://")) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!(
@@ -449,7 +441,7 @@ pub fn parse(
             .decode(icon.base64data.trim())
             .is_err()
         {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("{APP_FILE}: icons[{i}].base64data is not base64"),
@@ -461,14 +453,14 @@ pub fn parse(
             continue;
         };
         let Some(mediatype) = icon_type(path) else {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("{path}: icon.{rest} is not png, jpg, svg or gif"),
             ));
         };
         if bytes.len() > MAX_ICON_BYTES {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!(
@@ -487,12 +479,12 @@ pub fn parse(
         let at = format!("{APP_FILE}: dependsOn[{i}]");
         let selector = match (&d.crd, &d.kind, &d.api_version) {
             (Some(crd), None, None) => CrdSelector::parse(crd)
-                .map_err(|e| invalid(reference, layer, format!("{at}: {e}")))?,
+                .map_err(|e| Error::invalid(reference, layer, format!("{at}: {e}")))?,
             (None, Some(kind), Some(api)) if !kind.is_empty() && api.contains('/') => {
                 CrdSelector::of_kind(kind, api)
             }
             _ => {
-                return Err(invalid(
+                return Err(Error::invalid(
                     reference,
                     layer,
                     format!(
@@ -526,7 +518,7 @@ pub fn parse(
         }
     }
     if crds.is_empty() && install.is_none() {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -542,7 +534,7 @@ pub fn parse(
             .unwrap_or_default()
             .to_owned();
         if seen.insert(name.clone(), ()).is_some() {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("CRD {name} is defined twice under {RESOURCES_DIR}"),
@@ -576,7 +568,7 @@ fn deployment(reference: &str, layer: &str, bytes: &[u8]) -> Result<Value, Error
     let value: Value = yaml(reference, layer, INSTALL_FILE, bytes)?;
     let text = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
     if text("/kind") != "Deployment" || text("/apiVersion") != "apps/v1" {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -587,7 +579,7 @@ fn deployment(reference: &str, layer: &str, bytes: &[u8]) -> Result<Value, Error
         ));
     }
     if text("/metadata/name").is_empty() {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("{INSTALL_FILE}: the Deployment has no metadata.name"),
@@ -604,7 +596,7 @@ fn deployment(reference: &str, layer: &str, bytes: &[u8]) -> Result<Value, Error
                     .is_none_or(str::is_empty)
             })
     }) {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -618,7 +610,7 @@ fn deployment(reference: &str, layer: &str, bytes: &[u8]) -> Result<Value, Error
 fn rules(reference: &str, layer: &str, bytes: &[u8]) -> Result<Vec<Value>, Error> {
     let value: Value = yaml(reference, layer, RBAC_FILE, bytes)?;
     let Some(rules) = value.get("rules").and_then(Value::as_array) else {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("{RBAC_FILE}: has no rules: list (each rule: apiGroups, resources, verbs)"),
@@ -641,14 +633,14 @@ fn rules(reference: &str, layer: &str, bytes: &[u8]) -> Result<Vec<Value>, Error
             .as_object()
             .and_then(|o| o.keys().find(|k| !allowed.contains(&k.as_str())))
         {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("{RBAC_FILE}: rules[{i}] has an unknown field {k}"),
             ));
         }
         if !strings("verbs") || !(strings("resources") || strings("nonResourceURLs")) {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("{RBAC_FILE}: rules[{i}] needs verbs and resources (lists of strings)"),
@@ -664,7 +656,7 @@ fn crd(reference: &str, layer: &str, path: &str, bytes: &[u8]) -> Result<Value, 
     if text("/kind") != "CustomResourceDefinition"
         || text("/apiVersion") != "apiextensions.k8s.io/v1"
     {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -685,7 +677,7 @@ fn crd(reference: &str, layer: &str, path: &str, bytes: &[u8]) -> Result<Value, 
     .map(|(n, _)| n)
     .collect();
     if !missing.is_empty() {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("{path}: the CRD has no {}", missing.join(", ")),
@@ -693,7 +685,7 @@ fn crd(reference: &str, layer: &str, path: &str, bytes: &[u8]) -> Result<Value, 
     }
     let name = format!("{}.{}", text("/spec/names/plural"), text("/spec/group"));
     if text("/metadata/name") != name {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!(
@@ -703,7 +695,7 @@ fn crd(reference: &str, layer: &str, path: &str, bytes: &[u8]) -> Result<Value, 
         ));
     }
     if versions_of(&value).is_empty() {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("{path}: the CRD has no spec.versions"),
@@ -726,7 +718,7 @@ pub fn read_dir(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, Error> {
                 pending.push(path);
             } else if meta.is_file() {
                 if meta.len() > MAX_BYTES {
-                    return Err(invalid(
+                    return Err(Error::invalid(
                         &dir.display().to_string(),
                         "-",
                         format!("{} is over {MAX_BYTES} bytes", path.display()),

@@ -63,14 +63,6 @@ pub struct Contents {
     pub objects: Vec<Value>,
 }
 
-fn invalid(reference: &str, layer: &str, fault: impl Into<String>) -> Error {
-    Error::Invalid {
-        reference: reference.to_owned(),
-        layer: layer.to_owned(),
-        fault: fault.into(),
-    }
-}
-
 /// A YAML stream split into documents: the line (1-based) each document's
 /// content starts on, and its text.
 fn documents(text: &str) -> Vec<(usize, String)> {
@@ -157,7 +149,7 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
         }
         number += 1;
         let value: Value = serde_saphyr::from_str(&doc).map_err(|e| {
-            invalid(
+            Error::invalid(
                 reference,
                 layer,
                 format!("document {number} {}", yaml_fault(line, &e)),
@@ -168,7 +160,7 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
             continue;
         }
         if !value.is_object() {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!("{at}: not an object; {WHAT_A_PACKAGE_HOLDS}"),
@@ -191,7 +183,7 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
                 .collect();
                 if !missing.is_empty() {
                     let name = text("/metadata/name");
-                    return Err(invalid(
+                    return Err(Error::invalid(
                         reference,
                         layer,
                         format!(
@@ -213,7 +205,7 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
                     (k, "") => format!("kind {k} (no apiVersion)"),
                     (k, v) => format!("kind {k} ({v})"),
                 };
-                return Err(invalid(
+                return Err(Error::invalid(
                     reference,
                     layer,
                     format!("{at}: {what} is not allowed; {WHAT_A_PACKAGE_HOLDS}"),
@@ -238,7 +230,7 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
 /// reference, the layer, the document and its line, and the fault.
 pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Contents, Error> {
     let text = std::str::from_utf8(package_yaml).map_err(|e| {
-        invalid(
+        Error::invalid(
             reference,
             layer,
             format!("{PACKAGE_FILE} is not UTF-8: {e}"),
@@ -252,7 +244,7 @@ pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Conten
             continue;
         }
         if let Some(first) = &meta {
-            return Err(invalid(
+            return Err(Error::invalid(
                 reference,
                 layer,
                 format!(
@@ -264,7 +256,7 @@ pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Conten
         meta = Some(object);
     }
     let Some(meta) = meta else {
-        return Err(invalid(
+        return Err(Error::invalid(
             reference,
             layer,
             format!("{PACKAGE_FILE} has no {META_GROUP}/v1 Provider; {WHAT_A_PACKAGE_HOLDS}"),
@@ -331,11 +323,11 @@ pub fn build(dir: &Path, runtime_image: Option<&str>) -> Result<Image, Error> {
             let name = f.display().to_string();
             let bytes = read(&f)?;
             let text = std::str::from_utf8(&bytes).map_err(|e| {
-                invalid(&dir.display().to_string(), &name, format!("not UTF-8: {e}"))
+                Error::invalid(&dir.display().to_string(), &name, format!("not UTF-8: {e}"))
             })?;
             for object in objects(&dir.display().to_string(), &name, text)? {
                 if object.meta {
-                    return Err(invalid(
+                    return Err(Error::invalid(
                         &dir.display().to_string(),
                         &name,
                         format!(
