@@ -10,6 +10,7 @@ pub mod bench;
 pub mod objects;
 pub mod packages;
 pub mod proxy;
+pub mod shipped;
 pub mod stall;
 pub mod workloads;
 

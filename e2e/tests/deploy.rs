@@ -11,8 +11,7 @@ use serde_json::Value;
 
 use oci::project::BINARIES;
 
-/// The image the local-node overlay names (see its kustomization.yaml).
-const OVERLAY_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";
+use e2e::shipped::{OVERLAY_IMAGE, push_project_image, wait_available};
 
 /// `kubectl kustomize <dir>` (dir relative to the repository root), as JSON
 /// documents keyed by apiVersion, kind, namespace and name.
@@ -101,37 +100,6 @@ fn overlay_changes_only_the_image() {
     }
 }
 
-/// The project's image (Debian base layer and the six binaries this test
-/// run built), written by crates/oci and pushed to `registry` under the
-/// overlay's repository and tag. Returns the bytes uploaded and the
-/// manifest's digest.
-fn push_project_image(registry: &testenv::registry::Registry) -> (u64, String) {
-    let cache = oci::debian::default_cache().expect("the .deb cache");
-    let debs = oci::debian::download(&oci::debian::BASE_PACKAGES, &cache)
-        .expect("apt-get download of the base packages");
-    let base = oci::debian::base_layer(&debs).expect("the base layer");
-    let bins = testenv::workspace_binary("scheduler");
-    let bin_dir = bins.parent().expect("the binaries' directory");
-    let image = oci::project::image(base, bin_dir).expect("the project image");
-    let repository = OVERLAY_IMAGE.split_once('/').unwrap().1;
-    let reference = format!("{}/{repository}", registry.address);
-    let pushed = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(image.push(
-            &reference,
-            &oci::Auth::Anonymous,
-            &oci::Tls::Ca(registry.ca_pem.clone()),
-        ))
-        .unwrap_or_else(|e| panic!("push {reference}: {e}"));
-    assert!(
-        pushed.uploaded >= 3,
-        "layers and config uploaded: {pushed:?}"
-    );
-    (pushed.bytes, pushed.digest.as_str().to_owned())
-}
-
 /// "<status> <body>" of a GET of `url` from inside the node's network
 /// namespace (where Service IPs route), with curl.
 fn through_node(node: &testenv::node::Node, url: &str) -> String {
@@ -160,37 +128,6 @@ fn kubectl(args: &[&str]) -> String {
         .control
         .kubectl_ok(args)
         .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-}
-
-/// Waits until every Deployment of the six is Available, or panics with the
-/// pods' state.
-fn wait_available(timeout: std::time::Duration) {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let out = kubectl(&[
-            "get",
-            "deployments",
-            "-n",
-            "crossplane-system",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Available\")].status}{\"\\n\"}{end}",
-        ]);
-        let available: Vec<&str> = out
-            .lines()
-            .filter_map(|l| l.strip_suffix("=True"))
-            .collect();
-        if BINARIES.iter().all(|b| available.contains(b)) {
-            return;
-        }
-        if std::time::Instant::now() >= deadline {
-            let pods = kubectl(&["get", "pods", "-n", "crossplane-system", "-o", "wide"]);
-            let events = kubectl(&["get", "events", "-n", "crossplane-system"]);
-            panic!(
-                "not every Deployment became Available within {timeout:?}: {out}\n{pods}\n{events}"
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod crds;
 mod deps;
 mod labels;
 mod packages;
+mod podsecurity;
 mod provider;
 mod render;
 mod revision;
@@ -102,6 +103,15 @@ struct Args {
     /// own pull secrets do not cover (stacks have none of their own).
     #[arg(long, env = "REGISTRY_PULL_SECRET")]
     registry_pull_secret: Option<String>,
+
+    /// Let a DeploymentRuntimeConfig (or ControllerConfig) make a package
+    /// runtime break the Pod Security Standard "restricted" (privileged,
+    /// host namespaces, hostPath, added capabilities, root, privilege
+    /// escalation, host ports). Off: such a runtime is refused with a
+    /// condition naming each field. Stack controllers are always
+    /// restricted.
+    #[arg(long, env = "ALLOW_UNRESTRICTED_RUNTIMES", default_value_t = false, action = clap::ArgAction::Set)]
+    allow_unrestricted_runtimes: bool,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -213,6 +223,7 @@ async fn main() -> anyhow::Result<()> {
             mode: args.package_runtime,
             enable_runtime_config: args.enable_runtime_config,
             resync: rt.args.sync_interval,
+            allow_unrestricted_runtimes: args.allow_unrestricted_runtimes,
         },
     );
     let work = {

@@ -172,6 +172,10 @@ pub struct Settings {
     pub enable_runtime_config: bool,
     /// How often a healthy revision is looked at again.
     pub resync: Duration,
+    /// Whether a runtime config may make a runtime break the Pod Security
+    /// Standard "restricted" (host access, privilege, root): the
+    /// operator's explicit choice, off by default.
+    pub allow_unrestricted_runtimes: bool,
 }
 
 /// The revision controller's reconciler.
@@ -576,7 +580,24 @@ impl Revisions {
             .iter()
             .find(|o| o.controller == Some(true))
         else {
-            return Control::Ours;
+            // Uncontrolled: ours only when this revision or a sibling still
+            // references it (a sibling let go of control on its way out).
+            // A CRD nobody of this Provider references was made by someone
+            // else (by hand, by Helm, by crossplane-rs's own crds/) and is
+            // never taken over.
+            let delivered = live.owner_references().iter().any(|o| {
+                Some(&o.uid) == r.uid().as_ref()
+                    || (o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
+            });
+            return if delivered {
+                Control::Ours
+            } else {
+                Control::Foreign(format!(
+                    "CustomResourceDefinition {} exists and was not installed by this Provider ({}); a package never takes over a CRD it did not create: delete it, or remove it from the package",
+                    live.name_any(),
+                    crate::crds::maker(live)
+                ))
+            };
         };
         if Some(&owner.uid) == r.uid().as_ref() {
             return Control::Ours;
@@ -620,6 +641,13 @@ impl Revisions {
     ) -> Result<Option<Action>, Error> {
         let crds = self.crds_api();
         let siblings = self.siblings(r);
+        // Nothing of a package installs when any of its CRDs may never be.
+        if let Some(why) = objects
+            .iter()
+            .find_map(|o| crate::crds::refused(o, Some(&self.settings.namespace)))
+        {
+            return Err(Error::Conflict(why));
+        }
         let mut bodies = Vec::new();
         for object in objects {
             let name = object
@@ -874,6 +902,21 @@ impl Revisions {
             config_image_wins,
         };
         let mut rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
+        if !self.settings.allow_unrestricted_runtimes {
+            let broken = crate::podsecurity::violations(
+                rendered
+                    .deployment
+                    .pointer("/spec/template/spec")
+                    .unwrap_or(&serde_json::Value::Null),
+                "spec.deploymentTemplate.spec.template.spec",
+            );
+            if !broken.is_empty() {
+                return Err(Error::RuntimeConfig(format!(
+                    "the runtime config would make the runtime break the Pod Security Standard \"restricted\": {}; change the runtime config, or start the package-manager with --allow-unrestricted-runtimes",
+                    broken.join("; ")
+                )));
+            }
+        }
         for (object, owned) in [
             (&mut rendered.deployment, true),
             (&mut rendered.service, true),

@@ -26,6 +26,10 @@ pub mod reason {
     pub const RECONCILE_PAUSED: &str = "ReconcilePaused";
 }
 
+/// The longest condition message written, in bytes (longer ones are cut at
+/// a character boundary and marked as cut).
+pub const MAX_MESSAGE: usize = 1024;
+
 fn condition(type_: &str, status: bool, reason: &str, message: Option<String>) -> Condition {
     Condition {
         type_: type_.to_owned(),
@@ -95,6 +99,11 @@ pub fn custom(type_: &str, status: bool, reason: &str, message: Option<String>) 
 /// (RFC 3339) when it did. Returns whether anything changed, so callers can
 /// skip status writes that would change nothing.
 pub fn set(conditions: &mut Vec<Condition>, mut new: Condition, now: &str) -> bool {
+    // A message can carry text from anywhere (a registry's answer, an API
+    // server's refusal): a status holds at most MAX_MESSAGE bytes of it.
+    if let Some(m) = new.message.take() {
+        new.message = Some(crate::events::truncate(m, MAX_MESSAGE));
+    }
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         Some(existing) => {
             new.last_transition_time = if existing.status == new.status {
@@ -148,6 +157,18 @@ mod tests {
         set(&mut conds, available(), "t1");
         assert!(!set(&mut conds, available(), "t2"));
         assert_eq!(conds[0].last_transition_time.as_deref(), Some("t1"));
+    }
+
+    #[test]
+    fn a_message_of_a_mebibyte_is_written_as_a_kibibyte() {
+        let mut conds = Vec::new();
+        set(
+            &mut conds,
+            custom("Healthy", false, "R", Some("é".repeat(512 * 1024))),
+            "t",
+        );
+        let m = conds[0].message.as_deref().unwrap();
+        assert!(m.len() <= MAX_MESSAGE, "{}", m.len());
     }
 
     #[test]

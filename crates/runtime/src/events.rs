@@ -166,7 +166,8 @@ pub fn error_chain(error: &dyn StdError) -> String {
     out
 }
 
-fn truncate(mut s: String, max: usize) -> String {
+/// `s` cut to at most `max` bytes, at a character boundary.
+pub fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut end = max;
         while !s.is_char_boundary(end) {

@@ -36,3 +36,29 @@ pub mod crds;
 
 pub use k8s_openapi;
 pub use kube;
+
+/// The API groups this project serves itself (its `crds/`). No package may
+/// install a CRD in them, and no package or Extension is ever granted
+/// rights on them: they are the control plane's own API.
+pub const OWN_API_GROUPS: [&str; 5] = [
+    "pkg.crossplane.io",
+    "extensions.crossplane.io",
+    "workload.crossplane.io",
+    "compute.crossplane.io",
+    "kubernetes.crossplane.io",
+];
+
+/// Whether `group` belongs to Kubernetes itself (the core group `""`,
+/// `*.k8s.io`, `*.kubernetes.io`, and the unsuffixed built-in groups such
+/// as `apps`, `batch`, `policy`, `autoscaling`) or to this project
+/// ([`OWN_API_GROUPS`]): kinds a package can never own or be granted
+/// because it installed them.
+pub fn is_protected_group(group: &str) -> bool {
+    const BUILT_IN: [&str; 5] = ["", "apps", "batch", "policy", "autoscaling"];
+    BUILT_IN.contains(&group)
+        || group == "k8s.io"
+        || group.ends_with(".k8s.io")
+        || group == "kubernetes.io"
+        || group.ends_with(".kubernetes.io")
+        || OWN_API_GROUPS.contains(&group)
+}

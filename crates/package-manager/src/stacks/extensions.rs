@@ -34,6 +34,8 @@ use runtime::{
 use serde_json::json;
 use types::extensions::v1alpha1::{CrdRef, Extension};
 
+use crate::podsecurity;
+
 use super::{
     DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, installed_crd,
     marked, set_ready, stack_label,
@@ -43,6 +45,17 @@ use super::{
 pub const CONTROLLER: &str = "extension";
 /// Holds an Extension until its controller is stopped and its CRDs let go.
 pub const FINALIZER: &str = "extensions.crossplane.io/stack";
+/// Whether `refs` name the object of `uid` as their controller.
+fn controlled_by(
+    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    uid: &str,
+) -> bool {
+    !uid.is_empty()
+        && refs
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
 /// The rbac-manager's condition: the controller's role is bound.
 const TYPE_RBAC_READY: &str = "RBACReady";
 /// How often an Extension waiting on what no watch shows looks again.
@@ -53,7 +66,6 @@ pub struct Extensions {
     sk: Skeleton,
     field_manager: String,
     crds: Store<CustomResourceDefinition>,
-    deployments: Store<Deployment>,
     /// A hash of the controller Deployment last applied per Extension UID.
     applied: Expiring<String, u64>,
     resync: Duration,
@@ -91,6 +103,11 @@ fn describe(r: &CrdRef) -> String {
     format!("{} ({})", r.kind, r.api_version)
 }
 
+/// The API group of a CRD reference's apiVersion (`""` for `v1`).
+fn group_of(r: &CrdRef) -> &str {
+    r.api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
 impl Reconciler for Extensions {
     type Object = Extension;
     type Error = Error;
@@ -108,7 +125,7 @@ impl Reconciler for Extensions {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.crds).await && cache_ready(&self.deployments).await
+        cache_ready(&self.crds).await
     }
 
     async fn apply(
@@ -125,6 +142,20 @@ impl Reconciler for Extensions {
             .custom_resource_definitions
             .clone()
             .unwrap_or_default();
+        let protected: Vec<String> = refs
+            .owns
+            .iter()
+            .map(|r| ("owns", r))
+            .chain(refs.depends_on.iter().map(|r| ("dependsOn", r)))
+            .filter(|(_, r)| types::is_protected_group(group_of(r)))
+            .map(|(field, r)| format!("{field} {}", describe(r)))
+            .collect();
+        if !protected.is_empty() {
+            return Err(Error::Invalid(format!(
+                "spec.customresourcedefinitions names built-in or crossplane-rs kinds, which a stack can never own or depend on: {}; name only the CRDs the stack installs or depends on",
+                protected.join(", ")
+            )));
+        }
         let mut missing = Vec::new();
         let mut pending = Vec::new();
         for r in &refs.owns {
@@ -135,12 +166,26 @@ impl Reconciler for Extensions {
                 continue;
             };
             let owner = crd.annotations().get(OWNER_ANNOTATION).cloned();
-            if let Some(owner) = owner.filter(|o| *o != me)
+            if let Some(owner) = owner.clone().filter(|o| *o != me)
                 && super::extension_exists(self.sk.client(), &owner).await?
             {
                 return Err(Error::Conflict(format!(
                     "CRD {} is owned by Extension {owner}; two stacks cannot own one CRD: remove it from spec.customresourcedefinitions.owns or uninstall {owner}",
                     crd.name_any()
+                )));
+            }
+            // Only a CRD a stack installed can be owned: one made by hand,
+            // by Helm or by a Provider package stays its maker's.
+            if owner.as_deref() != Some(me.as_str())
+                && crd
+                    .labels()
+                    .get(INSTALLED_LABEL)
+                    .is_none_or(|v| v != "true")
+            {
+                return Err(Error::Conflict(format!(
+                    "CRD {} was not installed by a stack ({}); an Extension can own only CRDs its stack installed: remove it from spec.customresourcedefinitions.owns, or list it under dependsOn",
+                    crd.name_any(),
+                    crate::crds::maker(&crd)
                 )));
             }
             self.mark(&crd, &label, OWNS, Some(&me)).await?;
@@ -213,17 +258,7 @@ impl Reconciler for Extensions {
             .as_ref()
             .and_then(|c| c.deployment.as_ref())
         {
-            let deployments = Api::<Deployment>::namespaced(self.sk.client().clone(), &ns);
-            if deployments
-                .get_opt(&d.name)
-                .await
-                .map_err(|e| Error::Request("read the stack's controller Deployment", e))?
-                .is_some_and(|live| self.ours(&live, &name))
-            {
-                runtime::objects::delete(&deployments, &d.name)
-                    .await
-                    .map_err(|e| Error::Request("delete the stack's controller Deployment", e))?;
-            }
+            self.stop_controller(&ns, &d.name, &name).await?;
         }
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
         for cached in self.crds.state() {
@@ -322,6 +357,28 @@ impl Extensions {
         Ok(())
     }
 
+    /// Deletes the Extension's controller Deployment, if it is there and
+    /// its own: a controller that may not run does not keep running.
+    async fn stop_controller(
+        &self,
+        ns: &str,
+        deployment: &str,
+        extension: &str,
+    ) -> Result<(), Error> {
+        let api = Api::<Deployment>::namespaced(self.sk.client().clone(), ns);
+        if api
+            .get_opt(deployment)
+            .await
+            .map_err(|e| Error::Request("read the stack's controller Deployment", e))?
+            .is_some_and(|live| self.ours(&live, extension))
+        {
+            runtime::objects::delete(&api, deployment)
+                .await
+                .map_err(|e| Error::Request("delete the stack's controller Deployment", e))?;
+        }
+        Ok(())
+    }
+
     fn ours(&self, d: &Deployment, extension: &str) -> bool {
         d.labels()
             .get(EXTENSION_LABEL)
@@ -351,7 +408,10 @@ impl Extensions {
             return Ok(Some("the Extension has no UID yet".to_owned()));
         };
         let client = self.sk.client().clone();
-        let live = self.deployments.get(&ObjectRef::new(&d.name).within(&ns));
+        let live = Api::<Deployment>::namespaced(client.clone(), &ns)
+            .get_opt(&d.name)
+            .await
+            .map_err(|e| Error::Request("read the stack's controller Deployment", e))?;
         if let Some(live) = &live
             && !self.ours(live, &name)
         {
@@ -361,39 +421,67 @@ impl Extensions {
             )));
         }
         let labels = json!({EXTENSION_LABEL: name});
-        let service_account = d
-            .spec
-            .pointer("/template/spec/serviceAccountName")
-            .and_then(|v| v.as_str());
+        let service_account = e
+            .controller_service_account()
+            .unwrap_or_else(|| name.clone());
+        let uid = e.uid().unwrap_or_default();
+        // What install.yaml asks of the pod is data: host access, privilege
+        // and root are refused, the rest is made "restricted", and the pod
+        // runs as the ServiceAccount made for this Extension alone.
+        let mut spec = d.spec.clone();
+        let pod_path = "spec.controller.deployment.spec.template.spec";
+        let mut refused = podsecurity::violations(
+            spec.pointer("/template/spec")
+                .unwrap_or(&serde_json::Value::Null),
+            pod_path,
+        );
+        let sa_api = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
+        let existing = sa_api
+            .get_opt(&service_account)
+            .await
+            .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
+        if let Some(sa) = &existing
+            && !controlled_by(sa.owner_references(), &uid)
+        {
+            refused.push(format!(
+                "{pod_path}.serviceAccountName: ServiceAccount {ns}/{service_account} exists and was not made for this Extension; a stack's controller runs only as a ServiceAccount the package-manager creates for it: name one that does not exist, or leave it unset"
+            ));
+        }
+        if !refused.is_empty() {
+            self.stop_controller(&ns, &d.name, &name).await?;
+            return Err(Error::Invalid(format!(
+                "the stack's controller is not run: {}",
+                refused.join("; ")
+            )));
+        }
+        if let Some(pod) = spec
+            .pointer_mut("/template/spec")
+            .and_then(|p| p.as_object_mut())
+        {
+            pod.remove("serviceAccount");
+            pod.insert(
+                "serviceAccountName".into(),
+                serde_json::Value::String(service_account.clone()),
+            );
+        }
+        if let Some(pod) = spec.pointer_mut("/template/spec") {
+            podsecurity::harden(pod);
+        }
         let deployment = json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": {"name": d.name, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
-            "spec": d.spec,
+            "spec": spec,
         });
         let hash = value_hash(&json!([deployment, service_account]));
-        let uid = e.uid().unwrap_or_default();
         if live.is_none() || self.applied.get(&uid) != Some(hash) {
-            if let Some(sa) = service_account {
-                let api = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
-                let existing = api
-                    .get_opt(sa)
-                    .await
-                    .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
-                // One the user made stays theirs.
-                if existing
-                    .as_ref()
-                    .is_none_or(|s| s.labels().get(EXTENSION_LABEL) == Some(&name))
-                {
-                    let body = json!({
-                        "apiVersion": "v1", "kind": "ServiceAccount",
-                        "metadata": {"name": sa, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
-                    });
-                    ssa::apply(&api, sa, &body, &self.field_manager)
-                        .await
-                        .map_err(|e| Error::Request("apply the controller's ServiceAccount", e))?;
-                }
-            }
+            let body = json!({
+                "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": service_account, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
+            });
+            ssa::apply(&sa_api, &service_account, &body, &self.field_manager)
+                .await
+                .map_err(|e| Error::Request("apply the controller's ServiceAccount", e))?;
             let api = Api::<Deployment>::namespaced(client, &ns);
             if let Err(err) = ssa::apply(&api, &d.name, &deployment, &self.field_manager).await {
                 return Err(match err {
@@ -444,13 +532,17 @@ pub fn controller<S>(
 where
     S: futures::Stream<Item = Result<CustomResourceDefinition, watcher::Error>> + Send + 'static,
 {
-    let (deployments, writer) = kube::runtime::reflector::store();
+    // Anyone who may create Deployments can put this label on one: the
+    // watch is of metadata only and nothing of it is kept (a reconcile
+    // reads its own Deployment), so a tenant's Deployments cost this
+    // binary nothing but the notice that they changed.
     let owned = watcher(
-        Api::<Deployment>::all(rt.client.clone()),
-        watcher::Config::default().labels(EXTENSION_LABEL),
+        Api::<kube::core::PartialObjectMeta<Deployment>>::all(rt.client.clone()),
+        watcher::Config::default()
+            .labels(EXTENSION_LABEL)
+            .page_size(50),
     )
     .default_backoff()
-    .reflect(writer)
     .touched_objects();
     let ctrl = Controller::new(
         Api::<Extension>::all(rt.client.clone()),
@@ -484,7 +576,6 @@ where
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         crds,
-        deployments,
         applied: Expiring::new(Duration::from_secs(3600)),
         resync,
     });

@@ -29,8 +29,7 @@ use crate::packages::FetchError;
 
 /// Marks a CRD a stack installed (only those are ever deleted by one).
 pub const INSTALLED_LABEL: &str = "extensions.crossplane.io/installed";
-/// Names (`namespace/name`) the Extension that owns a CRD.
-pub const OWNER_ANNOTATION: &str = "extensions.crossplane.io/owner";
+pub use types::extensions::v1alpha1::{EXTENSION_LABEL, OWNER_ANNOTATION};
 /// Prefix of the per-Extension label on CRDs: `owns` or `depends-on`.
 pub const STACK_LABEL_PREFIX: &str = "stack.extensions.crossplane.io/";
 /// Label values.
@@ -39,8 +38,6 @@ pub const OWNS: &str = "owns";
 pub const DEPENDS_ON: &str = "depends-on";
 /// Records on an Extension the package it was installed from.
 pub const PACKAGE_ANNOTATION: &str = "extensions.crossplane.io/package";
-/// Labels what an Extension runs (its Deployment and ServiceAccount).
-pub const EXTENSION_LABEL: &str = "extensions.crossplane.io/extension";
 
 /// The label an Extension puts on the CRDs it owns or depends on: a key
 /// per Extension (a hash of `namespace/name`, which may be too long for a

@@ -578,6 +578,14 @@ impl Requests {
         let me = format!("{ns}/{name}");
         let label = stack_label(ns, name);
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
+        if let Some(why) = p
+            .stack
+            .crds
+            .iter()
+            .find_map(|o| crate::crds::refused(o, None))
+        {
+            return Err(Error::Conflict(format!("{}: {why}", p.reference)));
+        }
         let mut bodies = Vec::new();
         for object in &p.stack.crds {
             let crd_name = object
@@ -640,6 +648,25 @@ impl Requests {
         let body = extension_body(ns, name, p, owner, (owns, depends_on));
         let api = Api::<Extension>::namespaced(self.sk.client().clone(), ns);
         let current = self.extensions.get(&ObjectRef::new(name).within(ns));
+        // An Extension of this name from another repository (or applied
+        // by hand) is another stack's: never overwritten.
+        if let Some(e) = &current {
+            let recorded = e
+                .annotations()
+                .get(PACKAGE_ANNOTATION)
+                .and_then(|a| a.rsplit_once('@'))
+                .map(|(reference, _)| oci::xpkg::repository_of(reference));
+            if recorded.as_deref() != Some(oci::xpkg::repository_of(&p.reference).as_str()) {
+                return Err(Error::Conflict(format!(
+                    "{} would be recorded as Extension {ns}/{name}, which exists and {}; uninstall it first, or install this stack in another namespace",
+                    p.reference,
+                    recorded.map_or_else(
+                        || "was not installed by an ExtensionRequest".to_owned(),
+                        |r| format!("was installed from {r}")
+                    )
+                )));
+            }
+        }
         // Other requests may hold it too: its owners are compared apart.
         let held = current
             .as_ref()

@@ -224,3 +224,33 @@ pub struct ExtensionStatus {
 }
 
 crate::conditioned!(ExtensionRequest => ExtensionRequestStatus, Extension => ExtensionStatus);
+
+/// On a CRD: the Extension (`namespace/name`) that owns it. Written by the
+/// package-manager only on CRDs a stack installed (or that its Extension
+/// already owned); the rbac-manager grants an Extension rights on a kind it
+/// `owns` only when that kind's CRD names it here.
+pub const OWNER_ANNOTATION: &str = "extensions.crossplane.io/owner";
+/// On what the package-manager runs for an Extension (its controller
+/// Deployment and ServiceAccount): the Extension's name.
+pub const EXTENSION_LABEL: &str = "extensions.crossplane.io/extension";
+
+impl Extension {
+    /// The ServiceAccount the Extension's controller runs as: the name its
+    /// pod template gives (`serviceAccountName`), else the Extension's own
+    /// name. It is always one the package-manager created for this
+    /// Extension (controlled by it); an existing ServiceAccount of that name
+    /// that is not is a conflict, and the rbac-manager binds the role only
+    /// to one this Extension controls. `None` without a controller.
+    pub fn controller_service_account(&self) -> Option<String> {
+        let d = self.spec.controller.as_ref()?.deployment.as_ref()?;
+        let named = d
+            .spec
+            .pointer("/template/spec/serviceAccountName")
+            .and_then(serde_json::Value::as_str)
+            .filter(|s| !s.is_empty());
+        Some(match named {
+            Some(n) => n.to_owned(),
+            None => self.metadata.name.clone().unwrap_or_default(),
+        })
+    }
+}

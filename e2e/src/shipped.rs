@@ -1,0 +1,393 @@
+//! The six controllers as users run them: the project's image (built by
+//! crates/oci, pushed to a registry the node pulls from), `deploy/` applied
+//! through the local-node overlay, and only operator configuration added
+//! (the registry's CA for the package-manager). Tests of one test binary
+//! share one such installation; each works in its own namespace or under
+//! its own names.
+
+use std::{
+    path::PathBuf,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::packages::{get_json, kubectl, kubectl_try};
+
+/// The image the local-node overlay names (see its kustomization.yaml).
+pub const OVERLAY_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";
+/// The controllers' namespace.
+pub const NS: &str = "crossplane-system";
+/// Where the operator configuration mounts the registry's CA.
+const CA_DIR: &str = "/etc/crossplane-rs/registry-ca";
+
+/// One installation of `deploy/` on the test node.
+pub struct Shipped {
+    /// The registry the node pulls the project's image from, and packages
+    /// are pushed to (`address` is `<node host address>:<port>`, which the
+    /// package-manager pod reaches).
+    pub registry: testenv::registry::Registry,
+    /// Its CA, as a file (for `xpkg --ca-file`).
+    pub ca_file: PathBuf,
+    /// A pause image as the node pulls it.
+    pub pause_image: String,
+    /// A scratch directory.
+    pub work: PathBuf,
+}
+
+static SHIPPED: OnceLock<Shipped> = OnceLock::new();
+
+/// The installation, made on first use.
+pub fn shipped() -> &'static Shipped {
+    SHIPPED.get_or_init(install)
+}
+
+/// The project's image (Debian base layer and the six binaries this test
+/// run built), written by crates/oci and pushed to `registry` under the
+/// overlay's repository and tag. Returns the bytes uploaded and the
+/// manifest's digest.
+pub fn push_project_image(registry: &testenv::registry::Registry) -> (u64, String) {
+    let cache = oci::debian::default_cache().expect("the .deb cache");
+    let debs = oci::debian::download(&oci::debian::BASE_PACKAGES, &cache)
+        .expect("apt-get download of the base packages");
+    let base = oci::debian::base_layer(&debs).expect("the base layer");
+    let bins = testenv::workspace_binary("scheduler");
+    let bin_dir = bins.parent().expect("the binaries' directory");
+    let image = oci::project::image(base, bin_dir).expect("the project image");
+    let repository = OVERLAY_IMAGE.split_once('/').map_or("", |(_, r)| r);
+    let reference = format!("{}/{repository}", registry.address);
+    let pushed = block_on(image.push(
+        &reference,
+        &oci::Auth::Anonymous,
+        &oci::Tls::Ca(registry.ca_pem.clone()),
+    ))
+    .unwrap_or_else(|e| panic!("push {reference}: {e}"));
+    assert!(
+        pushed.uploaded >= 3,
+        "layers and config uploaded: {pushed:?}"
+    );
+    (pushed.bytes, pushed.digest.as_str().to_owned())
+}
+
+/// Runs a future to completion on a runtime of its own.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(f)
+}
+
+/// Waits until every Deployment of the six is Available, or panics with the
+/// pods' state.
+pub fn wait_available(timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = kubectl(&[
+            "get",
+            "deployments",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Available\")].status}/{.status.updatedReplicas}/{.status.replicas}{\"\\n\"}{end}",
+        ]);
+        // Available, and no pod of an older template still about.
+        let ready: Vec<&str> = out
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.split_once('=')?;
+                let mut parts = rest.split('/');
+                let available = parts.next()? == "True";
+                let (updated, total) = (parts.next()?, parts.next()?);
+                (available && updated == total).then_some(name)
+            })
+            .collect();
+        if oci::project::BINARIES.iter().all(|b| ready.contains(b)) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let pods = kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
+            let events = kubectl(&["get", "events", "-n", NS]);
+            panic!(
+                "not every Deployment became Available within {timeout:?}: {out}\n{pods}\n{events}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn install() -> Shipped {
+    let plane = testenv::control_plane_with_node();
+    let node = plane
+        .node
+        .as_ref()
+        .expect("these tests need testenv's node (not an existing cluster)");
+    let host = OVERLAY_IMAGE.split('/').next().unwrap_or_default();
+    let registry = testenv::registry::Registry::start(plane, node, host, None).unwrap();
+    let work = std::env::temp_dir().join(testenv::unique_name("shipped"));
+    std::fs::create_dir_all(&work).unwrap();
+    let ca_file = work.join("registry-ca.pem");
+    std::fs::write(&ca_file, &registry.ca_pem).unwrap();
+    push_project_image(&registry);
+    let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
+    let pause_ref = format!("{}/pause:v1", registry.address);
+    block_on(pause.push(
+        &pause_ref,
+        &oci::Auth::Anonymous,
+        &oci::Tls::Ca(registry.ca_pem.clone()),
+    ))
+    .unwrap_or_else(|e| panic!("push {pause_ref}: {e}"));
+    let overlay = testenv::repo_root().join("deploy/overlays/local-node");
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        &overlay.to_string_lossy(),
+    ]);
+    // Operator configuration, and nothing else: the package-manager trusts
+    // the registry's CA.
+    let (_, _) = kubectl_try(&["delete", "configmap", "registry-ca", "-n", NS]);
+    kubectl(&[
+        "create",
+        "configmap",
+        "registry-ca",
+        "-n",
+        NS,
+        &format!("--from-file=ca.pem={}", ca_file.display()),
+    ]);
+    let patch = serde_json::json!([
+        {"op": "add", "path": "/spec/template/spec/volumes/-",
+         "value": {"name": "registry-ca", "configMap": {"name": "registry-ca"}}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+         "value": {"name": "registry-ca", "mountPath": CA_DIR, "readOnly": true}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+         "value": format!("--ca-bundle-path={CA_DIR}/ca.pem")},
+    ]);
+    kubectl(&[
+        "patch",
+        "deployment",
+        "package-manager",
+        "-n",
+        NS,
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ]);
+    wait_available(Duration::from_secs(240));
+    Shipped {
+        registry,
+        ca_file,
+        pause_image: format!("{host}/pause:v1"),
+        work,
+    }
+}
+
+/// The running pod of a controller: (name, restart count).
+pub fn pod_of(binary: &str) -> (String, i64) {
+    let list = get_json(&[
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        &format!("app.kubernetes.io/name={binary}"),
+        "--field-selector=status.phase=Running",
+    ])
+    .unwrap_or_default();
+    let pods = list["items"].as_array().cloned().unwrap_or_default();
+    let pod = pods
+        .iter()
+        .find(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .unwrap_or_else(|| panic!("no running {binary} pod: {list}"));
+    let restarts = pod
+        .pointer("/status/containerStatuses/0/restartCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(-1);
+    (
+        pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        restarts,
+    )
+}
+
+/// The package-manager's leader Lease: (holder, transitions).
+pub fn package_manager_lease() -> (String, i64) {
+    let lease = get_json(&["lease", "crossplane-rs-package-manager", "-n", NS]).unwrap_or_default();
+    (
+        lease
+            .pointer("/spec/holderIdentity")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        lease
+            .pointer("/spec/leaseTransitions")
+            .and_then(Value::as_i64)
+            .unwrap_or(0),
+    )
+}
+
+/// The resident memory (bytes) of a controller's process in its pod, read
+/// from /proc on the node (this machine): the process whose cgroup names
+/// the pod's UID.
+pub fn resident_bytes(binary: &str) -> u64 {
+    let (pod, _) = pod_of(binary);
+    let uid = kubectl(&[
+        "get",
+        "pod",
+        &pod,
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let uid = uid.trim();
+    let underscored = uid.replace('-', "_");
+    let program = format!("/usr/local/bin/{binary}");
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let dir = entry.path();
+        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        if !cmdline.starts_with(program.as_bytes()) {
+            continue;
+        }
+        let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
+        if !cgroup.contains(uid) && !cgroup.contains(&underscored) {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        return kib * 1024;
+    }
+    panic!("no {program} process of pod {pod} (uid {uid}) in /proc")
+}
+
+/// The last `lines` lines of a controller's log.
+pub fn log_tail(binary: &str, lines: usize) -> String {
+    let (_, out) = kubectl_try(&[
+        "logs",
+        "-n",
+        NS,
+        &format!("deployment/{binary}"),
+        &format!("--tail={lines}"),
+    ]);
+    out
+}
+
+/// What the package side looks like, for a failed wait.
+pub fn explain() -> String {
+    let (_, providers) = kubectl_try(&["get", "providers,providerrevisions", "-o", "yaml"]);
+    let (_, pods) = kubectl_try(&["get", "deployments,pods", "-n", NS, "-o", "wide"]);
+    format!(
+        "{providers}\n{pods}\npackage-manager log (tail):\n{}\nrbac-manager log (tail):\n{}",
+        log_tail("package-manager", 30),
+        log_tail("rbac-manager", 15)
+    )
+}
+
+/// `xpkg push DIR REF` (trusting the registry's CA), with the runtime
+/// image given; returns the pushed digest.
+pub fn xpkg_push(dir: &std::path::Path, reference: &str, runtime_image: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new(testenv::workspace_binary("xpkg"));
+    cmd.arg("push")
+        .arg(dir)
+        .arg(reference)
+        .arg("--ca-file")
+        .arg(&shipped().ca_file);
+    if let Some(i) = runtime_image {
+        cmd.args(["--runtime-image", i]);
+    }
+    let out = cmd.output().expect("run xpkg");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "xpkg push {reference}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .trim()
+        .rsplit_once('@')
+        .map(|(_, d)| d.to_owned())
+        .unwrap_or_else(|| panic!("xpkg push printed no digest: {stdout}"))
+}
+
+/// A Provider package directory: its meta (with `spec_extra` lines under
+/// spec) and CRD files.
+pub fn package_dir(name: &str, spec_extra: &str, crds: &[(String, String)]) -> PathBuf {
+    let dir = shipped().work.join(testenv::unique_name(name));
+    std::fs::create_dir_all(dir.join("crds")).unwrap();
+    std::fs::write(
+        dir.join("package.yaml"),
+        format!(
+            "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\nspec:\n  crossplane:\n    version: \">=v1.14.0\"\n{spec_extra}"
+        ),
+    )
+    .unwrap();
+    for (file, text) in crds {
+        std::fs::write(dir.join("crds").join(file), text).unwrap();
+    }
+    dir
+}
+
+/// Pushes an image of one base layer to `reference` in the shared registry;
+/// returns the digest.
+pub fn push_layer(reference: &str, layer: oci::Layer) -> String {
+    let image =
+        oci::Image::new(oci::Config::default()).layer(layer.annotate("io.crossplane.xpkg", "base"));
+    let r = &shipped().registry;
+    let pushed = block_on(image.push(
+        reference,
+        &oci::Auth::Anonymous,
+        &oci::Tls::Ca(r.ca_pem.clone()),
+    ))
+    .unwrap_or_else(|e| panic!("push {reference}: {e}"));
+    pushed.digest.as_str().to_owned()
+}
+
+/// A controller's /metrics, scraped from its pod's IP inside the node's
+/// network namespace (where pod IPs route), as Prometheus would.
+pub fn metrics_of(binary: &str) -> String {
+    let (pod, _) = pod_of(binary);
+    let ip = kubectl(&[
+        "get",
+        "pod",
+        &pod,
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    let node = testenv::control_plane_with_node()
+        .node
+        .as_ref()
+        .expect("testenv's node");
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", node.footprint.netns_pin.display()))
+        .args(["curl", "-sS", "--max-time", "5"])
+        .arg(format!("http://{}:8080/metrics", ip.trim()))
+        .output()
+        .expect("nsenter curl");
+    assert!(
+        out.status.success(),
+        "scrape {binary}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Reconciles of `controller` in `binary` so far (any result).
+pub fn reconciles(binary: &str, controller: &str) -> f64 {
+    crate::metric_sum(
+        &metrics_of(binary),
+        "crossplane_rs_reconcile_total",
+        &[("controller", controller)],
+    )
+}

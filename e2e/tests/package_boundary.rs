@@ -1,0 +1,706 @@
+//! Package content is data: what a package, a stack, an Extension or a
+//! registry says never takes more than the operator allowed. Every test
+//! here runs against the six controllers as pods from `deploy/` (the
+//! local-node overlay, plus the registry's CA as operator configuration),
+//! on the real node, with packages in a real registry; each asserts what a
+//! user sees (conditions, `kubectl auth can-i`, the live objects, the pods'
+//! restart counts).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use e2e::packages::{
+    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd, wait,
+};
+use e2e::shipped::{
+    NS, explain, package_dir, package_manager_lease, pod_of, push_layer, reconciles,
+    resident_bytes, shipped, xpkg_push,
+};
+
+/// Every condition message of an object, one per line (`Type=Status:
+/// message`).
+fn conditions_text(obj: &Value) -> String {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .map(|c| {
+                    format!(
+                        "{}={}: {}",
+                        c["type"].as_str().unwrap_or_default(),
+                        c["status"].as_str().unwrap_or_default(),
+                        c["message"].as_str().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+fn namespace(prefix: &str) -> String {
+    shipped();
+    let ns = testenv::unique_name(prefix);
+    kubectl(&["create", "namespace", &ns]);
+    ns
+}
+
+fn extension(ns: &str, name: &str) -> Option<Value> {
+    get_json(&["extensions.extensions.crossplane.io", name, "-n", ns])
+}
+
+fn explain_ns(ns: &str) -> String {
+    let (_, objects) = kubectl_try(&[
+        "get",
+        "extensions,deployments,serviceaccounts,pods",
+        "-n",
+        ns,
+        "-o",
+        "yaml",
+    ]);
+    format!("{objects}\n{}", explain())
+}
+
+/// `kubectl auth can-i VERB RESOURCE [-A|-n NS] --as SUBJECT`: whether the
+/// API server says yes.
+fn can_i(subject: &str, args: &[&str]) -> bool {
+    let mut all = vec!["auth", "can-i"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--as", subject]);
+    let (_, out) = kubectl_try(&all);
+    out.trim() == "yes"
+}
+
+/// Waits until the Extension's RBACReady is False and says every one of
+/// `says`; returns its message.
+fn wait_rbac_refused(ns: &str, name: &str, says: &[&str]) -> String {
+    wait(
+        Duration::from_secs(60),
+        &format!("Extension {ns}/{name} RBACReady=False naming {says:?}"),
+        || {
+            let e = extension(ns, name)?;
+            let (status, message) = condition(&e, "RBACReady")?;
+            (status == "False" && says.iter().all(|s| message.contains(s))).then_some(message)
+        },
+        || explain_ns(ns),
+    )
+}
+
+/// An Extension running a pause controller, owning `owns` (YAML flow list).
+fn grabbing_extension(ns: &str, name: &str, owns: &str) -> String {
+    format!(
+        "apiVersion: extensions.crossplane.io/v1alpha1\nkind: Extension\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  customresourcedefinitions:\n    owns: {owns}\n  title: grab\n  version: 0.1.0\n  controller:\n    deployment:\n      name: {name}-controller\n      spec:\n        replicas: 1\n        selector: {{matchLabels: {{app: {name}}}}}\n        template:\n          metadata: {{labels: {{app: {name}}}}}\n          spec:\n            containers:\n            - {{name: c, image: {}}}\n",
+        shipped().pause_image
+    )
+}
+
+#[test]
+fn an_extension_cannot_own_built_in_kinds_or_make_itself_cluster_admin() {
+    let ns = namespace("grab");
+    apply(&grabbing_extension(
+        &ns,
+        "identities",
+        "[{kind: Group, apiVersion: v1}, {kind: User, apiVersion: v1}, {kind: Secret, apiVersion: v1}]",
+    ));
+    apply(&grabbing_extension(
+        &ns,
+        "rbac",
+        "[{kind: ClusterRole, apiVersion: rbac.authorization.k8s.io/v1}, {kind: ServiceAccount, apiVersion: v1}]",
+    ));
+    let m = wait_rbac_refused(
+        &ns,
+        "identities",
+        &["Group (v1)", "User (v1)", "Secret (v1)"],
+    );
+    eprintln!("identities: RBACReady=False: {m}");
+    let m = wait_rbac_refused(
+        &ns,
+        "rbac",
+        &[
+            "ClusterRole (rbac.authorization.k8s.io/v1)",
+            "ServiceAccount (v1)",
+        ],
+    );
+    eprintln!("rbac: RBACReady=False: {m}");
+    for name in ["identities", "rbac"] {
+        let sa = format!("system:serviceaccount:{ns}:{name}");
+        assert!(
+            !can_i(&sa, &["impersonate", "groups"]),
+            "{sa} may impersonate groups"
+        );
+        assert!(
+            !can_i(&sa, &["list", "secrets", "-A"]),
+            "{sa} may list secrets"
+        );
+        assert!(
+            !can_i(&sa, &["create", "clusterrolebindings"]),
+            "{sa} may create ClusterRoleBindings"
+        );
+        assert!(
+            !can_i(&sa, &["create", "clusterroles"]),
+            "{sa} may create ClusterRoles"
+        );
+        assert!(
+            !can_i(&sa, &["create", "serviceaccounts", "-n", NS]),
+            "{sa} may create ServiceAccounts"
+        );
+    }
+}
+
+#[test]
+fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("asks"));
+    let (file, crd) = test_crd(&g, "Thing");
+    let dir = package_dir(
+        "provider-asks",
+        "  controller:\n    permissionRequests:\n    - {apiGroups: [\"\"], resources: [serviceaccounts], verbs: [impersonate]}\n    - {apiGroups: [apps], resources: [deployments], verbs: [create]}\n    - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind]}\n",
+        &[(file, crd)],
+    );
+    let reference = format!("{}/asks/provider-asks:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    let name = testenv::unique_name("asks");
+    apply(&provider_yaml(&name, &reference, ""));
+    let revision = wait(
+        Duration::from_secs(90),
+        "a revision refused by the rbac-manager, naming each request",
+        || {
+            let list = get_json(&[
+                "providerrevisions.pkg.crossplane.io",
+                "-l",
+                &format!("pkg.crossplane.io/package={name}"),
+            ])?;
+            let r = list["items"].as_array()?.first()?.clone();
+            let (status, message) = condition(&r, "RBACReady")?;
+            (status == "False"
+                && message.contains("impersonate serviceaccounts")
+                && message.contains("create deployments")
+                && message.contains("bind clusterroles"))
+            .then_some(r)
+        },
+        explain,
+    );
+    let rev = revision["metadata"]["name"].as_str().unwrap().to_owned();
+    // The runtime's ServiceAccount (it runs: the package names a runtime
+    // image) holds none of it.
+    let sa = format!("system:serviceaccount:{NS}:{rev}");
+    assert!(!can_i(&sa, &["impersonate", "serviceaccounts", "-A"]));
+    assert!(!can_i(&sa, &["create", "deployments", "-n", NS]));
+    assert!(!can_i(&sa, &["bind", "clusterroles"]));
+    let role = get_json(&["clusterrole", &format!("crossplane:provider:{rev}:system")]);
+    assert!(
+        role.is_none(),
+        "a role was rendered for a refused revision: {role:?}"
+    );
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+/// An Extension whose controller asks for everything "restricted" forbids.
+fn hostile_extension(ns: &str, name: &str, service_account: &str) -> String {
+    format!(
+        "apiVersion: extensions.crossplane.io/v1alpha1\nkind: Extension\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  title: hostile\n  version: 0.1.0\n  controller:\n    deployment:\n      name: {name}-controller\n      spec:\n        replicas: 1\n        selector: {{matchLabels: {{app: {name}}}}}\n        template:\n          metadata: {{labels: {{app: {name}}}}}\n          spec:\n            serviceAccountName: {service_account}\n            hostNetwork: true\n            hostPID: true\n            volumes: [{{name: root, hostPath: {{path: /}}}}]\n            containers:\n            - name: c\n              image: {}\n              securityContext: {{privileged: true}}\n              volumeMounts: [{{name: root, mountPath: /host}}]\n  permissions:\n    rules:\n    - {{apiGroups: [\"\"], resources: [configmaps], verbs: [get]}}\n",
+        shipped().pause_image
+    )
+}
+
+#[test]
+fn a_stack_controller_cannot_take_host_access_or_another_identity() {
+    let ns = namespace("hostile");
+    apply(&hostile_extension(&ns, "hostile", "default"));
+    let message = wait(
+        Duration::from_secs(60),
+        "the hostile Extension to name every refused field",
+        || {
+            let text = conditions_text(&extension(&ns, "hostile")?);
+            [
+                "template.spec.hostNetwork",
+                "template.spec.hostPID",
+                "template.spec.volumes[0].hostPath",
+                "template.spec.containers[0].securityContext.privileged",
+                "template.spec.serviceAccountName: ServiceAccount",
+            ]
+            .iter()
+            .all(|f| text.contains(f))
+            .then_some(text)
+        },
+        || explain_ns(&ns),
+    );
+    eprintln!("hostile: {message}");
+    // The same in crossplane-system, naming the rbac-manager's identity: a
+    // second Extension there is refused for the ServiceAccount alone.
+    let sys = "hostile-in-system";
+    apply(&hostile_extension(NS, sys, "rbac-manager"));
+    wait(
+        Duration::from_secs(60),
+        "the Extension in crossplane-system to be refused the rbac-manager's ServiceAccount",
+        || {
+            let text = conditions_text(&extension(NS, sys)?);
+            text.contains("ServiceAccount crossplane-system/rbac-manager exists")
+                .then_some(())
+        },
+        || explain_ns(NS),
+    );
+    // Nothing runs, and no role went to a borrowed identity.
+    for (namespace, name) in [(ns.as_str(), "hostile"), (NS, sys)] {
+        let d = get_json(&["deployment", &format!("{name}-controller"), "-n", namespace]);
+        assert!(d.is_none(), "{namespace}/{name}-controller exists: {d:?}");
+    }
+    let bindings = get_json(&["clusterrolebindings"]).unwrap();
+    for b in bindings["items"].as_array().unwrap() {
+        for s in b["subjects"].as_array().into_iter().flatten() {
+            let (kind, name, namespace) = (
+                s["kind"].as_str().unwrap_or_default(),
+                s["name"].as_str().unwrap_or_default(),
+                s["namespace"].as_str().unwrap_or_default(),
+            );
+            assert!(
+                !(kind == "ServiceAccount"
+                    && ((name == "default" && namespace == ns)
+                        || (name == "rbac-manager"
+                            && b["metadata"]["name"] != "crossplane-rs:rbac-manager"))),
+                "ClusterRoleBinding {} names {namespace}/{name}",
+                b["metadata"]["name"]
+            );
+        }
+    }
+    kubectl(&[
+        "delete",
+        "extensions.extensions.crossplane.io",
+        sys,
+        "-n",
+        NS,
+        "--wait=false",
+    ]);
+}
+
+#[test]
+fn a_package_never_takes_over_a_crd_it_did_not_create() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("handmade"));
+    // The administrator's CRD: a strict schema.
+    let strict = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.{g}\nspec:\n  group: {g}\n  scope: Cluster\n  names: {{kind: Thing, plural: things, singular: thing, listKind: ThingList}}\n  versions:\n  - name: v1alpha1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, properties: {{spec: {{type: object, properties: {{size: {{type: integer}}}}}}}}}}\n"
+    );
+    let out = testenv::control_plane_with_node()
+        .control
+        .kubectl_stdin(&["create", "-f", "-"], Some(&strict));
+    assert!(out.status.success(), "create the hand-made CRD: {out:?}");
+    let before = get_json(&["crd", &format!("things.{g}")]).unwrap();
+    let own_before = get_json(&["crd", "providers.pkg.crossplane.io"]).unwrap();
+    // A package shipping a loose CRD of the same name, and one shipping
+    // this project's own Provider CRD.
+    let (file, loose) = test_crd(&g, "Thing");
+    let own =
+        std::fs::read_to_string(testenv::repo_root().join("crds/pkg.crossplane.io_providers.yaml"))
+            .unwrap();
+    let mut names = Vec::new();
+    for (n, crds) in [
+        ("takeover", vec![(file, loose)]),
+        ("own-api", vec![("providers.yaml".to_owned(), own)]),
+    ] {
+        let dir = package_dir(&format!("provider-{n}"), "", &crds);
+        let reference = format!("{}/takeover/provider-{n}:v1", shipped().registry.address);
+        xpkg_push(&dir, &reference, None);
+        let name = testenv::unique_name(n);
+        apply(&provider_yaml(&name, &reference, ""));
+        names.push(name);
+    }
+    let takeover = wait(
+        Duration::from_secs(90),
+        "the takeover package to be refused naming the CRD and its maker",
+        || {
+            let p = provider(&names[0])?;
+            let (status, message) = condition(&p, "Healthy")?;
+            (status == "False"
+                && message.contains(&format!("things.{g}"))
+                && message.contains("was not installed by this Provider")
+                && message.contains("kubectl"))
+            .then_some(message)
+        },
+        explain,
+    );
+    eprintln!("takeover: {takeover}");
+    let own_api = wait(
+        Duration::from_secs(90),
+        "the package shipping providers.pkg.crossplane.io to be refused",
+        || {
+            let p = provider(&names[1])?;
+            let (status, message) = condition(&p, "Healthy")?;
+            (status == "False" && message.contains("providers.pkg.crossplane.io"))
+                .then_some(message)
+        },
+        explain,
+    );
+    eprintln!("own API: {own_api}");
+    for (before, name) in [
+        (before, format!("things.{g}")),
+        (own_before, "providers.pkg.crossplane.io".to_owned()),
+    ] {
+        let after = get_json(&["crd", &name]).unwrap();
+        for field in ["/metadata/uid", "/metadata/resourceVersion"] {
+            assert_eq!(
+                before.pointer(field),
+                after.pointer(field),
+                "{name}: {field} changed"
+            );
+        }
+    }
+    // No role of either package gained rights on them.
+    let roles = get_json(&["clusterroles"]).unwrap();
+    for r in roles["items"].as_array().unwrap() {
+        let role = r["metadata"]["name"].as_str().unwrap_or_default();
+        if !role.starts_with("crossplane:provider:") {
+            continue;
+        }
+        let text = r["rules"].to_string();
+        assert!(
+            !text.contains(&g)
+                && !(text.contains("pkg.crossplane.io") && text.contains("providers")),
+            "{role} has rights on a CRD its package did not create: {text}"
+        );
+    }
+    let edit_user = "system:serviceaccount:default:nobody";
+    let (_, _) = kubectl_try(&["create", "serviceaccount", "nobody", "-n", "default"]);
+    let (_, _) = kubectl_try(&[
+        "create",
+        "rolebinding",
+        "nobody-edit",
+        "--clusterrole=crossplane-edit",
+        "--serviceaccount=default:nobody",
+        "-n",
+        "default",
+    ]);
+    assert!(!can_i(edit_user, &["create", &format!("things.{g}")]));
+    for n in &names {
+        kubectl(&["delete", "providers.pkg.crossplane.io", n, "--wait=false"]);
+    }
+}
+
+/// A listener that accepts connections (TLS or not, it never answers) and
+/// counts them.
+fn counting_listener(
+    ip: std::net::IpAddr,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let l = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let addr = l.local_addr().unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(c);
+        }
+    });
+    (addr, count)
+}
+
+#[test]
+fn a_conversion_webhook_url_in_a_package_is_refused() {
+    shipped();
+    let node = testenv::control_plane_with_node().node.as_ref().unwrap();
+    let (listener, connections) = counting_listener(node.host_ip.into());
+    let g = format!("{}.example.org", testenv::unique_name("convert"));
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.{g}\nspec:\n  group: {g}\n  scope: Cluster\n  names: {{kind: Thing, plural: things, singular: thing, listKind: ThingList}}\n  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [v1]\n      clientConfig:\n        url: https://{listener}/convert\n  versions:\n  - name: v1alpha1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n  - name: v1alpha2\n    served: true\n    storage: false\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+    );
+    let dir = package_dir("provider-convert", "", &[("things.yaml".to_owned(), crd)]);
+    let reference = format!("{}/convert/provider-convert:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, None);
+    let name = testenv::unique_name("convert");
+    apply(&provider_yaml(&name, &reference, ""));
+    let message = wait(
+        Duration::from_secs(90),
+        "the package with a conversion webhook URL to be refused",
+        || {
+            let p = provider(&name)?;
+            let (status, message) = condition(&p, "Healthy")?;
+            (status == "False" && message.contains("clientConfig.url")).then_some(message)
+        },
+        explain,
+    );
+    eprintln!("conversion webhook: {message}");
+    assert!(get_json(&["crd", &format!("things.{g}")]).is_none());
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the API server connected to the package's webhook URL"
+    );
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+/// A gzip tar layer of `files` entries of `each` zero bytes.
+fn zeros_layer(files: usize, each: usize) -> oci::Layer {
+    let zeros = vec![0u8; each];
+    let mut b = oci::LayerBuilder::new().compression(1);
+    for i in 0..files {
+        b = b.file(format!("zeros/{i}"), 0o644, zeros.clone());
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn bombs_are_refused_within_seconds_and_the_package_manager_keeps_working() {
+    shipped();
+    let (pod, restarts) = pod_of("package-manager");
+    let (holder, transitions) = package_manager_lease();
+    let registry = &shipped().registry.address;
+    // Two layers of 1 GiB of zeros (about 1 MB each, gzip), and a
+    // package.yaml of 150 MiB (under 1 MB compressed).
+    let bomb = zeros_layer(16, 64 * 1024 * 1024);
+    eprintln!(
+        "bomb: {} bytes compressed, {} inflated",
+        bomb.size(),
+        bomb.uncompressed_size()
+    );
+    let mut references = Vec::new();
+    for i in 0..2 {
+        let reference = format!("{registry}/bombs/zeros-{i}:v1");
+        push_layer(&reference, bomb.clone());
+        references.push(reference);
+    }
+    let mut big = b"apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: big\n  annotations:\n    filler: \"".to_vec();
+    big.resize(big.len() + 150 * 1024 * 1024, b'a');
+    big.extend_from_slice(b"\"\n");
+    let yaml_bomb = oci::LayerBuilder::new()
+        .compression(1)
+        .file("package.yaml", 0o644, big)
+        .build()
+        .unwrap();
+    let reference = format!("{registry}/bombs/big-yaml:v1");
+    push_layer(&reference, yaml_bomb);
+    references.push(reference);
+    // A plain package, installed meanwhile.
+    let g = format!("{}.example.org", testenv::unique_name("meanwhile"));
+    let (file, crd) = test_crd(&g, "Thing");
+    let dir = package_dir("provider-meanwhile", "", &[(file, crd)]);
+    let plain = format!("{registry}/bombs/provider-meanwhile:v1");
+    xpkg_push(&dir, &plain, None);
+
+    let names: Vec<String> = (0..references.len())
+        .map(|i| testenv::unique_name(&format!("bomb{i}")))
+        .collect();
+    let started = Instant::now();
+    for (name, reference) in names.iter().zip(&references) {
+        apply(&provider_yaml(name, reference, ""));
+    }
+    let meanwhile = testenv::unique_name("meanwhile");
+    apply(&provider_yaml(&meanwhile, &plain, ""));
+    for name in &names {
+        let message = wait(
+            Duration::from_secs(60),
+            &format!("Provider {name} refused naming the bound"),
+            || {
+                let p = provider(name)?;
+                let (status, message) = condition(&p, "Healthy")?;
+                (status == "False" && message.contains("bound")).then_some(message)
+            },
+            explain,
+        );
+        eprintln!("{name} refused after {:?}: {message}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "refusals took {:?}",
+            started.elapsed()
+        );
+    }
+    wait(
+        Duration::from_secs(30),
+        "the plain Provider to become Healthy beside the bombs",
+        || {
+            let p = provider(&meanwhile)?;
+            (condition(&p, "Healthy")?.0 == "True").then_some(())
+        },
+        explain,
+    );
+    eprintln!("meanwhile: Healthy {:?} after apply", started.elapsed());
+    // Let the bombs be retried a while: still no restart, same leader.
+    std::thread::sleep(Duration::from_secs(10));
+    let (pod_after, restarts_after) = pod_of("package-manager");
+    assert_eq!(
+        (pod_after, restarts_after),
+        (pod, restarts),
+        "the package-manager restarted"
+    );
+    assert_eq!(
+        package_manager_lease(),
+        (holder, transitions),
+        "the package-manager lost its lease"
+    );
+    for n in names.iter().chain(std::iter::once(&meanwhile)) {
+        kubectl(&["delete", "providers.pkg.crossplane.io", n, "--wait=false"]);
+    }
+}
+
+#[test]
+fn tenant_deployments_with_the_extension_label_do_not_grow_the_package_manager() {
+    let ns = namespace("tenant");
+    let (pod, restarts) = pod_of("package-manager");
+    let before = resident_bytes("package-manager");
+    let filler = "x".repeat(1_000_000);
+    let count = 150;
+    for i in 0..count {
+        let d = serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": format!("big-{i}"),
+                "namespace": ns,
+                "labels": {"extensions.crossplane.io/extension": "mine"},
+            },
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "big"}},
+                "template": {
+                    "metadata": {"labels": {"app": "big"}},
+                    "spec": {"containers": [{
+                        "name": "c",
+                        "image": shipped().pause_image,
+                        "env": [{"name": "FILLER", "value": filler}],
+                    }]},
+                },
+            },
+        });
+        let out = testenv::control_plane_with_node()
+            .control
+            .kubectl_stdin(&["create", "-f", "-"], Some(&d.to_string()));
+        assert!(out.status.success(), "create big-{i}: {out:?}");
+    }
+    // A last Deployment, controlled by an Extension of the namespace: once
+    // the package-manager reconciles that Extension for it, its watch has
+    // delivered every Deployment created before (a watch is ordered).
+    apply(&format!(
+        "apiVersion: extensions.crossplane.io/v1alpha1\nkind: Extension\nmetadata:\n  name: marker\n  namespace: {ns}\nspec:\n  title: marker\n"
+    ));
+    let uid = wait(
+        Duration::from_secs(30),
+        "the marker Extension to be reconciled",
+        || {
+            let e = extension(&ns, "marker")?;
+            condition(&e, "Ready")?;
+            e["metadata"]["uid"].as_str().map(str::to_owned)
+        },
+        || explain_ns(&ns),
+    );
+    let seen = reconciles("package-manager", "extension");
+    let marker = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "marker",
+            "namespace": ns,
+            "labels": {"extensions.crossplane.io/extension": "marker"},
+            "ownerReferences": [{
+                "apiVersion": "extensions.crossplane.io/v1alpha1", "kind": "Extension",
+                "name": "marker", "uid": uid, "controller": true,
+            }],
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "marker"}},
+            "template": {
+                "metadata": {"labels": {"app": "marker"}},
+                "spec": {"containers": [{"name": "c", "image": shipped().pause_image}]},
+            },
+        },
+    });
+    let out = testenv::control_plane_with_node()
+        .control
+        .kubectl_stdin(&["create", "-f", "-"], Some(&marker.to_string()));
+    assert!(out.status.success(), "create the marker: {out:?}");
+    wait(
+        Duration::from_secs(30),
+        "the package-manager to see the marker Deployment",
+        || (reconciles("package-manager", "extension") > seen).then_some(()),
+        || explain_ns(&ns),
+    );
+    let after = resident_bytes("package-manager");
+    eprintln!(
+        "package-manager RSS: {} MiB before, {} MiB after {count} tenant Deployments of 1 MB",
+        before / (1 << 20),
+        after / (1 << 20)
+    );
+    assert!(
+        after < before + 24 * (1 << 20),
+        "RSS grew from {before} to {after} bytes"
+    );
+    assert_eq!(pod_of("package-manager"), (pod, restarts));
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
+    let ns = namespace("hostile-stack");
+    let dir = shipped().work.join(testenv::unique_name("hostile-stack"));
+    let reg = dir.join(".registry");
+    std::fs::create_dir_all(&reg).unwrap();
+    std::fs::write(
+        reg.join("app.yaml"),
+        "title: Hostile\ndescription: |\n  Asks for the host.\nversion: 0.1.0\nmaintainers:\n- name: Test\n  email: test@example.org\ncompany: crossplane-rs\nkeywords: [test]\nlinks:\n- description: Source\n  url: https://example.org/stack\nlicense: Apache-2.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        reg.join("install.yaml"),
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: hostile-controller\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: hostile}}\n  template:\n    metadata:\n      labels: {{app: hostile}}\n    spec:\n      serviceAccountName: default\n      hostNetwork: true\n      hostPID: true\n      volumes: [{{name: root, hostPath: {{path: /}}}}]\n      containers:\n      - name: controller\n        image: {}\n        securityContext: {{privileged: true}}\n        volumeMounts: [{{name: root, mountPath: /host}}]\n",
+            shipped().pause_image
+        ),
+    )
+    .unwrap();
+    let registry = &shipped().registry.address;
+    xpkg_push(&dir, &format!("{registry}/hostile-stack:v1"), None);
+    apply(&format!(
+        "apiVersion: extensions.crossplane.io/v1alpha1\nkind: ExtensionRequest\nmetadata:\n  name: hostile\n  namespace: {ns}\nspec:\n  source: {registry}\n  package: hostile-stack:v1\n"
+    ));
+    let text = wait(
+        Duration::from_secs(90),
+        "the stack's Extension to name every refused field",
+        || {
+            let text = conditions_text(&extension(&ns, "hostile-stack")?);
+            [
+                "hostNetwork",
+                "hostPID",
+                "volumes[0].hostPath",
+                "securityContext.privileged",
+                "serviceAccountName: ServiceAccount",
+            ]
+            .iter()
+            .all(|f| text.contains(f))
+            .then_some(text)
+        },
+        || explain_ns(&ns),
+    );
+    eprintln!("hostile stack: {text}");
+    let deployments = get_json(&["deployments", "-n", &ns]).unwrap();
+    assert_eq!(
+        deployments["items"].as_array().map(Vec::len),
+        Some(0),
+        "something runs: {deployments}"
+    );
+    let binding = get_json(&[
+        "clusterrolebinding",
+        &format!("crossplane:extension:{ns}:hostile-stack:system"),
+    ]);
+    assert!(
+        binding
+            .as_ref()
+            .is_none_or(|b| !b["subjects"].to_string().contains("\"default\"")),
+        "the stack's role is bound to the namespace's default ServiceAccount: {binding:?}"
+    );
+}
