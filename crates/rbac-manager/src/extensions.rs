@@ -1,17 +1,36 @@
-//! Extensions (seed 001): a ClusterRole with the Extension's
-//! `permissions.rules` (checked against the allow-list), everything on the
-//! kinds it owns and read access to the kinds it depends on, bound to the
-//! ServiceAccount its controller Deployment names. A namespaced Extension
-//! cannot own cluster-scoped objects, so a finalizer removes them.
+//! Extensions (seed 001): one ClusterRole per Extension, bound to its
+//! controller's ServiceAccount.
+//!
+//! The role holds the Extension's `permissions.rules`, every verb on the
+//! kinds it owns and read on the kinds it depends on, each within the
+//! boundary ([`crate::boundary`], [`crate::kinds`]): a kind whose CRD is
+//! not served yet is left out (RBACReady stays True and says which kinds
+//! wait; the Extension is looked at again every [`WAIT_POLL`]), and
+//! anything refused leaves the Extension without a role or binding (both
+//! are deleted if they exist: a role that passed an older, wider boundary
+//! must not outlive it) and RBACReady=False naming what was refused.
+//!
+//! The binding goes only to the ServiceAccount the package-manager made for
+//! the Extension ([`crate::subjects`]); until it exists, or while one of
+//! that name is not the Extension's, there is no binding and RBACReady is
+//! False saying so, looked at again every [`WAIT_POLL`].
+//!
+//! Kinds are resolved through discovery and CRDs read by name (metadata
+//! only): the rbac-manager holds no watch on CRDs or ServiceAccounts, so no
+//! one can grow its caches by creating them. A namespaced Extension cannot
+//! own cluster-scoped objects, so a finalizer removes them.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::rbac::v1::{ClusterRole, ClusterRoleBinding},
+    api::{
+        core::v1::ServiceAccount,
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule},
+    },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
 use kube::{
-    Api, ResourceExt,
+    Api, Resource, ResourceExt,
     runtime::{Controller, controller::Action, watcher},
 };
 use runtime::{
@@ -19,23 +38,42 @@ use runtime::{
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     ssa,
 };
-use types::extensions::v1alpha1::{CrdRef, Extension};
+use types::extensions::v1alpha1::{Extension, OWNER_ANNOTATION};
 
 use crate::{
-    revisions::{Error, write_rbac_ready},
+    boundary,
+    kinds::{self, Found, Target},
+    revisions::{Error, RbacMetrics, write_rbac_ready},
     roles,
+    subjects::{self, ExtensionSubject},
 };
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "extension";
 /// Holds an Extension until its role and binding are gone.
 pub const FINALIZER: &str = "rbac.crossplane.io/extension";
+/// How soon an Extension that waits (for a kind's CRD, or for its
+/// ServiceAccount) is looked at again: the package-manager makes both
+/// within seconds of each other, and the rbac-manager watches neither (a
+/// watch on every CRD or ServiceAccount would let anyone who can create
+/// them grow its caches). One discovery request and a few reads by name
+/// per waiting Extension every 10 s is cheap.
+pub const WAIT_POLL: Duration = Duration::from_secs(10);
+/// How often an Extension whose role is bound is looked at again.
+const RESYNC: Duration = Duration::from_secs(3600);
+/// Reason of RBACReady while the controller's ServiceAccount is not there
+/// yet (as a revision's while its runtime is not).
+const WAITING_FOR_RUNTIME: &str = "WaitingForRuntime";
+/// Reason of RBACReady (and of the Warning event) while a ServiceAccount of
+/// the controller's name exists that the Extension does not control.
+const SERVICE_ACCOUNT_CONFLICT: &str = "ServiceAccountConflict";
 
 /// The reconciler.
 pub struct Extensions {
     sk: Skeleton,
     field_manager: String,
     allowed_role: String,
+    metrics: RbacMetrics,
 }
 
 impl Reconciler for Extensions {
@@ -67,48 +105,38 @@ impl Reconciler for Extensions {
     ) -> Result<Action, Error> {
         let ns = e.namespace().unwrap_or_default();
         let name = e.name_any();
-        let rules: Vec<serde_json::Value> = e
+        let role_name = roles::extension_role_name(&ns, &name);
+        let rules: Vec<PolicyRule> = e
             .spec
             .permissions
             .as_ref()
-            .map(|p| {
-                p.rules
-                    .iter()
-                    .filter_map(|r| serde_json::to_value(r).ok())
-                    .collect()
-            })
+            .map(|p| p.rules.clone())
             .unwrap_or_default();
-        let allowed = Api::<ClusterRole>::all(self.sk.client().clone())
-            .get_opt(&self.allowed_role)
-            .await
-            .map_err(|e| Error::Request("read the allow-list ClusterRole", e))?
-            .and_then(|c| c.rules)
-            .map(|rules| {
-                rules
-                    .iter()
-                    .filter_map(|r| serde_json::to_value(r).ok())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        let refused = roles::refused(&rules, &allowed);
-        if !refused.is_empty() {
-            let why = format!(
-                "spec.permissions asks for what the allow-list does not grant: {}; add them to ClusterRole {} (--allowed-permissions-clusterrole) to allow them",
-                refused.join(", "),
-                self.allowed_role
-            );
-            self.set(e, false, "PermissionRequestRefused", &why).await?;
-            return Err(Error::Refused(why));
-        }
-        let crds = e
+        let refs = e
             .spec
             .custom_resource_definitions
             .clone()
             .unwrap_or_default();
-        let owns = self.kinds(&crds.owns).await?;
-        let depends_on = self.kinds(&crds.depends_on).await?;
-        let role = roles::extension_role(&ns, &name, &owns, &depends_on, &rules);
-        let role_name = roles::extension_role_name(&ns, &name);
+        let found = self.look_up(&kinds::targets(&refs)).await?;
+        let plan = kinds::plan(&format!("{ns}/{name}"), &refs, &found);
+        let role = roles::extension_role(&ns, &name, &plan.owns, &plan.depends_on, &rules);
+        let mut refused = boundary::check(
+            &rules,
+            role.rules.as_deref().unwrap_or_default(),
+            &self.allow_list().await?,
+        );
+        for why in &plan.refused {
+            refused.refuse(why.clone());
+        }
+        if !refused.is_empty() {
+            // Nothing of a refused Extension stays: a role from before may
+            // hold what is refused now.
+            self.remove(&role_name).await?;
+            self.metrics.requests_refused.inc();
+            let why = refused.message(&self.allowed_role);
+            self.set(e, false, "PermissionRequestRefused", &why).await?;
+            return Err(Error::Refused(why));
+        }
         ssa::apply(
             &Api::<ClusterRole>::all(self.sk.client().clone()),
             &role_name,
@@ -117,33 +145,53 @@ impl Reconciler for Extensions {
         )
         .await
         .map_err(|e| Error::Request("apply the Extension's ClusterRole", e))?;
-        let service_account = e
-            .spec
-            .controller
-            .as_ref()
-            .and_then(|c| c.deployment.as_ref())
-            .and_then(|d| d.spec.pointer("/template/spec/serviceAccountName"))
-            .and_then(|v| v.as_str())
-            .map(str::to_owned);
-        let message = match &service_account {
-            Some(sa) => {
-                let binding = roles::extension_binding(&ns, &name, sa);
-                ssa::apply(
-                    &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
-                    &role_name,
-                    &binding,
-                    &self.field_manager,
-                )
-                .await
-                .map_err(|e| Error::Request("apply the Extension's ClusterRoleBinding", e))?;
-                format!("ClusterRole {role_name} bound to ServiceAccount {ns}/{sa}")
-            }
-            None => format!(
-                "ClusterRole {role_name} rendered; the Extension names no controller ServiceAccount to bind"
+        let waiting = (!plan.waiting.is_empty()).then(|| {
+            format!(
+                "; not granted until their CRDs are installed: {} (looked at again every {}s)",
+                plan.waiting.join(", "),
+                WAIT_POLL.as_secs()
+            )
+        });
+        let waiting = waiting.unwrap_or_default();
+        let (ok, reason, message) = match self.bind(e, &ns, &name).await? {
+            Bound::Yes(sa) => (
+                true,
+                "RolesRendered",
+                format!("ClusterRole {role_name} bound to ServiceAccount {ns}/{sa}{waiting}"),
+            ),
+            Bound::NoController => (
+                true,
+                "RolesRendered",
+                format!(
+                    "ClusterRole {role_name} rendered; the Extension runs no controller, so nothing is bound{waiting}"
+                ),
+            ),
+            Bound::Missing(sa) => (
+                false,
+                WAITING_FOR_RUNTIME,
+                format!(
+                    "ClusterRole {role_name} rendered, not bound yet: waiting for ServiceAccount {ns}/{sa}, which the package-manager creates for the Extension's controller (looked at again every {}s){waiting}",
+                    WAIT_POLL.as_secs()
+                ),
+            ),
+            Bound::NotControlled(sa) => (
+                false,
+                SERVICE_ACCOUNT_CONFLICT,
+                format!(
+                    "ClusterRole {role_name} rendered but not bound: ServiceAccount {ns}/{sa} is not the Extension's (it has no controller ownerReference to this Extension); the role is bound only to the ServiceAccount the package-manager creates for the controller: delete that ServiceAccount, or name another one in the controller's pod template{waiting}"
+                ),
             ),
         };
-        self.set(e, true, "RolesRendered", &message).await?;
-        Ok(Action::requeue(std::time::Duration::from_secs(3600)))
+        let changed = self.set(e, ok, reason, &message).await?;
+        if changed && reason == SERVICE_ACCOUNT_CONFLICT {
+            self.sk
+                .reporting
+                .events
+                .warning(&e.object_ref(&()), reason, message)
+                .await;
+        }
+        let poll = !ok || !plan.waiting.is_empty();
+        Ok(Action::requeue(if poll { WAIT_POLL } else { RESYNC }))
     }
 
     async fn cleanup(
@@ -153,25 +201,28 @@ impl Reconciler for Extensions {
     ) -> Result<Cleanup, Error> {
         let role_name =
             roles::extension_role_name(&e.namespace().unwrap_or_default(), &e.name_any());
-        runtime::objects::delete(
-            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
-            &role_name,
-        )
-        .await
-        .map_err(|e| Error::Request("delete the Extension's ClusterRoleBinding", e))?;
-        runtime::objects::delete(
-            &Api::<ClusterRole>::all(self.sk.client().clone()),
-            &role_name,
-        )
-        .await
-        .map_err(|e| Error::Request("delete the Extension's ClusterRole", e))?;
+        self.remove(&role_name).await?;
         Ok(Cleanup::Done)
     }
 }
 
+/// Whether an Extension's role is bound, and to which ServiceAccount.
+enum Bound {
+    Yes(String),
+    NoController,
+    Missing(String),
+    NotControlled(String),
+}
+
 impl Extensions {
-    /// Writes RBACReady, only when it changed.
-    async fn set(&self, e: &Extension, ok: bool, reason: &str, message: &str) -> Result<(), Error> {
+    /// Writes RBACReady, only when it changed; says whether it did.
+    async fn set(
+        &self,
+        e: &Extension,
+        ok: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<bool, Error> {
         write_rbac_ready(
             &Api::namespaced(self.sk.client().clone(), &e.namespace().unwrap_or_default()),
             e,
@@ -181,37 +232,112 @@ impl Extensions {
         .await
     }
 
-    /// The kinds of CRD references (kind + apiVersion): the plural from the
-    /// CRD when it is installed, else the lower-case kind plus "s".
-    async fn kinds(&self, refs: &[CrdRef]) -> Result<Vec<roles::Kind>, Error> {
-        let crds = if refs.is_empty() {
-            Vec::new()
-        } else {
-            Api::<CustomResourceDefinition>::all(self.sk.client().clone())
-                .list(&Default::default())
-                .await
-                .map_err(|e| Error::Request("list CRDs", e))?
-                .items
+    /// The allow-list's rules (none when the ClusterRole is missing: then
+    /// nothing is allowed).
+    async fn allow_list(&self) -> Result<Vec<PolicyRule>, Error> {
+        Ok(Api::<ClusterRole>::all(self.sk.client().clone())
+            .get_opt(&self.allowed_role)
+            .await
+            .map_err(|e| Error::Request("read the allow-list ClusterRole", e))?
+            .and_then(|c| c.rules)
+            .unwrap_or_default())
+    }
+
+    /// Binds the role to the Extension's own controller ServiceAccount, or
+    /// deletes the binding when there is none to bind to.
+    async fn bind(&self, e: &Extension, ns: &str, name: &str) -> Result<Bound, Error> {
+        let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
+        let binding_name = roles::extension_role_name(ns, name);
+        let bound = match e.controller_service_account() {
+            None => Bound::NoController,
+            Some(sa) => {
+                let meta = Api::<ServiceAccount>::namespaced(self.sk.client().clone(), ns)
+                    .get_metadata_opt(&sa)
+                    .await
+                    .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
+                let uid = e.uid().unwrap_or_default();
+                match subjects::extension(&uid, meta.as_ref().map(|m| &m.metadata)) {
+                    ExtensionSubject::Bind => Bound::Yes(sa),
+                    ExtensionSubject::Missing => Bound::Missing(sa),
+                    ExtensionSubject::NotControlled => Bound::NotControlled(sa),
+                }
+            }
         };
-        let mut kinds: Vec<roles::Kind> = refs
-            .iter()
-            .map(|r| {
-                let group = r
-                    .api_version
-                    .split_once('/')
-                    .map_or("", |(g, _)| g)
-                    .to_owned();
-                let plural = crds
-                    .iter()
-                    .find(|c| c.spec.group == group && c.spec.names.kind == r.kind)
-                    .map(|c| c.spec.names.plural.clone())
-                    .unwrap_or_else(|| format!("{}s", r.kind.to_lowercase()));
-                roles::Kind { group, plural }
-            })
-            .collect();
-        kinds.sort();
-        kinds.dedup();
-        Ok(kinds)
+        match &bound {
+            Bound::Yes(sa) => {
+                ssa::apply(
+                    &bindings,
+                    &binding_name,
+                    &roles::extension_binding(ns, name, sa),
+                    &self.field_manager,
+                )
+                .await
+                .map_err(|e| Error::Request("apply the Extension's ClusterRoleBinding", e))?;
+            }
+            _ => runtime::objects::delete(&bindings, &binding_name)
+                .await
+                .map_err(|e| Error::Request("delete the Extension's ClusterRoleBinding", e))?,
+        }
+        Ok(bound)
+    }
+
+    /// Deletes the Extension's binding, then its role.
+    async fn remove(&self, role_name: &str) -> Result<(), Error> {
+        runtime::objects::delete(
+            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
+            role_name,
+        )
+        .await
+        .map_err(|e| Error::Request("delete the Extension's ClusterRoleBinding", e))?;
+        runtime::objects::delete(
+            &Api::<ClusterRole>::all(self.sk.client().clone()),
+            role_name,
+        )
+        .await
+        .map_err(|e| Error::Request("delete the Extension's ClusterRole", e))
+    }
+
+    /// What the API server says about each target: discovery of its group
+    /// version gives the plural (one request per group version), the CRD
+    /// `<plural>.<group>`'s metadata its owner. A kind served by something
+    /// other than a CRD (an aggregated API) counts as missing.
+    async fn look_up(&self, targets: &[Target]) -> Result<BTreeMap<Target, Found>, Error> {
+        let client = self.sk.client();
+        let crds = Api::<CustomResourceDefinition>::all(client.clone());
+        let mut served: BTreeMap<String, Vec<_>> = BTreeMap::new();
+        let mut found = BTreeMap::new();
+        for t in targets {
+            let gv = t.api_version();
+            if !served.contains_key(&gv) {
+                let resources = match client.list_api_group_resources(&gv).await {
+                    Ok(list) => list.resources,
+                    Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+                    Err(e) => {
+                        return Err(Error::Request("discover the kinds an Extension names", e));
+                    }
+                };
+                served.insert(gv.clone(), resources);
+            }
+            let plural = served
+                .get(&gv)
+                .and_then(|resources| kinds::plural_of(resources, &t.kind));
+            let crd = match &plural {
+                Some(p) => crds
+                    .get_metadata_opt(&format!("{p}.{}", t.group))
+                    .await
+                    .map_err(|e| Error::Request("read the CRD of a kind an Extension names", e))?,
+                None => None,
+            };
+            let what = match (plural, crd) {
+                (Some(plural), Some(crd)) => Found::Crd {
+                    plural,
+                    owner: crd.annotations().get(OWNER_ANNOTATION).cloned(),
+                },
+                _ => Found::Missing,
+            };
+            found.insert(t.clone(), what);
+        }
+        Ok(found)
     }
 }
 
@@ -219,6 +345,7 @@ impl Extensions {
 pub fn controller(
     rt: &Runtime,
     allowed_role: String,
+    metrics: RbacMetrics,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let ctrl = Controller::new(rt.api::<Extension>(), watcher::Config::default())
         .with_config(rt.controller_config())
@@ -227,6 +354,7 @@ pub fn controller(
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         allowed_role,
+        metrics,
     });
     reconciler::run(ctrl, reconciler)
 }

@@ -1,14 +1,23 @@
-//! `rbac-manager`: Grants package service accounts the RBAC their packages need.
+//! `rbac-manager`: Grants package service accounts the RBAC their packages need,
+//! and no more than the operator allowed.
 //!
 //! For each ProviderRevision it renders ClusterRoles from the CRDs the
 //! revision installed and binds the `system` one to the revision's runtime
 //! ServiceAccount ([`revisions`]); an Extension gets a role with its
-//! permissions and CRDs, bound to its controller's ServiceAccount
-//! ([`extensions`]).
+//! permissions and the kinds it owns or depends on, bound to the
+//! ServiceAccount the package-manager made for its controller
+//! ([`extensions`]). What a package or an Extension says is data: every
+//! rule passes one boundary ([`boundary`]: the allow-list and a fixed
+//! never-grantable list), kinds are granted only when their CRDs allow it
+//! ([`kinds`]), and roles are bound only to identities the package did not
+//! pick ([`subjects`]); [`roles`] renders what passed.
 
+mod boundary;
 mod extensions;
+mod kinds;
 mod revisions;
 mod roles;
+mod subjects;
 
 use clap::Parser;
 use runtime::{
@@ -29,8 +38,11 @@ struct Args {
 
     /// The ClusterRole whose rules bound what a package may ask for its
     /// runtime beyond its own kinds (spec.controller.permissionRequests of
-    /// its meta); a request it does not cover is refused and no role of
-    /// that revision is created or widened.
+    /// its meta, an Extension's permissions.rules); a request it does not
+    /// cover is refused and the package gets no role at all. Some rights
+    /// are refused whatever it says (impersonate, escalate, bind,
+    /// wildcards, tokens, RBAC/admission/CRD writes, the project's own
+    /// API groups).
     #[arg(
         long,
         env = "ALLOWED_PERMISSIONS_CLUSTERROLE",
@@ -51,8 +63,8 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<Extension>(),
     ];
     let metrics = revisions::RbacMetrics::new(&rt)?;
-    let revisions = revisions::controller(&rt, namespace, allowed.clone(), metrics);
-    let extensions = extensions::controller(&rt, allowed);
+    let extensions = extensions::controller(&rt, allowed.clone(), metrics.clone());
+    let revisions = revisions::controller(&rt, namespace, allowed, metrics);
     let work = async move {
         tokio::join!(revisions, extensions);
     };

@@ -4,15 +4,30 @@
 //! as while the revision is Active (an Inactive one keeps its roles and
 //! loses the binding), and says so in the revision's `RBACReady` condition.
 //! Roles and binding are controlled by the revision, so they go with it.
+//!
+//! Every rule passes the boundary first ([`crate::boundary`]): the package's
+//! permission requests (`pkg.crossplane.io/permission-requests`) must be
+//! within the allow-list, nothing rendered may be never grantable, and a
+//! CRD of a protected group gets no rules ([`crate::kinds::installed`]).
+//! Anything refused deletes the revision's roles and binding (a role that
+//! passed an older, wider boundary must not outlive it) and sets
+//! RBACReady=False with reason `PermissionRequestRefused` naming each
+//! refused item. The binding never goes to `default` or to a control-plane
+//! controller's ServiceAccount ([`crate::subjects::revision`]).
+//!
+//! Watches: the revisions (cluster-scoped, made by the package-manager),
+//! the runtime Deployments in the rbac-manager's own namespace that carry
+//! the revision label (made by the package-manager), and the one allow-list
+//! ClusterRole (by name). None of them can be grown by a tenant.
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    rbac::v1::{ClusterRole, ClusterRoleBinding},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule},
 };
 use kube::{
-    Api, ResourceExt,
+    Api, Resource, ResourceExt,
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
@@ -27,7 +42,7 @@ use runtime::{
 };
 use types::pkg::v1::{ProviderRevision, RevisionState};
 
-use crate::roles;
+use crate::{boundary, kinds, roles, subjects};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerrevision";
@@ -40,6 +55,12 @@ const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
 /// The annotation the package-manager puts on a revision: the rules its
 /// package asks for (JSON).
 const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
+/// Reason of RBACReady (and of the Warning event) while the runtime runs as
+/// a ServiceAccount no package's role is bound to.
+const SERVICE_ACCOUNT_REFUSED: &str = "ServiceAccountRefused";
+/// How often a revision is looked at again; its Deployment, the allow-list
+/// and the revision itself wake it sooner when they change.
+const RESYNC: Duration = Duration::from_secs(3600);
 
 /// Why rendering a revision's or an Extension's roles failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +68,8 @@ pub enum Error {
     /// Writing a role or binding failed.
     #[error("failed to {0}")]
     Request(&'static str, #[source] kube::Error),
-    /// The package asks for rules the allow-list does not allow, or its
+    /// The package asks for rules outside the boundary (the allow-list or
+    /// the never-grantable list), names kinds it may not have, or its
     /// requests cannot be read; the message says which and what to do.
     #[error("{0}")]
     Refused(String),
@@ -86,7 +108,7 @@ pub struct Revisions {
 pub struct RbacMetrics {
     /// ClusterRoles written (created or changed).
     pub roles_rendered: prometheus::IntCounter,
-    /// Reconciles that refused a package's permission requests.
+    /// Reconciles that refused a package's or an Extension's permissions.
     pub requests_refused: prometheus::IntCounter,
 }
 
@@ -99,7 +121,7 @@ impl RbacMetrics {
         )?;
         let requests_refused = prometheus::IntCounter::new(
             "crossplane_rs_rbac_permission_requests_refused_total",
-            "Reconciles that refused a package's permission requests (outside the allow-list).",
+            "Reconciles that refused a package's or an Extension's permissions (outside the allow-list, never grantable, or kinds it may not have).",
         )?;
         rt.metrics
             .registry()
@@ -148,83 +170,97 @@ impl Reconciler for Revisions {
         r: &Arc<ProviderRevision>,
         _status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
-        let kinds = roles::kinds_of(&r.crd_names());
-        if kinds.is_empty() {
+        let (kinds, protected) = kinds::installed(&r.crd_names());
+        if kinds.is_empty() && protected.is_empty() {
             // Nothing installed yet: the revision's status change wakes us.
             return Ok(Action::await_change());
         }
         let name = r.name_any();
         let uid = r.uid().unwrap_or_default();
-        let requested = match self.check_requests(r) {
-            Ok(requested) => requested,
-            Err(why) => {
-                // Nothing of this revision is created or widened.
-                self.metrics.requests_refused.inc();
-                self.condition(r, false, "PermissionRequestRefused", &why)
-                    .await?;
-                return Err(Error::Refused(why));
-            }
-        };
+        let mut refused = boundary::Refusals::default();
+        for why in protected {
+            refused.refuse(why);
+        }
+        let requested = self.requests(r).unwrap_or_else(|why| {
+            refused.refuse(why);
+            Vec::new()
+        });
         let rendered = roles::provider_roles(&name, &uid, &kinds, &requested);
+        refused.merge(boundary::check(
+            &requested,
+            &roles::rules_of(&rendered),
+            &self.allowed_rules(),
+        ));
+        if !refused.is_empty() {
+            // Nothing of this revision is created or widened, and what a
+            // wider boundary granted before goes.
+            self.remove(&name).await?;
+            self.metrics.requests_refused.inc();
+            let why = refused.message(&self.allowed_role);
+            self.condition(r, false, "PermissionRequestRefused", &why)
+                .await?;
+            return Err(Error::Refused(why));
+        }
         let active = r.spec.desired_state == RevisionState::Active;
-        let service_account = active
+        let runtime = active
             .then(|| self.runtime_service_account(&name))
             .flatten();
+        let service_account = runtime
+            .as_ref()
+            .and_then(|(_, sa)| subjects::revision(sa).ok().map(|()| sa.clone()));
         let binding = service_account
             .as_ref()
             .map(|sa| roles::system_binding(&name, &uid, sa, &self.namespace));
-        let hash = hash_of(&rendered, binding.as_ref());
-        if self.applied.get(&name) != Some(hash) {
-            let api = Api::<ClusterRole>::all(self.sk.client().clone());
-            for role in &rendered {
-                let role_name = role
-                    .pointer("/metadata/name")
-                    .and_then(|n| n.as_str())
-                    .unwrap_or_default();
-                ssa::apply(&api, role_name, role, &self.field_manager)
-                    .await
-                    .map_err(|e| Error::Request("apply a ClusterRole", e))?;
-                self.metrics.roles_rendered.inc();
-            }
-            let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
-            let binding_name = roles::role_name(&name, "system");
-            match &binding {
-                Some(b) => {
-                    ssa::apply(&bindings, &binding_name, b, &self.field_manager)
-                        .await
-                        .map_err(|e| Error::Request("apply the ClusterRoleBinding", e))?;
-                }
-                None => runtime::objects::delete(&bindings, &binding_name)
-                    .await
-                    .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?,
-            }
-            self.applied.insert(name.clone(), hash);
+        self.write(&name, &rendered, binding.as_ref()).await?;
+        let n = rendered.len();
+        let ns = &self.namespace;
+        let (ok, reason, message) = match (&runtime, active) {
+            (Some((deployment, sa)), _) => match subjects::revision(sa) {
+                Ok(()) => (
+                    true,
+                    "RolesRendered",
+                    format!(
+                        "{n} roles rendered; the system role is bound to ServiceAccount {ns}/{sa}"
+                    ),
+                ),
+                Err(why) => (
+                    false,
+                    SERVICE_ACCOUNT_REFUSED,
+                    format!(
+                        "{n} roles rendered, the system role not bound: the runtime Deployment {ns}/{deployment} runs as ServiceAccount {ns}/{sa}, to which no package's role is bound ({why}); name a ServiceAccount of the runtime's own in its DeploymentRuntimeConfig (serviceAccountTemplate)"
+                    ),
+                ),
+            },
+            // An Active revision whose runtime is not bound yet is not
+            // ready: the package-manager keeps the old revision serving
+            // until it is.
+            (None, true) if expects_runtime(r) => (
+                false,
+                "WaitingForRuntime",
+                format!("{n} roles rendered; no runtime Deployment to bind the system role to yet"),
+            ),
+            (None, true) => (
+                true,
+                "RolesRendered",
+                format!("{n} roles rendered; no runtime Deployment to bind the system role to yet"),
+            ),
+            (None, false) => (
+                true,
+                "RolesRendered",
+                format!(
+                    "{n} roles rendered; the revision is inactive, so its runtime is not bound"
+                ),
+            ),
+        };
+        let changed = self.condition(r, ok, reason, &message).await?;
+        if changed && reason == SERVICE_ACCOUNT_REFUSED {
+            self.sk
+                .reporting
+                .events
+                .warning(&r.object_ref(&()), reason, message)
+                .await;
         }
-        let message = match (&service_account, active) {
-            (Some(sa), _) => format!(
-                "{} roles rendered; the system role is bound to ServiceAccount {}/{sa}",
-                rendered.len(),
-                self.namespace
-            ),
-            (None, true) => format!(
-                "{} roles rendered; no runtime Deployment to bind the system role to yet",
-                rendered.len()
-            ),
-            (None, false) => format!(
-                "{} roles rendered; the revision is inactive, so its runtime is not bound",
-                rendered.len()
-            ),
-        };
-        // An Active revision whose runtime is not bound yet is not ready:
-        // the package-manager keeps the old revision serving until it is.
-        let waiting = active && service_account.is_none() && expects_runtime(r);
-        let reason = if waiting {
-            "WaitingForRuntime"
-        } else {
-            "RolesRendered"
-        };
-        self.condition(r, !waiting, reason, &message).await?;
-        Ok(Action::requeue(Duration::from_secs(3600)))
+        Ok(Action::requeue(RESYNC))
     }
 
     async fn cleanup(
@@ -238,20 +274,7 @@ impl Reconciler for Revisions {
         if r.finalizers().iter().any(|f| f != FINALIZER) {
             return Ok(Cleanup::Wait(Action::await_change()));
         }
-        let name = r.name_any();
-        runtime::objects::delete(
-            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
-            &roles::role_name(&name, "system"),
-        )
-        .await
-        .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?;
-        let api = Api::<ClusterRole>::all(self.sk.client().clone());
-        for kind in ["system", "aggregate-to-edit", "aggregate-to-view"] {
-            runtime::objects::delete(&api, &roles::role_name(&name, kind))
-                .await
-                .map_err(|e| Error::Request("delete a ClusterRole", e))?;
-        }
-        self.applied.remove(&name);
+        self.remove(&r.name_any()).await?;
         Ok(Cleanup::Done)
     }
 }
@@ -265,72 +288,115 @@ fn expects_runtime(r: &ProviderRevision) -> bool {
     r.spec.image.is_some() && !matches!(reason, Some("NoRuntime" | "ExternalRuntime"))
 }
 
-fn hash_of(roles: &[serde_json::Value], binding: Option<&serde_json::Value>) -> u64 {
+fn hash_of(roles: &[ClusterRole], binding: Option<&ClusterRoleBinding>) -> u64 {
     reconciler::value_hash(&serde_json::json!([roles, binding]))
 }
 
 impl Revisions {
-    /// The ServiceAccount the revision's runtime Deployment runs as.
-    fn runtime_service_account(&self, revision: &str) -> Option<String> {
-        self.deployments
-            .state()
-            .iter()
-            .find(|d| {
-                d.labels()
-                    .get(REVISION_LABEL)
-                    .is_some_and(|v| v == revision)
-            })
-            .and_then(|d| d.spec.as_ref())
-            .and_then(|s| s.template.spec.as_ref())
-            .and_then(|p| p.service_account_name.clone())
+    /// The revision's runtime Deployment (its name) and the ServiceAccount
+    /// it runs as.
+    fn runtime_service_account(&self, revision: &str) -> Option<(String, String)> {
+        let deployment = self.deployments.state().into_iter().find(|d| {
+            d.labels()
+                .get(REVISION_LABEL)
+                .is_some_and(|v| v == revision)
+        })?;
+        let pod = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref());
+        let sa = subjects::pod_service_account(
+            pod.and_then(|p| p.service_account_name.as_deref()),
+            pod.and_then(|p| p.service_account.as_deref()),
+        );
+        Some((deployment.name_any(), sa))
     }
 
-    /// Writes RBACReady=True with `message`, only when it changed.
-    /// The rules the revision's package asks for, if the allow-list allows
-    /// them all; else what is refused and how to allow it.
-    fn check_requests(&self, r: &ProviderRevision) -> Result<Vec<serde_json::Value>, String> {
+    /// The rules the revision's package asks for, or why they cannot be
+    /// read.
+    fn requests(&self, r: &ProviderRevision) -> Result<Vec<PolicyRule>, String> {
         let Some(text) = r.annotations().get(PERMISSION_REQUESTS) else {
             return Ok(Vec::new());
         };
-        let requested: Vec<serde_json::Value> = serde_json::from_str(text).map_err(|e| {
+        serde_json::from_str(text).map_err(|e| {
             format!("the revision's {PERMISSION_REQUESTS} annotation is not a list of rules: {e}")
-        })?;
-        if requested.is_empty() {
-            return Ok(requested);
-        }
-        let allowed: Vec<serde_json::Value> = self
-            .allow_list
+        })
+    }
+
+    /// The allow-list's rules (none while the ClusterRole is missing: then
+    /// nothing is allowed).
+    fn allowed_rules(&self) -> Vec<PolicyRule> {
+        self.allow_list
             .state()
             .iter()
             .find(|c| c.name_any() == self.allowed_role)
-            .and_then(|c| c.rules.as_ref())
-            .map(|rules| {
-                rules
-                    .iter()
-                    .filter_map(|r| serde_json::to_value(r).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let refused = roles::refused(&requested, &allowed);
-        if refused.is_empty() {
-            Ok(requested)
-        } else {
-            Err(format!(
-                "the package asks for permissions the allow-list does not grant: {}; add them to ClusterRole {} (--allowed-permissions-clusterrole) to allow them",
-                refused.join(", "),
-                self.allowed_role
-            ))
-        }
+            .and_then(|c| c.rules.clone())
+            .unwrap_or_default()
     }
 
-    /// Writes RBACReady with `message`, only when it changed.
+    /// Applies the revision's roles and its binding (or deletes the binding
+    /// when there is none), unless exactly these were applied last.
+    async fn write(
+        &self,
+        name: &str,
+        rendered: &[ClusterRole],
+        binding: Option<&ClusterRoleBinding>,
+    ) -> Result<(), Error> {
+        let hash = hash_of(rendered, binding);
+        if self.applied.get(&name.to_owned()) == Some(hash) {
+            return Ok(());
+        }
+        let api = Api::<ClusterRole>::all(self.sk.client().clone());
+        for role in rendered {
+            let role_name = role.metadata.name.as_deref().unwrap_or_default();
+            ssa::apply(&api, role_name, role, &self.field_manager)
+                .await
+                .map_err(|e| Error::Request("apply a ClusterRole", e))?;
+            self.metrics.roles_rendered.inc();
+        }
+        let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
+        let binding_name = roles::role_name(name, "system");
+        match binding {
+            Some(b) => {
+                ssa::apply(&bindings, &binding_name, b, &self.field_manager)
+                    .await
+                    .map_err(|e| Error::Request("apply the ClusterRoleBinding", e))?;
+            }
+            None => runtime::objects::delete(&bindings, &binding_name)
+                .await
+                .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?,
+        }
+        self.applied.insert(name.to_owned(), hash);
+        Ok(())
+    }
+
+    /// Deletes the revision's binding, then its roles.
+    async fn remove(&self, name: &str) -> Result<(), Error> {
+        self.applied.remove(&name.to_owned());
+        runtime::objects::delete(
+            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
+            &roles::role_name(name, "system"),
+        )
+        .await
+        .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?;
+        let api = Api::<ClusterRole>::all(self.sk.client().clone());
+        for role in roles::role_names(name) {
+            runtime::objects::delete(&api, &role)
+                .await
+                .map_err(|e| Error::Request("delete a ClusterRole", e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes RBACReady with `message`, only when it changed; says whether
+    /// it did.
     async fn condition(
         &self,
         r: &ProviderRevision,
         ok: bool,
         reason: &str,
         message: &str,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         write_rbac_ready(
             &Api::<ProviderRevision>::all(self.sk.client().clone()),
             r,
@@ -343,13 +409,13 @@ impl Revisions {
 
 /// Writes an object's RBACReady condition (and only it: the package-manager
 /// owns the rest of the status) as `(ok, reason, message)`, only when it
-/// changed.
+/// changed; says whether it did.
 pub async fn write_rbac_ready<K>(
     api: &Api<K>,
     obj: &K,
     (ok, reason, message): (bool, &str, &str),
     field_manager: &str,
-) -> Result<(), Error>
+) -> Result<bool, Error>
 where
     K: kube::Resource<DynamicType = ()>
         + types::common::Conditioned
@@ -357,17 +423,17 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let status = if ok { "True" } else { "False" };
-    let current = conditions::get(conditions::of(obj), TYPE_RBAC_READY);
-    if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(message)) {
-        return Ok(());
-    }
+    // conditions::set says whether anything would change (it also bounds
+    // the message, so a long one is compared as it would be kept).
     let mut conds = conditions::of(obj).to_vec();
-    conditions::set(
+    let changed = conditions::set(
         &mut conds,
         conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),
         &conditions::now(),
     );
+    if !changed {
+        return Ok(false);
+    }
     let ours: Vec<_> = conds
         .into_iter()
         .filter(|c| c.type_ == TYPE_RBAC_READY)
@@ -380,7 +446,7 @@ where
     )
     .await
     .map_err(|e| Error::Request("write RBACReady", e))?;
-    Ok(())
+    Ok(true)
 }
 
 /// The controller, ready to run: it watches the runtime Deployments of

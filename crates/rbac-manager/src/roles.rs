@@ -1,16 +1,37 @@
-//! The roles of a package revision, as a pure function of the CRDs it
-//! installed: what its runtime needs (`system`), and what users get through
-//! the aggregated `crossplane-edit` / `crossplane-view` roles. Rules are
-//! sorted, so the same CRDs always give the same roles (and an unchanged
-//! revision applies nothing new).
+//! The roles the rbac-manager renders, as pure functions of what they
+//! grant: a package revision's three ClusterRoles (what its runtime needs,
+//! `system`, and what users get through the aggregated `crossplane-edit` /
+//! `crossplane-view` roles), an Extension's one, and their bindings. Rules
+//! are sorted, so the same input always gives the same roles (and an
+//! unchanged revision applies nothing new).
+//!
+//! Rendering decides nothing: which kinds may be rendered is
+//! [`crate::kinds`]'s decision, which rules may be granted
+//! [`crate::boundary`]'s, and whom a role is bound to [`crate::subjects`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Value, json};
+use k8s_openapi::{
+    api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
 
-/// Every verb on a kind.
+/// Every verb a provider runtime has on its own kinds.
 const ALL: [&str; 7] = [
     "create", "delete", "get", "list", "patch", "update", "watch",
+];
+/// Every verb an Extension's controller has on the kinds it owns: spelled
+/// out, because `*` is never granted (it would also cover verbs that do
+/// not exist yet).
+const OWNER: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
 ];
 /// Reading a kind.
 const READ: [&str; 3] = ["get", "list", "watch"];
@@ -22,8 +43,12 @@ pub const AGGREGATE_TO_VIEW: &str = "rbac.crossplane.io/aggregate-to-view";
 /// Label of ClusterRoles aggregated into the package-manager's role (it
 /// lists a package's custom resources before deleting its CRDs).
 pub const AGGREGATE_TO_PACKAGE_MANAGER: &str = "rbac.crossplane-rs.io/aggregate-to-package-manager";
+/// The label of a revision's roles and binding.
+const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
-/// A kind a package installed: its API group and plural.
+/// A kind a package installed, owns or depends on: its API group and
+/// plural.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Kind {
     /// API group.
@@ -49,9 +74,23 @@ pub fn kinds_of(crd_names: &[String]) -> Vec<Kind> {
     kinds
 }
 
+fn strings<'a>(s: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    s.into_iter().map(str::to_owned).collect()
+}
+
+/// A rule of `verbs` on `resources` of `group`.
+fn rule(group: &str, resources: Vec<String>, verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources),
+        verbs: strings(verbs.iter().copied()),
+        ..Default::default()
+    }
+}
+
 /// One rule per group: the kinds' plurals (and, when `subresources`, their
 /// `/status` and `/finalizers`) with `verbs`.
-fn kind_rules(kinds: &[Kind], verbs: &[&str], subresources: bool) -> Vec<Value> {
+fn kind_rules(kinds: &[Kind], verbs: &[&str], subresources: bool) -> Vec<PolicyRule> {
     let mut by_group: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for k in kinds {
         let set = by_group.entry(k.group.as_str()).or_default();
@@ -63,20 +102,42 @@ fn kind_rules(kinds: &[Kind], verbs: &[&str], subresources: bool) -> Vec<Value> 
     }
     by_group
         .into_iter()
-        .map(|(g, resources)| json!({"apiGroups": [g], "resources": resources, "verbs": verbs}))
+        .map(|(g, resources)| rule(g, resources.into_iter().collect(), verbs))
         .collect()
 }
 
 /// What every provider runtime uses besides its own kinds: events, the
 /// Secrets and ConfigMaps it reads and writes (credentials, connection
 /// details), and Leases for leader election.
-fn runtime_rules() -> Vec<Value> {
+fn runtime_rules() -> Vec<PolicyRule> {
+    let write_events = ["create", "patch", "update"];
     vec![
-        json!({"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ALL}),
-        json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]}),
-        json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}),
-        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update"]}),
+        rule("", strings(["configmaps", "secrets"]), &ALL),
+        rule("", strings(["events"]), &write_events),
+        rule("events.k8s.io", strings(["events"]), &write_events),
+        rule(
+            "coordination.k8s.io",
+            strings(["leases"]),
+            &["create", "get", "update"],
+        ),
     ]
+}
+
+/// `rules`, sorted and each once.
+fn sorted(rules: &[PolicyRule]) -> Vec<PolicyRule> {
+    let key = |r: &PolicyRule| {
+        (
+            r.api_groups.clone(),
+            r.resources.clone(),
+            r.verbs.clone(),
+            r.resource_names.clone(),
+            r.non_resource_urls.clone(),
+        )
+    };
+    let mut out = rules.to_vec();
+    out.sort_by_key(key);
+    out.dedup();
+    out
 }
 
 /// The name of a revision's role of `kind` (`system`, `aggregate-to-edit`,
@@ -85,125 +146,83 @@ pub fn role_name(revision: &str, kind: &str) -> String {
     format!("crossplane:provider:{revision}:{kind}")
 }
 
-fn owner(revision: &str, uid: &str) -> Value {
-    json!([{
-        "apiVersion": "pkg.crossplane.io/v1",
-        "kind": "ProviderRevision",
-        "name": revision,
-        "uid": uid,
-        "controller": true,
-        "blockOwnerDeletion": true,
-    }])
+/// The names of all of a revision's roles.
+pub fn role_names(revision: &str) -> [String; 3] {
+    ["system", "aggregate-to-edit", "aggregate-to-view"].map(|k| role_name(revision, k))
 }
 
-fn cluster_role(
+fn owner(revision: &str, uid: &str) -> Vec<OwnerReference> {
+    vec![OwnerReference {
+        api_version: "pkg.crossplane.io/v1".to_owned(),
+        kind: "ProviderRevision".to_owned(),
+        name: revision.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+}
+
+fn revision_role(
     name: String,
-    labels: Value,
+    extra_labels: &[(&str, &str)],
     revision: &str,
     uid: &str,
-    rules: Vec<Value>,
-) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name, "labels": labels, "ownerReferences": owner(revision, uid)},
-        "rules": rules,
-    })
-}
-
-/// The strings of a rule's field (`apiGroups`, `resources`, `verbs`).
-fn strings<'a>(rule: &'a Value, field: &str) -> Vec<&'a str> {
-    rule.get(field)
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
-
-fn covers(allowed: &[&str], wanted: &str) -> bool {
-    allowed.iter().any(|a| *a == "*" || *a == wanted)
-}
-
-/// The parts of `requested` (PolicyRules a package asks for) that no rule
-/// of `allowed` (the allow-list ClusterRole's rules) covers, each as
-/// `<verb> <resource> (group "<group>")`. Rules naming resourceNames or
-/// nonResourceURLs are refused whole unless an allowed rule covers them
-/// without resourceNames.
-pub fn refused(requested: &[Value], allowed: &[Value]) -> Vec<String> {
-    let mut out = BTreeSet::new();
-    for rule in requested {
-        let groups = strings(rule, "apiGroups");
-        let resources = strings(rule, "resources");
-        let verbs = strings(rule, "verbs");
-        if rule.get("nonResourceURLs").is_some()
-            || groups.is_empty()
-            || resources.is_empty()
-            || verbs.is_empty()
-        {
-            out.insert(format!(
-                "{rule} (only apiGroups, resources and verbs can be granted)"
-            ));
-            continue;
-        }
-        for g in &groups {
-            for r in &resources {
-                for v in &verbs {
-                    let ok = allowed.iter().any(|a| {
-                        a.get("resourceNames").is_none()
-                            && covers(&strings(a, "apiGroups"), g)
-                            && covers(&strings(a, "resources"), r)
-                            && covers(&strings(a, "verbs"), v)
-                    });
-                    if !ok {
-                        out.insert(format!("{v} {r} (group \"{g}\")"));
-                    }
-                }
-            }
-        }
+    rules: Vec<PolicyRule>,
+) -> ClusterRole {
+    let mut all = vec![(REVISION_LABEL, revision)];
+    all.extend_from_slice(extra_labels);
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: labels(&all),
+            owner_references: Some(owner(revision, uid)),
+            ..Default::default()
+        },
+        rules: Some(rules),
+        ..Default::default()
     }
-    out.into_iter().collect()
 }
 
 /// The three ClusterRoles of revision `revision` (uid `uid`) that installed
-/// `kinds` and whose package asked for `requested` (already allowed).
+/// `kinds` and whose package asked for `requested` (both already within the
+/// boundary).
 pub fn provider_roles(
     revision: &str,
     uid: &str,
     kinds: &[Kind],
-    requested: &[Value],
-) -> Vec<Value> {
+    requested: &[PolicyRule],
+) -> Vec<ClusterRole> {
     let mut system = kind_rules(kinds, &ALL, true);
     system.extend(runtime_rules());
-    let mut extra: Vec<Value> = requested.to_vec();
-    extra.sort_by_key(Value::to_string);
-    extra.dedup();
-    system.extend(extra);
+    system.extend(sorted(requested));
     vec![
-        cluster_role(
-            role_name(revision, "system"),
-            json!({"pkg.crossplane.io/revision": revision}),
-            revision,
-            uid,
-            system,
-        ),
-        cluster_role(
+        revision_role(role_name(revision, "system"), &[], revision, uid, system),
+        revision_role(
             role_name(revision, "aggregate-to-edit"),
-            json!({
-                "pkg.crossplane.io/revision": revision,
-                AGGREGATE_TO_EDIT: "true",
-                "rbac.crossplane.io/aggregate-to-admin": "true",
-            }),
+            &[
+                (AGGREGATE_TO_EDIT, "true"),
+                ("rbac.crossplane.io/aggregate-to-admin", "true"),
+            ],
             revision,
             uid,
             kind_rules(kinds, &ALL, false),
         ),
-        cluster_role(
+        revision_role(
             role_name(revision, "aggregate-to-view"),
-            json!({
-                "pkg.crossplane.io/revision": revision,
-                AGGREGATE_TO_VIEW: "true",
-                "rbac.crossplane.io/aggregate-to-browse": "true",
-                AGGREGATE_TO_PACKAGE_MANAGER: "true",
-            }),
+            &[
+                (AGGREGATE_TO_VIEW, "true"),
+                ("rbac.crossplane.io/aggregate-to-browse", "true"),
+                (AGGREGATE_TO_PACKAGE_MANAGER, "true"),
+            ],
             revision,
             uid,
             kind_rules(kinds, &READ, false),
@@ -216,73 +235,125 @@ pub fn extension_role_name(namespace: &str, name: &str) -> String {
     format!("crossplane:extension:{namespace}:{name}:system")
 }
 
+fn extension_meta(namespace: &str, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(extension_role_name(namespace, name)),
+        labels: labels(&[
+            ("extensions.crossplane.io/namespace", namespace),
+            ("extensions.crossplane.io/name", name),
+        ]),
+        ..Default::default()
+    }
+}
+
 /// The `system` ClusterRole of an Extension (seed 001): its
-/// `permissions.rules` (already allowed), everything on the kinds it owns
-/// and reading the kinds it depends on. Not owned (a namespaced Extension
-/// cannot own a cluster-scoped role): labelled, and removed by the
-/// Extension's finalizer.
+/// `permissions.rules`, every verb on the kinds it owns (with `/status` and
+/// `/finalizers`) and reading the kinds it depends on, all already within
+/// the boundary. Not owned (a namespaced Extension cannot own a
+/// cluster-scoped role): labelled, and removed by the Extension's
+/// finalizer.
 pub fn extension_role(
     namespace: &str,
     name: &str,
     owns: &[Kind],
     depends_on: &[Kind],
-    rules: &[Value],
-) -> Value {
-    let mut all = kind_rules(owns, &["*"], false);
+    rules: &[PolicyRule],
+) -> ClusterRole {
+    let mut all = kind_rules(owns, &OWNER, true);
     all.extend(kind_rules(depends_on, &READ, false));
-    let mut extra: Vec<Value> = rules.to_vec();
-    extra.sort_by_key(Value::to_string);
-    extra.dedup();
-    all.extend(extra);
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {
-            "name": extension_role_name(namespace, name),
-            "labels": {"extensions.crossplane.io/namespace": namespace, "extensions.crossplane.io/name": name},
-        },
-        "rules": all,
-    })
+    all.extend(sorted(rules));
+    ClusterRole {
+        metadata: extension_meta(namespace, name),
+        rules: Some(all),
+        ..Default::default()
+    }
 }
 
-/// The binding of an Extension's role to its controller's ServiceAccount.
-pub fn extension_binding(namespace: &str, name: &str, service_account: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": extension_role_name(namespace, name),
-            "labels": {"extensions.crossplane.io/namespace": namespace, "extensions.crossplane.io/name": name},
+fn binding(
+    metadata: ObjectMeta,
+    role: String,
+    service_account: &str,
+    namespace: &str,
+) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata,
+        role_ref: RoleRef {
+            api_group: Some(RBAC_GROUP.to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: role,
         },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": extension_role_name(namespace, name)},
-        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-    })
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: service_account.to_owned(),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// The binding of an Extension's role to its controller's ServiceAccount
+/// (one [`crate::subjects::extension`] accepted), in the Extension's
+/// namespace.
+pub fn extension_binding(namespace: &str, name: &str, service_account: &str) -> ClusterRoleBinding {
+    binding(
+        extension_meta(namespace, name),
+        extension_role_name(namespace, name),
+        service_account,
+        namespace,
+    )
 }
 
 /// The binding of a revision's `system` role to its runtime's
-/// ServiceAccount.
-pub fn system_binding(revision: &str, uid: &str, service_account: &str, namespace: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": role_name(revision, "system"),
-            "labels": {"pkg.crossplane.io/revision": revision},
-            "ownerReferences": owner(revision, uid),
+/// ServiceAccount (one [`crate::subjects::revision`] accepted).
+pub fn system_binding(
+    revision: &str,
+    uid: &str,
+    service_account: &str,
+    namespace: &str,
+) -> ClusterRoleBinding {
+    let name = role_name(revision, "system");
+    binding(
+        ObjectMeta {
+            name: Some(name.clone()),
+            labels: labels(&[(REVISION_LABEL, revision)]),
+            owner_references: Some(owner(revision, uid)),
+            ..Default::default()
         },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name(revision, "system")},
-        "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
-    })
+        name,
+        service_account,
+        namespace,
+    )
+}
+
+/// Every rule of `roles`, for the boundary's last look.
+pub fn rules_of(roles: &[ClusterRole]) -> Vec<PolicyRule> {
+    roles
+        .iter()
+        .flat_map(|r| r.rules.iter().flatten().cloned())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+    use serde_json::{Value, json};
+
     use super::*;
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn v<T: serde::Serialize>(x: &T) -> Value {
+        serde_json::to_value(x).unwrap()
+    }
+
+    fn kind(group: &str, plural: &str) -> Kind {
+        Kind {
+            group: group.into(),
+            plural: plural.into(),
+        }
     }
 
     #[test]
@@ -296,14 +367,8 @@ mod tests {
         assert_eq!(
             k,
             [
-                Kind {
-                    group: "kubernetes.crossplane.io".into(),
-                    plural: "objects".into()
-                },
-                Kind {
-                    group: "x.org".into(),
-                    plural: "b".into()
-                },
+                kind("kubernetes.crossplane.io", "objects"),
+                kind("x.org", "b")
             ]
         );
     }
@@ -316,7 +381,8 @@ mod tests {
             &kinds_of(&names(&["things.x.org", "others.x.org"])),
             &[],
         );
-        let system = &roles[0];
+        let system = v(&roles[0]);
+        assert_eq!(system["kind"], "ClusterRole");
         assert_eq!(system["metadata"]["name"], "crossplane:provider:p-1:system");
         assert_eq!(
             system["rules"][0],
@@ -334,7 +400,11 @@ mod tests {
 
     #[test]
     fn users_get_edit_and_view_through_aggregation_and_the_package_manager_may_list() {
-        let roles = provider_roles("p-1", "u", &kinds_of(&names(&["things.x.org"])), &[]);
+        let roles: Vec<Value> =
+            provider_roles("p-1", "u", &kinds_of(&names(&["things.x.org"])), &[])
+                .iter()
+                .map(v)
+                .collect();
         assert_eq!(roles[1]["metadata"]["labels"][AGGREGATE_TO_EDIT], "true");
         assert_eq!(roles[1]["rules"][0]["verbs"], json!(ALL));
         assert_eq!(roles[2]["metadata"]["labels"][AGGREGATE_TO_VIEW], "true");
@@ -343,6 +413,13 @@ mod tests {
             "true"
         );
         assert_eq!(roles[2]["rules"][0]["verbs"], json!(READ));
+        assert_eq!(
+            role_names("p-1").to_vec(),
+            roles
+                .iter()
+                .map(|r| r["metadata"]["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -353,45 +430,25 @@ mod tests {
     }
 
     #[test]
-    fn a_request_outside_the_allow_list_is_refused_verb_by_verb() {
-        let allowed = [
-            json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}),
-            json!({"apiGroups": ["apps"], "resources": ["*"], "verbs": ["*"]}),
-        ];
-        let requested = [
-            json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "delete"]}),
-            json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}),
-        ];
-        assert_eq!(refused(&requested, &allowed), ["delete nodes (group \"\")"]);
-        assert!(
-            refused(
-                &[json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]})],
-                &allowed
-            )[0]
-            .contains("only apiGroups")
-        );
-    }
-
-    #[test]
     fn allowed_requests_join_the_system_role_once_and_in_order() {
-        let r = json!({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]});
+        let r = rule("", names(&["nodes"]), &["get"]);
         let roles = provider_roles("p", "u", &[], &[r.clone(), r.clone()]);
-        let rules = roles[0]["rules"].as_array().unwrap();
+        let rules = roles[0].rules.as_ref().unwrap();
         assert_eq!(rules.iter().filter(|x| **x == r).count(), 1);
     }
 
     #[test]
-    fn an_extension_gets_everything_on_what_it_owns_and_reads_what_it_depends_on() {
-        let owns = [Kind {
-            group: "redis.example".into(),
-            plural: "redisclusters".into(),
-        }];
-        let deps = [Kind {
-            group: "db.example".into(),
-            plural: "databases".into(),
-        }];
-        let secrets = json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]});
-        let role = extension_role("ns", "redis", &owns, &deps, std::slice::from_ref(&secrets));
+    fn an_extension_gets_every_verb_on_what_it_owns_and_reads_what_it_depends_on() {
+        let owns = [kind("redis.example", "redisclusters")];
+        let deps = [kind("db.example", "databases")];
+        let secrets = rule("", names(&["secrets"]), &["get"]);
+        let role = v(&extension_role(
+            "ns",
+            "redis",
+            &owns,
+            &deps,
+            std::slice::from_ref(&secrets),
+        ));
         assert_eq!(
             role["metadata"]["name"],
             "crossplane:extension:ns:redis:system"
@@ -399,20 +456,31 @@ mod tests {
         let rules = role["rules"].as_array().unwrap();
         assert_eq!(
             rules[0],
-            json!({"apiGroups": ["redis.example"], "resources": ["redisclusters"], "verbs": ["*"]})
+            json!({"apiGroups": ["redis.example"], "resources": ["redisclusters", "redisclusters/finalizers", "redisclusters/status"], "verbs": OWNER})
         );
         assert_eq!(rules[1]["verbs"], json!(READ));
-        assert_eq!(rules[2], secrets);
+        assert_eq!(rules[2], v(&secrets));
         assert!(role["metadata"].get("ownerReferences").is_none());
     }
 
     #[test]
     fn the_binding_names_the_runtime_service_account() {
-        let b = system_binding("p-1", "u", "sa", "crossplane-system");
+        let b = v(&system_binding("p-1", "u", "sa", "crossplane-system"));
+        assert_eq!(b["kind"], "ClusterRoleBinding");
         assert_eq!(
             b["subjects"][0],
             json!({"kind": "ServiceAccount", "name": "sa", "namespace": "crossplane-system"})
         );
         assert_eq!(b["roleRef"]["name"], "crossplane:provider:p-1:system");
+    }
+
+    #[test]
+    fn an_extensions_binding_names_its_service_account_in_its_namespace() {
+        let b = v(&extension_binding("ns", "redis", "redis-controller"));
+        assert_eq!(
+            b["subjects"][0],
+            json!({"kind": "ServiceAccount", "name": "redis-controller", "namespace": "ns"})
+        );
+        assert_eq!(b["roleRef"]["name"], "crossplane:extension:ns:redis:system");
     }
 }

@@ -37,15 +37,17 @@ pub mod crds;
 pub use k8s_openapi;
 pub use kube;
 
-/// The API groups this project serves itself (its `crds/`). No package may
-/// install a CRD in them, and no package or Extension is ever granted
-/// rights on them: they are the control plane's own API.
-pub const OWN_API_GROUPS: [&str; 5] = [
+/// The API groups of the control plane itself (its `crds/`). No package
+/// may install a CRD in them, and no package or Extension is ever granted
+/// writes to them. `kubernetes.crossplane.io`, the Object provider's API,
+/// is not one: like upstream's provider-kubernetes it may come as a
+/// Provider package (where crds/ has not installed it already; an existing
+/// CRD is never taken over).
+pub const OWN_API_GROUPS: [&str; 4] = [
     "pkg.crossplane.io",
     "extensions.crossplane.io",
     "workload.crossplane.io",
     "compute.crossplane.io",
-    "kubernetes.crossplane.io",
 ];
 
 /// Whether `group` belongs to Kubernetes itself (the core group `""`,
