@@ -7,6 +7,7 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod bench;
+pub mod hostile;
 pub mod objects;
 pub mod packages;
 pub mod proxy;

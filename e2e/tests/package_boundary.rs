@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use e2e::hostile::{Hostile, Reply};
 use e2e::packages::{
     apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd, wait,
 };
@@ -362,8 +363,8 @@ fn a_package_never_takes_over_a_crd_it_did_not_create() {
         }
         let text = r["rules"].to_string();
         assert!(
-            !text.contains(&g)
-                && !(text.contains("pkg.crossplane.io") && text.contains("providers")),
+            !(text.contains(&g)
+                || text.contains("pkg.crossplane.io") && text.contains("providers")),
             "{role} has rights on a CRD its package did not create: {text}"
         );
     }
@@ -703,4 +704,221 @@ fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
             .is_none_or(|b| !b["subjects"].to_string().contains("\"default\"")),
         "the stack's role is bound to the namespace's default ServiceAccount: {binding:?}"
     );
+}
+
+/// The node's host address, where the pods reach this machine.
+fn host_ip() -> std::net::IpAddr {
+    shipped();
+    testenv::control_plane_with_node()
+        .node
+        .as_ref()
+        .unwrap()
+        .host_ip
+        .into()
+}
+
+/// A hostile HTTPS registry of testenv's CA (which the package-manager
+/// trusts) on the node's host address.
+fn hostile_registry() -> Hostile {
+    let tls = testenv::control_plane_with_node().serving_tls().unwrap();
+    Hostile::https_testenv(host_ip(), &tls).unwrap()
+}
+
+/// A pull Secret in the package-manager's namespace with `user`/`password`
+/// for `registry`.
+fn pull_secret(name: &str, registry: &str, user: &str, password: &str) {
+    let auth = serde_json::json!({"auths": {registry: {"username": user, "password": password}}});
+    let (_, _) = kubectl_try(&["delete", "secret", name, "-n", NS]);
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        name,
+        "-n",
+        NS,
+        "--type=kubernetes.io/dockerconfigjson",
+        &format!("--from-literal=.dockerconfigjson={auth}"),
+    ]);
+}
+
+/// Waits until the Provider has a condition that is False and whose
+/// message contains every one of `says`; returns every condition's text.
+fn wait_provider_says(name: &str, says: &[&str]) -> String {
+    wait(
+        Duration::from_secs(90),
+        &format!("Provider {name} to say {says:?}"),
+        || {
+            let p = provider(name)?;
+            let text = conditions_text(&p);
+            (text.contains("=False") && says.iter().all(|s| text.contains(s))).then_some(text)
+        },
+        explain,
+    )
+}
+
+#[test]
+fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
+    let (pod, restarts) = pod_of("package-manager");
+    let registry = hostile_registry();
+    let other = Hostile::http(host_ip()).unwrap();
+    other.script(
+        "/stolen",
+        Reply::json(
+            200,
+            &serde_json::json!({"leak": "ANSWER-OF-THE-OTHER-HOST"}),
+        ),
+    );
+    other.script(
+        "/token",
+        Reply::json(
+            200,
+            &serde_json::json!({"token": "t0ken-of-the-other-host"}),
+        ),
+    );
+    // The registry asks for Basic credentials, then sends the manifest
+    // request to another host (https → http, another port).
+    registry.route("/v2/", |s| {
+        if s.header("authorization").is_some() {
+            Reply::new(200)
+        } else {
+            Reply::basic_challenge()
+        }
+    });
+    let stolen = other.url("/stolen");
+    registry.route("/v2/evil/redirect/manifests/v1", move |_| {
+        Reply::redirect(&stolen)
+    });
+    pull_secret("hostile-pull", &registry.host(), "robot", "s3cret-pull");
+    let redirected = testenv::unique_name("redirect");
+    apply(&provider_yaml(
+        &redirected,
+        &format!("{}/evil/redirect:v1", registry.host()),
+        "  packagePullSecrets:\n  - name: hostile-pull\n",
+    ));
+    let text = wait_provider_says(&redirected, &[&registry.host()]);
+    eprintln!("redirect: {text}");
+    assert!(
+        !text.contains("ANSWER-OF-THE-OTHER-HOST"),
+        "the other host's answer reached status: {text}"
+    );
+    // A second registry whose token realm is the other host, over http.
+    let realm_registry = hostile_registry();
+    let realm = other.url("/token");
+    let service = realm_registry.host();
+    realm_registry.route("/v2/", move |s| {
+        if s.header("authorization")
+            .is_some_and(|a| a.starts_with("Bearer "))
+        {
+            Reply::new(200)
+        } else {
+            Reply::bearer_challenge(&realm, &service)
+        }
+    });
+    pull_secret(
+        "hostile-realm-pull",
+        &realm_registry.host(),
+        "robot",
+        "s3cret-realm",
+    );
+    let foreign = testenv::unique_name("realm");
+    apply(&provider_yaml(
+        &foreign,
+        &format!("{}/evil/realm:v1", realm_registry.host()),
+        "  packagePullSecrets:\n  - name: hostile-realm-pull\n",
+    ));
+    let text = wait_provider_says(&foreign, &[&realm_registry.host()]);
+    eprintln!("foreign realm: {text}");
+    let seen: Vec<String> = other
+        .requests()
+        .iter()
+        .filter(|s| s.header("authorization").is_some())
+        .map(|s| format!("{} {} {:?}", s.method, s.path, s.header("authorization")))
+        .collect();
+    assert!(
+        seen.is_empty(),
+        "the other host received credentials: {seen:?}"
+    );
+    assert!(
+        registry
+            .requests()
+            .iter()
+            .any(|s| s.header("authorization").is_some()),
+        "the registry itself never got its credentials (the test proves nothing)"
+    );
+    assert_eq!(pod_of("package-manager"), (pod, restarts));
+    for n in [&redirected, &foreign] {
+        kubectl(&["delete", "providers.pkg.crossplane.io", n, "--wait=false"]);
+    }
+}
+
+#[test]
+fn a_mebibyte_error_body_leaves_a_short_written_condition() {
+    let registry = hostile_registry();
+    registry.script("/v2/", Reply::new(200));
+    let body = serde_json::json!({"errors": [{"code": "MANIFEST_UNKNOWN", "message": "M".repeat(1024 * 1024)}]});
+    registry.script("/v2/evil/huge/manifests/v1", Reply::json(404, &body));
+    let name = testenv::unique_name("huge");
+    apply(&provider_yaml(
+        &name,
+        &format!("{}/evil/huge:v1", registry.host()),
+        "",
+    ));
+    let text = wait_provider_says(&name, &[&registry.host()]);
+    let p = provider(&name).unwrap();
+    for c in p["status"]["conditions"].as_array().unwrap() {
+        let m = c["message"].as_str().unwrap_or_default();
+        assert!(
+            m.len() <= 1024,
+            "a condition of {} bytes: {}",
+            m.len(),
+            &m[..200]
+        );
+    }
+    eprintln!("huge error body: {text}");
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+#[test]
+fn a_hostile_token_cannot_crash_the_package_manager() {
+    let (pod, restarts) = pod_of("package-manager");
+    let registry = hostile_registry();
+    let realm = registry.url("/token");
+    let service = registry.host();
+    registry.route("/v2/", move |_| Reply::bearer_challenge(&realm, &service));
+    // The token is JSON-valid and a control character inside: no header
+    // can carry it.
+    registry.script(
+        "/token",
+        Reply::new(200)
+            .header("Content-Type", "application/json")
+            .body(r#"{"token":"a\u0001b","access_token":"a\u0001b"}"#),
+    );
+    let name = testenv::unique_name("token");
+    apply(&provider_yaml(
+        &name,
+        &format!("{}/evil/token:v1", registry.host()),
+        "",
+    ));
+    let text = wait_provider_says(&name, &[&registry.host()]);
+    eprintln!("hostile token: {text}");
+    assert!(
+        !registry.requests_to("/token").is_empty(),
+        "the token endpoint was never asked (the test proves nothing)"
+    );
+    assert_eq!(
+        pod_of("package-manager"),
+        (pod, restarts),
+        "the package-manager restarted"
+    );
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
 }

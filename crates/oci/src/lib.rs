@@ -21,16 +21,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Pulling ([`pull`]) treats everything a registry serves as data: it
+//! speaks HTTP itself ([`registry`](crate::RegistryPolicy) says where
+//! credentials may go), names are fully qualified ([`mod@reference`]), and
+//! reading a package is bounded ([`limits`]).
+//!
 //! [`project`] builds the crossplane-rs image itself: a Debian base layer
 //! ([`debian`]) and the six binaries.
 
 pub mod debian;
 mod image;
 mod layer;
+pub mod limits;
 pub mod project;
 pub mod pull;
 mod push;
+pub mod reference;
+mod registry;
 pub mod stack;
+#[cfg(test)]
+mod test_server;
+mod unpack;
 pub mod xpkg;
 
 use std::path::Path;
@@ -40,7 +51,14 @@ pub use image::{
     LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, REF_NAME_ANNOTATION, Serialized, host_architecture,
 };
 pub use layer::{Content, Digest, Entry, Layer, LayerBuilder};
+pub use limits::Limits;
 pub use push::{Auth, Platform, Pushed, Tls, push_index};
+pub use registry::{RegistryPolicy, RegistryText};
+
+/// The cause an error carries: text that a registry, or the way to it,
+/// produced, already sanitized and capped ([`RegistryText`]), or a local
+/// error.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why building, writing or pushing an image failed.
 #[derive(Debug, thiserror::Error)]
@@ -108,9 +126,9 @@ pub enum Error {
         registry: String,
         /// Whether credentials were sent.
         with_credentials: bool,
-        /// What the client reported.
+        /// What the registry answered (sanitized and capped).
         #[source]
-        source: Box<oci_client::errors::OciDistributionError>,
+        source: Cause,
     },
     /// A step of a push failed for another reason (network, TLS, the
     /// registry's answer).
@@ -120,9 +138,9 @@ pub enum Error {
         reference: String,
         /// The step that failed.
         step: &'static str,
-        /// What the client reported.
+        /// What the client reported (sanitized and capped).
         #[source]
-        source: Box<oci_client::errors::OciDistributionError>,
+        source: Cause,
     },
     /// A package (or its manifest or a layer) is not what a package must
     /// be.
@@ -153,9 +171,9 @@ pub enum Error {
         /// What went wrong, in a few words ("connection refused", "its
         /// certificate is not trusted ...", "no answer within 10s").
         reason: String,
-        /// What the client reported.
+        /// What the client reported (sanitized and capped).
         #[source]
-        source: Box<oci_client::errors::OciDistributionError>,
+        source: Cause,
     },
     /// The registry answered, but not with what was asked for (an error
     /// status other than 401/403/404, a malformed answer).
@@ -165,13 +183,41 @@ pub enum Error {
         reference: String,
         /// The step that failed.
         step: &'static str,
-        /// The registry's answer, in short.
+        /// The registry's answer, in short (sanitized and capped).
         detail: String,
         /// Whether trying again may succeed (5xx answers).
         transient: bool,
-        /// What the client reported.
+        /// What the client reported (sanitized and capped).
         #[source]
-        source: Box<oci_client::errors::OciDistributionError>,
+        source: Cause,
+    },
+    /// The registry asked for something the operator has not allowed:
+    /// its credentials sent to a token service on another host, or in the
+    /// clear. Nothing was sent; trying again changes nothing until the
+    /// operator allows it ([`RegistryPolicy`]).
+    #[error("registry {registry}: {fault}")]
+    Untrusted {
+        /// The registry host (`host[:port]`).
+        registry: String,
+        /// What it asked for, and what the operator can do.
+        fault: String,
+    },
+    /// Code reading a package panicked (a bug, here or in a library, that a
+    /// registry's answer or a package's content set off). The process goes
+    /// on; the package is not read.
+    #[error(
+        "failed to read {reference} from its registry {registry}: {step} panicked ({message}); \
+         this is a bug, and trying again will not help"
+    )]
+    Crashed {
+        /// The reference being read.
+        reference: String,
+        /// The registry host (`host[:port]`).
+        registry: String,
+        /// What was being done.
+        step: &'static str,
+        /// The panic's message (sanitized and capped).
+        message: String,
     },
     /// Fetching or unpacking Debian packages for a base layer failed.
     #[error("{what}: {detail}")]

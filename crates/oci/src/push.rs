@@ -4,7 +4,7 @@
 use std::fmt;
 
 use oci_client::{
-    Client, Reference, RegistryOperation,
+    Client, RegistryOperation,
     client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol},
     errors::{OciDistributionError, OciErrorCode},
     secrets::RegistryAuth,
@@ -92,28 +92,44 @@ impl Image {
     /// the registry reports is [`Pushed::digest`]). A registry that wants
     /// credentials it was not given, or refuses the ones it was given, fails
     /// with [`Error::Unauthorized`].
+    ///
+    /// oci-client does the pushing; a panic in it (it unwraps a token that
+    /// is not a header value) becomes [`Error::Crashed`] naming the
+    /// registry.
     pub async fn push(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Pushed, Error> {
-        let image: Reference = reference.parse().map_err(|e| Error::Reference {
-            reference: reference.to_owned(),
-            reason: format!("{e}"),
-        })?;
+        crate::limits::unwinding(
+            reference,
+            "pushing",
+            self.push_unguarded(reference, auth, tls),
+        )
+        .await
+    }
+
+    async fn push_unguarded(
+        &self,
+        reference: &str,
+        auth: &Auth,
+        tls: &Tls,
+    ) -> Result<Pushed, Error> {
+        let image = crate::reference::parse(reference)?;
         let registry = image.resolve_registry().to_owned();
         let fail = |step: &'static str| {
             let reference = reference.to_owned();
             let registry = registry.clone();
             let with_credentials = *auth != Auth::Anonymous;
             move |source: OciDistributionError| {
+                let text = Box::new(crate::RegistryText::new(&source.to_string()));
                 if is_unauthorized(&source) {
                     Error::Unauthorized {
                         registry,
                         with_credentials,
-                        source: Box::new(source),
+                        source: text,
                     }
                 } else {
                     Error::Push {
                         reference,
                         step,
-                        source: Box::new(source),
+                        source: text,
                     }
                 }
             }
@@ -188,16 +204,20 @@ pub(crate) fn client(tls: &Tls, timeouts: bool) -> Result<Client, OciDistributio
         Tls::InsecureSkipVerify => config.accept_invalid_certificates = true,
         Tls::PlainHttp => config.protocol = ClientProtocol::Http,
     }
-    // reqwest (without a provider of its own) panics unless the process has
-    // a default crypto provider: install ring, the one the workspace
-    // enables, unless one is installed already.
+    install_crypto_provider();
+    // NB: not Client::new, which falls back to a default client (ignoring
+    // the CA) when the configured one cannot be built.
+    Client::try_from(config)
+}
+
+/// reqwest (without a provider of its own) panics unless the process has
+/// a default crypto provider: installs ring, the one the workspace enables,
+/// unless one is installed already.
+pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // An Err means another thread installed one meanwhile: as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    // NB: not Client::new, which falls back to a default client (ignoring
-    // the CA) when the configured one cannot be built.
-    Client::try_from(config)
 }
 
 /// Whether the registry turned the request away for want of (valid)
@@ -241,16 +261,27 @@ pub async fn push_index(
     auth: &Auth,
     tls: &Tls,
 ) -> Result<Digest, Error> {
-    let image: Reference = reference.parse().map_err(|e| Error::Reference {
-        reference: reference.to_owned(),
-        reason: format!("{e}"),
-    })?;
+    crate::limits::unwinding(
+        reference,
+        "pushing an index",
+        push_index_unguarded(reference, platforms, auth, tls),
+    )
+    .await
+}
+
+async fn push_index_unguarded(
+    reference: &str,
+    platforms: &[Platform],
+    auth: &Auth,
+    tls: &Tls,
+) -> Result<Digest, Error> {
+    let image = crate::reference::parse(reference)?;
     let fail = |step: &'static str| {
         let reference = reference.to_owned();
         move |source: OciDistributionError| Error::Push {
             reference,
             step,
-            source: Box::new(source),
+            source: Box::new(crate::RegistryText::new(&source.to_string())),
         }
     };
     let index = serde_json::json!({

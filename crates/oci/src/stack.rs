@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    Config, Error, Image, LayerBuilder,
-    xpkg::{BASE_ANNOTATION, MAX_BYTES},
+    Config, Error, Image, LayerBuilder, Limits,
+    limits::{Parse, YamlBudget, object_size, over, parsed_size},
+    xpkg::BASE_ANNOTATION,
 };
 
 /// The directory a stack's files are in.
@@ -354,15 +355,27 @@ fn text_of<'a>(
         .map_err(|e| Error::invalid(reference, layer, format!("{path} is not UTF-8: {e}")))
 }
 
+/// One YAML file of a stack, parsed within `budget` (`size` estimates what
+/// the result takes in memory).
 fn yaml<T: serde::de::DeserializeOwned>(
-    reference: &str,
-    layer: &str,
+    at: &At<'_>,
+    budget: &mut YamlBudget,
     path: &str,
     bytes: &[u8],
+    size: impl FnOnce(&T) -> u64,
 ) -> Result<T, Error> {
+    let (reference, layer) = (at.reference, at.layer);
     let text = text_of(reference, layer, path, bytes)?;
-    serde_saphyr::from_str(text)
-        .map_err(|e| Error::invalid(reference, layer, format!("{path} {}", at_line(&e))))
+    budget.parse(path, text, size).map_err(|e| match e {
+        Parse::Bound(refusal) => Error::invalid(reference, layer, refusal),
+        Parse::Yaml(e) => Error::invalid(reference, layer, format!("{path} {}", at_line(&e))),
+    })
+}
+
+/// Where a stack's files come from (for messages).
+struct At<'a> {
+    reference: &'a str,
+    layer: &'a str,
 }
 
 /// The media type of an icon file, by extension.
@@ -381,13 +394,40 @@ fn icon_type(path: &str) -> Option<&'static str> {
 /// returns what it holds. `tag` is the image tag it was pulled by: app.yaml
 /// without a version takes it, one with a version must match it. Anything
 /// malformed or missing is refused naming the file, the line and what to
-/// fix; nothing is half-read.
+/// fix; nothing is half-read. Within the default [`Limits`].
 pub fn parse(
     reference: &str,
     layer: &str,
     files: &BTreeMap<String, Vec<u8>>,
     tag: Option<&str>,
 ) -> Result<Stack, Error> {
+    parse_within(reference, layer, files, tag, &Limits::default())
+}
+
+/// [`parse`] within `limits`: each file's size, the YAML files parsed and
+/// what they take parsed are bounded.
+pub fn parse_within(
+    reference: &str,
+    layer: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+    tag: Option<&str>,
+    limits: &Limits,
+) -> Result<Stack, Error> {
+    for (path, bytes) in files {
+        if bytes.len() as u64 > limits.file_bytes {
+            return Err(Error::invalid(
+                reference,
+                layer,
+                over(
+                    &format!("{} ({} bytes)", crate::registry::text(path), bytes.len()),
+                    "bytes per file read into memory",
+                    limits.file_bytes,
+                ),
+            ));
+        }
+    }
+    let at = At { reference, layer };
+    let budget = &mut YamlBudget::new(limits);
     let Some(app_bytes) = files.get(APP_FILE) else {
         return Err(Error::invalid(
             reference,
@@ -397,7 +437,7 @@ pub fn parse(
             ),
         ));
     };
-    let app_file: AppFile = yaml(reference, layer, APP_FILE, app_bytes)?;
+    let app_file: AppFile = yaml(&at, budget, APP_FILE, app_bytes, |_| app_bytes.len() as u64)?;
     let title = app_file.title.clone().unwrap_or_default();
     if title.trim().is_empty() {
         return Err(Error::invalid(
@@ -497,11 +537,11 @@ pub fn parse(
     }
     let install = match files.get(INSTALL_FILE) {
         None => None,
-        Some(bytes) => Some(deployment(reference, layer, bytes)?),
+        Some(bytes) => Some(deployment(&at, budget, bytes)?),
     };
     let rules = match files.get(RBAC_FILE) {
         None => Vec::new(),
-        Some(bytes) => rules(reference, layer, bytes)?,
+        Some(bytes) => rules(&at, budget, bytes)?,
     };
     let mut crds = Vec::new();
     for (path, bytes) in files.range(RESOURCES_DIR.to_owned()..) {
@@ -510,11 +550,11 @@ pub fn parse(
         }
         let name = path.rsplit('/').next().unwrap_or_default();
         if name.ends_with("crd.yaml") || name.ends_with("crd.yml") {
-            crds.push(crd(reference, layer, path, bytes)?);
+            crds.push(crd(&at, budget, path, bytes)?);
         } else if name.ends_with(".yaml") || name.ends_with(".yml") {
             // group.yaml and resource.yaml: UI metadata, checked to be YAML
             // mappings.
-            let _: serde_json::Map<String, Value> = yaml(reference, layer, path, bytes)?;
+            let _: serde_json::Map<String, Value> = yaml(&at, budget, path, bytes, object_size)?;
         }
     }
     if crds.is_empty() && install.is_none() {
@@ -564,8 +604,9 @@ pub fn parse(
     })
 }
 
-fn deployment(reference: &str, layer: &str, bytes: &[u8]) -> Result<Value, Error> {
-    let value: Value = yaml(reference, layer, INSTALL_FILE, bytes)?;
+fn deployment(at: &At<'_>, budget: &mut YamlBudget, bytes: &[u8]) -> Result<Value, Error> {
+    let (reference, layer) = (at.reference, at.layer);
+    let value: Value = yaml(at, budget, INSTALL_FILE, bytes, parsed_size)?;
     let text = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
     if text("/kind") != "Deployment" || text("/apiVersion") != "apps/v1" {
         return Err(Error::invalid(
@@ -607,8 +648,9 @@ fn deployment(reference: &str, layer: &str, bytes: &[u8]) -> Result<Value, Error
     Ok(value)
 }
 
-fn rules(reference: &str, layer: &str, bytes: &[u8]) -> Result<Vec<Value>, Error> {
-    let value: Value = yaml(reference, layer, RBAC_FILE, bytes)?;
+fn rules(at: &At<'_>, budget: &mut YamlBudget, bytes: &[u8]) -> Result<Vec<Value>, Error> {
+    let (reference, layer) = (at.reference, at.layer);
+    let value: Value = yaml(at, budget, RBAC_FILE, bytes, parsed_size)?;
     let Some(rules) = value.get("rules").and_then(Value::as_array) else {
         return Err(Error::invalid(
             reference,
@@ -650,8 +692,9 @@ fn rules(reference: &str, layer: &str, bytes: &[u8]) -> Result<Vec<Value>, Error
     Ok(rules.clone())
 }
 
-fn crd(reference: &str, layer: &str, path: &str, bytes: &[u8]) -> Result<Value, Error> {
-    let value: Value = yaml(reference, layer, path, bytes)?;
+fn crd(at: &At<'_>, budget: &mut YamlBudget, path: &str, bytes: &[u8]) -> Result<Value, Error> {
+    let (reference, layer) = (at.reference, at.layer);
+    let value: Value = yaml(at, budget, path, bytes, parsed_size)?;
     let text = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
     if text("/kind") != "CustomResourceDefinition"
         || text("/apiVersion") != "apiextensions.k8s.io/v1"
@@ -717,11 +760,16 @@ pub fn read_dir(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, Error> {
             if meta.is_dir() {
                 pending.push(path);
             } else if meta.is_file() {
-                if meta.len() > MAX_BYTES {
+                let bound = Limits::default().file_bytes;
+                if meta.len() > bound {
                     return Err(Error::invalid(
                         &dir.display().to_string(),
                         "-",
-                        format!("{} is over {MAX_BYTES} bytes", path.display()),
+                        over(
+                            &format!("{} ({} bytes)", path.display(), meta.len()),
+                            "bytes per file read into memory",
+                            bound,
+                        ),
                     ));
                 }
                 let rel = path.strip_prefix(dir).map_err(|_| Error::Path {
@@ -812,6 +860,46 @@ mod tests {
             Err(Error::Invalid { fault, .. }) => fault,
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_stacks_files_over_their_bounds_are_refused_naming_the_bound() {
+        let limits = Limits {
+            documents: 2,
+            file_bytes: 1024,
+            ..Limits::default()
+        };
+        let crd = |n: &str| {
+            CRD.replace("redisclusters", &format!("{n}s"))
+                .replace("RedisCluster", n)
+        };
+        let (a, b) = (crd("Aa"), crd("Bb"));
+        let three = files(&[
+            (APP_FILE, "title: x\n"),
+            (".registry/resources/a.crd.yaml", &a),
+            (".registry/resources/b.crd.yaml", &b),
+        ]);
+        assert!(parse("r", "l", &three, None).is_ok());
+        assert_eq!(
+            fault(parse_within("r", "l", &three, None, &limits)),
+            ".registry/resources/b.crd.yaml is over the bound on YAML documents per package (2)"
+        );
+        let big = format!("title: x\ndescription: {}\n", "x".repeat(2000));
+        let f = fault(parse_within(
+            "r",
+            "l",
+            &files(&[(APP_FILE, &big)]),
+            None,
+            &limits,
+        ));
+        assert_eq!(
+            f,
+            format!(
+                ".registry/app.yaml ({} bytes) is over the bound on bytes per file read into \
+                 memory (1024)",
+                big.len()
+            )
+        );
     }
 
     #[test]

@@ -11,13 +11,17 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 pub use crate::pull::{Fetcher, Package, auth_from_docker_config, registry_of, repository_of};
-use crate::{Config, Error, Image, LayerBuilder};
+use crate::{
+    Config, Error, Image, LayerBuilder, Limits,
+    limits::{Parse, YamlBudget, parsed_size},
+};
 
 /// The annotation (and value) that marks the layer holding package.yaml.
 pub const BASE_ANNOTATION: (&str, &str) = ("io.crossplane.xpkg", "base");
 /// The file a package's layer holds.
 pub const PACKAGE_FILE: &str = "package.yaml";
-/// The largest layer, and the largest file in a layer, a package may have.
+/// The largest (compressed) layer a package may have: the default of
+/// [`Limits::layer_bytes`], where the other bounds are.
 pub const MAX_BYTES: u64 = 200 * 1024 * 1024;
 /// The API group of package metadata.
 pub const META_GROUP: &str = "meta.pkg.crossplane.io";
@@ -64,14 +68,18 @@ pub struct Contents {
 }
 
 /// A YAML stream split into documents: the line (1-based) each document's
-/// content starts on, and its text.
-fn documents(text: &str) -> Vec<(usize, String)> {
+/// content starts on, and its text. More than `max` documents (empty ones
+/// too: each costs memory here) is `Err(max)`.
+fn documents(text: &str, max: usize) -> Result<Vec<(usize, String)>, usize> {
     let mut docs = Vec::new();
     let mut current = String::new();
     let mut start = 1;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim_end();
         if trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t") {
+            if docs.len() >= max {
+                return Err(max);
+            }
             docs.push((start, std::mem::take(&mut current)));
             // Content after the marker (`--- {a: 1}`) stays on its line.
             let rest = &trimmed[3..];
@@ -91,7 +99,7 @@ fn documents(text: &str) -> Vec<(usize, String)> {
         current.push('\n');
     }
     docs.push((start, current));
-    docs
+    Ok(docs)
 }
 
 /// Where a YAML error is (line and column within the parsed text, when
@@ -133,13 +141,27 @@ struct Object {
     meta: bool,
 }
 
-/// The objects of `text`: meta Providers and CRDs (anything else, a CRD
-/// without name or group, and malformed YAML are refused). Documents are
-/// numbered from 1, empty ones (or only comments) skipped and not counted.
-fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Error> {
+/// The objects of `text` (the file `file`): meta Providers and CRDs
+/// (anything else, a CRD without name or group, and malformed YAML are
+/// refused), parsed within `budget`. Documents are numbered from 1, empty
+/// ones (or only comments) skipped and not counted.
+fn objects(
+    reference: &str,
+    layer: &str,
+    file: &str,
+    text: &str,
+    budget: &mut YamlBudget,
+) -> Result<Vec<Object>, Error> {
     let mut out = Vec::new();
     let mut number = 0;
-    for (line, doc) in documents(text) {
+    let documents = documents(text, budget.documents_left()).map_err(|max| {
+        Error::invalid(
+            reference,
+            layer,
+            crate::limits::over(file, "YAML documents per package", max),
+        )
+    })?;
+    for (line, doc) in documents {
         let blank = doc.lines().all(|l| {
             let l = l.trim();
             l.is_empty() || l.starts_with('#')
@@ -148,12 +170,13 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
             continue;
         }
         number += 1;
-        let value: Value = serde_saphyr::from_str(&doc).map_err(|e| {
-            Error::invalid(
+        let value: Value = budget.parse(file, &doc, parsed_size).map_err(|e| match e {
+            Parse::Bound(refusal) => Error::invalid(reference, layer, refusal),
+            Parse::Yaml(e) => Error::invalid(
                 reference,
                 layer,
                 format!("document {number} {}", yaml_fault(line, &e)),
-            )
+            ),
         })?;
         let at = format!("document {number} (line {line})");
         if value.is_null() {
@@ -227,8 +250,32 @@ fn objects(reference: &str, layer: &str, text: &str) -> Result<Vec<Object>, Erro
 /// `v1alpha1`) Provider and any number of CustomResourceDefinitions.
 /// Anything else (another kind, no or two metas, malformed YAML, a CRD
 /// without name or group) is refused with [`Error::Invalid`], naming the
-/// reference, the layer, the document and its line, and the fault.
+/// reference, the layer, the document and its line, and the fault. Within
+/// the default [`Limits`].
 pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Contents, Error> {
+    parse_within(reference, layer, package_yaml, &Limits::default())
+}
+
+/// [`parse`] within `limits`: package.yaml's size, its documents, and what
+/// they take parsed are bounded; dependencies must be fully qualified.
+pub fn parse_within(
+    reference: &str,
+    layer: &str,
+    package_yaml: &[u8],
+    limits: &Limits,
+) -> Result<Contents, Error> {
+    let mut budget = YamlBudget::new(limits);
+    if package_yaml.len() as u64 > limits.file_bytes {
+        return Err(Error::invalid(
+            reference,
+            layer,
+            crate::limits::over(
+                &format!("{PACKAGE_FILE} ({} bytes)", package_yaml.len()),
+                "bytes per file read into memory",
+                limits.file_bytes,
+            ),
+        ));
+    }
     let text = std::str::from_utf8(package_yaml).map_err(|e| {
         Error::invalid(
             reference,
@@ -238,7 +285,7 @@ pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Conten
     })?;
     let mut meta: Option<Object> = None;
     let mut crds = Vec::new();
-    for object in objects(reference, layer, text)? {
+    for object in objects(reference, layer, PACKAGE_FILE, text, &mut budget)? {
         if !object.meta {
             crds.push(object.value);
             continue;
@@ -262,8 +309,23 @@ pub fn parse(reference: &str, layer: &str, package_yaml: &[u8]) -> Result<Conten
             format!("{PACKAGE_FILE} has no {META_GROUP}/v1 Provider; {WHAT_A_PACKAGE_HOLDS}"),
         ));
     };
+    let meta = meta_of(meta.value);
+    if let Some(d) = meta
+        .depends_on
+        .iter()
+        .find(|d| !crate::reference::is_qualified(&d.package))
+    {
+        return Err(Error::invalid(
+            reference,
+            layer,
+            format!(
+                "spec.dependsOn: {}",
+                crate::reference::unqualified(&d.package)
+            ),
+        ));
+    }
     Ok(Contents {
-        meta: meta_of(meta.value),
+        meta,
         objects: crds,
     })
 }
@@ -311,6 +373,7 @@ pub fn build(dir: &Path, runtime_image: Option<&str>) -> Result<Image, Error> {
     let read = |p: &Path| std::fs::read(p).map_err(|e| Error::read(p, e));
     let source = dir.join(PACKAGE_FILE);
     let mut contents = parse(&dir.display().to_string(), PACKAGE_FILE, &read(&source)?)?;
+    let mut budget = YamlBudget::new(&Limits::default());
     let crds = dir.join("crds");
     if crds.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&crds)
@@ -325,7 +388,7 @@ pub fn build(dir: &Path, runtime_image: Option<&str>) -> Result<Image, Error> {
             let text = std::str::from_utf8(&bytes).map_err(|e| {
                 Error::invalid(&dir.display().to_string(), &name, format!("not UTF-8: {e}"))
             })?;
-            for object in objects(&dir.display().to_string(), &name, text)? {
+            for object in objects(&dir.display().to_string(), &name, &name, text, &mut budget)? {
                 if object.meta {
                     return Err(Error::invalid(
                         &dir.display().to_string(),
@@ -471,7 +534,7 @@ mod tests {
     use super::*;
     use std::io::Read as _;
 
-    const META: &str = "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\nspec:\n  controller:\n    image: example/runtime:v1\n  crossplane:\n    version: \">=v1.14.0\"\n  dependsOn:\n  - provider: example/b\n    version: \">=v1.0.0, <v2.0.0\"\n  - function: example/f\n    version: \"sha256:0123\"\n";
+    const META: &str = "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\nspec:\n  controller:\n    image: example/runtime:v1\n  crossplane:\n    version: \">=v1.14.0\"\n  dependsOn:\n  - provider: xpkg.example.org/example/b\n    version: \">=v1.0.0, <v2.0.0\"\n  - function: xpkg.example.org/example/f\n    version: \"sha256:0123\"\n";
     const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\nspec:\n  group: example.org\n  names:\n    kind: Thing\n";
 
     fn fault(yaml: &str) -> String {
@@ -511,11 +574,11 @@ mod tests {
             c.meta.depends_on,
             [
                 Dependency {
-                    package: "example/b".into(),
+                    package: "xpkg.example.org/example/b".into(),
                     version: ">=v1.0.0, <v2.0.0".into()
                 },
                 Dependency {
-                    package: "example/f".into(),
+                    package: "xpkg.example.org/example/f".into(),
                     version: "sha256:0123".into()
                 }
             ]
@@ -593,6 +656,54 @@ mod tests {
         assert!(
             f.contains("document 2 (line 19, column 5): malformed YAML: mapping values"),
             "{f}"
+        );
+    }
+
+    #[test]
+    fn an_unqualified_dependency_is_refused() {
+        let f = fault(&META.replace("xpkg.example.org/example/b", "example/b"));
+        assert!(
+            f.ends_with(
+                "spec.dependsOn: \"example/b\" is not fully qualified: it must start with its \
+                 registry host (a package is never looked for on docker.io by default), e.g. \
+                 xpkg.crossplane.io/crossplane-contrib/provider-nop:v0.4.0"
+            ),
+            "{f}"
+        );
+    }
+
+    #[test]
+    fn package_yaml_over_its_bounds_is_refused_naming_the_bound() {
+        let limits = Limits {
+            documents: 3,
+            file_bytes: 4096,
+            ..Limits::default()
+        };
+        let within = |yaml: &str| {
+            parse_within("r", "l", yaml.as_bytes(), &limits)
+                .unwrap_err()
+                .to_string()
+        };
+        // Empty documents count: each costs memory before it is parsed.
+        let f = within(&format!("{META}{}", "---\n".repeat(10)));
+        assert_eq!(
+            f,
+            "package r, layer l: package.yaml is over the bound on YAML documents per package (3)"
+        );
+        let f = within(&format!("{META}---\n{CRD}---\n{CRD}---\n{CRD}"));
+        assert!(
+            f.ends_with("package.yaml is over the bound on YAML documents per package (3)"),
+            "{f}"
+        );
+        let big = format!("{META}# {}\n", "x".repeat(5000));
+        assert!(
+            within(&big).ends_with(&format!(
+                "package.yaml ({} bytes) is over the bound on bytes per file read into memory \
+                 (4096)",
+                big.len()
+            )),
+            "{}",
+            within(&big)
         );
     }
 
@@ -756,7 +867,7 @@ mod tests {
         assert!(text.contains("controller: example/runtime:v1\n"), "{text}");
         assert!(text.contains("crossplane: >=v1.14.0\n"), "{text}");
         assert!(
-            text.contains("dependsOn:  example/b >=v1.0.0, <v2.0.0\n"),
+            text.contains("dependsOn:  xpkg.example.org/example/b >=v1.0.0, <v2.0.0\n"),
             "{text}"
         );
         assert!(

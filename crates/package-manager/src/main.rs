@@ -104,6 +104,19 @@ struct Args {
     #[arg(long, env = "REGISTRY_PULL_SECRET")]
     registry_pull_secret: Option<String>,
 
+    /// Hosts (`host` or `host:port`) that may serve a registry's token
+    /// service on another host than the registry's own, and so receive
+    /// that registry's credentials to exchange for a token (e.g.
+    /// auth.docker.io for Docker Hub). Repeatable. By default credentials
+    /// go only to the registry's own host, over https.
+    #[arg(long, env = "REGISTRY_TOKEN_REALM_HOSTS", value_delimiter = ',')]
+    registry_token_realm_hosts: Vec<String>,
+
+    /// Registries (`host[:port]`) read over plain HTTP, their credentials
+    /// sent in the clear. Repeatable; none by default.
+    #[arg(long, env = "REGISTRY_PLAIN_HTTP", value_delimiter = ',')]
+    registry_plain_http: Vec<String>,
+
     /// Let a DeploymentRuntimeConfig (or ControllerConfig) make a package
     /// runtime break the Pod Security Standard "restricted" (privileged,
     /// host namespaces, hostPath, added capabilities, root, privilege
@@ -175,7 +188,11 @@ async fn main() -> anyhow::Result<()> {
     };
     let namespace = args.common.leader_election_namespace.clone();
     let fetcher =
-        oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes);
+        oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes)
+            .with_policy(oci::RegistryPolicy {
+                realm_hosts: args.registry_token_realm_hosts.clone(),
+                plain_http: args.registry_plain_http.clone(),
+            });
     let rewrites = packages::Rewrites::parse(&args.registry_rewrite).map_err(anyhow::Error::msg)?;
     let rt = Runtime::new(BINARY, args.common).await?;
     let packages =

@@ -286,7 +286,8 @@ impl Packages {
         digest: &Digest,
     ) -> Result<oci::pull::LayerInfo, FetchError> {
         let auth = self.auth(reference, &[]).await?;
-        oci::pull::layer_info(&self.location(reference), digest, &auth, &self.tls)
+        self.fetcher
+            .layer_info(&self.location(reference), digest, &auth, &self.tls)
             .await
             .map_err(|e| self.explain(e))
     }

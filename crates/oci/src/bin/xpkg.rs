@@ -142,7 +142,7 @@ async fn main() -> anyhow::Result<()> {
             let cache = tempfile::tempdir()?;
             let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX);
             let digest = fetcher.resolve(&reference, &auth, &tls).await?;
-            let info = oci::pull::layer_info(&reference, &digest, &auth, &tls).await?;
+            let info = fetcher.layer_info(&reference, &digest, &auth, &tls).await?;
             if info.annotations.contains_key(stack::OWNS_ANNOTATION) {
                 let s = fetcher
                     .fetch_stack(&reference, &digest, &auth, &tls)

@@ -7,15 +7,21 @@
 //! digest, and what that digest owns is read from its layer annotation
 //! (`io.crossplane.stack.owns`, written by `xpkg build`), falling back to
 //! reading `.registry/resources` for a stack built elsewhere. What a digest
-//! owns never changes, so it is kept per digest; a search costs the catalog,
-//! one tag list and one manifest read per repository.
+//! owns never changes, so it is kept per digest (the [`MAX_INDEXED`] most
+//! recently used digests). A scan of the registry (the catalog, one tag
+//! list and one manifest read per repository) is kept per source for
+//! [`SCAN_TTL`]: a search that finds nothing, retried every 15 s, asks the
+//! registry again only once that has passed, so a stack pushed later is
+//! found within about [`SCAN_TTL`] plus one retry.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use oci::{Digest, stack::CrdSelector};
+use runtime::expiring::Expiring;
 
 use super::Error;
 use crate::packages::{FetchError, Packages};
@@ -37,11 +43,62 @@ const MAX_UNANNOTATED_BYTES: u64 = 4 * 1024 * 1024;
 /// What a digest owns: `None` for an image that is not a stack.
 type Owned = Option<Vec<String>>;
 
+/// The most digests whose owned CRDs are kept. An entry is a digest and a
+/// few CRD names (well under 1 KB); 4096 of them cover the newest version
+/// of every repository of a large registry, in a few MB at most.
+pub const MAX_INDEXED: usize = 4096;
+
+/// How long a scan of a source (its repositories and the digest of each
+/// one's newest version) is reused. One minute: a failed by-CRD search,
+/// retried every 15 s, rescans at most once a minute instead of four
+/// times (each scan is a catalog, a tag list and a manifest per
+/// repository), and a stack pushed meanwhile is still found within about
+/// 75 s.
+pub const SCAN_TTL: Duration = Duration::from_secs(60);
+
+/// What digests own, for at most [`MAX_INDEXED`] digests: the least
+/// recently used is forgotten first (reading it again costs one manifest).
+#[derive(Default)]
+struct Owners {
+    entries: HashMap<String, (u64, Owned)>,
+    /// Digests by when they were last used.
+    used: BTreeMap<u64, String>,
+    clock: u64,
+}
+
+impl Owners {
+    fn get(&mut self, digest: &str) -> Option<Owned> {
+        self.clock += 1;
+        let (at, owned) = self.entries.get_mut(digest)?;
+        self.used.remove(at);
+        *at = self.clock;
+        self.used.insert(self.clock, digest.to_owned());
+        Some(owned.clone())
+    }
+
+    fn insert(&mut self, digest: String, owned: Owned) {
+        self.clock += 1;
+        if let Some((at, _)) = self.entries.remove(&digest) {
+            self.used.remove(&at);
+        }
+        while self.entries.len() >= MAX_INDEXED {
+            let Some((_, oldest)) = self.used.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        self.used.insert(self.clock, digest.clone());
+        self.entries.insert(digest, (self.clock, owned));
+    }
+}
+
 /// The per-digest index.
 #[derive(Clone)]
 pub struct Index {
     packages: Packages,
-    owned: Arc<Mutex<HashMap<String, Owned>>>,
+    owned: Arc<Mutex<Owners>>,
+    /// Per source: each repository's newest version (reference and digest).
+    scans: Expiring<String, Arc<Vec<Candidate>>>,
 }
 
 impl Index {
@@ -50,6 +107,7 @@ impl Index {
         Self {
             packages,
             owned: Arc::default(),
+            scans: Expiring::new(SCAN_TTL),
         }
     }
 
@@ -78,7 +136,7 @@ impl Index {
     /// `None` when the image is not a stack.
     async fn owned(&self, reference: &str, digest: &Digest) -> Result<Owned, FetchError> {
         if let Some(hit) = self.lock().get(digest.as_str()) {
-            return Ok(hit.clone());
+            return Ok(hit);
         }
         let info = self.packages.layer_info(reference, digest).await?;
         let owned = match info.annotations.get(oci::stack::OWNS_ANNOTATION) {
@@ -102,19 +160,20 @@ impl Index {
         Ok(owned)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owned>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Owners> {
         self.owned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The stacks under `source` that own the CRD `selector` names, one per
-    /// repository (its newest version).
-    pub async fn owners(
-        &self,
-        source: &str,
-        selector: &CrdSelector,
-    ) -> Result<Vec<Candidate>, Error> {
+    /// Each repository under `source` at its newest version: reused for
+    /// [`SCAN_TTL`]. A transient failure is not kept (the next search asks
+    /// again); a repository whose tags or digest cannot be read for another
+    /// reason is left out.
+    async fn scan(&self, source: &str) -> Result<Arc<Vec<Candidate>>, Error> {
+        if let Some(hit) = self.scans.get(&source.to_owned()) {
+            return Ok(hit);
+        }
         let mut found = Vec::new();
         for repository in self.packages.repositories(source).await? {
             let tags = match self.packages.tags(&repository, &[]).await {
@@ -137,7 +196,24 @@ impl Index {
                     continue;
                 }
             };
-            let owned = match self.owned(&reference, &digest).await {
+            found.push(Candidate { reference, digest });
+        }
+        let found = Arc::new(found);
+        self.scans.insert(source.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The stacks under `source` that own the CRD `selector` names, one per
+    /// repository (its newest version).
+    pub async fn owners(
+        &self,
+        source: &str,
+        selector: &CrdSelector,
+    ) -> Result<Vec<Candidate>, Error> {
+        let mut found = Vec::new();
+        for candidate in self.scan(source).await?.iter() {
+            let (reference, digest) = (&candidate.reference, &candidate.digest);
+            let owned = match self.owned(reference, digest).await {
                 Ok(o) => o,
                 Err(e) if e.is_transient() => return Err(e.into()),
                 Err(e) => {
@@ -155,13 +231,13 @@ impl Index {
             } else {
                 // By kind: the CRDs themselves tell (the stack is cached).
                 self.packages
-                    .fetch_stack(&reference, &digest)
+                    .fetch_stack(reference, digest)
                     .await
                     .map(|p| p.stack.crds.iter().any(|c| selector.matches(c)))
                     .unwrap_or(false)
             };
             if hit {
-                found.push(Candidate { reference, digest });
+                found.push(candidate.clone());
             }
         }
         Ok(found)
@@ -172,7 +248,8 @@ impl Index {
         let mut found = self.owners(source, selector).await?;
         match found.len() {
             0 => Err(Error::NotFound(format!(
-                "no stack in registry {source} owns CRD {selector} (searched every repository's newest version); push one that does, it is found on the next try"
+                "no stack in registry {source} owns CRD {selector} (searched every repository's newest version); push one that does: the registry is searched again every {}s, and it is found then",
+                SCAN_TTL.as_secs()
             ))),
             1 => Ok(found.remove(0)),
             _ => Err(Error::Ambiguous(format!(
@@ -200,6 +277,26 @@ pub fn newest(tags: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_index_keeps_at_most_its_bound_of_digests_forgetting_the_least_recently_used() {
+        let mut owners = Owners::default();
+        let stack = |n: usize| Some(vec![format!("things{n}.example.org/v1")]);
+        for n in 0..MAX_INDEXED {
+            owners.insert(format!("sha256:{n}"), stack(n));
+        }
+        // The first is used again: the second is now the oldest.
+        assert_eq!(owners.get("sha256:0"), Some(stack(0)));
+        owners.insert("sha256:new".to_owned(), None);
+        assert_eq!(owners.entries.len(), MAX_INDEXED);
+        assert_eq!(owners.get("sha256:1"), None);
+        assert_eq!(owners.get("sha256:0"), Some(stack(0)));
+        assert_eq!(owners.get("sha256:new"), Some(None));
+        // Writing a digest again does not grow the index.
+        owners.insert("sha256:new".to_owned(), stack(7));
+        assert_eq!(owners.entries.len(), MAX_INDEXED);
+        assert_eq!(owners.used.len(), MAX_INDEXED);
+    }
 
     #[test]
     fn the_newest_tag_is_the_highest_semver_else_latest() {

@@ -1,0 +1,427 @@
+//! The fetcher against hostile registries: real listeners on loopback
+//! ([`crate::test_server`]) that challenge, redirect, and answer what no
+//! registry should.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use super::*;
+use crate::{
+    Config, Image, LayerBuilder,
+    test_server::{CA, Request, Response, Server},
+};
+
+const META: &str =
+    "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\n";
+
+fn basic() -> Auth {
+    Auth::Basic {
+        username: "robot".into(),
+        password: "pull-secret".into(),
+    }
+}
+
+/// `Basic base64(robot:pull-secret)`.
+const BASIC: &str = "Basic cm9ib3Q6cHVsbC1zZWNyZXQ=";
+
+fn package(meta: &str) -> Image {
+    let layer = LayerBuilder::new()
+        .file(PACKAGE_FILE, 0o644, meta.as_bytes().to_vec())
+        .build()
+        .unwrap()
+        .annotate(BASE_ANNOTATION.0, BASE_ANNOTATION.1);
+    Image::new(Config::default()).layer(layer)
+}
+
+/// Serves `image` as `pkg/x` (tag v1 and its digest), each answer only
+/// when `allowed` says the request may have it (else a 401 with
+/// `challenge`). Returns the manifest digest.
+fn serve(
+    server: &Server,
+    image: &Image,
+    challenge: Option<String>,
+    allowed: fn(&Request) -> bool,
+) -> Digest {
+    let s = image.serialize().unwrap();
+    if let Some(c) = challenge.clone() {
+        // Where clients that authenticate first (oci-client) ask.
+        server.route("/v2/", move |_| {
+            Response::new(401).header("WWW-Authenticate", &c)
+        });
+    }
+    let guarded = move |body: Vec<u8>| {
+        let challenge = challenge.clone();
+        move |r: &Request| match (&challenge, allowed(r)) {
+            (Some(c), false) => Response::new(401).header("WWW-Authenticate", c),
+            _ => Response::new(200).body(body.clone()),
+        }
+    };
+    server.route("/v2/pkg/x/manifests/v1", guarded(s.manifest.clone()));
+    server.route(
+        &format!("/v2/pkg/x/manifests/{}", s.digest),
+        guarded(s.manifest.clone()),
+    );
+    for layer in image.layers() {
+        server.route(
+            &format!("/v2/pkg/x/blobs/{}", layer.digest()),
+            guarded(layer.blob().to_vec()),
+        );
+    }
+    s.digest
+}
+
+#[test]
+fn a_layer_is_downloaded_into_the_cache_directory_not_tmp() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache/xpkg");
+    let fetcher = Fetcher::new(cache.clone(), 1 << 20);
+    let file = fetcher.temp_file().unwrap();
+    use std::os::fd::AsRawFd as _;
+    let at = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap();
+    assert!(at.starts_with(&cache), "{}", at.display());
+}
+
+#[tokio::test]
+async fn a_package_is_pulled_into_a_cache_directory_made_for_it() {
+    let server = Server::http();
+    let digest = serve(&server, &package(META), None, |_| true);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache/xpkg");
+    let fetcher = Fetcher::new(cache.clone(), 1 << 20);
+    let reference = format!("{}/pkg/x:v1", server.host());
+    let tls = Tls::PlainHttp;
+    assert_eq!(
+        fetcher
+            .resolve(&reference, &Auth::Anonymous, &tls)
+            .await
+            .unwrap(),
+        digest
+    );
+    let p = fetcher
+        .fetch(&reference, &digest, &Auth::Anonymous, &tls)
+        .await
+        .unwrap();
+    assert_eq!(p.contents.meta.name, "provider-test");
+    assert!(cache.join(format!("{}.yaml", digest.hex())).exists());
+}
+
+#[tokio::test]
+async fn an_unqualified_reference_is_refused_without_asking_any_registry() {
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+    let e = fetcher
+        .resolve(
+            "crossplane-contrib/provider-nop:v0.4.0",
+            &Auth::Anonymous,
+            &Tls::System,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Reference { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .ends_with("e.g. xpkg.crossplane.io/crossplane-contrib/provider-nop:v0.4.0"),
+        "{e}"
+    );
+    assert!(!e.is_transient());
+}
+
+#[tokio::test]
+async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
+    let (registry, tokens) = (Server::http(), Server::http());
+    // "localhost" is another host than "127.0.0.1", as far as names go.
+    let realm = format!("http://localhost:{}/token", tokens.addr.port());
+    let digest = serve(
+        &registry,
+        &package(META),
+        Some(format!("Bearer realm=\"{realm}\",service=\"reg\"")),
+        |r| r.header("authorization") == Some("Bearer t0ken"),
+    );
+    tokens.route("/token", |_| {
+        Response::new(200).body(r#"{"token":"t0ken"}"#)
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+    let e = fetcher
+        .resolve(&reference, &basic(), &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Untrusted { .. }) && !e.is_transient(),
+        "{e:?}"
+    );
+    let host = format!("localhost:{}", tokens.addr.port());
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "registry {}: its token service (WWW-Authenticate realm {realm}) is on another \
+             host, {host}: the registry's credentials go only to the registry's own host, so \
+             none were sent; if {host} is this registry's token service, the operator must \
+             allow that realm host",
+            registry.host()
+        )
+    );
+    assert_eq!(tokens.connections(), 0, "nothing was sent there");
+    // Allowed by the operator: the credentials go there, once.
+    let fetcher = fetcher.with_policy(RegistryPolicy {
+        realm_hosts: vec![host],
+        ..RegistryPolicy::default()
+    });
+    let got = fetcher
+        .resolve(&reference, &basic(), &Tls::PlainHttp)
+        .await
+        .unwrap();
+    assert_eq!(got, digest);
+    let asked = tokens.requests();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].header("authorization"), Some(BASIC));
+    assert!(
+        asked[0].path.contains("scope=repository%3Apkg%2Fx%3Apull"),
+        "{}",
+        asked[0].path
+    );
+    // Anonymous reads may use any token service: nothing to leak.
+    let anonymous = Fetcher::new(std::env::temp_dir(), 0);
+    assert_eq!(
+        anonymous
+            .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+            .await
+            .unwrap(),
+        digest
+    );
+    assert_eq!(tokens.requests()[1].header("authorization"), None);
+}
+
+#[tokio::test]
+async fn an_https_registry_sends_no_credentials_to_a_plain_http_token_service() {
+    let (registry, tokens) = (Server::https(), Server::http());
+    let realm = format!("http://127.0.0.1:{}/token", tokens.addr.port());
+    serve(
+        &registry,
+        &package(META),
+        Some(format!("Bearer realm=\"{realm}\"")),
+        |_| false,
+    );
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_policy(RegistryPolicy {
+        realm_hosts: vec!["127.0.0.1".to_owned()],
+        ..RegistryPolicy::default()
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let e = fetcher
+        .resolve(&reference, &basic(), &Tls::Ca(CA.to_vec()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("realm {realm}) is plain HTTP"))
+            && e.ends_with("or the operator must allow this registry over plain HTTP"),
+        "{e}"
+    );
+    assert_eq!(tokens.connections(), 0);
+}
+
+#[tokio::test]
+async fn a_hostile_token_cannot_panic_the_process() {
+    let registry = Server::http();
+    let realm = format!("http://{}/token", registry.host());
+    serve(
+        &registry,
+        &package(META),
+        Some(format!("Bearer realm=\"{realm}\"")),
+        |_| false,
+    );
+    registry.route("/token", |_| {
+        Response::new(200).body("{\"token\":\"a\\u0001b\"}")
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+    let e = fetcher
+        .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert!(!e.is_transient(), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains(&format!(
+            "the token service {realm} of registry {}",
+            registry.host()
+        )) && e.ends_with(
+            "answered a token that is not a valid HTTP header value (control \
+                            characters, spaces, or over 16384 bytes)"
+        ),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_hostile_token_cannot_panic_a_push_through_oci_client() {
+    // oci-client 0.18 unwraps the token as a header value: the push
+    // panics inside it, and that becomes an error naming the registry.
+    let registry = Server::http();
+    let realm = format!("http://{}/token", registry.host());
+    let challenge = format!("Bearer realm=\"{realm}\"");
+    registry.route("/v2/", move |_| {
+        Response::new(401).header("WWW-Authenticate", &challenge)
+    });
+    registry.route("/token", |_| {
+        Response::new(200).body("{\"token\":\"a\\u0001b\"}")
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let e = package(META)
+        .push(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Crashed { .. }), "{e:?}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "failed to read {reference} from its registry {}: pushing panicked (",
+            registry.host()
+        )),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_from_https_to_http_is_not_followed() {
+    let (registry, plain) = (Server::https(), Server::http());
+    // The registry asks for Basic credentials first, as registries do at
+    // /v2/, so the redirected request carries them.
+    registry.route("/v2/", |r| match r.header("authorization") {
+        Some(_) => Response::new(200),
+        None => Response::new(401).header("WWW-Authenticate", "Basic realm=\"reg\""),
+    });
+    let to = format!("http://{}/v2/pkg/x/manifests/v1", plain.host());
+    registry.route("/v2/pkg/x/manifests/v1", move |_| {
+        Response::new(302).header("Location", &to)
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let e = Fetcher::new(std::env::temp_dir(), 0)
+        .resolve(&reference, &basic(), &Tls::Ca(CA.to_vec()))
+        .await
+        .unwrap_err();
+    let manifest = registry.requests_to_route("/v2/pkg/x/manifests/v1");
+    assert_eq!(manifest.len(), 1);
+    assert_eq!(manifest[0].header("authorization"), Some(BASIC));
+    assert!(!e.is_transient(), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "failed to read {reference} from its registry: reading the manifest: it \
+             redirected from https to plain http (to 127.0.0.1); a redirect to plain HTTP is \
+             not followed"
+        )
+    );
+    assert_eq!(plain.connections(), 0);
+}
+
+#[tokio::test]
+async fn credentials_do_not_follow_a_redirect_to_another_host() {
+    let (registry, cdn) = (Server::http(), Server::http());
+    let image = package(META);
+    let s = image.serialize().unwrap();
+    let manifest = s.manifest.clone();
+    cdn.route("/m", move |_| Response::new(200).body(manifest.clone()));
+    let to = format!("http://localhost:{}/m", cdn.addr.port());
+    registry.route("/v2/pkg/x/manifests/v1", move |r| {
+        if r.header("authorization") == Some(BASIC) {
+            Response::new(307).header("Location", &to)
+        } else {
+            Response::new(401).header("WWW-Authenticate", "Basic realm=\"reg\"")
+        }
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let got = Fetcher::new(std::env::temp_dir(), 0)
+        .resolve(&reference, &basic(), &Tls::PlainHttp)
+        .await
+        .unwrap();
+    assert_eq!(got, s.digest);
+    let seen = cdn.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("authorization"), None, "{seen:?}");
+}
+
+#[tokio::test]
+async fn registry_text_in_errors_is_sanitized_and_capped() {
+    let registry = Server::http();
+    let body: Arc<Vec<u8>> = Arc::new("\u{1b}[2J<h1>down</h1>\r\n".repeat(1 << 16).into_bytes());
+    assert!(body.len() > 1 << 20);
+    registry.route("/v2/pkg/x/manifests/v1", move |_| {
+        Response::new(503).body(body.as_slice())
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let e = Fetcher::new(std::env::temp_dir(), 0)
+        .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "{e:?}");
+    let all = runtime_error_chain(&e);
+    assert!(all.len() < 700, "{} chars: {all}", all.len());
+    assert!(!all.chars().any(char::is_control), "{all:?}");
+    assert!(
+        all.contains("HTTP 503 Service Unavailable: [2J<h1>down</h1> [2J"),
+        "{all}"
+    );
+}
+
+/// The error and its causes on one line, as the controllers report
+/// them.
+fn runtime_error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_manifest_over_the_bound_is_refused() {
+    let registry = Server::http();
+    registry.route("/v2/pkg/x/manifests/v1", |_| {
+        Response::new(200).body(vec![b' '; 5 << 20])
+    });
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let e = Fetcher::new(std::env::temp_dir(), 0)
+        .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "package {reference}, layer manifest: the manifest is over 4194304 bytes; at \
+             most 4194304 are read"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_layer_of_zeros_from_a_registry_is_refused_naming_the_bound() {
+    let registry = Server::http();
+    let layer = LayerBuilder::new()
+        .compression(1)
+        .file("zeros.bin", 0o644, vec![0u8; 40 << 20])
+        .file(PACKAGE_FILE, 0o644, META.as_bytes().to_vec())
+        .build()
+        .unwrap()
+        .annotate(BASE_ANNOTATION.0, BASE_ANNOTATION.1);
+    let digest = serve(
+        &registry,
+        &Image::new(Config::default()).layer(layer),
+        None,
+        |_| true,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let reference = format!("{}/pkg/x:v1", registry.host());
+    let e = Fetcher::new(dir.path().to_path_buf(), 1 << 20)
+        .fetch(&reference, &digest, &Auth::Anonymous, &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert!(!e.is_transient(), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("the layer is over the bound on the compression ratio (100 times its"),
+        "{e}"
+    );
+}
