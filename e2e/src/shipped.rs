@@ -186,6 +186,7 @@ fn install() -> Shipped {
 
 /// The running pod of a controller: (name, restart count).
 pub fn pod_of(binary: &str) -> (String, i64) {
+    shipped();
     let list = get_json(&[
         "pods",
         "-n",
@@ -215,6 +216,7 @@ pub fn pod_of(binary: &str) -> (String, i64) {
 
 /// The package-manager's leader Lease: (holder, transitions).
 pub fn package_manager_lease() -> (String, i64) {
+    shipped();
     let lease = get_json(&["lease", "crossplane-rs-package-manager", "-n", NS]).unwrap_or_default();
     (
         lease

@@ -855,15 +855,17 @@ fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
 fn a_mebibyte_error_body_leaves_a_short_written_condition() {
     let registry = hostile_registry();
     registry.script("/v2/", Reply::new(200));
-    let body = serde_json::json!({"errors": [{"code": "MANIFEST_UNKNOWN", "message": "M".repeat(1024 * 1024)}]});
-    registry.script("/v2/evil/huge/manifests/v1", Reply::json(404, &body));
+    // A registry that fails with a mebibyte of text, as JSON errors and as
+    // a plain body.
+    let body = serde_json::json!({"errors": [{"code": "UNKNOWN", "message": "M".repeat(1024 * 1024)}]});
+    registry.script("/v2/evil/huge/manifests/v1", Reply::json(500, &body));
     let name = testenv::unique_name("huge");
     apply(&provider_yaml(
         &name,
         &format!("{}/evil/huge:v1", registry.host()),
         "",
     ));
-    let text = wait_provider_says(&name, &[&registry.host()]);
+    let text = wait_provider_says(&name, &[&registry.host(), "MMMM"]);
     let p = provider(&name).unwrap();
     for c in p["status"]["conditions"].as_array().unwrap() {
         let m = c["message"].as_str().unwrap_or_default();
