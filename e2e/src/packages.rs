@@ -321,14 +321,25 @@ pub fn xpkg_push_as(
     runtime_image: Option<&str>,
     credentials: Option<(&str, &str)>,
 ) -> String {
+    xpkg_push_trusting(&env().ca_file, dir, reference, runtime_image, credentials)
+}
+
+/// `xpkg push DIR REF`, trusting the registry CA in `ca_file`, with the
+/// runtime image and credentials given; returns the pushed digest.
+pub fn xpkg_push_trusting(
+    ca_file: &Path,
+    dir: &Path,
+    reference: &str,
+    runtime_image: Option<&str>,
+    credentials: Option<(&str, &str)>,
+) -> String {
     use std::io::Write as _;
-    let e = env();
     let mut cmd = Command::new(testenv::workspace_binary("xpkg"));
     cmd.arg("push")
         .arg(dir)
         .arg(reference)
         .arg("--ca-file")
-        .arg(&e.ca_file)
+        .arg(ca_file)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -236,16 +236,8 @@ pub fn package_manager_lease() -> (String, i64) {
 /// the pod's UID.
 pub fn resident_bytes(binary: &str) -> u64 {
     let (pod, _) = pod_of(binary);
-    let uid = kubectl(&[
-        "get",
-        "pod",
-        &pod,
-        "-n",
-        NS,
-        "-o",
-        "jsonpath={.metadata.uid}",
-    ]);
-    let uid = uid.trim();
+    let uid = pod_field(&pod, "{.metadata.uid}");
+    let uid = uid.as_str();
     let underscored = uid.replace('-', "_");
     let program = format!("/usr/local/bin/{binary}");
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -298,27 +290,7 @@ pub fn explain() -> String {
 /// `xpkg push DIR REF` (trusting the registry's CA), with the runtime
 /// image given; returns the pushed digest.
 pub fn xpkg_push(dir: &std::path::Path, reference: &str, runtime_image: Option<&str>) -> String {
-    let mut cmd = std::process::Command::new(testenv::workspace_binary("xpkg"));
-    cmd.arg("push")
-        .arg(dir)
-        .arg(reference)
-        .arg("--ca-file")
-        .arg(&shipped().ca_file);
-    if let Some(i) = runtime_image {
-        cmd.args(["--runtime-image", i]);
-    }
-    let out = cmd.output().expect("run xpkg");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "xpkg push {reference}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .trim()
-        .rsplit_once('@')
-        .map(|(_, d)| d.to_owned())
-        .unwrap_or_else(|| panic!("xpkg push printed no digest: {stdout}"))
+    crate::packages::xpkg_push_trusting(&shipped().ca_file, dir, reference, runtime_image, None)
 }
 
 /// A Provider package directory: its meta (with `spec_extra` lines under
@@ -354,35 +326,62 @@ pub fn push_layer(reference: &str, layer: oci::Layer) -> String {
     pushed.digest.as_str().to_owned()
 }
 
+/// "<status> <body>" of a GET of `url` from inside the node's network
+/// namespace (where pod and Service IPs route), with curl.
+pub fn through_node(node: &testenv::node::Node, url: &str) -> String {
+    let out = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", node.footprint.netns_pin.display()))
+        .args([
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            "-w",
+            "\n%{http_code}",
+            url,
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nsenter curl: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    format!("{code} {body}{}", String::from_utf8_lossy(&out.stderr))
+}
+
+/// A pod's field (a jsonpath, e.g. `{.status.podIP}`) in the controllers'
+/// namespace.
+fn pod_field(pod: &str, jsonpath: &str) -> String {
+    kubectl(&[
+        "get",
+        "pod",
+        pod,
+        "-n",
+        NS,
+        "-o",
+        &format!("jsonpath={jsonpath}"),
+    ])
+    .trim()
+    .to_owned()
+}
+
 /// A controller's /metrics, scraped from its pod's IP inside the node's
 /// network namespace (where pod IPs route), as Prometheus would.
 pub fn metrics_of(binary: &str) -> String {
     let (pod, _) = pod_of(binary);
-    let ip = kubectl(&[
-        "get",
-        "pod",
-        &pod,
-        "-n",
-        NS,
-        "-o",
-        "jsonpath={.status.podIP}",
-    ]);
+    let ip = pod_field(&pod, "{.status.podIP}");
     let node = testenv::control_plane_with_node()
         .node
         .as_ref()
         .expect("testenv's node");
-    let out = std::process::Command::new("nsenter")
-        .arg(format!("--net={}", node.footprint.netns_pin.display()))
-        .args(["curl", "-sS", "--max-time", "5"])
-        .arg(format!("http://{}:8080/metrics", ip.trim()))
-        .output()
-        .expect("nsenter curl");
-    assert!(
-        out.status.success(),
-        "scrape {binary}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let answer = through_node(node, &format!("http://{ip}:8080/metrics"));
+    answer
+        .strip_prefix("200 ")
+        .unwrap_or_else(|| {
+            panic!(
+                "scrape {binary}: {}",
+                answer.chars().take(300).collect::<String>()
+            )
+        })
+        .to_owned()
 }
 
 /// Reconciles of `controller` in `binary` so far (any result).

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use oci::project::BINARIES;
 
-use e2e::shipped::{OVERLAY_IMAGE, push_project_image, wait_available};
+use e2e::shipped::{OVERLAY_IMAGE, push_project_image, through_node, wait_available};
 
 /// `kubectl kustomize <dir>` (dir relative to the repository root), as JSON
 /// documents keyed by apiVersion, kind, namespace and name.
@@ -98,27 +98,6 @@ fn overlay_changes_only_the_image() {
         let n = local.values().filter(|d| d["kind"] == kind).count();
         assert!(n >= BINARIES.len(), "only {n} {kind}s rendered");
     }
-}
-
-/// "<status> <body>" of a GET of `url` from inside the node's network
-/// namespace (where Service IPs route), with curl.
-fn through_node(node: &testenv::node::Node, url: &str) -> String {
-    let out = Command::new("nsenter")
-        .arg(format!("--net={}", node.footprint.netns_pin.display()))
-        .args([
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            "-w",
-            "\n%{http_code}",
-            url,
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run nsenter curl: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    format!("{code} {body}{}", String::from_utf8_lossy(&out.stderr))
 }
 
 /// `kubectl` against the control cluster, panicking with its output when

@@ -857,7 +857,8 @@ fn a_mebibyte_error_body_leaves_a_short_written_condition() {
     registry.script("/v2/", Reply::new(200));
     // A registry that fails with a mebibyte of text, as JSON errors and as
     // a plain body.
-    let body = serde_json::json!({"errors": [{"code": "UNKNOWN", "message": "M".repeat(1024 * 1024)}]});
+    let body =
+        serde_json::json!({"errors": [{"code": "UNKNOWN", "message": "M".repeat(1024 * 1024)}]});
     registry.script("/v2/evil/huge/manifests/v1", Reply::json(500, &body));
     let name = testenv::unique_name("huge");
     apply(&provider_yaml(
