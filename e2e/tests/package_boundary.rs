@@ -925,3 +925,53 @@ fn a_hostile_token_cannot_crash_the_package_manager() {
         "--wait=false",
     ]);
 }
+
+#[test]
+fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("drc"));
+    let (file, crd) = test_crd(&g, "Thing");
+    let dir = package_dir("provider-drc", "", &[(file, crd)]);
+    let reference = format!("{}/drc/provider-drc:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    let config = testenv::unique_name("privileged");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata: {{name: {config}}}\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {{}}\n      template:\n        spec:\n          hostNetwork: true\n          containers:\n          - name: package-runtime\n            securityContext: {{privileged: true}}\n  serviceAccountTemplate:\n    metadata: {{name: rbac-manager}}\n"
+    ));
+    let name = testenv::unique_name("drc");
+    apply(&provider_yaml(
+        &name,
+        &reference,
+        &format!(
+            "  runtimeConfigRef: {{apiVersion: pkg.crossplane.io/v1beta1, kind: DeploymentRuntimeConfig, name: {config}}}\n"
+        ),
+    ));
+    let text = wait_provider_says(
+        &name,
+        &[
+            "template.spec.hostNetwork",
+            "containers[0].securityContext.privileged",
+            "ServiceAccount crossplane-system/rbac-manager",
+        ],
+    );
+    eprintln!("runtime config: {text}");
+    let revisions = get_json(&[
+        "providerrevisions.pkg.crossplane.io",
+        "-l",
+        &format!("pkg.crossplane.io/package={name}"),
+    ])
+    .unwrap();
+    for r in revisions["items"].as_array().unwrap() {
+        let rev = r["metadata"]["name"].as_str().unwrap();
+        assert!(
+            get_json(&["deployment", rev, "-n", NS]).is_none(),
+            "the refused runtime {rev} runs"
+        );
+    }
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}

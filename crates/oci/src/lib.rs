@@ -39,8 +39,8 @@ mod push;
 pub mod reference;
 mod registry;
 pub mod stack;
-#[cfg(test)]
-mod test_server;
+#[cfg(any(test, feature = "test-server"))]
+pub mod test_server;
 mod unpack;
 pub mod xpkg;
 

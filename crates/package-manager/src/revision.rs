@@ -903,16 +903,27 @@ impl Revisions {
         };
         let mut rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
         if !self.settings.allow_unrestricted_runtimes {
-            let broken = crate::podsecurity::violations(
-                rendered
-                    .deployment
-                    .pointer("/spec/template/spec")
-                    .unwrap_or(&serde_json::Value::Null),
-                "spec.deploymentTemplate.spec.template.spec",
-            );
+            let pod = rendered
+                .deployment
+                .pointer("/spec/template/spec")
+                .unwrap_or(&serde_json::Value::Null);
+            let mut broken =
+                crate::podsecurity::violations(pod, "spec.deploymentTemplate.spec.template.spec");
+            // A runtime never borrows the identity of a controller of this
+            // control plane (the rbac-manager's may escalate and bind).
+            let account = pod
+                .get("serviceAccountName")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("default");
+            if account == "default" || oci::project::BINARIES.contains(&account) {
+                broken.push(format!(
+                    "serviceAccountTemplate.metadata.name: a runtime may not run as ServiceAccount {}/{account}",
+                    self.settings.namespace
+                ));
+            }
             if !broken.is_empty() {
                 return Err(Error::RuntimeConfig(format!(
-                    "the runtime config would make the runtime break the Pod Security Standard \"restricted\": {}; change the runtime config, or start the package-manager with --allow-unrestricted-runtimes",
+                    "the runtime config would make the runtime break the Pod Security Standard \"restricted\" or borrow a controller's identity: {}; change the runtime config, or start the package-manager with --allow-unrestricted-runtimes true",
                     broken.join("; ")
                 )));
             }

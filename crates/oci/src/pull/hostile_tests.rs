@@ -9,8 +9,27 @@ use std::sync::Arc;
 use super::*;
 use crate::{
     Config, Image, LayerBuilder,
-    test_server::{CA, Request, Response, Server},
+    test_server::{Reply, Seen, Server},
 };
+
+/// The CA that signed the certificate [`https`] serves (for 127.0.0.1 and
+/// localhost).
+const CA: &[u8] = include_bytes!("../testdata/ca.crt");
+
+/// A scripted server, plain HTTP on 127.0.0.1.
+fn http() -> Server {
+    Server::http(std::net::Ipv4Addr::LOCALHOST.into()).unwrap()
+}
+
+/// A scripted server, HTTPS on 127.0.0.1 with a certificate [`CA`] signed.
+fn https() -> Server {
+    Server::https(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        include_bytes!("../testdata/server.crt"),
+        include_bytes!("../testdata/server.key"),
+    )
+    .unwrap()
+}
 
 const META: &str =
     "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\n";
@@ -41,20 +60,20 @@ fn serve(
     server: &Server,
     image: &Image,
     challenge: Option<String>,
-    allowed: fn(&Request) -> bool,
+    allowed: fn(&Seen) -> bool,
 ) -> Digest {
     let s = image.serialize().unwrap();
     if let Some(c) = challenge.clone() {
         // Where clients that authenticate first (oci-client) ask.
         server.route("/v2/", move |_| {
-            Response::new(401).header("WWW-Authenticate", &c)
+            Reply::new(401).header("WWW-Authenticate", &c)
         });
     }
     let guarded = move |body: Vec<u8>| {
         let challenge = challenge.clone();
-        move |r: &Request| match (&challenge, allowed(r)) {
-            (Some(c), false) => Response::new(401).header("WWW-Authenticate", c),
-            _ => Response::new(200).body(body.clone()),
+        move |r: &Seen| match (&challenge, allowed(r)) {
+            (Some(c), false) => Reply::new(401).header("WWW-Authenticate", c),
+            _ => Reply::new(200).body(body.clone()),
         }
     };
     server.route("/v2/pkg/x/manifests/v1", guarded(s.manifest.clone()));
@@ -84,7 +103,7 @@ fn a_layer_is_downloaded_into_the_cache_directory_not_tmp() {
 
 #[tokio::test]
 async fn a_package_is_pulled_into_a_cache_directory_made_for_it() {
-    let server = Server::http();
+    let server = http();
     let digest = serve(&server, &package(META), None, |_| true);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache/xpkg");
@@ -128,7 +147,7 @@ async fn an_unqualified_reference_is_refused_without_asking_any_registry() {
 
 #[tokio::test]
 async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
-    let (registry, tokens) = (Server::http(), Server::http());
+    let (registry, tokens) = (http(), http());
     // "localhost" is another host than "127.0.0.1", as far as names go.
     let realm = format!("http://localhost:{}/token", tokens.addr.port());
     let digest = serve(
@@ -137,9 +156,7 @@ async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
         Some(format!("Bearer realm=\"{realm}\",service=\"reg\"")),
         |r| r.header("authorization") == Some("Bearer t0ken"),
     );
-    tokens.route("/token", |_| {
-        Response::new(200).body(r#"{"token":"t0ken"}"#)
-    });
+    tokens.route("/token", |_| Reply::new(200).body(r#"{"token":"t0ken"}"#));
     let reference = format!("{}/pkg/x:v1", registry.host());
     let fetcher = Fetcher::new(std::env::temp_dir(), 0);
     let e = fetcher
@@ -194,7 +211,7 @@ async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
 
 #[tokio::test]
 async fn an_https_registry_sends_no_credentials_to_a_plain_http_token_service() {
-    let (registry, tokens) = (Server::https(), Server::http());
+    let (registry, tokens) = (https(), http());
     let realm = format!("http://127.0.0.1:{}/token", tokens.addr.port());
     serve(
         &registry,
@@ -222,7 +239,7 @@ async fn an_https_registry_sends_no_credentials_to_a_plain_http_token_service() 
 
 #[tokio::test]
 async fn a_hostile_token_cannot_panic_the_process() {
-    let registry = Server::http();
+    let registry = http();
     let realm = format!("http://{}/token", registry.host());
     serve(
         &registry,
@@ -231,7 +248,7 @@ async fn a_hostile_token_cannot_panic_the_process() {
         |_| false,
     );
     registry.route("/token", |_| {
-        Response::new(200).body("{\"token\":\"a\\u0001b\"}")
+        Reply::new(200).body("{\"token\":\"a\\u0001b\"}")
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let fetcher = Fetcher::new(std::env::temp_dir(), 0);
@@ -257,14 +274,14 @@ async fn a_hostile_token_cannot_panic_the_process() {
 async fn a_hostile_token_cannot_panic_a_push_through_oci_client() {
     // oci-client 0.18 unwraps the token as a header value: the push
     // panics inside it, and that becomes an error naming the registry.
-    let registry = Server::http();
+    let registry = http();
     let realm = format!("http://{}/token", registry.host());
     let challenge = format!("Bearer realm=\"{realm}\"");
     registry.route("/v2/", move |_| {
-        Response::new(401).header("WWW-Authenticate", &challenge)
+        Reply::new(401).header("WWW-Authenticate", &challenge)
     });
     registry.route("/token", |_| {
-        Response::new(200).body("{\"token\":\"a\\u0001b\"}")
+        Reply::new(200).body("{\"token\":\"a\\u0001b\"}")
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = package(META)
@@ -283,23 +300,23 @@ async fn a_hostile_token_cannot_panic_a_push_through_oci_client() {
 
 #[tokio::test]
 async fn a_redirect_from_https_to_http_is_not_followed() {
-    let (registry, plain) = (Server::https(), Server::http());
+    let (registry, plain) = (https(), http());
     // The registry asks for Basic credentials first, as registries do at
     // /v2/, so the redirected request carries them.
     registry.route("/v2/", |r| match r.header("authorization") {
-        Some(_) => Response::new(200),
-        None => Response::new(401).header("WWW-Authenticate", "Basic realm=\"reg\""),
+        Some(_) => Reply::new(200),
+        None => Reply::new(401).header("WWW-Authenticate", "Basic realm=\"reg\""),
     });
     let to = format!("http://{}/v2/pkg/x/manifests/v1", plain.host());
     registry.route("/v2/pkg/x/manifests/v1", move |_| {
-        Response::new(302).header("Location", &to)
+        Reply::new(302).header("Location", &to)
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(std::env::temp_dir(), 0)
         .resolve(&reference, &basic(), &Tls::Ca(CA.to_vec()))
         .await
         .unwrap_err();
-    let manifest = registry.requests_to_route("/v2/pkg/x/manifests/v1");
+    let manifest = registry.requests_to("/v2/pkg/x/manifests/v1");
     assert_eq!(manifest.len(), 1);
     assert_eq!(manifest[0].header("authorization"), Some(BASIC));
     assert!(!e.is_transient(), "{e:?}");
@@ -316,17 +333,17 @@ async fn a_redirect_from_https_to_http_is_not_followed() {
 
 #[tokio::test]
 async fn credentials_do_not_follow_a_redirect_to_another_host() {
-    let (registry, cdn) = (Server::http(), Server::http());
+    let (registry, cdn) = (http(), http());
     let image = package(META);
     let s = image.serialize().unwrap();
     let manifest = s.manifest.clone();
-    cdn.route("/m", move |_| Response::new(200).body(manifest.clone()));
+    cdn.route("/m", move |_| Reply::new(200).body(manifest.clone()));
     let to = format!("http://localhost:{}/m", cdn.addr.port());
     registry.route("/v2/pkg/x/manifests/v1", move |r| {
         if r.header("authorization") == Some(BASIC) {
-            Response::new(307).header("Location", &to)
+            Reply::new(307).header("Location", &to)
         } else {
-            Response::new(401).header("WWW-Authenticate", "Basic realm=\"reg\"")
+            Reply::new(401).header("WWW-Authenticate", "Basic realm=\"reg\"")
         }
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
@@ -342,11 +359,11 @@ async fn credentials_do_not_follow_a_redirect_to_another_host() {
 
 #[tokio::test]
 async fn registry_text_in_errors_is_sanitized_and_capped() {
-    let registry = Server::http();
+    let registry = http();
     let body: Arc<Vec<u8>> = Arc::new("\u{1b}[2J<h1>down</h1>\r\n".repeat(1 << 16).into_bytes());
     assert!(body.len() > 1 << 20);
     registry.route("/v2/pkg/x/manifests/v1", move |_| {
-        Response::new(503).body(body.as_slice())
+        Reply::new(503).body(body.as_slice())
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(std::env::temp_dir(), 0)
@@ -378,9 +395,9 @@ fn runtime_error_chain(e: &dyn std::error::Error) -> String {
 
 #[tokio::test]
 async fn a_manifest_over_the_bound_is_refused() {
-    let registry = Server::http();
+    let registry = http();
     registry.route("/v2/pkg/x/manifests/v1", |_| {
-        Response::new(200).body(vec![b' '; 5 << 20])
+        Reply::new(200).body(vec![b' '; 5 << 20])
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(std::env::temp_dir(), 0)
@@ -398,7 +415,7 @@ async fn a_manifest_over_the_bound_is_refused() {
 
 #[tokio::test]
 async fn a_layer_of_zeros_from_a_registry_is_refused_naming_the_bound() {
-    let registry = Server::http();
+    let registry = http();
     let layer = LayerBuilder::new()
         .compression(1)
         .file("zeros.bin", 0o644, vec![0u8; 40 << 20])
