@@ -117,6 +117,19 @@ pub fn wait_available(timeout: Duration) {
     }
 }
 
+/// `kubectl apply -k deploy/overlays/local-node` (server-side): deploy/
+/// with the image the node pulls.
+pub fn apply_overlay() {
+    let overlay = testenv::repo_root().join("deploy/overlays/local-node");
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        &overlay.to_string_lossy(),
+    ]);
+}
+
 fn install() -> Shipped {
     let plane = testenv::control_plane_with_node();
     let node = plane
@@ -138,14 +151,7 @@ fn install() -> Shipped {
         &oci::Tls::Ca(registry.ca_pem.clone()),
     ))
     .unwrap_or_else(|e| panic!("push {pause_ref}: {e}"));
-    let overlay = testenv::repo_root().join("deploy/overlays/local-node");
-    kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-k",
-        &overlay.to_string_lossy(),
-    ]);
+    apply_overlay();
     // Operator configuration, and nothing else: the package-manager trusts
     // the registry's CA.
     let (_, _) = kubectl_try(&["delete", "configmap", "registry-ca", "-n", NS]);

@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use oci::project::BINARIES;
 
-use e2e::shipped::{OVERLAY_IMAGE, push_project_image, through_node, wait_available};
+use e2e::shipped::{
+    OVERLAY_IMAGE, apply_overlay, push_project_image, through_node, wait_available,
+};
 
 /// `kubectl kustomize <dir>` (dir relative to the repository root), as JSON
 /// documents keyed by apiVersion, kind, namespace and name.
@@ -126,14 +128,7 @@ fn deploy_runs_for_real_on_the_node() {
     let started = std::time::Instant::now();
     let (size, digest) = push_project_image(&registry);
     let built = started.elapsed();
-    let overlay = testenv::repo_root().join("deploy/overlays/local-node");
-    kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-k",
-        overlay.to_str().unwrap(),
-    ]);
+    apply_overlay();
     let applied = std::time::Instant::now();
     wait_available(std::time::Duration::from_secs(180));
     eprintln!(

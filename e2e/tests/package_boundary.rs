@@ -204,6 +204,15 @@ fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
     ]);
 }
 
+/// The fields of a hostile controller's pod template a refusal names.
+const HOSTILE_FIELDS: [&str; 5] = [
+    "template.spec.hostNetwork",
+    "template.spec.hostPID",
+    "template.spec.volumes[0].hostPath",
+    "template.spec.containers[0].securityContext.privileged",
+    "template.spec.serviceAccountName: ServiceAccount",
+];
+
 /// An Extension whose controller asks for everything "restricted" forbids.
 fn hostile_extension(ns: &str, name: &str, service_account: &str) -> String {
     format!(
@@ -221,16 +230,10 @@ fn a_stack_controller_cannot_take_host_access_or_another_identity() {
         "the hostile Extension to name every refused field",
         || {
             let text = conditions_text(&extension(&ns, "hostile")?);
-            [
-                "template.spec.hostNetwork",
-                "template.spec.hostPID",
-                "template.spec.volumes[0].hostPath",
-                "template.spec.containers[0].securityContext.privileged",
-                "template.spec.serviceAccountName: ServiceAccount",
-            ]
-            .iter()
-            .all(|f| text.contains(f))
-            .then_some(text)
+            HOSTILE_FIELDS
+                .iter()
+                .all(|f| text.contains(f))
+                .then_some(text)
         },
         || explain_ns(&ns),
     );
@@ -674,16 +677,10 @@ fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
         "the stack's Extension to name every refused field",
         || {
             let text = conditions_text(&extension(&ns, "hostile-stack")?);
-            [
-                "hostNetwork",
-                "hostPID",
-                "volumes[0].hostPath",
-                "securityContext.privileged",
-                "serviceAccountName: ServiceAccount",
-            ]
-            .iter()
-            .all(|f| text.contains(f))
-            .then_some(text)
+            HOSTILE_FIELDS
+                .iter()
+                .all(|f| text.contains(f))
+                .then_some(text)
         },
         || explain_ns(&ns),
     );

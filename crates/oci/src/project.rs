@@ -7,15 +7,8 @@ use std::{collections::BTreeMap, fs, path::Path};
 
 use crate::{Config, Error, Image, Layer, LayerBuilder, debian::NONROOT};
 
-/// The binaries the image holds, in `/usr/local/bin`.
-pub const BINARIES: [&str; 6] = [
-    "scheduler",
-    "application-controller",
-    "resource-controller",
-    "object-provider",
-    "package-manager",
-    "rbac-manager",
-];
+/// The binaries the image holds, in `/usr/local/bin`: the six controllers.
+pub const BINARIES: [&str; 6] = types::CONTROLLERS;
 
 /// The OCI labels, as the Dockerfile's `LABEL` sets them.
 pub fn labels() -> BTreeMap<String, String> {

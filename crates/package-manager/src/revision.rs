@@ -915,7 +915,7 @@ impl Revisions {
                 .get("serviceAccountName")
                 .and_then(serde_json::Value::as_str)
                 .unwrap_or("default");
-            if account == "default" || oci::project::BINARIES.contains(&account) {
+            if account == "default" || types::CONTROLLERS.contains(&account) {
                 broken.push(format!(
                     "serviceAccountTemplate.metadata.name: a runtime may not run as ServiceAccount {}/{account}",
                     self.settings.namespace

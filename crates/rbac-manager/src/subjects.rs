@@ -19,17 +19,6 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// The ServiceAccounts of this control plane's controllers, as
-/// `deploy/base/<controller>/serviceaccount.yaml` names them.
-pub const CONTROL_PLANE_SERVICE_ACCOUNTS: [&str; 6] = [
-    "scheduler",
-    "application-controller",
-    "resource-controller",
-    "object-provider",
-    "package-manager",
-    "rbac-manager",
-];
-
 /// What an Extension's ServiceAccount allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExtensionSubject {
@@ -75,7 +64,7 @@ pub fn revision(name: &str) -> Result<(), String> {
     if name == "default" {
         return Err("every pod without a ServiceAccount of its own runs as it".to_owned());
     }
-    if CONTROL_PLANE_SERVICE_ACCOUNTS.contains(&name) {
+    if types::CONTROLLERS.contains(&name) {
         return Err(format!("it is the {name} controller's own"));
     }
     Ok(())

@@ -37,6 +37,19 @@ pub mod crds;
 pub use k8s_openapi;
 pub use kube;
 
+/// The six controllers of this control plane: each is a binary of the
+/// image and runs as a Deployment and a ServiceAccount of this name in
+/// `deploy/`. No package runtime or stack controller ever runs as, or is
+/// granted to, one of these ServiceAccounts.
+pub const CONTROLLERS: [&str; 6] = [
+    "scheduler",
+    "application-controller",
+    "resource-controller",
+    "object-provider",
+    "package-manager",
+    "rbac-manager",
+];
+
 /// The API groups of the control plane itself (its `crds/`). No package
 /// may install a CRD in them, and no package or Extension is ever granted
 /// writes to them. `kubernetes.crossplane.io`, the Object provider's API,
