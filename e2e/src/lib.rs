@@ -17,7 +17,7 @@ pub mod workloads;
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -138,10 +138,12 @@ impl Drop for Running {
     }
 }
 
-/// A free loopback address.
+/// A free loopback address, for a process started later that binds it
+/// (picked outside the kernel's ephemeral range: see
+/// [`testenv::free_port_on`]).
 pub fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("local addr")
+    let ip = std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
+    SocketAddr::new(ip, testenv::free_port_on(ip).expect("a free port"))
 }
 
 /// A minimal HTTP/1.0 GET: (status, body), or None when nothing answers.

@@ -31,6 +31,7 @@ use std::{
 };
 
 pub use cluster::Cluster;
+pub use process::free_port_on;
 
 /// The clusters tests run against.
 pub struct ControlPlane {

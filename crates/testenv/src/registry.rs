@@ -7,7 +7,7 @@
 //! entry.
 
 use std::{
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::PathBuf,
     process::{Child, Command},
     time::{Duration, Instant},
@@ -46,10 +46,8 @@ impl Registry {
     /// later with [`Registry::start_on`] (a test that names the registry
     /// before it exists).
     pub fn free_port(node: &Node) -> anyhow::Result<u16> {
-        Ok(TcpListener::bind((node.host_ip, 0))
-            .and_then(|l| l.local_addr())
-            .context("a free port on the node's host address")?
-            .port())
+        crate::process::free_port_on(node.host_ip.into())
+            .context("a free port on the node's host address")
     }
 
     /// Like [`Registry::start`], on `port` of the node's host address.
