@@ -292,9 +292,19 @@ pub fn package_dir_with(
     crds: &[(&str, String)],
     spec_extra: &str,
 ) -> PathBuf {
-    let dir = env()
-        .work
-        .join(testenv::unique_name(&format!("{name}-{version}")));
+    package_dir_in(&env().work, name, version, crds, spec_extra)
+}
+
+/// A Provider package directory under `work`: its meta (version
+/// `version`, `spec_extra` lines under spec) and CRD files.
+pub fn package_dir_in(
+    work: &Path,
+    name: &str,
+    version: &str,
+    crds: &[(&str, String)],
+    spec_extra: &str,
+) -> PathBuf {
+    let dir = work.join(testenv::unique_name(&format!("{name}-{version}")));
     std::fs::create_dir_all(dir.join("crds")).unwrap();
     std::fs::write(
         dir.join("package.yaml"),
@@ -461,10 +471,20 @@ pub fn push_raw(reference: &str, package_yaml: &str) -> String {
     let layer = oci::LayerBuilder::new()
         .file("package.yaml", 0o644, package_yaml.as_bytes().to_vec())
         .build()
-        .unwrap()
-        .annotate("io.crossplane.xpkg", "base");
-    let image = oci::Image::new(oci::Config::default()).layer(layer);
-    push_image(&env().registry, reference, &image)
+        .unwrap();
+    push_base_layer(&env().registry, reference, layer)
+}
+
+/// Pushes an image of `layer` alone, annotated as the package's base layer,
+/// to `reference` in `registry`; returns the digest.
+pub fn push_base_layer(
+    registry: &testenv::registry::Registry,
+    reference: &str,
+    layer: oci::Layer,
+) -> String {
+    let image =
+        oci::Image::new(oci::Config::default()).layer(layer.annotate("io.crossplane.xpkg", "base"));
+    push_image(registry, reference, &image)
 }
 
 pub fn meta(name: &str) -> String {

@@ -144,13 +144,7 @@ fn install() -> Shipped {
     std::fs::write(&ca_file, &registry.ca_pem).unwrap();
     push_project_image(&registry);
     let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
-    let pause_ref = format!("{}/pause:v1", registry.address);
-    block_on(pause.push(
-        &pause_ref,
-        &oci::Auth::Anonymous,
-        &oci::Tls::Ca(registry.ca_pem.clone()),
-    ))
-    .unwrap_or_else(|e| panic!("push {pause_ref}: {e}"));
+    crate::packages::push_image(&registry, &format!("{}/pause:v1", registry.address), &pause);
     apply_overlay();
     // Operator configuration, and nothing else: the package-manager trusts
     // the registry's CA.
@@ -299,37 +293,17 @@ pub fn xpkg_push(dir: &std::path::Path, reference: &str, runtime_image: Option<&
     crate::packages::xpkg_push_trusting(&shipped().ca_file, dir, reference, runtime_image, None)
 }
 
-/// A Provider package directory: its meta (with `spec_extra` lines under
-/// spec) and CRD files.
+/// A Provider package directory (version v1): its meta (with
+/// `spec_extra` lines under spec) and CRD files.
 pub fn package_dir(name: &str, spec_extra: &str, crds: &[(String, String)]) -> PathBuf {
-    let dir = shipped().work.join(testenv::unique_name(name));
-    std::fs::create_dir_all(dir.join("crds")).unwrap();
-    std::fs::write(
-        dir.join("package.yaml"),
-        format!(
-            "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\nspec:\n  crossplane:\n    version: \">=v1.14.0\"\n{spec_extra}"
-        ),
-    )
-    .unwrap();
-    for (file, text) in crds {
-        std::fs::write(dir.join("crds").join(file), text).unwrap();
-    }
-    dir
+    let crds = crate::packages::crds_of(crds);
+    crate::packages::package_dir_in(&shipped().work, name, "v1", &crds, spec_extra)
 }
 
 /// Pushes an image of one base layer to `reference` in the shared registry;
 /// returns the digest.
 pub fn push_layer(reference: &str, layer: oci::Layer) -> String {
-    let image =
-        oci::Image::new(oci::Config::default()).layer(layer.annotate("io.crossplane.xpkg", "base"));
-    let r = &shipped().registry;
-    let pushed = block_on(image.push(
-        reference,
-        &oci::Auth::Anonymous,
-        &oci::Tls::Ca(r.ca_pem.clone()),
-    ))
-    .unwrap_or_else(|e| panic!("push {reference}: {e}"));
-    pushed.digest.as_str().to_owned()
+    crate::packages::push_base_layer(&shipped().registry, reference, layer)
 }
 
 /// "<status> <body>" of a GET of `url` from inside the node's network

@@ -213,6 +213,23 @@ const HOSTILE_FIELDS: [&str; 5] = [
     "template.spec.serviceAccountName: ServiceAccount",
 ];
 
+/// Waits until the Extension `ns/name` names every one of
+/// [`HOSTILE_FIELDS`] in its conditions; returns their text.
+fn wait_refused_fields(ns: &str, name: &str, timeout: Duration) -> String {
+    wait(
+        timeout,
+        &format!("Extension {ns}/{name} to name every refused field"),
+        || {
+            let text = conditions_text(&extension(ns, name)?);
+            HOSTILE_FIELDS
+                .iter()
+                .all(|f| text.contains(f))
+                .then_some(text)
+        },
+        || explain_ns(ns),
+    )
+}
+
 /// An Extension whose controller asks for everything "restricted" forbids.
 fn hostile_extension(ns: &str, name: &str, service_account: &str) -> String {
     format!(
@@ -225,18 +242,7 @@ fn hostile_extension(ns: &str, name: &str, service_account: &str) -> String {
 fn a_stack_controller_cannot_take_host_access_or_another_identity() {
     let ns = namespace("hostile");
     apply(&hostile_extension(&ns, "hostile", "default"));
-    let message = wait(
-        Duration::from_secs(60),
-        "the hostile Extension to name every refused field",
-        || {
-            let text = conditions_text(&extension(&ns, "hostile")?);
-            HOSTILE_FIELDS
-                .iter()
-                .all(|f| text.contains(f))
-                .then_some(text)
-        },
-        || explain_ns(&ns),
-    );
+    let message = wait_refused_fields(&ns, "hostile", Duration::from_secs(60));
     eprintln!("hostile: {message}");
     // The same in crossplane-system, naming the rbac-manager's identity: a
     // second Extension there is refused for the ServiceAccount alone.
@@ -672,18 +678,7 @@ fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
     apply(&format!(
         "apiVersion: extensions.crossplane.io/v1alpha1\nkind: ExtensionRequest\nmetadata:\n  name: hostile\n  namespace: {ns}\nspec:\n  source: {registry}\n  package: hostile-stack:v1\n"
     ));
-    let text = wait(
-        Duration::from_secs(90),
-        "the stack's Extension to name every refused field",
-        || {
-            let text = conditions_text(&extension(&ns, "hostile-stack")?);
-            HOSTILE_FIELDS
-                .iter()
-                .all(|f| text.contains(f))
-                .then_some(text)
-        },
-        || explain_ns(&ns),
-    );
+    let text = wait_refused_fields(&ns, "hostile-stack", Duration::from_secs(90));
     eprintln!("hostile stack: {text}");
     let deployments = get_json(&["deployments", "-n", &ns]).unwrap();
     assert_eq!(
@@ -753,6 +748,29 @@ fn wait_provider_says(name: &str, says: &[&str]) -> String {
     )
 }
 
+/// Applies a Provider of package `<registry>/evil/<repository>:v1` (with
+/// `extra` spec lines) and waits until a condition of it is False naming
+/// the registry and every one of `says`; returns its name and the
+/// conditions' text.
+fn install_from(
+    registry: &Hostile,
+    repository: &str,
+    extra: &str,
+    says: &[&str],
+) -> (String, String) {
+    let name = testenv::unique_name(repository);
+    let host = registry.host();
+    apply(&provider_yaml(
+        &name,
+        &format!("{host}/evil/{repository}:v1"),
+        extra,
+    ));
+    let mut all = vec![host.as_str()];
+    all.extend_from_slice(says);
+    let text = wait_provider_says(&name, &all);
+    (name, text)
+}
+
 #[test]
 fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
     let (pod, restarts) = pod_of("package-manager");
@@ -786,13 +804,12 @@ fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
         Reply::redirect(&stolen)
     });
     pull_secret("hostile-pull", &registry.host(), "robot", "s3cret-pull");
-    let redirected = testenv::unique_name("redirect");
-    apply(&provider_yaml(
-        &redirected,
-        &format!("{}/evil/redirect:v1", registry.host()),
+    let (redirected, text) = install_from(
+        &registry,
+        "redirect",
         "  packagePullSecrets:\n  - name: hostile-pull\n",
-    ));
-    let text = wait_provider_says(&redirected, &[&registry.host()]);
+        &[],
+    );
     eprintln!("redirect: {text}");
     assert!(
         !text.contains("ANSWER-OF-THE-OTHER-HOST"),
@@ -817,13 +834,12 @@ fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
         "robot",
         "s3cret-realm",
     );
-    let foreign = testenv::unique_name("realm");
-    apply(&provider_yaml(
-        &foreign,
-        &format!("{}/evil/realm:v1", realm_registry.host()),
+    let (foreign, text) = install_from(
+        &realm_registry,
+        "realm",
         "  packagePullSecrets:\n  - name: hostile-realm-pull\n",
-    ));
-    let text = wait_provider_says(&foreign, &[&realm_registry.host()]);
+        &[],
+    );
     eprintln!("foreign realm: {text}");
     let seen: Vec<String> = other
         .requests()
@@ -857,13 +873,7 @@ fn a_mebibyte_error_body_leaves_a_short_written_condition() {
     let body =
         serde_json::json!({"errors": [{"code": "UNKNOWN", "message": "M".repeat(1024 * 1024)}]});
     registry.script("/v2/evil/huge/manifests/v1", Reply::json(500, &body));
-    let name = testenv::unique_name("huge");
-    apply(&provider_yaml(
-        &name,
-        &format!("{}/evil/huge:v1", registry.host()),
-        "",
-    ));
-    let text = wait_provider_says(&name, &[&registry.host(), "MMMM"]);
+    let (name, text) = install_from(&registry, "huge", "", &["MMMM"]);
     let p = provider(&name).unwrap();
     for c in p["status"]["conditions"].as_array().unwrap() {
         let m = c["message"].as_str().unwrap_or_default();
@@ -898,13 +908,7 @@ fn a_hostile_token_cannot_crash_the_package_manager() {
             .header("Content-Type", "application/json")
             .body(r#"{"token":"a\u0001b","access_token":"a\u0001b"}"#),
     );
-    let name = testenv::unique_name("token");
-    apply(&provider_yaml(
-        &name,
-        &format!("{}/evil/token:v1", registry.host()),
-        "",
-    ));
-    let text = wait_provider_says(&name, &[&registry.host()]);
+    let (name, text) = install_from(&registry, "token", "", &[]);
     eprintln!("hostile token: {text}");
     assert!(
         !registry.requests_to("/token").is_empty(),

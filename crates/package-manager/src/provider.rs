@@ -379,16 +379,12 @@ impl Providers {
     /// The Provider's revisions from the cache, oldest (lowest revision)
     /// first.
     fn revisions_of(&self, p: &Provider) -> Vec<Arc<ProviderRevision>> {
-        let uid = p.uid();
+        let uid = p.uid().unwrap_or_default();
         let mut revisions: Vec<_> = self
             .revisions
             .state()
             .into_iter()
-            .filter(|r| {
-                r.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-            })
+            .filter(|r| runtime::objects::controlled_by(r.owner_references(), &uid))
             .collect();
         revisions.sort_by_key(|r| r.spec.revision);
         revisions

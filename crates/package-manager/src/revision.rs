@@ -911,13 +911,12 @@ impl Revisions {
                 crate::podsecurity::violations(pod, "spec.deploymentTemplate.spec.template.spec");
             // A runtime never borrows the identity of a controller of this
             // control plane (the rbac-manager's may escalate and bind).
-            let account = pod
-                .get("serviceAccountName")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("default");
-            if account == "default" || types::CONTROLLERS.contains(&account) {
+            let field = |f: &str| pod.get(f).and_then(serde_json::Value::as_str);
+            let account =
+                types::pod_service_account(field("serviceAccountName"), field("serviceAccount"));
+            if let Some(why) = types::borrowed_identity(&account) {
                 broken.push(format!(
-                    "serviceAccountTemplate.metadata.name: a runtime may not run as ServiceAccount {}/{account}",
+                    "serviceAccountTemplate.metadata.name: a runtime may not run as ServiceAccount {}/{account} ({why})",
                     self.settings.namespace
                 ));
             }

@@ -34,7 +34,7 @@ use kube::{
     runtime::{Controller, controller::Action, watcher},
 };
 use runtime::{
-    controller::Runtime,
+    controller::{Runtime, cache_ready},
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     ssa,
 };
@@ -43,7 +43,7 @@ use types::extensions::v1alpha1::{Extension, OWNER_ANNOTATION};
 use crate::{
     boundary,
     kinds::{self, Found, Target},
-    revisions::{Error, RbacMetrics, write_rbac_ready},
+    revisions::{AllowList, Error, RbacMetrics, write_rbac_ready},
     roles,
     subjects::{self, ExtensionSubject},
 };
@@ -72,7 +72,7 @@ const SERVICE_ACCOUNT_CONFLICT: &str = "ServiceAccountConflict";
 pub struct Extensions {
     sk: Skeleton,
     field_manager: String,
-    allowed_role: String,
+    allow_list: AllowList,
     metrics: RbacMetrics,
 }
 
@@ -90,6 +90,10 @@ impl Reconciler for Extensions {
 
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
+    }
+
+    async fn ready(&self) -> bool {
+        cache_ready(&self.allow_list.store).await
     }
 
     /// The package-manager owns the Extension's status (Ready, Synced);
@@ -123,7 +127,7 @@ impl Reconciler for Extensions {
         let mut refused = boundary::check(
             &rules,
             role.rules.as_deref().unwrap_or_default(),
-            &self.allow_list().await?,
+            &self.allow_list.rules(),
         );
         for why in &plan.refused {
             refused.refuse(why.clone());
@@ -133,7 +137,7 @@ impl Reconciler for Extensions {
             // hold what is refused now.
             self.remove(&role_name).await?;
             self.metrics.requests_refused.inc();
-            let why = refused.message(&self.allowed_role);
+            let why = refused.message(&self.allow_list.name);
             self.set(e, false, "PermissionRequestRefused", &why).await?;
             return Err(Error::Refused(why));
         }
@@ -230,17 +234,6 @@ impl Extensions {
             &self.field_manager,
         )
         .await
-    }
-
-    /// The allow-list's rules (none when the ClusterRole is missing: then
-    /// nothing is allowed).
-    async fn allow_list(&self) -> Result<Vec<PolicyRule>, Error> {
-        Ok(Api::<ClusterRole>::all(self.sk.client().clone())
-            .get_opt(&self.allowed_role)
-            .await
-            .map_err(|e| Error::Request("read the allow-list ClusterRole", e))?
-            .and_then(|c| c.rules)
-            .unwrap_or_default())
     }
 
     /// Binds the role to the Extension's own controller ServiceAccount, or
@@ -344,7 +337,7 @@ impl Extensions {
 /// The controller, ready to run.
 pub fn controller(
     rt: &Runtime,
-    allowed_role: String,
+    allow_list: AllowList,
     metrics: RbacMetrics,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let ctrl = Controller::new(rt.api::<Extension>(), watcher::Config::default())
@@ -353,7 +346,7 @@ pub fn controller(
     let reconciler = Arc::new(Extensions {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
-        allowed_role,
+        allow_list,
         metrics,
     });
     reconciler::run(ctrl, reconciler)

@@ -99,7 +99,7 @@ pub struct Plan {
 }
 
 fn describe(r: &CrdRef) -> String {
-    bounded(format!("{} ({})", r.kind, r.api_version))
+    bounded(r.to_string())
 }
 
 fn dns(s: &str, max: usize, extra: &[char]) -> bool {
@@ -122,11 +122,7 @@ fn whose(group: &str) -> &'static str {
 /// looked up: a malformed apiVersion or kind, or a protected group.
 pub fn target(relation: Relation, r: &CrdRef) -> Result<Target, String> {
     let field = relation.field();
-    // `v1` alone is the core group, as in any apiVersion.
-    let (group, version) = r
-        .api_version
-        .split_once('/')
-        .unwrap_or(("", &r.api_version));
+    let (group, version) = r.group_version();
     let kind_ok = !r.kind.is_empty()
         && r.kind.len() <= 63
         && r.kind.chars().all(|c| c.is_ascii_alphanumeric());

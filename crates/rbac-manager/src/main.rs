@@ -63,8 +63,9 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<Extension>(),
     ];
     let metrics = revisions::RbacMetrics::new(&rt)?;
-    let extensions = extensions::controller(&rt, allowed.clone(), metrics.clone());
-    let revisions = revisions::controller(&rt, namespace, allowed, metrics);
+    let (allow_list, allow_changes) = revisions::AllowList::watch(&rt, allowed);
+    let extensions = extensions::controller(&rt, allow_list.clone(), metrics.clone());
+    let revisions = revisions::controller(&rt, namespace, (allow_list, allow_changes), metrics);
     let work = async move {
         tokio::join!(revisions, extensions);
     };

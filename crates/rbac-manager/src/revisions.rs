@@ -42,7 +42,7 @@ use runtime::{
 };
 use types::pkg::v1::{ProviderRevision, RevisionState};
 
-use crate::{boundary, kinds, roles, subjects};
+use crate::{boundary, kinds, roles};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerrevision";
@@ -95,8 +95,7 @@ pub struct Revisions {
     namespace: String,
     deployments: Store<Deployment>,
     /// The ClusterRole whose rules bound what packages may ask for.
-    allowed_role: String,
-    allow_list: Store<ClusterRole>,
+    allow_list: AllowList,
     /// What was last applied for a revision (a hash), so an unchanged
     /// revision writes nothing.
     applied: Expiring<String, u64>,
@@ -156,7 +155,7 @@ impl Reconciler for Revisions {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.deployments).await && cache_ready(&self.allow_list).await
+        cache_ready(&self.deployments).await && cache_ready(&self.allow_list.store).await
     }
 
     /// The package-manager owns the revision's status; this controller
@@ -189,14 +188,14 @@ impl Reconciler for Revisions {
         refused.merge(boundary::check(
             &requested,
             &roles::rules_of(&rendered),
-            &self.allowed_rules(),
+            &self.allow_list.rules(),
         ));
         if !refused.is_empty() {
             // Nothing of this revision is created or widened, and what a
             // wider boundary granted before goes.
             self.remove(&name).await?;
             self.metrics.requests_refused.inc();
-            let why = refused.message(&self.allowed_role);
+            let why = refused.message(&self.allow_list.name);
             self.condition(r, false, "PermissionRequestRefused", &why)
                 .await?;
             return Err(Error::Refused(why));
@@ -207,7 +206,7 @@ impl Reconciler for Revisions {
             .flatten();
         let service_account = runtime
             .as_ref()
-            .and_then(|(_, sa)| subjects::revision(sa).ok().map(|()| sa.clone()));
+            .and_then(|(_, sa)| types::borrowed_identity(sa).is_none().then(|| sa.clone()));
         let binding = service_account
             .as_ref()
             .map(|sa| roles::system_binding(&name, &uid, sa, &self.namespace));
@@ -215,15 +214,15 @@ impl Reconciler for Revisions {
         let n = rendered.len();
         let ns = &self.namespace;
         let (ok, reason, message) = match (&runtime, active) {
-            (Some((deployment, sa)), _) => match subjects::revision(sa) {
-                Ok(()) => (
+            (Some((deployment, sa)), _) => match types::borrowed_identity(sa) {
+                None => (
                     true,
                     "RolesRendered",
                     format!(
                         "{n} roles rendered; the system role is bound to ServiceAccount {ns}/{sa}"
                     ),
                 ),
-                Err(why) => (
+                Some(why) => (
                     false,
                     SERVICE_ACCOUNT_REFUSED,
                     format!(
@@ -305,7 +304,7 @@ impl Revisions {
             .spec
             .as_ref()
             .and_then(|s| s.template.spec.as_ref());
-        let sa = subjects::pod_service_account(
+        let sa = types::pod_service_account(
             pod.and_then(|p| p.service_account_name.as_deref()),
             pod.and_then(|p| p.service_account.as_deref()),
         );
@@ -321,17 +320,6 @@ impl Revisions {
         serde_json::from_str(text).map_err(|e| {
             format!("the revision's {PERMISSION_REQUESTS} annotation is not a list of rules: {e}")
         })
-    }
-
-    /// The allow-list's rules (none while the ClusterRole is missing: then
-    /// nothing is allowed).
-    fn allowed_rules(&self) -> Vec<PolicyRule> {
-        self.allow_list
-            .state()
-            .iter()
-            .find(|c| c.name_any() == self.allowed_role)
-            .and_then(|c| c.rules.clone())
-            .unwrap_or_default()
     }
 
     /// Applies the revision's roles and its binding (or deletes the binding
@@ -449,23 +437,62 @@ where
     Ok(true)
 }
 
+/// The allow-list ClusterRole (`--allowed-permissions-clusterrole`), as
+/// one watch of it by name keeps it; both controllers read it from here.
+#[derive(Clone)]
+pub struct AllowList {
+    /// Its name.
+    pub name: String,
+    /// The watch's cache (the one ClusterRole, or none).
+    pub store: Store<ClusterRole>,
+}
+
+impl AllowList {
+    /// The watch of the ClusterRole `name` and the cache it fills; the
+    /// stream must be polled (the revision controller does: a change looks
+    /// at every revision again).
+    pub fn watch(
+        rt: &Runtime,
+        name: String,
+    ) -> (
+        Self,
+        impl futures::Stream<Item = Result<ClusterRole, watcher::Error>> + Send + 'static,
+    ) {
+        let (store, writer) = kube::runtime::reflector::store();
+        let stream = watcher(
+            Api::<ClusterRole>::all(rt.client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        (Self { name, store }, stream)
+    }
+
+    /// Its rules (none while the ClusterRole is missing: then nothing is
+    /// allowed).
+    pub fn rules(&self) -> Vec<PolicyRule> {
+        self.store
+            .state()
+            .iter()
+            .find(|c| c.name_any() == self.name)
+            .and_then(|c| c.rules.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// The controller, ready to run: it watches the runtime Deployments of
 /// revisions (to bind their ServiceAccounts) and the allow-list ClusterRole
 /// (a change looks at every revision again).
-pub fn controller(
+pub fn controller<S>(
     rt: &Runtime,
     namespace: String,
-    allowed_role: String,
+    (allow_list, allow_stream): (AllowList, S),
     metrics: RbacMetrics,
-) -> impl Future<Output = ()> + Send + 'static + use<> {
-    let (allow_list, allow_writer) = kube::runtime::reflector::store();
-    let allow_stream = watcher(
-        Api::<ClusterRole>::all(rt.client.clone()),
-        watcher::Config::default().fields(&format!("metadata.name={allowed_role}")),
-    )
-    .default_backoff()
-    .reflect(allow_writer)
-    .touched_objects();
+) -> impl Future<Output = ()> + Send + 'static + use<S>
+where
+    S: futures::Stream<Item = Result<ClusterRole, watcher::Error>> + Send + 'static,
+{
     let (deployments, writer) = kube::runtime::reflector::store();
     let owned = watcher(
         Api::<Deployment>::namespaced(rt.client.clone(), &namespace),
@@ -495,7 +522,6 @@ pub fn controller(
         field_manager: rt.field_manager(),
         namespace,
         deployments,
-        allowed_role,
         allow_list,
         applied: Expiring::new(Duration::from_secs(3600)),
         metrics,

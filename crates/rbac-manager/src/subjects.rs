@@ -10,10 +10,9 @@
 //!   receive the Extension's grants without anyone having installed it.
 //! - A revision's `system` role goes to the ServiceAccount its runtime
 //!   Deployment runs as (the package-manager renders it in the
-//!   rbac-manager's namespace), never to `default` (every pod without a
-//!   ServiceAccount of its own runs as it) nor to one of this control
-//!   plane's six controllers (`deploy/base/*/serviceaccount.yaml`), whose
-//!   rights a package must not add to or use.
+//!   rbac-manager's namespace), never to one [`types::borrowed_identity`]
+//!   refuses: `default` or one of this control plane's six controllers,
+//!   whose rights a package must not add to or use.
 //!
 //! [`Extension::controller_service_account`]: types::extensions::v1alpha1::Extension::controller_service_account
 
@@ -36,38 +35,12 @@ pub fn extension(extension_uid: &str, service_account: Option<&ObjectMeta>) -> E
     let Some(meta) = service_account else {
         return ExtensionSubject::Missing;
     };
-    let controlled = !extension_uid.is_empty()
-        && meta
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true) && o.uid == extension_uid);
-    if controlled {
+    let refs = meta.owner_references.as_deref().unwrap_or_default();
+    if runtime::objects::controlled_by(refs, extension_uid) {
         ExtensionSubject::Bind
     } else {
         ExtensionSubject::NotControlled
     }
-}
-
-/// The ServiceAccount a pod spec runs as: `serviceAccountName`, else the
-/// deprecated `serviceAccount`, else `default`, as the API server decides.
-pub fn pod_service_account(name: Option<&str>, deprecated: Option<&str>) -> String {
-    name.filter(|n| !n.is_empty())
-        .or(deprecated.filter(|n| !n.is_empty()))
-        .unwrap_or("default")
-        .to_owned()
-}
-
-/// Whether a revision's `system` role may be bound to ServiceAccount
-/// `name` of its runtime; if not, why.
-pub fn revision(name: &str) -> Result<(), String> {
-    if name == "default" {
-        return Err("every pod without a ServiceAccount of its own runs as it".to_owned());
-    }
-    if types::CONTROLLERS.contains(&name) {
-        return Err(format!("it is the {name} controller's own"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -140,32 +113,6 @@ mod tests {
         ];
         for (name, uid, meta, want) in cases {
             assert_eq!(extension(uid, meta.as_ref()), *want, "{name}");
-        }
-    }
-
-    #[test]
-    fn a_pod_runs_as_its_service_account_name_else_the_old_field_else_default() {
-        assert_eq!(pod_service_account(Some("a"), Some("b")), "a");
-        assert_eq!(pod_service_account(Some(""), Some("b")), "b");
-        assert_eq!(pod_service_account(None, None), "default");
-        assert_eq!(pod_service_account(Some(""), Some("")), "default");
-    }
-
-    #[test]
-    fn a_revisions_role_is_never_bound_to_default_or_a_controllers_service_account() {
-        let cases: &[(&str, bool)] = &[
-            ("provider-kubernetes-abc123", true),
-            ("shared", true),
-            ("default", false),
-            ("scheduler", false),
-            ("application-controller", false),
-            ("resource-controller", false),
-            ("object-provider", false),
-            ("package-manager", false),
-            ("rbac-manager", false),
-        ];
-        for (name, bound) in cases {
-            assert_eq!(revision(name).is_ok(), *bound, "{name}");
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Small object operations every controller does the same way.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Api, Resource, api::DeleteParams};
 use serde::de::DeserializeOwned;
 
@@ -14,4 +15,13 @@ where
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `refs` (an object's ownerReferences) name the object of `uid`
+/// as its controller. An empty `uid` controls nothing.
+pub fn controlled_by(refs: &[OwnerReference], uid: &str) -> bool {
+    !uid.is_empty()
+        && refs
+            .iter()
+            .any(|o| o.controller == Some(true) && o.uid == uid)
 }

@@ -50,6 +50,28 @@ pub const CONTROLLERS: [&str; 6] = [
     "rbac-manager",
 ];
 
+/// The ServiceAccount a pod spec runs as: `serviceAccountName`, else the
+/// deprecated `serviceAccount`, else `default`, as the API server decides.
+pub fn pod_service_account(name: Option<&str>, deprecated: Option<&str>) -> String {
+    name.filter(|n| !n.is_empty())
+        .or(deprecated.filter(|n| !n.is_empty()))
+        .unwrap_or("default")
+        .to_owned()
+}
+
+/// Why no package runtime may run as, or be granted to, ServiceAccount
+/// `name` of the controllers' namespace: `default` (every pod without one
+/// of its own runs as it) and the controllers' own ([`CONTROLLERS`]).
+/// `None` when it may.
+pub fn borrowed_identity(name: &str) -> Option<String> {
+    if name == "default" {
+        return Some("every pod without a ServiceAccount of its own runs as it".to_owned());
+    }
+    CONTROLLERS
+        .contains(&name)
+        .then(|| format!("it is the {name} controller's own"))
+}
+
 /// The API groups of the control plane itself (its `crds/`). No package
 /// may install a CRD in them, and no package or Extension is ever granted
 /// writes to them. `kubernetes.crossplane.io`, the Object provider's API,
@@ -76,4 +98,35 @@ pub fn is_protected_group(group: &str) -> bool {
         || group == "kubernetes.io"
         || group.ends_with(".kubernetes.io")
         || OWN_API_GROUPS.contains(&group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_runs_as_its_service_account_name_else_the_old_field_else_default() {
+        assert_eq!(pod_service_account(Some("a"), Some("b")), "a");
+        assert_eq!(pod_service_account(Some(""), Some("b")), "b");
+        assert_eq!(pod_service_account(None, None), "default");
+        assert_eq!(pod_service_account(Some(""), Some("")), "default");
+    }
+
+    #[test]
+    fn no_runtime_borrows_default_or_a_controllers_service_account() {
+        let cases: &[(&str, bool)] = &[
+            ("provider-kubernetes-abc123", true),
+            ("shared", true),
+            ("default", false),
+            ("scheduler", false),
+            ("application-controller", false),
+            ("resource-controller", false),
+            ("object-provider", false),
+            ("package-manager", false),
+            ("rbac-manager", false),
+        ];
+        for (name, may) in cases {
+            assert_eq!(borrowed_identity(name).is_none(), *may, "{name}");
+        }
+    }
 }

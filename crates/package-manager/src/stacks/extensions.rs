@@ -32,7 +32,7 @@ use runtime::{
     ssa,
 };
 use serde_json::json;
-use types::extensions::v1alpha1::{CrdRef, Extension};
+use types::extensions::v1alpha1::Extension;
 
 use crate::podsecurity;
 
@@ -45,17 +45,6 @@ use super::{
 pub const CONTROLLER: &str = "extension";
 /// Holds an Extension until its controller is stopped and its CRDs let go.
 pub const FINALIZER: &str = "extensions.crossplane.io/stack";
-/// Whether `refs` name the object of `uid` as their controller.
-fn controlled_by(
-    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-    uid: &str,
-) -> bool {
-    !uid.is_empty()
-        && refs
-            .iter()
-            .any(|o| o.controller == Some(true) && o.uid == uid)
-}
-
 /// The rbac-manager's condition: the controller's role is bound.
 const TYPE_RBAC_READY: &str = "RBACReady";
 /// How often an Extension waiting on what no watch shows looks again.
@@ -99,15 +88,6 @@ fn unbound(e: &Extension) -> Option<String> {
     }
 }
 
-fn describe(r: &CrdRef) -> String {
-    format!("{} ({})", r.kind, r.api_version)
-}
-
-/// The API group of a CRD reference's apiVersion (`""` for `v1`).
-fn group_of(r: &CrdRef) -> &str {
-    r.api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
-
 impl Reconciler for Extensions {
     type Object = Extension;
     type Error = Error;
@@ -147,8 +127,8 @@ impl Reconciler for Extensions {
             .iter()
             .map(|r| ("owns", r))
             .chain(refs.depends_on.iter().map(|r| ("dependsOn", r)))
-            .filter(|(_, r)| types::is_protected_group(group_of(r)))
-            .map(|(field, r)| format!("{field} {}", describe(r)))
+            .filter(|(_, r)| types::is_protected_group(r.group_version().0))
+            .map(|(field, r)| format!("{field} {r}"))
             .collect();
         if !protected.is_empty() {
             return Err(Error::Invalid(format!(
@@ -162,7 +142,7 @@ impl Reconciler for Extensions {
             let Some(crd) =
                 installed_crd(&self.crds, &CrdSelector::of_kind(&r.kind, &r.api_version))
             else {
-                missing.push(describe(r));
+                missing.push(r.to_string());
                 continue;
             };
             let owner = crd.annotations().get(OWNER_ANNOTATION).cloned();
@@ -197,7 +177,7 @@ impl Reconciler for Extensions {
         for r in &refs.depends_on {
             match installed_crd(&self.crds, &CrdSelector::of_kind(&r.kind, &r.api_version)) {
                 Some(crd) => self.mark(&crd, &label, DEPENDS_ON, None).await?,
-                None => missing_deps.push(describe(r)),
+                None => missing_deps.push(r.to_string()),
             }
         }
         let controller = self.run_controller(e).await?;
@@ -358,25 +338,30 @@ impl Extensions {
     }
 
     /// Deletes the Extension's controller Deployment, if it is there and
-    /// its own: a controller that may not run does not keep running.
+    /// its own.
     async fn stop_controller(
         &self,
         ns: &str,
         deployment: &str,
         extension: &str,
     ) -> Result<(), Error> {
-        let api = Api::<Deployment>::namespaced(self.sk.client().clone(), ns);
-        if api
+        let live = Api::<Deployment>::namespaced(self.sk.client().clone(), ns)
             .get_opt(deployment)
             .await
-            .map_err(|e| Error::Request("read the stack's controller Deployment", e))?
-            .is_some_and(|live| self.ours(&live, extension))
-        {
-            runtime::objects::delete(&api, deployment)
-                .await
-                .map_err(|e| Error::Request("delete the stack's controller Deployment", e))?;
+            .map_err(|e| Error::Request("read the stack's controller Deployment", e))?;
+        if live.is_some_and(|live| self.ours(&live, extension)) {
+            self.delete_controller(ns, deployment).await?;
         }
         Ok(())
+    }
+
+    /// Deletes the controller Deployment `ns/deployment` (known to be the
+    /// Extension's).
+    async fn delete_controller(&self, ns: &str, deployment: &str) -> Result<(), Error> {
+        let api = Api::<Deployment>::namespaced(self.sk.client().clone(), ns);
+        runtime::objects::delete(&api, deployment)
+            .await
+            .map_err(|e| Error::Request("delete the stack's controller Deployment", e))
     }
 
     fn ours(&self, d: &Deployment, extension: &str) -> bool {
@@ -441,14 +426,18 @@ impl Extensions {
             .await
             .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
         if let Some(sa) = &existing
-            && !controlled_by(sa.owner_references(), &uid)
+            && !runtime::objects::controlled_by(sa.owner_references(), &uid)
         {
             refused.push(format!(
                 "{pod_path}.serviceAccountName: ServiceAccount {ns}/{service_account} exists and was not made for this Extension; a stack's controller runs only as a ServiceAccount the package-manager creates for it: name one that does not exist, or leave it unset"
             ));
         }
         if !refused.is_empty() {
-            self.stop_controller(&ns, &d.name, &name).await?;
+            // A controller that may not run does not keep running (the live
+            // one, read above, is this Extension's).
+            if live.is_some() {
+                self.delete_controller(&ns, &d.name).await?;
+            }
             return Err(Error::Invalid(format!(
                 "the stack's controller is not run: {}",
                 refused.join("; ")

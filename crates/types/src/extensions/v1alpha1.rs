@@ -155,6 +155,23 @@ pub struct CrdRef {
     pub api_version: String,
 }
 
+impl CrdRef {
+    /// Its apiVersion as (group, version): `v1` alone is the core group
+    /// `""`, as in any apiVersion.
+    pub fn group_version(&self) -> (&str, &str) {
+        self.api_version
+            .split_once('/')
+            .unwrap_or(("", &self.api_version))
+    }
+}
+
+/// `Kind (apiVersion)`, as conditions name a reference.
+impl std::fmt::Display for CrdRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.kind, self.api_version)
+    }
+}
+
 /// An icon.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Icon {
