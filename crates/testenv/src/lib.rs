@@ -50,6 +50,28 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
+    /// A new directory for a server started beside the clusters (a
+    /// registry): inside the plane's own, which the watchdog removes when
+    /// the test process exits; under the temporary directory for clusters
+    /// the tests were pointed at.
+    pub(crate) fn scratch_dir(&self, prefix: &str) -> std::path::PathBuf {
+        let base = self
+            ._guard
+            .as_ref()
+            .map_or_else(std::env::temp_dir, |g| g.dir().to_owned());
+        base.join(unique_name(prefix))
+    }
+
+    /// Makes the watchdog stop `pid` (a server started beside the
+    /// clusters) when the test process exits, however it exits: a static,
+    /// such as a test binary's shared registry, is never dropped.
+    pub(crate) fn stop_on_exit(&self, pid: u32) -> anyhow::Result<()> {
+        match &self._guard {
+            Some(guard) => guard.stop_on_exit(pid),
+            None => Ok(()),
+        }
+    }
+
     /// Every remote cluster: `remote`, then `more_remotes`.
     pub fn remotes(&self) -> impl Iterator<Item = &Cluster> {
         std::iter::once(&self.remote).chain(&self.more_remotes)

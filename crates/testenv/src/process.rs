@@ -56,14 +56,21 @@ impl Processes {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {name} ({:?})", cmd.get_program()))?;
+        let pid = child.id();
+        self.stop_on_exit(pid)?;
+        self.children.push((name.to_owned(), child));
+        Ok(pid)
+    }
+
+    /// Makes the watchdog stop `pid` when the test process exits, however
+    /// it exits (a process started beside these, such as a registry).
+    pub(crate) fn stop_on_exit(&self, pid: u32) -> anyhow::Result<()> {
         let mut pids = fs::OpenOptions::new()
             .append(true)
             .create(true)
             .open(self.dir.join("pids"))?;
-        let pid = child.id();
         writeln!(pids, "{pid}")?;
-        self.children.push((name.to_owned(), child));
-        Ok(pid)
+        Ok(())
     }
 
     /// Fails naming the process and the end of its log when one has exited.

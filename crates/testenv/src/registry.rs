@@ -62,7 +62,7 @@ impl Registry {
             .serving_tls()
             .context("a registry needs testenv's own PKI (not an existing cluster)")?;
         let address = format!("{}:{port}", node.host_ip);
-        let dir = std::env::temp_dir().join(crate::unique_name("registry"));
+        let dir = plane.scratch_dir("registry");
         std::fs::create_dir_all(dir.join("data"))?;
         let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n  tls:\n    certificate: {}\n    key: {}\n",
@@ -88,6 +88,7 @@ impl Registry {
             .stderr(log)
             .spawn()
             .context("starting the registry (hack/build-binaries.sh builds it)")?;
+        plane.stop_on_exit(child.id())?;
         let registry = Self {
             child,
             address,
