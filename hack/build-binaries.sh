@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned upstream binaries the crossplane-rs tests run against
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# kube-proxy, kubectl, registry) from source via the Go module proxy, once per
+# kube-proxy, kubectl, registry, the upstream crossplane CLI `crank`, and
+# provider-kubernetes at every pinned release together with that release's
+# unmodified package/ directory) from source via the Go module proxy, once per
 # version, into a cache outside the repo; builds the test node's small static
 # programs from hack/node-programs/; and installs Debian's containerd, runc,
 # containernetworking-plugins and iptables (the test node's runtime) when they
@@ -15,8 +17,13 @@
 #   kubernetes-<ver>/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl}
 #   etcd-<ver>/etcd
 #   registry-<ver>/registry
+#   crank-<ver>/crank                        (CROSSPLANE_CLI_VERSION)
+#   provider-kubernetes-<ver>/provider       (each of PROVIDER_KUBERNETES_VERSIONS)
+#   provider-kubernetes-<ver>/package/       (upstream's package/: crossplane.yaml, crds/)
 #   node-programs-<hash>/{pause,apicheck}    (hash of hack/node-programs/)
-#   bin/<name> -> ../<component>-<ver>/<name>    (rewritten on every run)
+#   bin/<name> -> ../<component>-<ver>/<name>    (rewritten on every run), and
+#     bin/provider-kubernetes-<ver> -> ../provider-kubernetes-<ver>/provider
+#     bin/provider-kubernetes-<ver>-package -> ../provider-kubernetes-<ver>/package
 #   work/      throwaway Go modules used for the builds
 #   logs/      full output of every go / apt invocation
 #
@@ -44,9 +51,16 @@ die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
 [[ -r "$HACK_DIR/versions.env" ]] || die "cannot read $HACK_DIR/versions.env"
 # shellcheck source=versions.env
 source "$HACK_DIR/versions.env"
-for var in KUBERNETES_VERSION ETCD_VERSION REGISTRY_VERSION; do
+for var in KUBERNETES_VERSION ETCD_VERSION REGISTRY_VERSION CROSSPLANE_CLI_VERSION PROVIDER_KUBERNETES_VERSIONS; do
   [[ -n "${!var:-}" ]] || die "$var is not set in $HACK_DIR/versions.env"
 done
+IFS=, read -ra PROVIDER_KUBERNETES_VERS <<<"$PROVIDER_KUBERNETES_VERSIONS"
+for v in "$CROSSPLANE_CLI_VERSION" "${PROVIDER_KUBERNETES_VERS[@]}"; do
+  [[ "$v" =~ ^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]*)?$ ]] ||
+    die "'$v' in $HACK_DIR/versions.env is not a module version like v1.2.3"
+done
+[[ "$(printf '%s\n' "${PROVIDER_KUBERNETES_VERS[@]}" | sort -u | wc -l)" == "${#PROVIDER_KUBERNETES_VERS[@]}" ]] ||
+  die "PROVIDER_KUBERNETES_VERSIONS=$PROVIDER_KUBERNETES_VERSIONS names a version twice"
 
 if [[ -z "${CROSSPLANE_RS_CACHE:-}" && -z "${HOME:-}" ]]; then
   die "neither CROSSPLANE_RS_CACHE nor HOME is set — cannot pick a cache directory"
@@ -125,6 +139,7 @@ run_logged() {
 # Go helpers
 # ---------------------------------------------------------------------------
 GO_READY=""
+BUILD_ENV=()  # see build_in_throwaway_module
 need_go() {
   # A subshell that built something (the registry) wiped the temporary
   # directory on its exit: make sure it is there for the next build.
@@ -153,16 +168,19 @@ require_go() {
   fi
 }
 
-# mod_download <module> <version> <logfile>
-# Fetches module@version into the module cache. Sets MOD_GOMOD (path of its
-# go.mod), MOD_TIME (commit time, RFC3339) and MOD_COMMIT (VCS hash or "").
+# mod_download <module> <version> <logfile> [VAR=value...]
+# Fetches module@version into the module cache, with VAR=value added to go's
+# environment. Sets MOD_GOMOD (path of its go.mod), MOD_DIR (its extracted
+# source tree, read-only), MOD_TIME (commit time, RFC3339) and MOD_COMMIT (VCS
+# hash or "").
 mod_download() {
   local mod="$1" ver="$2" logf="$3" json err info
+  shift 3
   local jsonf="$CACHE/work/.download/$$.json" rc=0
   mkdir -p "$CACHE/work/.download"
   : >"$logf"; : >"$jsonf"
   TMP_PATHS+=("$jsonf")
-  run_bg "$FETCH_TIMEOUT" "$jsonf" "$logf" env -C "$CACHE/work/.download" go mod download -json "$mod@$ver" || rc=$?
+  run_bg "$FETCH_TIMEOUT" "$jsonf" "$logf" env -C "$CACHE/work/.download" "$@" go mod download -json "$mod@$ver" || rc=$?
   json="$(cat "$jsonf")"
   if ((rc != 0)); then
     printf '%s\n' "$json" >>"$logf"
@@ -174,9 +192,11 @@ mod_download() {
   fi
   printf '%s\n' "$json" >>"$logf"
   MOD_GOMOD="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p' | head -n 1)"
+  MOD_DIR="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' | head -n 1)"
   info="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Info": "\(.*\)",\{0,1\}$/\1/p' | head -n 1)"
   MOD_COMMIT="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Hash": "\([0-9a-f]*\)",\{0,1\}$/\1/p' | head -n 1)"
   [[ -n "$MOD_GOMOD" && -r "$MOD_GOMOD" ]] || die "fetching $mod $ver: go mod download did not report a go.mod file (log: $logf)"
+  [[ -n "$MOD_DIR" && -d "$MOD_DIR" ]] || die "fetching $mod $ver: go mod download did not report the module's directory (log: $logf)"
   MOD_TIME=""
   if [[ -n "$info" && -r "$info" ]]; then
     MOD_TIME="$(sed -n 's/.*"Time": *"\([^"]*\)".*/\1/p' "$info" | head -n 1)"
@@ -218,8 +238,15 @@ remote_replaces() {
 
 # build_in_throwaway_module <component> <module> <version> <ldflags> <extra go.mod text> <bin=pkg>...
 # Builds main packages of <module>@<version> that cannot be `go install`ed
-# (because their go.mod has replace directives) from a generated module that
-# requires it. Missing binaries only; each is written atomically.
+# from a generated module that requires it: `go install pkg@version` refuses a
+# go.mod with replace directives, and it looks up the module's latest version
+# (for deprecation notices) and fails when the proxy refuses that list (403),
+# which a pinned requirement never asks for. With its go directive and godebug
+# lines copied (GO_DIRECTIVE, GODEBUG_DIRECTIVES) and no replace directives of
+# its own, the generated module selects exactly the module's own dependency
+# versions. Missing binaries only; each is written atomically. The caller may
+# set a local array BUILD_ENV of VAR=value pairs added to go's environment
+# (after the defaults, so GOFLAGS can be overridden).
 build_in_throwaway_module() {
   local component="$1" mod="$2" ver="$3" ldflags="$4" extra="$5"
   shift 5
@@ -256,7 +283,7 @@ EOF
   t0=$SECONDS
   run_logged "resolving the dependencies of $mod $ver via the Go module proxy" \
     "$FETCH_TIMEOUT" "$logs/$component-$ver-resolve.log" \
-    env -C "$work" GOFLAGS=-mod=mod go list -deps -f '{{.ImportPath}}' "${pkgs[@]}"
+    env -C "$work" GOFLAGS=-mod=mod "${BUILD_ENV[@]}" go list -deps -f '{{.ImportPath}}' "${pkgs[@]}"
   log "$component $ver: dependencies resolved in $(fmt_secs $((SECONDS - t0)))"
 
   for spec in "${missing[@]}"; do
@@ -268,7 +295,7 @@ EOF
     : >"$logs/$bin-$ver-build.log"
     run_logged "building $bin $ver (go build $pkg)" \
       "$BUILD_TIMEOUT" "$logs/$bin-$ver-build.log" \
-      env -C "$work" GOFLAGS="-mod=mod -buildvcs=false" \
+      env -C "$work" GOFLAGS="-mod=mod -buildvcs=false" "${BUILD_ENV[@]}" \
       go build -trimpath -ldflags "-s -w $ldflags" -o "$tmp" "$pkg"
     mv -f "$tmp" "$dir/$bin"
     log "$bin $ver: built in $(fmt_secs $((SECONDS - t0))) → $dir/$bin"
@@ -418,6 +445,85 @@ build_registry() {
   REGISTRY_TARGET=/usr/bin/docker-registry
 }
 
+# The upstream crossplane CLI. Its main package is cmd/crank (released as
+# `crossplane`); the tests use it to build and push packages the way users do.
+# github.com/crossplane/crossplane/v2 has no replace directives, but the Go
+# module proxy answers 403 for its version list, which `go install pkg@version`
+# reads, hence the throwaway module.
+build_crank() {
+  local ver="$CROSSPLANE_CLI_VERSION" mod=github.com/crossplane/crossplane/v2 ld="" m extra=""
+  if all_present "$CACHE/crank-$ver" crank; then log "crank $ver: cached"; return 0; fi
+  need_go
+  mkdir -p "$CACHE/logs"
+  log "crank $ver: fetching $mod from the Go module proxy…"
+  mod_download "$mod" "$ver" "$CACHE/logs/crank-$ver-download.log"
+  GO_DIRECTIVE="$(go_line "$MOD_GOMOD")"
+  [[ -n "$GO_DIRECTIVE" ]] || die "$mod $ver: no 'go' directive in $MOD_GOMOD"
+  require_go "$GO_DIRECTIVE" "$mod $ver"
+  GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
+  while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+  # Stamped like upstream's release build (nix/build.nix), so that
+  # `crank version` reports $ver.
+  if grep -qs '^var version string' "$MOD_DIR/internal/version/version.go"; then
+    ld="-X $mod/internal/version.version=$ver"
+  else
+    log "crank $ver: WARNING no 'var version string' in $mod/internal/version — the binary will not know its version"
+  fi
+  build_in_throwaway_module crank "$mod" "$ver" "$ld" "$extra" "crank=$mod/cmd/crank"
+}
+
+# provider-kubernetes at each of PROVIDER_KUBERNETES_VERSIONS: the provider
+# binary (the image's entrypoint upstream) and a writable copy of the
+# release's package/ directory (crossplane.yaml, crds/) exactly as tagged, so
+# that tests build the package with crank from upstream's own metadata.
+PK_MOD=github.com/crossplane-contrib/provider-kubernetes
+# Not every release is in the public checksum database (sum.golang.org
+# answers 404 for v0.18.0, which go treats as a verification failure): that
+# one module is exempt; its dependencies are still checked against the database.
+PK_GOENV=(GONOSUMDB="$PK_MOD")
+build_provider_kubernetes() {
+  local ver
+  for ver in "${PROVIDER_KUBERNETES_VERS[@]}"; do build_provider_kubernetes_version "$ver"; done
+}
+build_provider_kubernetes_version() {
+  local ver="$1" dir="$CACHE/provider-kubernetes-$1" ld="" tmp have_bin="" have_pkg=""
+  all_present "$dir" provider && have_bin=1
+  [[ -r "$dir/package/crossplane.yaml" && -d "$dir/package/crds" ]] && have_pkg=1
+  if [[ -n "$have_bin" && -n "$have_pkg" ]]; then log "provider-kubernetes $ver: cached (provider, package/)"; return 0; fi
+  # Built in a throwaway module like crank (`go install pkg@version` would
+  # also depend on the proxy serving this module's version list).
+  need_go
+  mkdir -p "$dir" "$CACHE/logs"
+  log "provider-kubernetes $ver: fetching $PK_MOD from the Go module proxy…"
+  mod_download "$PK_MOD" "$ver" "$CACHE/logs/provider-kubernetes-$ver-download.log" "${PK_GOENV[@]}"
+  if [[ -z "$have_bin" ]]; then
+    GO_DIRECTIVE="$(go_line "$MOD_GOMOD")"
+    [[ -n "$GO_DIRECTIVE" ]] || die "$PK_MOD $ver: no 'go' directive in $MOD_GOMOD"
+    require_go "$GO_DIRECTIVE" "$PK_MOD $ver"
+    GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
+    local m extra=""
+    while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+    # Releases from v0.18 stamp internal/version.Version like upstream's
+    # Makefile does; older ones have no such package.
+    [[ -d "$MOD_DIR/internal/version" ]] && ld="-X $PK_MOD/internal/version.Version=$ver"
+    local -a BUILD_ENV=("${PK_GOENV[@]}")
+    build_in_throwaway_module provider-kubernetes "$PK_MOD" "$ver" "$ld" "$extra" "provider=$PK_MOD/cmd/provider"
+  fi
+  if [[ -z "$have_pkg" ]]; then
+    [[ -r "$MOD_DIR/package/crossplane.yaml" && -d "$MOD_DIR/package/crds" ]] ||
+      die "provider-kubernetes $ver: $MOD_DIR has no package/crossplane.yaml and package/crds/ — has the layout changed?"
+    tmp="$dir/.package.tmp.$$"
+    TMP_PATHS+=("$tmp")
+    rm -rf -- "$tmp" "$dir/package"
+    cp -R -- "$MOD_DIR/package" "$tmp"
+    chmod -R u+w -- "$tmp"  # the module cache is read-only
+    mv -T -- "$tmp" "$dir/package"
+    log "provider-kubernetes $ver: package directory copied → $dir/package"
+  fi
+  grep -qs 'strategy: Webhook' "$dir/package/crds/kubernetes.crossplane.io_objects.yaml" ||
+    log "provider-kubernetes $ver: WARNING its Object CRD has no 'conversion: strategy: Webhook' (the upgrade tests expect one)"
+}
+
 # The test node's own small programs (hack/node-programs/: standard library
 # only, so no network): built static into a directory named by the hash of
 # their sources, so an edit rebuilds them and a warm run does not.
@@ -493,10 +599,13 @@ fi
 mkdir -p "$CACHE/work" "$CACHE/logs"
 
 T_START=$SECONDS
-log "cache: $CACHE (kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION)"
+SUMMARY="kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION, crank $CROSSPLANE_CLI_VERSION, provider-kubernetes ${PROVIDER_KUBERNETES_VERS[*]}"
+log "cache: $CACHE ($SUMMARY)"
 build_etcd
 build_kubernetes
 build_registry
+build_crank
+build_provider_kubernetes
 build_node_programs
 install_node_packages
 
@@ -511,13 +620,22 @@ declare -A LINKS=(
   [kube-proxy]="../kubernetes-$KUBERNETES_VERSION/kube-proxy"
   [kubectl]="../kubernetes-$KUBERNETES_VERSION/kubectl"
   [registry]="$REGISTRY_TARGET"
+  [crank]="../crank-$CROSSPLANE_CLI_VERSION/crank"
 )
 for name in "${NODE_PROGRAMS[@]}"; do LINKS[$name]="$NODE_PROGRAMS_DIR/$name"; done
+for v in "${PROVIDER_KUBERNETES_VERS[@]}"; do
+  LINKS[provider-kubernetes-$v]="../provider-kubernetes-$v/provider"
+  LINKS[provider-kubernetes-$v-package]="../provider-kubernetes-$v/package"  # a directory
+done
 mkdir -p "$CACHE/bin"
 for name in "${!LINKS[@]}"; do
   ln -sfn "${LINKS[$name]}" "$CACHE/bin/.$name.tmp"
   mv -Tf "$CACHE/bin/.$name.tmp" "$CACHE/bin/$name"
-  [[ -x "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not an executable (cache corrupted? delete $CACHE and rerun)"
+  if [[ "$name" == *-package ]]; then
+    [[ -r "$CACHE/bin/$name/crossplane.yaml" ]] || die "bin/$name -> ${LINKS[$name]} has no crossplane.yaml (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"
+  else
+    [[ -x "$CACHE/bin/$name" && ! -d "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not an executable (cache corrupted? delete $CACHE and rerun)"
+  fi
 done
 # Node programs built from older sources are no longer linked.
 for f in "$CACHE"/node-programs-*; do
@@ -528,5 +646,5 @@ for f in "$CACHE/bin"/* "$CACHE/bin"/.[!.]*; do
   [[ -n "${LINKS[$(basename "$f")]+x}" ]] || rm -f -- "$f"
 done
 
-log "done in $(fmt_secs $((SECONDS - T_START)))"
+log "done in $(fmt_secs $((SECONDS - T_START))): ${#LINKS[@]} entries in $CACHE/bin ($SUMMARY)"
 echo "CROSSPLANE_RS_BIN=$CACHE/bin"

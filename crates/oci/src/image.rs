@@ -1,5 +1,6 @@
 //! Images: layers plus a config, serialized as the OCI image spec says, and
-//! written as an OCI image-layout archive.
+//! written as an OCI image-layout archive that also carries a `docker save`
+//! style `manifest.json`.
 
 use std::{
     collections::BTreeMap,
@@ -149,15 +150,32 @@ impl Image {
     }
 
     /// Writes the image as an OCI image-layout tar (`oci-layout`,
-    /// `index.json`, `blobs/sha256/...`) that `ctr images import`, `skopeo
-    /// copy oci-archive:` and `docker load` (25+) read. `ref_name` (e.g.
-    /// `registry.local/pause:3.10`) becomes the name the image is imported
-    /// under: it is written both as `org.opencontainers.image.ref.name` and as
-    /// `io.containerd.image.name`. The file is replaced atomically; the same
-    /// image and name always give the same bytes. Returns the manifest
-    /// digest.
+    /// `index.json`, `blobs/sha256/...`) that `ctr images import` and `skopeo
+    /// copy oci-archive:` read. The same tar also has the `manifest.json` of a
+    /// `docker save` archive, pointing at the same blobs
+    /// (`[{"Config":"blobs/sha256/<hex>","RepoTags":[...],"Layers":
+    /// ["blobs/sha256/<hex>",...]}]`, layers bottom first and still gzipped),
+    /// which is what `docker load` (any version) and go-containerregistry's
+    /// `tarball.ImageFromPath` read: the crossplane CLI's `xpkg build
+    /// --embed-runtime-image-tarball` takes the archive as it is.
+    ///
+    /// `ref_name` (e.g. `registry.local/pause:3.10`) becomes the name the
+    /// image is imported under: it is written both as
+    /// `org.opencontainers.image.ref.name` and as `io.containerd.image.name`,
+    /// and as the one `RepoTags` entry when it is a name with a tag and no
+    /// digest that Docker accepts (otherwise `RepoTags` is empty, so `docker
+    /// load` loads the image untagged rather than refusing it). The file is
+    /// replaced atomically; the same image and name always give the same
+    /// bytes. Returns the manifest digest.
     pub fn write_archive(&self, path: &Path, ref_name: &str) -> Result<Digest, Error> {
         let s = self.serialize()?;
+        let blob_path = |d: &Digest| format!("blobs/sha256/{}", d.hex());
+        let docker_manifest = [DockerSaveEntry {
+            config: blob_path(&s.config_digest),
+            repo_tags: docker_repo_tag(ref_name).into_iter().collect(),
+            layers: self.layers.iter().map(|l| blob_path(l.digest())).collect(),
+        }];
+        let docker_manifest = serde_json::to_vec(&docker_manifest).map_err(Error::Json)?;
         let annotations = BTreeMap::from([
             (CONTAINERD_NAME_ANNOTATION, ref_name),
             (REF_NAME_ANNOTATION, ref_name),
@@ -199,6 +217,7 @@ impl Image {
             append(&mut tar, &format!("blobs/sha256/{hex}"), 0o644, Some(bytes)).map_err(io)?;
         }
         append(&mut tar, "index.json", 0o644, Some(&index)).map_err(io)?;
+        append(&mut tar, "manifest.json", 0o644, Some(&docker_manifest)).map_err(io)?;
         let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
         append(&mut tar, "oci-layout", 0o644, Some(layout)).map_err(io)?;
         let mut out = tar.into_inner().map_err(io)?;
@@ -207,6 +226,15 @@ impl Image {
         tmp.persist(path).map_err(|e| io(e.error))?;
         Ok(s.digest)
     }
+}
+
+/// `ref_name` when Docker takes it as a tagged name (`[host[:port]/]path:tag`
+/// with distribution's grammar: lower-case path, no digest), as `docker
+/// load` requires of every `RepoTags` entry.
+fn docker_repo_tag(ref_name: &str) -> Option<&str> {
+    let parsed = oci_client::Reference::try_from(ref_name).ok()?;
+    let tagged = parsed.digest().is_none() && crate::reference::tag_of(ref_name).is_some();
+    tagged.then_some(ref_name)
 }
 
 /// One archive member: a file with `bytes`, or a directory when `None`.
@@ -281,6 +309,16 @@ struct IndexEntry<'a> {
     descriptor: Descriptor<'a>,
     platform: Platform<'a>,
     annotations: BTreeMap<&'a str, &'a str>,
+}
+
+/// One image of a `docker save` archive's `manifest.json`: paths inside
+/// the archive.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct DockerSaveEntry<'a> {
+    config: String,
+    repo_tags: Vec<&'a str>,
+    layers: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -489,9 +527,19 @@ mod tests {
         }
         assert_eq!(
             files.len(),
-            2 + 4 + 2,
-            "2 dirs, 4 blobs, index.json and oci-layout: {:?}",
+            2 + 4 + 3,
+            "2 dirs, 4 blobs, index.json, manifest.json and oci-layout: {:?}",
             files.keys()
+        );
+        let docker: Value = serde_json::from_slice(&files["manifest.json"]).unwrap();
+        let path = |d: &Digest| format!("blobs/sha256/{}", d.hex());
+        assert_eq!(
+            docker,
+            json!([{
+                "Config": path(&s.config_digest),
+                "RepoTags": ["registry.local/app:1"],
+                "Layers": [path(image.layers()[0].digest()), path(image.layers()[1].digest())],
+            }])
         );
         let layout: Value = serde_json::from_slice(&files["oci-layout"]).unwrap();
         assert_eq!(layout, json!({"imageLayoutVersion": "1.0.0"}));
@@ -518,5 +566,30 @@ mod tests {
         let again = dir.path().join("again.tar");
         image.write_archive(&again, "registry.local/app:1").unwrap();
         assert_eq!(fs::read(&again).unwrap(), bytes);
+    }
+
+    #[test]
+    fn only_a_name_docker_takes_as_a_tag_is_a_repo_tag() {
+        for tagged in [
+            "registry.local/app:1",
+            "127.0.0.1:5000/a/b-c_d:v1.2.3",
+            "localhost/x:latest",
+            "app:1",
+        ] {
+            assert_eq!(docker_repo_tag(tagged), Some(tagged));
+        }
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for untagged in [
+            "registry.local/app".to_owned(),
+            "localhost:5000/app".to_owned(),
+            format!("registry.local/app@{digest}"),
+            format!("registry.local/app:1@{digest}"),
+            "registry.local/App:1".to_owned(),
+            "registry.local/app:-1".to_owned(),
+            "registry.local/app:".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(docker_repo_tag(&untagged), None, "{untagged}");
+        }
     }
 }
