@@ -13,6 +13,7 @@ pub mod packages;
 pub mod proxy;
 pub mod shipped;
 pub mod stall;
+pub mod upstream;
 pub mod workloads;
 
 use std::{

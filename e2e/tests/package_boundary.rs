@@ -187,7 +187,7 @@ fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
     let rev = revision["metadata"]["name"].as_str().unwrap().to_owned();
     // The runtime's ServiceAccount (it runs: the package names a runtime
     // image) holds none of it.
-    let sa = format!("system:serviceaccount:{NS}:{rev}");
+    let sa = format!("system:serviceaccount:{NS}:{name}");
     assert!(!can_i(&sa, &["impersonate", "serviceaccounts", "-A"]));
     assert!(!can_i(&sa, &["create", "deployments", "-n", NS]));
     assert!(!can_i(&sa, &["bind", "clusterroles"]));

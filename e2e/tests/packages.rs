@@ -141,18 +141,19 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         assert_eq!(controller[0]["name"], rev1.as_str());
     }
     // The runtime: a Deployment named after the revision, Available on the
-    // node, its pod running the pushed image under the revision's SA.
+    // node, its pod running the pushed image under the Provider's SA (the
+    // same for every revision, as its Service is).
     let dep = get_json(&["deployment", &rev1, "-n", NS]).unwrap();
     assert_eq!(
         dep["spec"]["template"]["spec"]["serviceAccountName"],
-        rev1.as_str()
+        "provider-kubernetes"
     );
     assert_eq!(
         dep["spec"]["template"]["spec"]["containers"][0]["name"],
         "package-runtime"
     );
-    assert!(get_json(&["service", &rev1, "-n", NS]).is_some());
-    assert!(get_json(&["serviceaccount", &rev1, "-n", NS]).is_some());
+    assert!(get_json(&["service", "provider-kubernetes", "-n", NS]).is_some());
+    assert!(get_json(&["serviceaccount", "provider-kubernetes", "-n", NS]).is_some());
     let columns = kubectl(&["get", "providers,providerrevisions"]);
     for col in [
         "INSTALLED",
@@ -185,7 +186,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // What the rbac-manager rendered: the runtime may use its own kinds and
     // nothing of another package or of the cluster's machinery; users get
     // the kinds through crossplane-view and crossplane-edit.
-    let runtime_sa = format!("system:serviceaccount:{NS}:{rev1}");
+    let runtime_sa = format!("system:serviceaccount:{NS}:provider-kubernetes");
     let can = |who: &str, args: &[&str]| {
         let mut all = vec!["auth", "can-i", "--as", who];
         all.extend_from_slice(args);
@@ -278,7 +279,9 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     let upgrading = Instant::now();
     // Sampled all through the upgrade: some runtime may always create
     // Objects.
-    let sa = |rev: &str| format!("system:serviceaccount:{NS}:{rev}");
+    // Both revisions' runtimes run as the Provider's ServiceAccount; each
+    // revision binds its roles to it while it is active.
+    let sa = |_rev: &str| format!("system:serviceaccount:{NS}:provider-kubernetes");
     let mut samples = Vec::new();
     wait(
         Duration::from_secs(180),
@@ -454,7 +457,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
                 && revisions_of("provider-kubernetes").is_empty()
                 && OBJECT_CRDS.iter().all(|c| get_json(&["crd", c]).is_none())
                 && get_json(&["deployment", &rev2, "-n", NS]).is_none()
-                && get_json(&["serviceaccount", &rev2, "-n", NS]).is_none();
+                && get_json(&["serviceaccount", "provider-kubernetes", "-n", NS]).is_none();
             gone.then_some(())
         },
         explain_packages,

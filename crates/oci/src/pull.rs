@@ -413,11 +413,13 @@ impl Fetcher {
                     annotations: annotations_of(b),
                     has_base: true,
                     size: size(b),
+                    layers: layers.len(),
                 },
                 None => LayerInfo {
                     annotations: layers.iter().flat_map(annotations_of).collect(),
                     has_base: false,
                     size: layers.iter().map(size).sum(),
+                    layers: layers.len(),
                 },
             })
         })
@@ -787,6 +789,18 @@ pub struct LayerInfo {
     /// The bytes a pull of its files would download (the base layer, else
     /// every layer).
     pub size: u64,
+    /// How many layers the image has.
+    pub layers: usize,
+}
+
+impl LayerInfo {
+    /// Whether the image carries a runtime beside its package: layers
+    /// other than the one annotated `io.crossplane.xpkg: base`, as an
+    /// image built with an embedded runtime image has (the package image
+    /// is then the runtime). A package of one layer holds files only.
+    pub fn carries_runtime(&self) -> bool {
+        self.has_base && self.layers > 1
+    }
 }
 
 /// Every page of a paginated list (tags, the catalog): `page(last)` reads

@@ -50,6 +50,10 @@ pub struct Meta {
 /// One entry of a package's spec.dependsOn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dependency {
+    /// What kind of package it is: `provider`, `configuration`,
+    /// `function`, or `package` (any kind, as `type` says; empty when it
+    /// says nothing).
+    pub kind: String,
     /// The package (repository) depended on: the value of `provider:`,
     /// `configuration:`, `function:` or `package:`.
     pub package: String,
@@ -338,10 +342,21 @@ fn meta_of(raw: Value) -> Meta {
         .map(|deps| {
             deps.iter()
                 .filter_map(|d| {
-                    let package = ["provider", "configuration", "function", "package"]
+                    let (kind, package) = ["provider", "configuration", "function", "package"]
                         .iter()
-                        .find_map(|k| d.get(*k).and_then(Value::as_str))?;
+                        .find_map(|k| Some((*k, d.get(*k).and_then(Value::as_str)?)))?;
+                    // `package:` says its kind in `type` (Provider,
+                    // Configuration, Function).
+                    let kind = match kind {
+                        "package" => d
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .map(str::to_ascii_lowercase)
+                            .unwrap_or_default(),
+                        k => k.to_owned(),
+                    };
                     Some(Dependency {
+                        kind,
                         package: package.to_owned(),
                         version: d
                             .get("version")
@@ -574,10 +589,12 @@ mod tests {
             c.meta.depends_on,
             [
                 Dependency {
+                    kind: "provider".into(),
                     package: "xpkg.example.org/example/b".into(),
                     version: ">=v1.0.0, <v2.0.0".into()
                 },
                 Dependency {
+                    kind: "function".into(),
                     package: "xpkg.example.org/example/f".into(),
                     version: "sha256:0123".into()
                 }

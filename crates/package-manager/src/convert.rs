@@ -17,10 +17,12 @@ use crate::render::RUNTIME_CONTAINER;
 ///
 /// Where each field goes: `replicas` → `deploymentTemplate.spec.replicas`;
 /// `metadata` (labels, annotations) → the pod template's metadata;
-/// `image`, `imagePullPolicy`, `args`, `env`, `resources`,
-/// `securityContext` → the `package-runtime` container;
-/// `podSecurityContext` (as `securityContext`), `nodeSelector`,
-/// `tolerations`, `affinity` → the pod spec; `serviceAccountName` →
+/// `image`, `imagePullPolicy`, `args`, `env`, `envFrom`, `ports`,
+/// `volumeMounts`, `resources`, `securityContext` → the `package-runtime`
+/// container; `podSecurityContext` (as `securityContext`),
+/// `imagePullSecrets`, `nodeName`, `nodeSelector`, `priorityClassName`,
+/// `runtimeClassName`, `tolerations`, `affinity`, `volumes` → the pod
+/// spec; `serviceAccountName` →
 /// `serviceAccountTemplate.metadata.name` (so that ServiceAccount is
 /// updated, never owned).
 ///
@@ -48,6 +50,9 @@ pub fn spec_from_controller_config(cc: &ControllerConfigSpec) -> DeploymentRunti
         (!cc.args.is_empty()).then(|| json!(cc.args)),
     );
     put(&mut container, "env", cc.env.clone());
+    put(&mut container, "envFrom", cc.env_from.clone());
+    put(&mut container, "ports", cc.ports.clone());
+    put(&mut container, "volumeMounts", cc.volume_mounts.clone());
     put(&mut container, "resources", cc.resources.clone());
     put(
         &mut container,
@@ -64,6 +69,19 @@ pub fn spec_from_controller_config(cc: &ControllerConfigSpec) -> DeploymentRunti
     );
     put(&mut pod, "tolerations", cc.tolerations.clone());
     put(&mut pod, "affinity", cc.affinity.clone());
+    put(&mut pod, "imagePullSecrets", cc.image_pull_secrets.clone());
+    put(&mut pod, "nodeName", cc.node_name.clone().map(Value::from));
+    put(
+        &mut pod,
+        "priorityClassName",
+        cc.priority_class_name.clone().map(Value::from),
+    );
+    put(
+        &mut pod,
+        "runtimeClassName",
+        cc.runtime_class_name.clone().map(Value::from),
+    );
+    put(&mut pod, "volumes", cc.volumes.clone());
     let mut template = Map::new();
     put(
         &mut template,
@@ -175,8 +193,15 @@ mod tests {
             pull_secrets: &[],
             config,
             config_image_wins,
+            provider_owner: None,
+            tls: None,
+            webhooks: false,
+            common_labels: &EMPTY,
+            common_annotations: &EMPTY,
         }
     }
+
+    static EMPTY: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
     fn controller_config() -> ControllerConfigSpec {
         serde_json::from_value(json!({
@@ -193,6 +218,14 @@ mod tests {
             "podSecurityContext": {"runAsUser": 1000},
             "tolerations": [{"key": "k", "operator": "Exists"}],
             "affinity": {"nodeAffinity": {}},
+            "envFrom": [{"secretRef": {"name": "creds"}, "prefix": "P_"}],
+            "imagePullSecrets": [{"name": "regcred"}],
+            "nodeName": "node-1",
+            "ports": [{"name": "profiling", "containerPort": 6060}],
+            "priorityClassName": "system-cluster-critical",
+            "runtimeClassName": "gvisor",
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+            "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
         }))
         .unwrap()
     }
@@ -237,6 +270,33 @@ mod tests {
         assert_eq!(pod["spec"]["serviceAccountName"], "shared");
         assert_eq!(pod["metadata"]["labels"]["team"], "a");
         assert_eq!(pod["metadata"]["annotations"]["scrape"], "yes");
+        assert_eq!(
+            c["envFrom"],
+            json!([{"secretRef": {"name": "creds"}, "prefix": "P_"}])
+        );
+        // The user's port stays, the metrics port is added beside it.
+        assert_eq!(
+            c["ports"],
+            json!([
+                {"name": "profiling", "containerPort": 6060},
+                {"name": "metrics", "containerPort": 8080},
+            ])
+        );
+        assert_eq!(
+            c["volumeMounts"],
+            json!([{"name": "cache", "mountPath": "/cache"}])
+        );
+        assert_eq!(
+            pod["spec"]["imagePullSecrets"],
+            json!([{"name": "regcred"}])
+        );
+        assert_eq!(pod["spec"]["nodeName"], "node-1");
+        assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+        assert_eq!(pod["spec"]["runtimeClassName"], "gvisor");
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([{"name": "cache", "emptyDir": {}}])
+        );
         assert!(a.service_account_named);
         assert_eq!(a.service_account["metadata"]["name"], "shared");
 
@@ -249,6 +309,52 @@ mod tests {
         rc["image"] = json!("reg/override:v9");
         rc["imagePullPolicy"] = json!("Always");
         assert_eq!(a, c);
+
+        // With the package's pull secrets and the webhook certificates the
+        // user's secrets, ports, volumes and mounts stay first, and what
+        // the package manager needs is added after them.
+        let secrets = ["pkg-secret".to_owned()];
+        let mut i = input(&honoured, true);
+        i.pull_secrets = &secrets;
+        i.tls = Some(("server-certs", "client-certs"));
+        let d = render(&i).unwrap().deployment;
+        let pod = &d["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(
+            pod["imagePullSecrets"],
+            json!([{"name": "regcred"}, {"name": "pkg-secret"}])
+        );
+        assert_eq!(
+            c["ports"],
+            json!([
+                {"name": "profiling", "containerPort": 6060},
+                {"name": "metrics", "containerPort": 8080},
+                {"name": "webhook", "containerPort": 9443},
+            ])
+        );
+        assert_eq!(
+            pod["volumes"],
+            json!([
+                {"name": "cache", "emptyDir": {}},
+                {"name": "tls-server-certs", "secret": {"secretName": "server-certs"}},
+                {"name": "tls-client-certs", "secret": {"secretName": "client-certs"}},
+            ])
+        );
+        assert_eq!(
+            c["volumeMounts"],
+            json!([
+                {"name": "cache", "mountPath": "/cache"},
+                {"name": "tls-server-certs", "mountPath": "/tls/server", "readOnly": true},
+                {"name": "tls-client-certs", "mountPath": "/tls/client", "readOnly": true},
+            ])
+        );
+        assert_eq!(
+            c["envFrom"],
+            json!([{"secretRef": {"name": "creds"}, "prefix": "P_"}])
+        );
+        assert_eq!(pod["nodeName"], "node-1");
+        assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+        assert_eq!(pod["runtimeClassName"], "gvisor");
     }
 
     #[test]

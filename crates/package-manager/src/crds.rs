@@ -83,11 +83,11 @@ pub fn maker(crd: &CustomResourceDefinition) -> String {
 }
 
 /// Why a package may not install the CRD `object` at all, whoever it is:
-/// a group of Kubernetes or of crossplane-rs itself, or a conversion
-/// webhook anywhere but a Service in `namespace` (the package runtimes'
-/// namespace; `None` for stacks, which run no webhook). `None` when it
-/// may.
-pub fn refused(object: &serde_json::Value, namespace: Option<&str>) -> Option<String> {
+/// a group of Kubernetes or of crossplane-rs itself; for a stack
+/// (`provider_runtime` false: a stack runs no webhook) a conversion webhook.
+/// A provider's conversion webhook is always pointed at its own runtime
+/// ([`point_conversion`]), whatever the package says. `None` when it may.
+pub fn refused(object: &serde_json::Value, provider_runtime: bool) -> Option<String> {
     let name = object
         .pointer("/metadata/name")
         .and_then(serde_json::Value::as_str)
@@ -101,29 +101,71 @@ pub fn refused(object: &serde_json::Value, namespace: Option<&str>) -> Option<St
             "CustomResourceDefinition {name} is in API group \"{group}\", which belongs to Kubernetes or to crossplane-rs itself; no package may install it"
         ));
     }
-    let webhook = object.pointer("/spec/conversion/webhook/clientConfig");
-    if let Some(client) = webhook {
-        if client.get("url").is_some() {
-            return Some(format!(
-                "CustomResourceDefinition {name} sends conversions to a URL (spec.conversion.webhook.clientConfig.url); a package's conversion webhook may only be its own runtime's Service"
-            ));
-        }
-        let service_ns = client
-            .pointer("/service/namespace")
-            .and_then(serde_json::Value::as_str);
-        if namespace.is_none() || service_ns != namespace {
-            return Some(format!(
-                "CustomResourceDefinition {name} sends conversions to Service {}/{} (spec.conversion.webhook.clientConfig.service); a package's conversion webhook may only be its own runtime's Service{}",
-                service_ns.unwrap_or_default(),
-                client
-                    .pointer("/service/name")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or_default(),
-                namespace.map_or_else(|| " (a stack runs none)".to_owned(), |n| format!(" in {n}"))
-            ));
-        }
+    if !provider_runtime && converts_by_webhook(object) {
+        return Some(format!(
+            "CustomResourceDefinition {name} converts by webhook (spec.conversion.strategy: Webhook), but a stack runs no webhook; convert with strategy None"
+        ));
     }
     None
+}
+
+/// Whether a CRD converts between its versions by webhook.
+pub fn converts_by_webhook(object: &serde_json::Value) -> bool {
+    object
+        .pointer("/spec/conversion/strategy")
+        .and_then(serde_json::Value::as_str)
+        == Some("Webhook")
+}
+
+/// Where the API server calls a provider's webhooks: its runtime's Service,
+/// trusting the provider's CA.
+pub struct WebhookTarget<'a> {
+    /// The Service's name.
+    pub service: &'a str,
+    /// Its namespace (the package-manager's).
+    pub namespace: &'a str,
+    /// The CA bundle (PEM) that signed the runtime's certificate.
+    pub ca_bundle: &'a str,
+}
+
+/// The path a provider serves conversions at (as controller-runtime does).
+pub const CONVERSION_PATH: &str = "/convert";
+
+/// Points a CRD's conversion webhook (when it has one) at `target`: the
+/// package's own client config (a URL, another Service) is replaced, so a
+/// package's conversions only ever reach its own runtime.
+pub fn point_conversion(body: &mut serde_json::Value, target: &WebhookTarget<'_>) {
+    use base64::Engine as _;
+    if !converts_by_webhook(body) {
+        return;
+    }
+    let Some(conversion) = body
+        .pointer_mut("/spec/conversion")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return;
+    };
+    let versions = conversion
+        .get("webhook")
+        .and_then(|w| w.get("conversionReviewVersions"))
+        .filter(|v| v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(serde_json::Value::is_string)))
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!(["v1"]));
+    conversion.insert(
+        "webhook".into(),
+        serde_json::json!({
+            "conversionReviewVersions": versions,
+            "clientConfig": {
+                "service": {
+                    "name": target.service,
+                    "namespace": target.namespace,
+                    "path": CONVERSION_PATH,
+                    "port": crate::render::WEBHOOK_PORT,
+                },
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(target.ca_bundle),
+            },
+        }),
+    );
 }
 
 #[cfg(test)]
@@ -148,41 +190,44 @@ mod tests {
             "",
             "x.kubernetes.io",
         ] {
-            let why = refused(&crd(g, json!(null)), Some("crossplane-system")).unwrap();
+            let why = refused(&crd(g, json!(null)), true).unwrap();
             assert!(
                 why.contains("belongs to Kubernetes or to crossplane-rs"),
                 "{why}"
             );
         }
         assert_eq!(
-            refused(&crd("example.org", json!(null)), Some("crossplane-system")),
+            refused(&crd("example.org", json!(null)), true),
             None
         );
     }
 
     #[test]
-    fn a_conversion_webhook_may_only_be_a_service_of_the_runtimes_namespace() {
-        let url = json!({"strategy": "Webhook", "webhook": {"clientConfig": {"url": "https://10.0.0.1:8443/convert"}}});
+    fn a_providers_conversion_webhook_is_pointed_at_its_own_runtime() {
+        let url = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"url": "https://10.0.0.1:8443/convert"}}});
+        let mut object = crd("example.org", url);
+        assert_eq!(refused(&object, true), None);
         assert!(
-            refused(&crd("example.org", url), Some("crossplane-system"))
+            refused(&object, false)
                 .unwrap()
-                .contains("clientConfig.url")
+                .contains("a stack runs no webhook")
         );
-        let service = |ns: &str| json!({"strategy": "Webhook", "webhook": {"clientConfig": {"service": {"namespace": ns, "name": "p"}}}});
+        let target = WebhookTarget {
+            service: "provider-x",
+            namespace: "crossplane-system",
+            ca_bundle: "PEM",
+        };
+        point_conversion(&mut object, &target);
         assert_eq!(
-            refused(
-                &crd("example.org", service("crossplane-system")),
-                Some("crossplane-system")
-            ),
-            None
+            object["spec"]["conversion"]["webhook"],
+            json!({"conversionReviewVersions": ["v1"], "clientConfig": {
+                "service": {"name": "provider-x", "namespace": "crossplane-system", "path": "/convert", "port": 9443},
+                "caBundle": "UEVN",
+            }})
         );
-        assert!(
-            refused(
-                &crd("example.org", service("kube-system")),
-                Some("crossplane-system")
-            )
-            .is_some()
-        );
-        assert!(refused(&crd("example.org", service("crossplane-system")), None).is_some());
+        let mut none = crd("example.org", json!({"strategy": "None"}));
+        let before = none.clone();
+        point_conversion(&mut none, &target);
+        assert_eq!(none, before);
     }
 }

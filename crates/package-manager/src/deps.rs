@@ -204,6 +204,15 @@ pub async fn resolve(
     let api = Api::<Provider>::all(client.clone());
     for dep in deps {
         let repository = xpkg::repository_of(&dep.package);
+        // Only Providers are implemented here: a Configuration or a
+        // Function is not installed as one.
+        if !matches!(dep.kind.as_str(), "provider" | "") {
+            report.problems.push(format!(
+                "dependency {repository} is a {kind} package ({kind}: in spec.dependsOn), which this package manager does not install (it installs Providers); install it another way and set skipDependencyResolution, or drop the dependency",
+                kind = dep.kind
+            ));
+            continue;
+        }
         if let Some(path) = path_back(&graph, &repository, &own, &mut BTreeSet::new()) {
             report
                 .problems

@@ -3,6 +3,9 @@
 /// On a revision and everything it makes: the Provider (package) it
 /// belongs to.
 pub const PACKAGE: &str = "pkg.crossplane.io/package";
+/// On a runtime's pods: the Provider they run for (upstream's label, which
+/// the runtime reads as `PROVIDER_NAME` and its Service selects).
+pub const PROVIDER: &str = "pkg.crossplane.io/provider";
 /// On a runtime's objects: the revision that made them.
 pub const REVISION: &str = "pkg.crossplane.io/revision";
 /// On a revision: the package reference (as the Provider spelt it) the
@@ -20,3 +23,8 @@ pub const DEPENDENCY: &str = "pkg.crossplane.io/dependency";
 /// (`spec.controller.permissionRequests` of the meta), as JSON, for the
 /// rbac-manager to check against its allow-list.
 pub const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
+
+/// On a revision: the capabilities its package declares
+/// (`spec.capabilities` of the meta), comma-separated, for the
+/// rbac-manager (`SafeStart` grants reading CRDs).
+pub const CAPABILITIES: &str = "pkg.crossplane.io/capabilities";

@@ -19,6 +19,7 @@ mod provider;
 mod render;
 mod revision;
 mod stacks;
+mod tls;
 mod usage;
 
 use std::{path::PathBuf, time::Duration};

@@ -278,6 +278,28 @@ impl Packages {
         Ok(package)
     }
 
+    /// The runtime image of a package that names none in its meta
+    /// (`spec.controller.image`): the package image itself, pinned to
+    /// `digest` at the location it is pulled from, when it carries a
+    /// runtime; `None` for a package of files alone. One manifest read.
+    pub async fn runtime_image(
+        &self,
+        reference: &str,
+        digest: &Digest,
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<Option<String>, FetchError> {
+        let auth = self.auth(reference, pull_secrets).await?;
+        let location = self.location(reference);
+        let info = self
+            .fetcher
+            .layer_info(&location, digest, &auth, &self.tls)
+            .await
+            .map_err(|e| self.explain(e))?;
+        Ok(info
+            .carries_runtime()
+            .then(|| format!("{}@{}", xpkg::repository_of(&location), digest.as_str())))
+    }
+
     /// What the package layer of the image at `digest` says about itself
     /// (its annotations, its size): one manifest read.
     pub async fn layer_info(

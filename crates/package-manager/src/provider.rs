@@ -413,7 +413,23 @@ impl Providers {
                 package: package.clone(),
                 source,
             })?;
+        // A v1-style package names its runtime image; otherwise the package
+        // image is the runtime, if it carries one.
+        let image = match fetched.contents.meta.controller_image.clone() {
+            Some(image) => Some(image),
+            None => self
+                .packages
+                .runtime_image(&package, &digest, &p.spec.package_pull_secrets)
+                .await
+                .map_err(|source| Error::Package {
+                    package: package.clone(),
+                    source,
+                })?,
+        };
         let number = revisions.iter().map(|r| r.spec.revision).max().unwrap_or(0) + 1;
+        let mut common_labels = common(&p.spec.common_labels);
+        common_labels.insert(labels::PACKAGE.to_owned(), p.name_any());
+        let mut annotations = common(&p.spec.common_annotations);
         let state = if manual(p) {
             RevisionState::Inactive
         } else {
@@ -422,8 +438,9 @@ impl Providers {
         let revision = ProviderRevision {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some(BTreeMap::from([(labels::PACKAGE.to_owned(), p.name_any())])),
-                annotations: Some(BTreeMap::from([
+                labels: Some(common_labels),
+                annotations: Some({
+                    annotations.extend([
                     (labels::SOURCE.to_owned(), package.clone()),
                     (labels::DIGEST.to_owned(), digest.as_str().to_owned()),
                     (
@@ -448,14 +465,33 @@ impl Providers {
                             .map(|v| v.to_string())
                             .unwrap_or_else(|| "[]".to_owned()),
                     ),
-                ])),
+                    (
+                        labels::CAPABILITIES.to_owned(),
+                        fetched
+                            .contents
+                            .meta
+                            .raw
+                            .pointer("/spec/capabilities")
+                            .and_then(|v| v.as_array())
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(|c| c.as_str())
+                                    .filter(|c| !c.contains(','))
+                                    .collect::<Vec<_>>()
+                                    .join(",")
+                            })
+                            .unwrap_or_default(),
+                    ),
+                ]);
+                    annotations
+                }),
                 owner_references: p.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
             spec: ProviderRevisionSpec {
                 desired_state: state,
                 package: package.clone(),
-                image: fetched.contents.meta.controller_image.clone(),
+                image,
                 revision: number,
                 ..spec_from(p)
             },
@@ -549,6 +585,8 @@ impl Providers {
             || r.spec.ignore_crossplane_constraints != want.ignore_crossplane_constraints
             || r.spec.runtime_config_ref != want.runtime_config_ref
             || r.spec.controller_config_ref != want.controller_config_ref
+            || r.spec.common_labels != want.common_labels
+            || r.spec.common_annotations != want.common_annotations
             || (!manual(p) && !is_active(r));
         if !differs {
             return Ok(());
@@ -558,8 +596,26 @@ impl Providers {
         } else {
             RevisionState::Active
         };
+        // The revision carries the common labels and annotations itself;
+        // ones taken out of the Provider go from it too.
+        let meta = |old: &Option<BTreeMap<String, String>>, new: &Option<BTreeMap<String, String>>| {
+            let mut m = serde_json::Map::new();
+            for k in common(old).into_keys() {
+                m.insert(k, serde_json::Value::Null);
+            }
+            for (k, v) in common(new) {
+                m.insert(k, v.into());
+            }
+            m
+        };
         let patch = serde_json::json!({
+            "metadata": {
+                "labels": meta(&r.spec.common_labels, &want.common_labels),
+                "annotations": meta(&r.spec.common_annotations, &want.common_annotations),
+            },
             "spec": {
+                "commonLabels": want.common_labels,
+                "commonAnnotations": want.common_annotations,
                 "desiredState": state,
                 "packagePullPolicy": want.package_pull_policy,
                 "packagePullSecrets": want.package_pull_secrets,
@@ -635,6 +691,16 @@ impl Providers {
 }
 
 /// The revision settings a Provider decides.
+/// A Provider's common labels or annotations, without the package
+/// manager's own keys (which no user value may replace).
+pub fn common(m: &Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    m.iter()
+        .flatten()
+        .filter(|(k, _)| !k.starts_with("pkg.crossplane.io/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 fn spec_from(p: &Provider) -> ProviderRevisionSpec {
     ProviderRevisionSpec {
         package_pull_policy: p.spec.package_pull_policy.clone(),
@@ -643,6 +709,8 @@ fn spec_from(p: &Provider) -> ProviderRevisionSpec {
         ignore_crossplane_constraints: p.spec.ignore_crossplane_constraints,
         runtime_config_ref: p.spec.runtime_config_ref.clone(),
         controller_config_ref: p.spec.controller_config_ref.clone(),
+        common_labels: Some(common(&p.spec.common_labels)).filter(|m| !m.is_empty()),
+        common_annotations: Some(common(&p.spec.common_annotations)).filter(|m| !m.is_empty()),
         ..ProviderRevisionSpec::default()
     }
 }

@@ -20,6 +20,16 @@ use crate::labels;
 pub const RUNTIME_CONTAINER: &str = "package-runtime";
 /// The metrics port every runtime exposes.
 pub const METRICS_PORT: i64 = 8080;
+/// The port a provider's webhooks (conversion, admission) listen on.
+pub const WEBHOOK_PORT: i64 = 9443;
+/// Where a provider finds its server certificate (`tls.crt`, `tls.key`,
+/// `ca.crt`), as upstream mounts it.
+pub const TLS_SERVER_DIR: &str = "/tls/server";
+/// Where a provider finds its client certificate.
+pub const TLS_CLIENT_DIR: &str = "/tls/client";
+/// How long a runtime with webhooks keeps serving after it is told to stop,
+/// so that the API server has moved its calls to the new runtime.
+const WEBHOOK_DRAIN_SECONDS: i64 = 5;
 
 /// What a runtime is rendered from.
 pub struct Input<'a> {
@@ -42,6 +52,20 @@ pub struct Input<'a> {
     /// Whether an image in the config wins over the package's (a
     /// converted ControllerConfig's `image` does).
     pub config_image_wins: bool,
+    /// The Provider's controller reference (JSON): it owns what outlives
+    /// one revision, the Service and the ServiceAccount, whose names stay
+    /// the same across upgrades. `None`: the revision owns them.
+    pub provider_owner: Option<&'a Value>,
+    /// The Secrets holding the runtime's server and client certificates
+    /// ([`crate::tls`]), mounted at [`TLS_SERVER_DIR`] and [`TLS_CLIENT_DIR`].
+    pub tls: Option<(&'a str, &'a str)>,
+    /// Whether the package serves webhooks: the runtime is then Ready only
+    /// once its webhook port answers, and drains before it stops.
+    pub webhooks: bool,
+    /// The Provider's `spec.commonLabels`, on everything rendered.
+    pub common_labels: &'a std::collections::BTreeMap<String, String>,
+    /// The Provider's `spec.commonAnnotations`, on everything rendered.
+    pub common_annotations: &'a std::collections::BTreeMap<String, String>,
 }
 
 /// A rendered runtime, ready for server-side apply.
@@ -88,6 +112,33 @@ fn selector(input: &Input) -> Map<String, Value> {
     m
 }
 
+/// What the Service selects: the ready pods of any revision of the
+/// Provider, so that an upgrade hands webhook calls over from the old
+/// runtime to the new one without a moment with neither.
+fn service_selector(input: &Input) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(labels::PROVIDER.into(), input.provider.into());
+    m
+}
+
+/// The name of the Service a revision's runtime is reached by (and its
+/// webhooks are called at): the template's, else the Provider's name, the
+/// same for every revision.
+pub fn service_name(config: &DeploymentRuntimeConfigSpec, provider: &str) -> String {
+    let template = config.service_template.as_ref().or_else(|| {
+        config
+            .deployment_template
+            .as_ref()
+            .and_then(|d| d.get("serviceTemplate"))
+    });
+    template
+        .and_then(|t| t.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(provider)
+        .to_owned()
+}
+
 fn owner(input: &Input) -> Value {
     json!([{
         "apiVersion": "pkg.crossplane.io/v1",
@@ -103,15 +154,15 @@ fn owner(input: &Input) -> Value {
 /// template gave it.
 fn name_of(
     meta: &Map<String, Value>,
-    input: &Input,
+    default: &str,
     what: &str,
 ) -> Result<(String, bool), RenderError> {
     match meta.get("name") {
-        None | Some(Value::Null) => Ok((input.revision.to_owned(), false)),
-        Some(Value::String(n)) if n.is_empty() => Ok((input.revision.to_owned(), false)),
+        None | Some(Value::Null) => Ok((default.to_owned(), false)),
+        Some(Value::String(n)) if n.is_empty() => Ok((default.to_owned(), false)),
         Some(Value::String(n)) => Ok((n.clone(), true)),
         Some(_) => Err(RenderError(format!(
-            "{what}.metadata.name must be a string (or left out to use the revision's name)"
+            "{what}.metadata.name must be a string (or left out to use the default, {default})"
         ))),
     }
 }
@@ -161,7 +212,7 @@ pub fn render(input: &Input) -> Result<Rendered, RenderError> {
         .0
         .pointer("/metadata/name")
         .and_then(Value::as_str)
-        .unwrap_or(input.revision)
+        .unwrap_or(input.provider)
         .to_owned();
     Ok(Rendered {
         deployment: deployment(input, &dt, &sa_name)?,
@@ -171,23 +222,47 @@ pub fn render(input: &Input) -> Result<Rendered, RenderError> {
     })
 }
 
+/// Who owns an object rendered for a revision.
+#[derive(Clone, Copy, PartialEq)]
+enum Owner {
+    /// Nobody: a ServiceAccount the runtime config named is the user's.
+    None,
+    /// The revision: it goes with the revision.
+    Revision,
+    /// The Provider: it outlives a revision (when there is no Provider
+    /// reference, the revision owns it).
+    Provider,
+}
+
+/// Adds the Provider's common labels or annotations under what `m` has.
+fn with_common(mut m: Map<String, Value>, common: &std::collections::BTreeMap<String, String>) -> Map<String, Value> {
+    for (k, v) in common {
+        m.entry(k.clone()).or_insert_with(|| v.clone().into());
+    }
+    m
+}
+
 fn metadata(
     input: &Input,
     template: &Map<String, Value>,
     what: &str,
-    extra_labels: Option<&Map<String, Value>>,
-    owned: bool,
+    (default_name, extra_labels): (&str, Option<&Map<String, Value>>),
+    owned: Owner,
 ) -> Result<(Value, bool), RenderError> {
     let meta = object(template.get("metadata"), &format!("{what}.metadata"))?;
-    let (name, named) = name_of(&meta, input, what)?;
+    let (name, named) = name_of(&meta, default_name, what)?;
     let mut labels = string_map(meta.get("labels"), &format!("{what}.metadata.labels"))?;
     if let Some(extra) = extra_labels {
         labels.extend(extra.clone());
     }
-    let annotations = string_map(
-        meta.get("annotations"),
-        &format!("{what}.metadata.annotations"),
-    )?;
+    let labels = with_common(labels, input.common_labels);
+    let annotations = with_common(
+        string_map(
+            meta.get("annotations"),
+            &format!("{what}.metadata.annotations"),
+        )?,
+        input.common_annotations,
+    );
     let mut m = json!({"name": name, "namespace": input.namespace});
     if let Some(o) = m.as_object_mut() {
         if !labels.is_empty() {
@@ -196,8 +271,14 @@ fn metadata(
         if !annotations.is_empty() {
             o.insert("annotations".into(), Value::Object(annotations));
         }
-        if owned {
-            o.insert("ownerReferences".into(), owner(input));
+        match (owned, input.provider_owner) {
+            (Owner::None, _) => {}
+            (Owner::Provider, Some(provider)) => {
+                o.insert("ownerReferences".into(), json!([provider]));
+            }
+            (Owner::Revision | Owner::Provider, _) => {
+                o.insert("ownerReferences".into(), owner(input));
+            }
         }
     }
     Ok((m, named))
@@ -205,8 +286,15 @@ fn metadata(
 
 fn service_account(input: &Input, sat: &Map<String, Value>) -> Result<(Value, bool), RenderError> {
     let meta = object(sat.get("metadata"), "serviceAccountTemplate.metadata")?;
-    let named = name_of(&meta, input, "serviceAccountTemplate")?.1;
-    let (m, _) = metadata(input, sat, "serviceAccountTemplate", None, !named)?;
+    let named = name_of(&meta, input.provider, "serviceAccountTemplate")?.1;
+    let owned = if named { Owner::None } else { Owner::Provider };
+    let (m, _) = metadata(
+        input,
+        sat,
+        "serviceAccountTemplate",
+        (input.provider, None),
+        owned,
+    )?;
     Ok((
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": m}),
         named,
@@ -214,16 +302,28 @@ fn service_account(input: &Input, sat: &Map<String, Value>) -> Result<(Value, bo
 }
 
 fn service(input: &Input, st: &Map<String, Value>) -> Result<Value, RenderError> {
-    let (m, _) = metadata(input, st, "serviceTemplate", None, true)?;
+    let (m, _) = metadata(
+        input,
+        st,
+        "serviceTemplate",
+        (input.provider, None),
+        Owner::Provider,
+    )?;
     let mut spec = object(st.get("spec"), "serviceTemplate.spec")?;
-    spec.insert("selector".into(), Value::Object(selector(input)));
+    spec.insert("selector".into(), Value::Object(service_selector(input)));
     default_if_absent(&mut spec, "type", json!("ClusterIP"));
-    if object_list(&spec, "ports", "serviceTemplate.spec")?.is_empty() {
-        spec.insert(
-            "ports".into(),
-            json!([{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]),
-        );
+    let mut ports = object_list(&spec, "ports", "serviceTemplate.spec")?;
+    if ports.is_empty() {
+        ports.push(json!({"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}));
     }
+    if input.tls.is_some()
+        && !ports
+            .iter()
+            .any(|p| p.get("name").and_then(Value::as_str) == Some("webhook"))
+    {
+        ports.push(json!({"name": "webhook", "port": WEBHOOK_PORT, "targetPort": "webhook", "protocol": "TCP"}));
+    }
+    spec.insert("ports".into(), Value::Array(ports));
     Ok(json!({"apiVersion": "v1", "kind": "Service", "metadata": m, "spec": spec}))
 }
 
@@ -235,7 +335,13 @@ fn default_if_absent(m: &mut Map<String, Value>, key: &str, value: Value) {
 
 fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<Value, RenderError> {
     let sel = selector(input);
-    let (m, _) = metadata(input, dt, "deploymentTemplate", Some(&sel), true)?;
+    let (m, _) = metadata(
+        input,
+        dt,
+        "deploymentTemplate",
+        (input.revision, Some(&sel)),
+        Owner::Revision,
+    )?;
     let mut spec = object(dt.get("spec"), "deploymentTemplate.spec")?;
     let template = object(spec.get("template"), "deploymentTemplate.spec.template")?;
     let mut pod_meta = object(
@@ -271,7 +377,11 @@ fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<V
         "deploymentTemplate.spec.template.metadata.labels",
     )?;
     pod_labels.extend(sel.clone());
-    pod_meta.insert("labels".into(), Value::Object(pod_labels));
+    pod_labels.extend(service_selector(input));
+    pod_meta.insert(
+        "labels".into(),
+        Value::Object(with_common(pod_labels, input.common_labels)),
+    );
 
     let pod_what = "deploymentTemplate.spec.template.spec";
     let containers = object_list(&pod, "containers", pod_what)?;
@@ -299,6 +409,14 @@ fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<V
     all.extend(sidecars);
     pod.insert("containers".into(), Value::Array(all));
     pod.insert("serviceAccountName".into(), sa_name.into());
+    if let Some((server, client)) = input.tls {
+        let mut volumes = object_list(&pod, "volumes", pod_what)?;
+        for (name, secret) in [("tls-server-certs", server), ("tls-client-certs", client)] {
+            volumes.retain(|v| v.get("name").and_then(Value::as_str) != Some(name));
+            volumes.push(json!({"name": name, "secret": {"secretName": secret}}));
+        }
+        pod.insert("volumes".into(), Value::Array(volumes));
+    }
     default_if_absent(
         &mut pod,
         "securityContext",
@@ -360,15 +478,66 @@ fn runtime_container(
     if !placed {
         env.push(pod_namespace);
     }
+    // What upstream's runtimes read about themselves, replacing any the
+    // template set.
+    let mut own = vec![
+        json!({"name": "PROVIDER_NAME", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", labels::PROVIDER)}}}),
+        json!({"name": "REVISION_NAME", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{}']", labels::REVISION)}}}),
+        json!({"name": "REVISION_UID", "value": input.revision_uid}),
+    ];
+    if input.tls.is_some() {
+        own.extend([
+            json!({"name": "TLS_SERVER_CERTS_DIR", "value": TLS_SERVER_DIR}),
+            json!({"name": "TLS_CLIENT_CERTS_DIR", "value": TLS_CLIENT_DIR}),
+            json!({"name": "WEBHOOK_TLS_CERT_DIR", "value": TLS_SERVER_DIR}),
+        ]);
+    }
+    env.retain(|e| {
+        let name = e.get("name").and_then(Value::as_str);
+        !own.iter().any(|o| o.get("name").and_then(Value::as_str) == name)
+    });
+    env.extend(own);
     c.insert("env".into(), Value::Array(env));
     let mut ports = object_list(&c, "ports", what)?;
-    if !ports
-        .iter()
-        .any(|p| p.get("name").and_then(Value::as_str) == Some("metrics"))
-    {
-        ports.push(json!({"name": "metrics", "containerPort": METRICS_PORT}));
+    let mut wanted = vec![("metrics", METRICS_PORT)];
+    if input.tls.is_some() {
+        wanted.push(("webhook", WEBHOOK_PORT));
+    }
+    for (name, port) in wanted {
+        if !ports
+            .iter()
+            .any(|p| p.get("name").and_then(Value::as_str) == Some(name))
+        {
+            ports.push(json!({"name": name, "containerPort": port}));
+        }
     }
     c.insert("ports".into(), Value::Array(ports));
+    if input.tls.is_some() {
+        let mut mounts = object_list(&c, "volumeMounts", what)?;
+        for (name, dir) in [
+            ("tls-server-certs", TLS_SERVER_DIR),
+            ("tls-client-certs", TLS_CLIENT_DIR),
+        ] {
+            mounts.retain(|m| m.get("name").and_then(Value::as_str) != Some(name));
+            mounts.push(json!({"name": name, "mountPath": dir, "readOnly": true}));
+        }
+        c.insert("volumeMounts".into(), Value::Array(mounts));
+    }
+    if input.webhooks && input.tls.is_some() {
+        // Ready only once the webhook answers: the Service sends the API
+        // server's calls only to ready pods, and an upgrade keeps the old
+        // runtime until the new one is available.
+        default_if_absent(
+            &mut c,
+            "readinessProbe",
+            json!({"tcpSocket": {"port": "webhook"}, "periodSeconds": 2, "failureThreshold": 3}),
+        );
+        default_if_absent(
+            &mut c,
+            "lifecycle",
+            json!({"preStop": {"sleep": {"seconds": WEBHOOK_DRAIN_SECONDS}}}),
+        );
+    }
     default_if_absent(
         &mut c,
         "securityContext",
@@ -400,8 +569,15 @@ mod tests {
             pull_secrets: secrets,
             config,
             config_image_wins: false,
+            provider_owner: None,
+            tls: None,
+            webhooks: false,
+            common_labels: &EMPTY,
+            common_annotations: &EMPTY,
         }
     }
+
+    static EMPTY: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
     fn spec(v: Value) -> DeploymentRuntimeConfigSpec {
         serde_json::from_value(v).unwrap()
@@ -440,6 +616,11 @@ mod tests {
             "pkg.crossplane.io/package": "provider-x",
             "pkg.crossplane.io/revision": "provider-x-0123456789ab",
         });
+        let pod_labels = json!({
+            "pkg.crossplane.io/package": "provider-x",
+            "pkg.crossplane.io/revision": "provider-x-0123456789ab",
+            "pkg.crossplane.io/provider": "provider-x",
+        });
         assert_eq!(
             r.deployment,
             json!({
@@ -455,15 +636,20 @@ mod tests {
                     "replicas": 1,
                     "selector": {"matchLabels": sel},
                     "template": {
-                        "metadata": {"labels": sel},
+                        "metadata": {"labels": pod_labels},
                         "spec": {
-                            "serviceAccountName": "provider-x-0123456789ab",
+                            "serviceAccountName": "provider-x",
                             "securityContext": {"runAsNonRoot": true, "runAsUser": 2000, "runAsGroup": 2000},
                             "containers": [{
                                 "name": "package-runtime",
                                 "image": "reg/runtime@sha256:aa",
                                 "imagePullPolicy": "IfNotPresent",
-                                "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                                "env": [
+                                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                                    {"name": "PROVIDER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['pkg.crossplane.io/provider']"}}},
+                                    {"name": "REVISION_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['pkg.crossplane.io/revision']"}}},
+                                    {"name": "REVISION_UID", "value": "uid-1"},
+                                ],
                                 "ports": [{"name": "metrics", "containerPort": 8080}],
                                 "securityContext": {
                                     "runAsNonRoot": true, "runAsUser": 2000, "runAsGroup": 2000,
@@ -481,13 +667,13 @@ mod tests {
                 "apiVersion": "v1",
                 "kind": "Service",
                 "metadata": {
-                    "name": "provider-x-0123456789ab",
+                    "name": "provider-x",
                     "namespace": "crossplane-system",
                     "ownerReferences": owner,
                 },
                 "spec": {
                     "type": "ClusterIP",
-                    "selector": sel,
+                    "selector": {"pkg.crossplane.io/provider": "provider-x"},
                     "ports": [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}],
                 },
             })
@@ -498,7 +684,7 @@ mod tests {
                 "apiVersion": "v1",
                 "kind": "ServiceAccount",
                 "metadata": {
-                    "name": "provider-x-0123456789ab",
+                    "name": "provider-x",
                     "namespace": "crossplane-system",
                     "ownerReferences": owner,
                 },
@@ -567,9 +753,10 @@ mod tests {
             r.service["spec"]["ports"],
             json!([{"name": "web", "port": 80, "targetPort": 8080}])
         );
+        // The Service selects every revision's ready pods of the Provider.
         assert_eq!(
             r.service["spec"]["selector"],
-            r.deployment["spec"]["selector"]["matchLabels"]
+            json!({"pkg.crossplane.io/provider": "provider-x"})
         );
     }
 
@@ -606,7 +793,10 @@ mod tests {
         let empty = DeploymentRuntimeConfigSpec::default();
         let r = render(&input(&empty, &[])).unwrap();
         let sel = &r.deployment["spec"]["selector"]["matchLabels"];
-        assert_eq!(&r.service["spec"]["selector"], sel);
+        let pod_labels = &r.deployment["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in r.service["spec"]["selector"].as_object().unwrap() {
+            assert_eq!(&pod_labels[k], v, "the Service selects the pods");
+        }
         for (k, v) in sel.as_object().unwrap() {
             assert_eq!(
                 &r.deployment["spec"]["template"]["metadata"]["labels"][k],
@@ -619,7 +809,8 @@ mod tests {
         assert_eq!(c["imagePullPolicy"], "IfNotPresent");
         assert_eq!(
             r.deployment["spec"]["template"]["spec"]["serviceAccountName"],
-            "provider-x-0123456789ab"
+            "provider-x",
+            "the ServiceAccount is the Provider's, the same across upgrades"
         );
         assert_eq!(
             r.deployment["metadata"]["ownerReferences"][0]["controller"],
@@ -671,7 +862,7 @@ mod tests {
         assert_eq!(cs[0]["args"], json!(["--debug"]));
         assert_eq!(cs[1]["name"], "sidecar");
         let env = cs[0]["env"].as_array().unwrap();
-        assert_eq!(env.len(), 2);
+        assert_eq!(env.len(), 5, "A, POD_NAMESPACE and the runtime's own three");
         assert_eq!(env[0]["name"], "A");
         assert_eq!(
             env[1]["valueFrom"]["fieldRef"]["fieldPath"],
@@ -839,7 +1030,79 @@ mod tests {
                 {"name": "A", "value": "1"},
                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                 {"name": "B", "value": "2"},
+                {"name": "PROVIDER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['pkg.crossplane.io/provider']"}}},
+                {"name": "REVISION_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['pkg.crossplane.io/revision']"}}},
+                {"name": "REVISION_UID", "value": "uid-1"},
             ])
         );
+    }
+
+    #[test]
+    fn a_provider_with_certificates_and_webhooks_gets_mounts_ports_env_and_a_readiness_probe() {
+        let config = spec(json!({"deploymentTemplate": {"spec": {"template": {"spec": {
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+            "containers": [{"name": "package-runtime", "env": [{"name": "TLS_SERVER_CERTS_DIR", "value": "/elsewhere"}]}],
+        }}}}}));
+        let owner = json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": "provider-x", "uid": "p-uid", "controller": true});
+        let labels = std::collections::BTreeMap::from([("team".to_owned(), "a".to_owned())]);
+        let mut i = input(&config, &[]);
+        i.provider_owner = Some(&owner);
+        i.tls = Some(("provider-x-tls-server", "provider-x-tls-client"));
+        i.webhooks = true;
+        i.common_labels = &labels;
+        let r = render(&i).unwrap();
+        let pod = &r.deployment["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(
+            pod["volumes"],
+            json!([
+                {"name": "cache", "emptyDir": {}},
+                {"name": "tls-server-certs", "secret": {"secretName": "provider-x-tls-server"}},
+                {"name": "tls-client-certs", "secret": {"secretName": "provider-x-tls-client"}},
+            ])
+        );
+        assert_eq!(
+            c["volumeMounts"],
+            json!([
+                {"name": "tls-server-certs", "mountPath": "/tls/server", "readOnly": true},
+                {"name": "tls-client-certs", "mountPath": "/tls/client", "readOnly": true},
+            ])
+        );
+        let env: Vec<(String, Value)> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["name"].as_str().unwrap().to_owned(), e["value"].clone()))
+            .collect();
+        assert!(env.contains(&("TLS_SERVER_CERTS_DIR".into(), json!("/tls/server"))));
+        assert!(env.contains(&("TLS_CLIENT_CERTS_DIR".into(), json!("/tls/client"))));
+        assert!(env.contains(&("WEBHOOK_TLS_CERT_DIR".into(), json!("/tls/server"))));
+        assert_eq!(env.iter().filter(|(n, _)| n == "TLS_SERVER_CERTS_DIR").count(), 1);
+        assert!(c["ports"].as_array().unwrap().contains(&json!({"name": "webhook", "containerPort": 9443})));
+        assert_eq!(c["readinessProbe"]["tcpSocket"]["port"], "webhook");
+        assert_eq!(c["lifecycle"]["preStop"]["sleep"]["seconds"], 5);
+        assert!(r.service["spec"]["ports"].as_array().unwrap().contains(
+            &json!({"name": "webhook", "port": 9443, "targetPort": "webhook", "protocol": "TCP"})
+        ));
+        // What outlives a revision is the Provider's.
+        assert_eq!(r.service["metadata"]["ownerReferences"], json!([owner]));
+        assert_eq!(r.service_account["metadata"]["ownerReferences"], json!([owner]));
+        assert_eq!(
+            r.deployment["metadata"]["ownerReferences"][0]["kind"],
+            "ProviderRevision"
+        );
+        for labels in [
+            &r.service["metadata"]["labels"],
+            &r.service_account["metadata"]["labels"],
+            &r.deployment["metadata"]["labels"],
+            &r.deployment["spec"]["template"]["metadata"]["labels"],
+        ] {
+            assert_eq!(labels["team"], "a");
+        }
+        // Without webhooks: no probe (a runtime that serves none is ready
+        // when it runs).
+        i.webhooks = false;
+        let r = render(&i).unwrap();
+        assert!(r.deployment["spec"]["template"]["spec"]["containers"][0].get("readinessProbe").is_none());
     }
 }

@@ -120,6 +120,9 @@ pub enum Error {
     /// Another request to the control cluster failed.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// The provider's certificates could not be made.
+    #[error("cannot make the provider's TLS certificates: {0}")]
+    Tls(#[from] crate::tls::Error),
 }
 
 impl From<crate::crds::DryRunError> for Error {
@@ -141,7 +144,7 @@ impl ReconcileError for Error {
             Error::Dependencies(_) => "UnresolvedDependencies",
             Error::Constraint(_) => "IncompatibleCrossplaneVersion",
             Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
-            Error::RuntimeConfig(_) | Error::Render(_) => "CannotRunPackageRuntime",
+            Error::RuntimeConfig(_) | Error::Render(_) | Error::Tls(_) => "CannotRunPackageRuntime",
             Error::Request(..) => "CannotEstablishPackageObjects",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
@@ -190,14 +193,17 @@ pub struct Revisions {
     /// What was last applied for a revision's runtime (a hash), so an
     /// unchanged runtime is not written again.
     applied: Expiring<String, u64>,
+    /// The Providers' certificates.
+    certificates: crate::tls::Certificates,
 }
 
 /// Whether a revision's CRDs and runtime are healthy.
 pub fn healthy(r: &ProviderRevision) -> bool {
     let conds = conditions::of(r);
-    [TYPE_HEALTHY, TYPE_RUNTIME_HEALTHY]
-        .iter()
-        .all(|t| conditions::get(conds, t).is_some_and(|c| c.status == "True"))
+    let ok = |t: &str| conditions::get(conds, t).is_some_and(|c| c.status == "True");
+    // A package of CRDs alone runs nothing: there is no runtime to be
+    // healthy, and none is claimed to be.
+    ok(TYPE_HEALTHY) && (ok(TYPE_RUNTIME_HEALTHY) || r.spec.image.is_none())
 }
 
 /// Whether the rbac-manager has bound the revision's roles: RBACReady is
@@ -293,6 +299,20 @@ impl Reconciler for Revisions {
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
         if r.spec.desired_state != RevisionState::Active {
+            // An upgrade: the old runtime keeps answering (webhooks
+            // included) until the new one is available.
+            if let Some(successor) = self.successor_starting(r) {
+                set(
+                    status,
+                    TYPE_RUNTIME_HEALTHY,
+                    false,
+                    "InactivePackageRevision",
+                    Some(format!(
+                        "the revision is inactive: its runtime runs until that of revision {successor} is available"
+                    )),
+                );
+                return Ok(Action::requeue(WAIT_POLL));
+            }
             self.stop_runtime(r).await?;
             set(
                 status,
@@ -331,7 +351,44 @@ impl Reconciler for Revisions {
             unhealthy(status, "UnresolvedDependencies", &e);
             return Err(e);
         }
-        match self.install(r, &contents.objects, status).await {
+        let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
+        let config = match self.settings.mode {
+            PackageRuntime::Deployment => Some(self.runtime_config(r).await),
+            PackageRuntime::External => None,
+        };
+        let service = match &config {
+            Some(Ok((c, _))) => render::service_name(c, &provider),
+            _ => provider.clone(),
+        };
+        let webhooks = contents.objects.iter().any(crate::crds::converts_by_webhook);
+        // Certificates for a runtime, and for the API server to call its
+        // webhooks (whoever runs it).
+        let tls = if r.spec.image.is_some() || webhooks {
+            let owner = provider_owner(r);
+            match self
+                .certificates
+                .ensure(&provider, &service, &self.settings.namespace, owner.as_ref())
+                .await
+            {
+                Ok(bundle) => Some(bundle),
+                Err(e) => {
+                    let e = Error::Tls(e);
+                    unhealthy(status, "UnhealthyPackageRevision", &e);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let webhook_target = tls.as_deref().map(|bundle| crate::crds::WebhookTarget {
+            service: &service,
+            namespace: &self.settings.namespace,
+            ca_bundle: bundle,
+        });
+        match self
+            .install(r, &contents.objects, webhook_target.as_ref(), status)
+            .await
+        {
             Ok(Some(action)) => return Ok(action),
             Ok(None) => {}
             Err(e) => {
@@ -350,7 +407,10 @@ impl Reconciler for Revisions {
                 );
                 Ok(Action::requeue(self.settings.resync))
             }
-            PackageRuntime::Deployment => match self.run_runtime(r, status).await {
+            PackageRuntime::Deployment => match self
+                .run_runtime(r, config, tls.is_some(), webhooks, status)
+                .await
+            {
                 Ok(action) => Ok(action),
                 Err(e) => {
                     set(
@@ -637,6 +697,7 @@ impl Revisions {
         &self,
         r: &ProviderRevision,
         objects: &[serde_json::Value],
+        webhooks: Option<&crate::crds::WebhookTarget<'_>>,
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Option<Action>, Error> {
         let crds = self.crds_api();
@@ -644,7 +705,7 @@ impl Revisions {
         // Nothing of a package installs when any of its CRDs may never be.
         if let Some(why) = objects
             .iter()
-            .find_map(|o| crate::crds::refused(o, Some(&self.settings.namespace)))
+            .find_map(|o| crate::crds::refused(o, true))
         {
             return Err(Error::Conflict(why));
         }
@@ -670,7 +731,10 @@ impl Revisions {
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            let body = self.crd_body(r, object, live.as_ref(), &siblings);
+            let mut body = self.crd_body(r, object, live.as_ref(), &siblings);
+            if let Some(target) = webhooks {
+                crate::crds::point_conversion(&mut body, target);
+            }
             // A CRD that already is what this revision would apply is not
             // written again.
             let current = live.filter(|l| ssa::unchanged(l, &body));
@@ -777,9 +841,26 @@ impl Revisions {
         if let Some(l) = body
             .pointer_mut("/metadata/labels")
             .and_then(|l| l.as_object_mut())
-            && let Some(p) = r.labels().get(labels::PACKAGE)
         {
-            l.insert(labels::PACKAGE.into(), p.clone().into());
+            for (k, v) in crate::provider::common(&r.spec.common_labels) {
+                l.entry(k).or_insert(v.into());
+            }
+            if let Some(p) = r.labels().get(labels::PACKAGE) {
+                l.insert(labels::PACKAGE.into(), p.clone().into());
+            }
+        }
+        let common_annotations = crate::provider::common(&r.spec.common_annotations);
+        if !common_annotations.is_empty()
+            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(a) = annotations.as_object_mut() {
+                for (k, v) in common_annotations {
+                    a.entry(k).or_insert(v.into());
+                }
+            }
         }
         body
     }
@@ -862,24 +943,56 @@ impl Revisions {
             .await;
     }
 
+    /// An active revision of the same Provider whose runtime is not yet
+    /// available, while `r` (inactive) still runs one: its name.
+    fn successor_starting(&self, r: &ProviderRevision) -> Option<String> {
+        let package = r.labels().get(labels::PACKAGE)?;
+        let running = self
+            .deployments
+            .state()
+            .iter()
+            .any(|d| d.labels().get(labels::REVISION) == Some(&r.name_any()));
+        if !running {
+            return None;
+        }
+        self.revisions
+            .state()
+            .iter()
+            .find(|o| {
+                o.labels().get(labels::PACKAGE) == Some(package)
+                    && o.spec.desired_state == RevisionState::Active
+                    && o.spec.image.is_some()
+                    && o.spec.revision > r.spec.revision
+                    && o.metadata.deletion_timestamp.is_none()
+            })
+            .filter(|o| {
+                let conds = conditions::of(o.as_ref());
+                conditions::get(conds, TYPE_RUNTIME_HEALTHY).is_none_or(|c| c.status != "True")
+            })
+            .map(|o| o.name_any())
+    }
+
     /// Renders and applies the runtime, then reports its health.
     async fn run_runtime(
         &self,
         r: &ProviderRevision,
+        config: Option<Result<(DeploymentRuntimeConfigSpec, bool), Error>>,
+        tls: bool,
+        webhooks: bool,
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
-        let (config, config_image_wins) = self.runtime_config(r).await?;
         let Some(image) = r.spec.image.as_deref() else {
-            // A package of CRDs alone has nothing to run.
+            // A package of CRDs alone has nothing to run, and no runtime
+            // is claimed healthy.
             self.stop_runtime(r).await?;
-            set(
-                status,
-                TYPE_RUNTIME_HEALTHY,
-                true,
-                "NoRuntime",
-                Some("the package names no runtime image (spec.controller.image): there is nothing to run".into()),
-            );
+            status
+                .conditions
+                .retain(|c| c.type_ != TYPE_RUNTIME_HEALTHY);
             return Ok(Action::requeue(self.settings.resync));
+        };
+        let (config, config_image_wins) = match config {
+            Some(c) => c?,
+            None => self.runtime_config(r).await?,
         };
         let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
         let secrets: Vec<String> = r
@@ -890,6 +1003,10 @@ impl Revisions {
             .collect();
         let uid = r.uid().unwrap_or_default();
         let name = r.name_any();
+        let provider_owner = provider_owner(r).and_then(|o| serde_json::to_value(o).ok());
+        let (_, server_secret, client_secret) = crate::tls::secret_names(&provider);
+        let common_labels = r.spec.common_labels.clone().unwrap_or_default();
+        let common_annotations = r.spec.common_annotations.clone().unwrap_or_default();
         let input = render::Input {
             revision: &name,
             revision_uid: &uid,
@@ -900,6 +1017,11 @@ impl Revisions {
             pull_secrets: &secrets,
             config: &config,
             config_image_wins,
+            provider_owner: provider_owner.as_ref(),
+            tls: tls.then_some((server_secret.as_str(), client_secret.as_str())),
+            webhooks,
+            common_labels: &common_labels,
+            common_annotations: &common_annotations,
         };
         let mut rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
         if !self.settings.allow_unrestricted_runtimes {
@@ -927,18 +1049,9 @@ impl Revisions {
                 )));
             }
         }
-        for (object, owned) in [
-            (&mut rendered.deployment, true),
-            (&mut rendered.service, true),
-            (
-                &mut rendered.service_account,
-                !rendered.service_account_named,
-            ),
-        ] {
-            if owned {
-                label(object, &name);
-            }
-        }
+        // Only the Deployment is the revision's: the Service and the
+        // ServiceAccount are the Provider's, the same across revisions.
+        label(&mut rendered.deployment, &name);
         let hash = runtime_hash(&rendered);
         let deployment_name = rendered
             .deployment
@@ -1094,21 +1207,27 @@ impl Revisions {
         let ns = &self.settings.namespace;
         let lp = ListParams::default().labels(&selector);
         let dp = DeleteParams::background();
-        Api::<Deployment>::namespaced(client.clone(), ns)
+        Api::<Deployment>::namespaced(client, ns)
             .delete_collection(&dp, &lp)
             .await
             .map_err(|e| Error::Request("delete the runtime's Deployment", e))?;
-        Api::<Service>::namespaced(client.clone(), ns)
-            .delete_collection(&dp, &lp)
-            .await
-            .map_err(|e| Error::Request("delete the runtime's Service", e))?;
-        Api::<ServiceAccount>::namespaced(client, ns)
-            .delete_collection(&dp, &lp)
-            .await
-            .map_err(|e| Error::Request("delete the runtime's ServiceAccount", e))?;
         self.applied.remove(&r.name_any());
         Ok(())
     }
+}
+
+/// The revision's Provider as the controller of what outlives a revision
+/// (certificates, Service, ServiceAccount). Not blocking the Provider's
+/// deletion: they go after it.
+fn provider_owner(r: &ProviderRevision) -> Option<OwnerReference> {
+    r.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "Provider")
+        .cloned()
+        .map(|mut o| {
+            o.block_owner_deletion = None;
+            o
+        })
 }
 
 /// Adds the revision label to an object the revision owns.
@@ -1196,11 +1315,16 @@ pub fn controller(
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         packages,
-        settings,
         revisions,
         deployments,
         providers,
         applied: Expiring::new(Duration::from_secs(3600)),
+        certificates: crate::tls::Certificates::new(
+            rt.client.clone(),
+            &settings.namespace,
+            &rt.field_manager(),
+        ),
+        settings,
     });
     async move {
         tokio::select! {

@@ -55,6 +55,34 @@ const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
 /// The annotation the package-manager puts on a revision: the rules its
 /// package asks for (JSON).
 const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
+/// The package-manager's annotation of a revision: the capabilities its
+/// package declares (`spec.capabilities`), comma-separated.
+const CAPABILITIES: &str = "pkg.crossplane.io/capabilities";
+
+/// Whether the revision's package declares the SafeStart capability
+/// (matched as upstream does: letters and digits only, any case).
+fn safe_start(r: &ProviderRevision) -> bool {
+    r.annotations().get(CAPABILITIES).is_some_and(|c| {
+        c.split(',').any(|c| {
+            c.chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect::<String>()
+                .eq_ignore_ascii_case("safestart")
+        })
+    })
+}
+
+/// A Provider's common labels or annotations, without the package
+/// manager's own keys.
+fn common(
+    m: Option<&std::collections::BTreeMap<String, String>>,
+) -> std::collections::BTreeMap<String, String> {
+    m.into_iter()
+        .flatten()
+        .filter(|(k, _)| !k.starts_with("pkg.crossplane.io/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
 /// Reason of RBACReady (and of the Warning event) while the runtime runs as
 /// a ServiceAccount no package's role is bound to.
 const SERVICE_ACCOUNT_REFUSED: &str = "ServiceAccountRefused";
@@ -184,7 +212,16 @@ impl Reconciler for Revisions {
             refused.refuse(why);
             Vec::new()
         });
-        let rendered = roles::provider_roles(&name, &uid, &kinds, &requested);
+        let common_labels = common(r.spec.common_labels.as_ref());
+        let common_annotations = common(r.spec.common_annotations.as_ref());
+        let revision = roles::Revision {
+            name: &name,
+            uid: &uid,
+            common_labels: &common_labels,
+            common_annotations: &common_annotations,
+            safe_start: safe_start(r),
+        };
+        let rendered = roles::provider_roles(&revision, &kinds, &requested);
         refused.merge(boundary::check(
             &requested,
             &roles::rules_of(&rendered),

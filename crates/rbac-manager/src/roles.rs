@@ -171,20 +171,37 @@ fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
     )
 }
 
+/// What a revision's roles are made for: its name and UID, the labels and
+/// annotations its Provider puts on everything (`spec.commonLabels`,
+/// `spec.commonAnnotations`), and the capabilities its package declares.
+#[derive(Clone, Copy)]
+pub struct Revision<'a> {
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub common_labels: &'a BTreeMap<String, String>,
+    pub common_annotations: &'a BTreeMap<String, String>,
+    /// The package's `spec.capabilities`: `SafeStart` grants reading CRDs.
+    pub safe_start: bool,
+}
+
 fn revision_role(
     name: String,
     extra_labels: &[(&str, &str)],
-    revision: &str,
-    uid: &str,
+    revision: &Revision<'_>,
     rules: Vec<PolicyRule>,
 ) -> ClusterRole {
-    let mut all = vec![(REVISION_LABEL, revision)];
+    let mut all = vec![(REVISION_LABEL, revision.name)];
     all.extend_from_slice(extra_labels);
+    let mut labels = labels(&all).unwrap_or_default();
+    for (k, v) in revision.common_labels {
+        labels.entry(k.clone()).or_insert_with(|| v.clone());
+    }
     ClusterRole {
         metadata: ObjectMeta {
             name: Some(name),
-            labels: labels(&all),
-            owner_references: Some(owner(revision, uid)),
+            labels: Some(labels),
+            annotations: Some(revision.common_annotations.clone()).filter(|a| !a.is_empty()),
+            owner_references: Some(owner(revision.name, revision.uid)),
             ..Default::default()
         },
         rules: Some(rules),
@@ -196,35 +213,42 @@ fn revision_role(
 /// `kinds` and whose package asked for `requested` (both already within the
 /// boundary).
 pub fn provider_roles(
-    revision: &str,
-    uid: &str,
+    revision: &Revision<'_>,
     kinds: &[Kind],
     requested: &[PolicyRule],
 ) -> Vec<ClusterRole> {
     let mut system = kind_rules(kinds, &ALL, true);
     system.extend(runtime_rules());
+    if revision.safe_start {
+        // A provider that starts its controllers as their CRDs appear
+        // watches CRDs.
+        system.push(rule(
+            "apiextensions.k8s.io",
+            strings(["customresourcedefinitions"]),
+            &READ,
+        ));
+    }
     system.extend(sorted(requested));
+    let name = revision.name;
     vec![
-        revision_role(role_name(revision, "system"), &[], revision, uid, system),
+        revision_role(role_name(name, "system"), &[], revision, system),
         revision_role(
-            role_name(revision, "aggregate-to-edit"),
+            role_name(name, "aggregate-to-edit"),
             &[
                 (AGGREGATE_TO_EDIT, "true"),
                 ("rbac.crossplane.io/aggregate-to-admin", "true"),
             ],
             revision,
-            uid,
             kind_rules(kinds, &ALL, false),
         ),
         revision_role(
-            role_name(revision, "aggregate-to-view"),
+            role_name(name, "aggregate-to-view"),
             &[
                 (AGGREGATE_TO_VIEW, "true"),
                 ("rbac.crossplane.io/aggregate-to-browse", "true"),
                 (AGGREGATE_TO_PACKAGE_MANAGER, "true"),
             ],
             revision,
-            uid,
             kind_rules(kinds, &READ, false),
         ),
     ]
@@ -349,6 +373,39 @@ mod tests {
         serde_json::to_value(x).unwrap()
     }
 
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+
+    fn rev(name: &str) -> Revision<'_> {
+        Revision {
+            name,
+            uid: "u",
+            common_labels: &EMPTY,
+            common_annotations: &EMPTY,
+            safe_start: false,
+        }
+    }
+
+    #[test]
+    fn common_labels_and_safe_start_reach_the_roles() {
+        let labels = BTreeMap::from([("team".to_owned(), "a".to_owned())]);
+        let annotations = BTreeMap::from([("note".to_owned(), "b".to_owned())]);
+        let r = Revision {
+            common_labels: &labels,
+            common_annotations: &annotations,
+            safe_start: true,
+            ..rev("p")
+        };
+        let roles: Vec<Value> = provider_roles(&r, &[], &[]).iter().map(v).collect();
+        for role in &roles {
+            assert_eq!(role["metadata"]["labels"]["team"], "a");
+            assert_eq!(role["metadata"]["annotations"]["note"], "b");
+        }
+        assert!(roles[0]["rules"].as_array().unwrap().iter().any(|r| r
+            == &json!({"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": READ})));
+        let plain: Vec<Value> = provider_roles(&rev("p"), &[], &[]).iter().map(v).collect();
+        assert!(!plain[0].to_string().contains("customresourcedefinitions"));
+    }
+
     fn kind(group: &str, plural: &str) -> Kind {
         Kind {
             group: group.into(),
@@ -376,8 +433,7 @@ mod tests {
     #[test]
     fn the_system_role_grants_the_runtime_its_kinds_with_status_and_finalizers() {
         let roles = provider_roles(
-            "p-1",
-            "u",
+            &rev("p-1"),
             &kinds_of(&names(&["things.x.org", "others.x.org"])),
             &[],
         );
@@ -401,7 +457,7 @@ mod tests {
     #[test]
     fn users_get_edit_and_view_through_aggregation_and_the_package_manager_may_list() {
         let roles: Vec<Value> =
-            provider_roles("p-1", "u", &kinds_of(&names(&["things.x.org"])), &[])
+            provider_roles(&rev("p-1"), &kinds_of(&names(&["things.x.org"])), &[])
                 .iter()
                 .map(v)
                 .collect();
@@ -424,15 +480,15 @@ mod tests {
 
     #[test]
     fn the_same_crds_in_any_order_give_the_same_roles() {
-        let a = provider_roles("p", "u", &kinds_of(&names(&["a.x.org", "b.y.org"])), &[]);
-        let b = provider_roles("p", "u", &kinds_of(&names(&["b.y.org", "a.x.org"])), &[]);
+        let a = provider_roles(&rev("p"), &kinds_of(&names(&["a.x.org", "b.y.org"])), &[]);
+        let b = provider_roles(&rev("p"), &kinds_of(&names(&["b.y.org", "a.x.org"])), &[]);
         assert_eq!(a, b);
     }
 
     #[test]
     fn allowed_requests_join_the_system_role_once_and_in_order() {
         let r = rule("", names(&["nodes"]), &["get"]);
-        let roles = provider_roles("p", "u", &[], &[r.clone(), r.clone()]);
+        let roles = provider_roles(&rev("p"), &[], &[r.clone(), r.clone()]);
         let rules = roles[0].rules.as_ref().unwrap();
         assert_eq!(rules.iter().filter(|x| **x == r).count(), 1);
     }

@@ -48,8 +48,14 @@ use crate::{
 
 /// The name the node registers under.
 pub const NODE_NAME: &str = "testenv-node";
-/// The pods' addresses (inside the node's network namespace only).
-const POD_CIDR: &str = "10.244.0.0/24";
+/// The pods' addresses: a /26 (62 pods) of 100.64.0.0/12 per node index
+/// (16384 of them), routed from the host through the node's veth, so the
+/// API servers reach pods (a conversion or admission webhook, as in a real
+/// cluster) and nodes of test binaries running at once do not collide.
+fn pod_cidr(index: u32) -> String {
+    let base = u32::from(Ipv4Addr::new(100, 64, 0, 0)) + (index % 16384) * 64;
+    format!("{}/26", Ipv4Addr::from(base))
+}
 /// Global sysctls kubelet sets at start; the node sees its own copies.
 const KUBELET_SYSCTLS: [&str; 6] = [
     "vm/overcommit_memory",
@@ -238,6 +244,7 @@ pub(crate) struct Plan {
     host_veth: String,
     pub(crate) host_ip: Ipv4Addr,
     node_ip: Ipv4Addr,
+    pod_cidr: String,
     cgroup_root: String,
     network: String,
     netns_inode: u64,
@@ -343,6 +350,7 @@ pub(crate) fn prepare(dir: &Path) -> anyhow::Result<Plan> {
         host_veth: String::new(),
         host_ip: Ipv4Addr::UNSPECIFIED,
         node_ip: Ipv4Addr::UNSPECIFIED,
+        pod_cidr: String::new(),
         cgroup_root: String::new(),
         network: String::new(),
         netns_inode: 0,
@@ -399,6 +407,7 @@ pub(crate) fn prepare(dir: &Path) -> anyhow::Result<Plan> {
     let base = u32::from(Ipv4Addr::new(10, 250, 0, 0)) + idx * 4;
     plan.host_ip = Ipv4Addr::from(base + 1);
     plan.node_ip = Ipv4Addr::from(base + 2);
+    plan.pod_cidr = pod_cidr(idx);
     run(
         Command::new("ip").args([
             "addr",
@@ -421,6 +430,20 @@ pub(crate) fn prepare(dir: &Path) -> anyhow::Result<Plan> {
     run(
         plan.enter(Path::new("sh")).args(["-c", &script]),
         "setting up the node's network",
+    )?;
+    // The host reaches the pods through the node (the route goes with the
+    // veth).
+    run(
+        Command::new("ip").args([
+            "route",
+            "replace",
+            &plan.pod_cidr,
+            "via",
+            &plan.node_ip.to_string(),
+            "dev",
+            &plan.host_veth,
+        ]),
+        "routing the pods' addresses through the node",
     )?;
     for hierarchy in fs::read_dir("/sys/fs/cgroup")
         .context("reading /sys/fs/cgroup")?
@@ -517,7 +540,7 @@ state = "{state}"
                     "ipam": {
                         "type": "host-local",
                         "dataDir": p("cni/ipam"),
-                        "ranges": [[{"subnet": POD_CIDR}]],
+                        "ranges": [[{"subnet": plan.pod_cidr}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                     },
                 },
@@ -662,13 +685,13 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 5s
-maxPods: 110
+maxPods: 60
 "#,
             socket = socket.display(),
             cg = plan.cgroup_root,
             node_ip = plan.node_ip,
             ca = ca.display(),
-            pod_cidr = POD_CIDR,
+            pod_cidr = plan.pod_cidr,
             logs = plan.path("pod-logs"),
         ),
     )?;
@@ -695,7 +718,7 @@ maxPods: 110
     proxy.args([
         format!("--kubeconfig={}", proxy_kc.display()),
         "--proxy-mode=iptables".to_owned(),
-        format!("--cluster-cidr={POD_CIDR}"),
+        format!("--cluster-cidr={}", plan.pod_cidr),
         format!("--hostname-override={NODE_NAME}"),
         // Leave the (global) conntrack table settings alone.
         "--conntrack-max-per-core=0".to_owned(),

@@ -441,6 +441,11 @@ pub(crate) fn start(
                 format!("--service-account-signing-key-file={}", d("sa.key")),
                 "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
                 "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+                // Webhooks (CRD conversion, admission) and aggregated APIs are
+                // called at a ready endpoint of their Service (a pod address,
+                // routed through the node), not at its cluster IP: the API
+                // server runs on the host, outside kube-proxy's rules.
+                "--enable-aggregator-routing=true".to_owned(),
                 "--profiling=false".to_owned(),
             ]
             .into_iter()

@@ -105,16 +105,21 @@ impl Registry {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let hosts = node.registry_config_dir().join(host);
-        std::fs::create_dir_all(&hosts)?;
+        // The node pulls by the registry's host name and by its address
+        // (a package image that is its own runtime is pulled from where the
+        // package-manager read it).
         let server = format!("https://{}", registry.address);
-        std::fs::write(
-            hosts.join("hosts.toml"),
-            format!(
-                "server = \"{server}\"\n\n[host.\"{server}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{}\"\n",
-                tls.ca.display()
-            ),
-        )?;
+        for name in [host, registry.address.as_str()] {
+            let hosts = node.registry_config_dir().join(name);
+            std::fs::create_dir_all(&hosts)?;
+            std::fs::write(
+                hosts.join("hosts.toml"),
+                format!(
+                    "server = \"{server}\"\n\n[host.\"{server}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{}\"\n",
+                    tls.ca.display()
+                ),
+            )?;
+        }
         Ok(registry)
     }
 }

@@ -582,7 +582,7 @@ impl Requests {
             .stack
             .crds
             .iter()
-            .find_map(|o| crate::crds::refused(o, None))
+            .find_map(|o| crate::crds::refused(o, false))
         {
             return Err(Error::Conflict(format!("{}: {why}", p.reference)));
         }

@@ -55,6 +55,15 @@ pub struct ProviderSpec {
     /// the package manager runs with --enable-runtime-config=false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_config_ref: Option<LocalObjectReference>,
+    /// CommonLabels are put on the revision and on everything the package
+    /// manager makes for it: its CRDs, the runtime's ServiceAccount,
+    /// Deployment (and pods) and Service, and the rbac-manager's
+    /// ClusterRoles. Editing them updates those objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// CommonAnnotations are put on the same objects as commonLabels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_annotations: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A reference to a runtime config, which may be of any kind.
@@ -118,7 +127,10 @@ pub struct ProviderRevisionSpec {
     pub desired_state: RevisionState,
     /// Package is the package reference this revision was made from.
     pub package: String,
-    /// Image is the runtime image of the package.
+    /// Image is the runtime image: the package's `spec.controller.image`
+    /// (a v1-style package), else the package image itself when it
+    /// carries a runtime (built with an embedded runtime image). None for
+    /// a package of CRDs alone, which runs nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Revision number; higher is newer.
@@ -143,6 +155,15 @@ pub struct ProviderRevisionSpec {
     /// ControllerConfigRef names a deprecated ControllerConfig.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller_config_ref: Option<LocalObjectReference>,
+    /// CommonLabels (copied from the Provider) are put on the revision and everything the package
+    /// manager makes for it: its CRDs, the runtime's ServiceAccount,
+    /// Deployment (and pods) and Service, and the rbac-manager's
+    /// ClusterRoles. Editing them updates those objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// CommonAnnotations are put on the same objects as commonLabels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_annotations: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Whether a revision is the active one.
