@@ -1,7 +1,7 @@
 //! Helpers of the package tests: a registry with packages built by `xpkg`,
-//! the package-manager running as its shipped ServiceAccount, kubectl
-//! against the test binary's control plane (with a node), and waits that
-//! explain themselves.
+//! the six controllers running as pods from `deploy/` (the shipped
+//! installation, [`crate::shipped`]), kubectl against the test binary's
+//! control plane (with a node), and waits that explain themselves.
 
 use std::{
     path::{Path, PathBuf},
@@ -12,24 +12,17 @@ use std::{
 
 use serde_json::Value;
 
-/// The host name the node's containerd maps to the test registry.
-pub const NODE_REGISTRY: &str = "xpkg.crossplane-rs.test";
-
 pub const NS: &str = "crossplane-system";
 
 /// What the package tests of one test binary share.
 pub struct Env {
-    /// The registry packages are pushed to (HTTPS, testenv's CA).
-    pub registry: testenv::registry::Registry,
-    /// Its CA, as a file (for `xpkg --ca-file` and `--ca-bundle-path`).
+    /// The registry packages are pushed to (HTTPS, testenv's CA): the
+    /// shipped installation's, which the node pulls from by its address.
+    pub registry: &'static testenv::registry::Registry,
+    /// Its CA, as a file (for `xpkg --ca-file`).
     pub ca_file: PathBuf,
     /// The object-provider runtime image, as the node pulls it.
     pub runtime_image: String,
-    /// The package-manager every test of the binary shares, unless the
-    /// binary runs its own ([`env_without_package_manager`]).
-    pub package_manager: Option<crate::Running>,
-    /// The rbac-manager, beside the shared package-manager.
-    pub rbac_manager: Option<crate::Running>,
     /// A scratch directory.
     pub work: PathBuf,
 }
@@ -112,41 +105,10 @@ pub fn condition(obj: &Value, type_: &str) -> Option<(String, String)> {
         })
 }
 
+/// Providers, revisions, the controllers' pods and the package- and
+/// rbac-manager pods' logs, for a failed wait.
 pub fn explain_packages() -> String {
-    let (_, providers) = kubectl_try(&["get", "providers,providerrevisions", "-o", "yaml"]);
-    let (_, pods) = kubectl_try(&["get", "deployments,pods", "-n", NS, "-o", "wide"]);
-    let log = ENV
-        .get()
-        .and_then(|e| e.package_manager.as_ref())
-        .map(crate::Running::log)
-        .unwrap_or_default();
-    let tail: String = log
-        .lines()
-        .rev()
-        .take(40)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect::<Vec<_>>()
-        .join("\n");
-    format!("{providers}\n{pods}\npackage-manager log (tail):\n{tail}")
-}
-
-/// deploy/ without its Deployments and Services: the ServiceAccounts and
-/// RBAC this test's package-manager runs under (the six controllers are not
-/// run as pods here).
-pub fn apply_deploy_rbac() {
-    let rendered = kubectl(&[
-        "kustomize",
-        &testenv::repo_root().join("deploy").to_string_lossy(),
-    ]);
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&rendered).unwrap();
-    let keep: Vec<String> = docs
-        .into_iter()
-        .filter(|d| !d.is_null() && d["kind"] != "Deployment" && d["kind"] != "Service")
-        .map(|d| serde_json::to_string(&d).unwrap())
-        .collect();
-    apply(&keep.join("\n---\n"));
+    crate::shipped::explain()
 }
 
 /// The object-provider alone on the project's base layer, run as the
@@ -160,7 +122,8 @@ pub fn push_runtime_image(registry: &testenv::registry::Registry) -> String {
 }
 
 /// A workspace binary alone on the project's base layer, pushed to
-/// `registry` as `repository`; returns the name the node pulls it by.
+/// `registry` as `repository`; returns the name the node pulls it by (the
+/// registry's address: testenv's certs.d maps it).
 pub fn push_binary_image(
     registry: &testenv::registry::Registry,
     binary: &str,
@@ -188,7 +151,7 @@ pub fn push_binary_image(
         &format!("{}/{repository}", registry.address),
         &image,
     );
-    format!("{NODE_REGISTRY}/{repository}")
+    format!("{}/{repository}", registry.address)
 }
 
 /// Pushes `image` to `reference` (in `registry`, trusting its CA,
@@ -211,71 +174,18 @@ pub fn push_image(
     pushed.digest.as_str().to_owned()
 }
 
-/// The shared setup, with the package-manager running as its shipped
-/// ServiceAccount (started on first use).
+/// The shared setup: the shipped installation (the six controllers as
+/// pods, made on first use) and the runtime image pushed to its registry.
 pub fn env() -> &'static Env {
-    ENV.get_or_init(|| setup(true))
-}
-
-/// The shared setup without a package-manager: for a test binary that runs
-/// its own with other flags. Call it before anything calls [`env`].
-pub fn env_without_package_manager() -> &'static Env {
-    ENV.get_or_init(|| setup(false))
-}
-
-/// The arguments a test package-manager runs with: the registry's CA and a
-/// scratch cache, resolving `Always` tags every 2s.
-pub fn package_manager_args(e_ca: &Path, cache: &Path) -> Vec<String> {
-    vec![
-        "--ca-bundle-path".into(),
-        e_ca.display().to_string(),
-        "--package-cache-dir".into(),
-        cache.display().to_string(),
-        "--package-pull-interval".into(),
-        "2s".into(),
-    ]
-}
-
-/// Starts a package-manager as its shipped ServiceAccount with `args`.
-pub fn start_package_manager(args: &[String]) -> crate::Running {
-    let plane = testenv::control_plane_with_node();
-    let kubeconfig = crate::impersonating_kubeconfig_for(&plane.control, "package-manager");
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    crate::Running::start("package-manager", &kubeconfig, &args)
-}
-
-fn setup(with_package_manager: bool) -> Env {
-    let plane = testenv::control_plane_with_node();
-    let node = plane.node.as_ref().expect("this test needs testenv's node");
-    let registry = testenv::registry::Registry::start(plane, node, NODE_REGISTRY, None).unwrap();
-    let work = std::env::temp_dir().join(testenv::unique_name("packages"));
-    std::fs::create_dir_all(&work).unwrap();
-    let ca_file = work.join("registry-ca.pem");
-    std::fs::write(&ca_file, &registry.ca_pem).unwrap();
-    let runtime_image = push_runtime_image(&registry);
-    apply_deploy_rbac();
-    let package_manager = with_package_manager
-        .then(|| start_package_manager(&package_manager_args(&ca_file, &work.join("cache"))));
-    let rbac_manager = with_package_manager.then(|| {
-        let kubeconfig = crate::impersonating_kubeconfig_for(&plane.control, "rbac-manager");
-        crate::Running::start("rbac-manager", &kubeconfig, &[])
-    });
-    Env {
-        rbac_manager,
-        registry,
-        ca_file,
-        runtime_image,
-        package_manager,
-        work,
-    }
-}
-
-/// The shared package-manager.
-pub fn package_manager() -> &'static crate::Running {
-    env()
-        .package_manager
-        .as_ref()
-        .expect("this test binary runs its own package-manager")
+    ENV.get_or_init(|| {
+        let s = crate::shipped::shipped();
+        Env {
+            registry: &s.registry,
+            ca_file: s.ca_file.clone(),
+            runtime_image: push_runtime_image(&s.registry),
+            work: s.work.clone(),
+        }
+    })
 }
 
 /// Writes a package directory: the meta (with `extra` lines under
@@ -472,7 +382,7 @@ pub fn push_raw(reference: &str, package_yaml: &str) -> String {
         .file("package.yaml", 0o644, package_yaml.as_bytes().to_vec())
         .build()
         .unwrap();
-    push_base_layer(&env().registry, reference, layer)
+    push_base_layer(env().registry, reference, layer)
 }
 
 /// Pushes an image of `layer` alone, annotated as the package's base layer,
@@ -540,13 +450,10 @@ pub fn meta_with_dependency(name: &str, dependency: &str, version: &str) -> Stri
         .replace("{name}", name)
 }
 
-/// Reconciles of the Provider controller so far (any result).
+/// Reconciles of the package-manager's Provider controller so far (any
+/// result).
 pub fn provider_reconciles() -> f64 {
-    crate::metric_sum(
-        &package_manager().metrics(),
-        "crossplane_rs_reconcile_total",
-        &[("controller", "provider")],
-    )
+    crate::shipped::reconciles("package-manager", "provider")
 }
 
 /// Makes the Provider controller look at `name` at least `n` more times

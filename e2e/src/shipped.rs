@@ -1,13 +1,14 @@
 //! The six controllers as users run them: the project's image (built by
 //! crates/oci, pushed to a registry the node pulls from), `deploy/` applied
 //! through the local-node overlay, and only operator configuration added
-//! (the registry's CA for the package-manager). Tests of one test binary
-//! share one such installation; each works in its own namespace or under
-//! its own names.
+//! (the registry's CA for the package-manager, and its pull interval for
+//! `Always` tags; a test may run it with other flags through
+//! [`package_manager_flags`]). Tests of one test binary share one such
+//! installation; each works in its own namespace or under its own names.
 
 use std::{
     path::PathBuf,
-    sync::OnceLock,
+    sync::{Condvar, Mutex, OnceLock, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -34,6 +35,8 @@ pub struct Shipped {
     pub pause_image: String,
     /// A scratch directory.
     pub work: PathBuf,
+    /// The package-manager's args as deploy/ ships them.
+    deployed_args: Vec<String>,
 }
 
 static SHIPPED: OnceLock<Shipped> = OnceLock::new();
@@ -146,8 +149,9 @@ fn install() -> Shipped {
     let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
     crate::packages::push_image(&registry, &format!("{}/pause:v1", registry.address), &pause);
     apply_overlay();
+    let deployed_args = container_args("package-manager");
     // Operator configuration, and nothing else: the package-manager trusts
-    // the registry's CA.
+    // the registry's CA, and resolves `Always` tags every 2s (`operator_flags`).
     let (_, _) = kubectl_try(&["delete", "configmap", "registry-ca", "-n", NS]);
     kubectl(&[
         "create",
@@ -157,13 +161,14 @@ fn install() -> Shipped {
         NS,
         &format!("--from-file=ca.pem={}", ca_file.display()),
     ]);
+    let args = [deployed_args.clone(), operator_flags()].concat();
     let patch = serde_json::json!([
         {"op": "add", "path": "/spec/template/spec/volumes/-",
          "value": {"name": "registry-ca", "configMap": {"name": "registry-ca"}}},
         {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
          "value": {"name": "registry-ca", "mountPath": CA_DIR, "readOnly": true}},
-        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-         "value": format!("--ca-bundle-path={CA_DIR}/ca.pem")},
+        {"op": "replace", "path": "/spec/template/spec/containers/0/args",
+         "value": args},
     ]);
     kubectl(&[
         "patch",
@@ -181,7 +186,167 @@ fn install() -> Shipped {
         ca_file,
         pause_image: format!("{host}/pause:v1"),
         work,
+        deployed_args,
     }
+}
+
+/// The flags the operator adds to the package-manager's deploy/ args: the
+/// registry's CA (mounted by the install), and `Always` tags resolved
+/// every 2s instead of every minute (the package tests move a tag and
+/// wait for the new revision).
+pub fn operator_flags() -> Vec<String> {
+    vec![
+        format!("--ca-bundle-path={CA_DIR}/ca.pem"),
+        "--package-pull-interval=2s".to_owned(),
+    ]
+}
+
+/// The args of a controller Deployment's container.
+fn container_args(binary: &str) -> Vec<String> {
+    let d = get_json(&["deployment", binary, "-n", NS]).unwrap_or_default();
+    d.pointer("/spec/template/spec/containers/0/args")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Which operator flags the package-manager runs with, and how many tests
+/// hold them.
+struct Flags {
+    /// None: as installed ([`operator_flags`]).
+    flags: Option<Vec<String>>,
+    holders: usize,
+}
+
+static FLAGS: Mutex<Flags> = Mutex::new(Flags {
+    flags: None,
+    holders: 0,
+});
+static FLAGS_RELEASED: Condvar = Condvar::new();
+
+/// The package-manager running with `flags` after deploy/'s args (instead
+/// of [`operator_flags`]), held until dropped: tests that need the same
+/// flags share them, a test that needs others waits until no test holds
+/// these. Hold it for the whole test.
+#[must_use = "the flags hold only while the guard lives"]
+pub struct PackageManagerFlags(());
+
+impl Drop for PackageManagerFlags {
+    fn drop(&mut self) {
+        let mut state = FLAGS.lock().unwrap_or_else(PoisonError::into_inner);
+        state.holders -= 1;
+        FLAGS_RELEASED.notify_all();
+    }
+}
+
+/// Runs the package-manager Deployment with deploy/'s args plus `flags`
+/// (operator configuration, a JSON patch of its args), waiting for the
+/// rollout: the new pod Ready and leading, the old one gone. See
+/// [`PackageManagerFlags`].
+pub fn package_manager_flags(flags: &[String]) -> PackageManagerFlags {
+    let s = shipped();
+    let mut state = FLAGS.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        let current = state.flags.clone().unwrap_or_else(operator_flags);
+        if current == flags {
+            break;
+        }
+        if state.holders == 0 {
+            // Held across the rollout: nobody starts with either set.
+            roll_out_package_manager(&[s.deployed_args.clone(), flags.to_vec()].concat());
+            state.flags = Some(flags.to_vec());
+            break;
+        }
+        state = FLAGS_RELEASED
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    state.holders += 1;
+    PackageManagerFlags(())
+}
+
+/// Sets the package-manager's args and waits until one pod of that
+/// template runs, Ready, holding the Lease, and no other is left.
+fn roll_out_package_manager(args: &[String]) {
+    let patch = serde_json::json!([
+        {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args},
+    ]);
+    kubectl(&[
+        "patch",
+        "deployment",
+        "package-manager",
+        "-n",
+        NS,
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let pods = get_json(&[
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            "app.kubernetes.io/name=package-manager",
+        ])
+        .unwrap_or_default();
+        let pods = pods["items"].as_array().cloned().unwrap_or_default();
+        let ready = |p: &Value| {
+            p.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        };
+        if let [pod] = pods.as_slice()
+            && pod.pointer("/metadata/deletionTimestamp").is_none()
+            && pod.pointer("/spec/containers/0/args") == Some(&serde_json::json!(args))
+            && ready(pod)
+            && package_manager_lease().0 == pod["metadata"]["name"].as_str().unwrap_or_default()
+        {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let pods = kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
+            panic!(
+                "the package-manager did not roll out with {args:?} within 180s:\n{pods}\n{}",
+                log_tail("package-manager", 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Removes crossplane-rs's own Object provider (its Deployment and the
+/// kubernetes.crossplane.io CRDs), as a user who installs another provider
+/// of that API group does first: the package-manager never takes over
+/// CRDs it did not install.
+pub fn remove_object_provider() {
+    shipped();
+    kubectl(&[
+        "delete",
+        "deployment",
+        "object-provider",
+        "-n",
+        NS,
+        "--ignore-not-found",
+    ]);
+    kubectl(&[
+        "delete",
+        "crd",
+        "objects.kubernetes.crossplane.io",
+        "providerconfigs.kubernetes.crossplane.io",
+        "providerconfigusages.kubernetes.crossplane.io",
+        "--ignore-not-found",
+        "--wait=true",
+    ]);
 }
 
 /// The running pod of a controller: (name, restart count).
@@ -282,8 +447,8 @@ pub fn explain() -> String {
     let (_, pods) = kubectl_try(&["get", "deployments,pods", "-n", NS, "-o", "wide"]);
     format!(
         "{providers}\n{pods}\npackage-manager log (tail):\n{}\nrbac-manager log (tail):\n{}",
-        log_tail("package-manager", 30),
-        log_tail("rbac-manager", 15)
+        log_tail("package-manager", 40),
+        log_tail("rbac-manager", 20)
     )
 }
 

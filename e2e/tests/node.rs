@@ -220,6 +220,11 @@ fn node_child_process() {
             "--timeout=120s",
         ])
         .unwrap();
+    // A test registry, as the package tests start one.
+    let registry =
+        testenv::registry::Registry::start(&plane, node, "leftover.crossplane-rs.test", None)
+            .unwrap();
+    println!("REGISTRY {}", registry.pid());
     println!(
         "FOOTPRINT {}",
         serde_json::to_string(&node.footprint).unwrap()
@@ -255,11 +260,30 @@ fn a_node_leaves_nothing_on_the_host() {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-    // The child is gone; its watchdog now stops what it started and
-    // removes the node.
+    let registry: u32 = stdout
+        .lines()
+        .find_map(|l| l.split_once("REGISTRY ").map(|(_, pid)| pid.trim()))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the child process printed no registry pid:\n{stdout}"));
+    // Running (not gone, not a zombie nobody reaped yet).
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().chars().next())
+            })
+            .flatten()
+            .is_some_and(|state| state != 'Z' && state != 'X')
+    };
+    // The child is gone; its watchdog now stops what it started (the
+    // registry among them) and removes the node.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let left = footprint.leftovers();
+        let mut left = footprint.leftovers();
+        if running(registry) {
+            left.push(format!("the test registry, process {registry}"));
+        }
         if left.is_empty() {
             break;
         }

@@ -1,8 +1,9 @@
 //! The package manager for real: packages built with `xpkg` and pushed to a
-//! CNCF registry (HTTPS, testenv's CA), Providers installed by the
-//! package-manager (running as its shipped ServiceAccount), their runtimes
-//! run as pods on the test node, which pulls the runtime image from the
-//! same registry.
+//! CNCF registry (HTTPS, testenv's CA), Providers installed by the six
+//! controllers running as pods from `deploy/` (the shipped installation:
+//! the local-node overlay plus operator configuration), their runtimes run
+//! as pods on the test node, which pulls the runtime image from the same
+//! registry.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -72,11 +73,10 @@ fn upgrade_unmet(rev1: &str, rev2: &str) -> Vec<&'static str> {
 #[test]
 fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     let e = env();
-    // The control cluster starts without the package's CRDs.
-    let crds: Vec<String> = OBJECT_CRDS.iter().map(|c| format!("crd/{c}")).collect();
-    let mut delete = vec!["delete", "--ignore-not-found", "--wait=true"];
-    delete.extend(crds.iter().map(String::as_str));
-    kubectl(&delete);
+    // The package serves the API group of crossplane-rs's own Object
+    // provider: the control cluster starts without it and its CRDs, as a
+    // user who replaces it would.
+    e2e::shipped::remove_object_provider();
 
     let repository = format!("{}/crossplane-rs/provider-kubernetes", e.registry.address);
     let v1 = package_dir("provider-kubernetes", "v0.1.0", &object_provider_crds());
@@ -681,12 +681,7 @@ fn an_unreachable_registry_is_reported_and_a_registry_that_comes_up_is_used_with
     );
     // Once installed, the registry going away changes nothing.
     drop(registry);
-    let metrics_before = package_manager().metrics();
-    let before = e2e::metric_sum(
-        &metrics_before,
-        "crossplane_rs_reconcile_total",
-        &[("controller", "providerrevision")],
-    );
+    let before = e2e::shipped::reconciles("package-manager", "providerrevision");
     kubectl(&[
         "annotate",
         "providerrevisions.pkg.crossplane.io",
@@ -698,11 +693,7 @@ fn an_unreachable_registry_is_reported_and_a_registry_that_comes_up_is_used_with
         Duration::from_secs(30),
         "the revision reconciled after the registry went",
         || {
-            let now = e2e::metric_sum(
-                &package_manager().metrics(),
-                "crossplane_rs_reconcile_total",
-                &[("controller", "providerrevision")],
-            );
+            let now = e2e::shipped::reconciles("package-manager", "providerrevision");
             (now > before).then_some(())
         },
         explain_packages,
@@ -1245,7 +1236,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
     xpkg_push(
         &package_dir("broken", "v1", &[]),
         &broken_ref,
-        Some(&format!("{NODE_REGISTRY}/test/no-such-image:v1")),
+        Some(&format!("{}/test/no-such-image:v1", e.registry.address)),
     );
     let broken = format!("{unique}-broken");
     apply(&provider_yaml(&broken, &broken_ref, ""));
@@ -1507,7 +1498,7 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
         "a refused revision got roles"
     );
     let refusals = e2e::metric_sum(
-        &env().rbac_manager.as_ref().unwrap().metrics(),
+        &e2e::shipped::metrics_of("rbac-manager"),
         "crossplane_rs_rbac_permission_requests_refused_total",
         &[],
     );

@@ -1,19 +1,23 @@
-//! The package-manager's modes, each with its own package-manager (one at
-//! a time, on this binary's control plane): a registry it does not trust,
+//! The package-manager's modes, each with its own flags: the six
+//! controllers run as pods from `deploy/` (the shipped installation), and
+//! each test sets the package-manager Deployment's flags as an operator
+//! would (one set at a time: the Deployment is rolled out with them, and
+//! a test holds them while it runs): a registry it does not trust,
 //! `--package-runtime=External`, and the deprecated ControllerConfig with
 //! `--enable-runtime-config=false` beside its conversion; and an installed
-//! stack, whose reconciles must write nothing (counted on a package-manager
-//! that serves that test alone).
+//! stack, whose reconciles must write nothing (counted on the
+//! package-manager pod while that test alone holds it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use e2e::packages::*;
+use e2e::shipped::{metrics_of, operator_flags, package_manager_flags};
 use serde_json::Value;
 
 fn pause_package(name: &str) -> (String, String) {
-    let e = env_without_package_manager();
+    let e = env();
     let g = group(name);
     let crds = [test_crd(&g, "Part")];
     let reference = format!(
@@ -29,28 +33,34 @@ fn pause_package(name: &str) -> (String, String) {
     (reference, digest)
 }
 
-fn runtime_objects(revision: &str) -> Vec<&'static str> {
-    ["deployment", "service", "serviceaccount"]
-        .into_iter()
-        .filter(|k| get_json(&[k, revision, "-n", NS]).is_some())
-        .collect()
+/// The runtime objects of a Provider's revision: its Deployment (named
+/// after the revision), Service and ServiceAccount (named after the
+/// Provider).
+fn runtime_objects(provider: &str, revision: &str) -> Vec<&'static str> {
+    [
+        ("deployment", revision),
+        ("service", provider),
+        ("serviceaccount", provider),
+    ]
+    .into_iter()
+    .filter(|(k, name)| get_json(&[k, name, "-n", NS]).is_some())
+    .map(|(k, _)| k)
+    .collect()
 }
-
-/// One package-manager at a time: each test runs its own.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn untrusted_registry_external_runtime_and_controller_config() {
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let e = env_without_package_manager();
-    let cache = e.work.join("cache");
-    let trusted = package_manager_args(&e.ca_file, &cache);
+    let e = env();
+    let trusted = operator_flags();
 
     // 1. Without the registry's CA, the TLS failure is named.
-    let untrusted: Vec<String> = trusted.iter().skip(2).cloned().collect();
-    let pm = start_package_manager(&untrusted);
+    let untrusted: Vec<String> = trusted
+        .iter()
+        .filter(|f| !f.starts_with("--ca-bundle-path"))
+        .cloned()
+        .collect();
+    assert_eq!(untrusted.len(), trusted.len() - 1, "{trusted:?}");
+    let pm = package_manager_flags(&untrusted);
     let (reference, _) = pause_package("untrusted");
     let name = testenv::unique_name("untrusted");
     apply(&provider_yaml(&name, &reference, ""));
@@ -71,7 +81,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     // 2. External: the revision and its CRDs, no runtime objects at all.
     let mut external = trusted.clone();
     external.push("--package-runtime=External".into());
-    let pm = start_package_manager(&external);
+    let pm = package_manager_flags(&external);
     let (reference, digest) = pause_package("external");
     let name = testenv::unique_name("external");
     apply(&provider_yaml(&name, &reference, ""));
@@ -86,9 +96,9 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     );
     assert!(!r["status"]["objectRefs"].as_array().unwrap().is_empty());
     assert!(
-        runtime_objects(&revision).is_empty(),
+        runtime_objects(&name, &revision).is_empty(),
         "External mode made {:?}",
-        runtime_objects(&revision)
+        runtime_objects(&name, &revision)
     );
     // The seed's Cloud Run example applies unchanged; its runtime config
     // kind is none of this package-manager's business.
@@ -116,7 +126,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     // 3. A ControllerConfig, honoured with --enable-runtime-config=false...
     let mut legacy = trusted.clone();
     legacy.push("--enable-runtime-config=false".into());
-    let pm = start_package_manager(&legacy);
+    let pm = package_manager_flags(&legacy);
     let (reference, digest) = pause_package("legacy");
     let name = testenv::unique_name("legacy");
     let cc = testenv::unique_name("cc");
@@ -133,23 +143,17 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     wait_provider_healthy(&name, Duration::from_secs(90));
     let revision = format!("{name}-{}", short(&digest));
     // A reconcile with nothing to change writes nothing: no CRD, runtime
-    // or status write (patch is how everything is written). This binary's
-    // package-manager serves this test alone, so its counters are this
+    // or status write (patch is how everything is written). This test
+    // alone holds the package-manager's flags, so its counters are this
     // Provider's.
     let patches = || {
         e2e::metric_sum(
-            &pm.metrics(),
+            &metrics_of("package-manager"),
             "crossplane_rs_kube_api_requests_total",
             &[("cluster", "control"), ("verb", "patch")],
         )
     };
-    let reconciles = || {
-        e2e::metric_sum(
-            &pm.metrics(),
-            "crossplane_rs_reconcile_total",
-            &[("controller", "providerrevision")],
-        )
-    };
+    let reconciles = || e2e::shipped::reconciles("package-manager", "providerrevision");
     let (patched, reconciled) = (patches(), reconciles());
     kubectl(&[
         "annotate",
@@ -201,7 +205,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
         "{converted}"
     );
     assert!(!converted.contains("controllerConfigRef"), "{converted}");
-    let pm = start_package_manager(&trusted);
+    let pm = package_manager_flags(&trusted);
     apply(&provider_with_cc);
     e2e_wait_event(&revision, "ControllerConfigIgnored");
     apply(&converted);
@@ -251,20 +255,17 @@ fn e2e_wait_event(involved: &str, reason: &str) {
 
 /// An installed stack (requested by package and by CRD, both held) is
 /// reconciled again and again without a write: no CRD, Extension, status
-/// or label patch, no create. The counters are this test's own
-/// package-manager's.
+/// or label patch, no create. The counters are the package-manager pod's,
+/// while this test alone holds its flags.
 #[test]
 fn an_installed_stack_writes_nothing_when_reconciled_again() {
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let e = env_without_package_manager();
-    let mut args = package_manager_args(&e.ca_file, &e.work.join("stack-cache"));
+    let e = env();
+    let mut args = operator_flags();
     args.extend([
         "--registry-rewrite".to_owned(),
         format!("registry.crossplane.io={}", e.registry.address),
     ]);
-    let pm = start_package_manager(&args);
+    let pm = package_manager_flags(&args);
     let g = format!("{}.example.org", testenv::unique_name("steady"));
     let dir = e.work.join(testenv::unique_name("steady-stack"));
     let res = dir.join(".registry/resources").join(&g);
@@ -324,30 +325,38 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
             .1
         },
     );
+    // The rbac-manager (a pod beside it) has rendered the Extension's
+    // roles: the installation has settled.
+    wait(
+        Duration::from_secs(60),
+        "the Extension's RBACReady",
+        || {
+            let x = get_json(&["extensions.extensions.crossplane.io", "steady", "-n", &ns])?;
+            (condition(&x, "RBACReady")?.0 == "True").then_some(())
+        },
+        explain_packages,
+    );
+    // Writes by verb. Not `update`: the package-manager's only PUT is the
+    // renewal of its leader-election Lease (deploy/ runs it with
+    // --leader-elect), every couple of seconds; its controllers write with
+    // patch, create and delete.
     let writes = || {
-        ["patch", "create", "update", "delete"]
-            .iter()
-            .map(|verb| {
-                e2e::metric_sum(
-                    &pm.metrics(),
-                    "crossplane_rs_kube_api_requests_total",
-                    &[("cluster", "control"), ("verb", verb)],
-                )
-            })
-            .sum::<f64>()
+        let metrics = metrics_of("package-manager");
+        ["patch", "create", "delete"].map(|verb| {
+            let n = e2e::metric_sum(
+                &metrics,
+                "crossplane_rs_kube_api_requests_total",
+                &[("cluster", "control"), ("verb", verb)],
+            );
+            (verb, n)
+        })
     };
-    let reconciles = |controller: &str| {
-        e2e::metric_sum(
-            &pm.metrics(),
-            "crossplane_rs_reconcile_total",
-            &[("controller", controller)],
-        )
-    };
+    let reconciles = |controller: &str| e2e::shipped::reconciles("package-manager", controller);
     let written = writes();
     assert!(
-        written > 0.0,
+        written.iter().map(|(_, n)| n).sum::<f64>() > 0.0,
         "the install itself was counted:\n{}",
-        pm.metrics()
+        metrics_of("package-manager")
     );
     for round in 0..3 {
         let (requests, extensions) = (reconciles("extensionrequest"), reconciles("extension"));
@@ -374,14 +383,15 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
                     && reconciles("extension") > extensions)
                     .then_some(())
             },
-            || pm.log(),
+            explain_packages,
         );
     }
     assert_eq!(
         writes(),
         written,
-        "an installed stack wrote something:\n{}",
-        pm.metrics()
+        "an installed stack wrote something:\n{}\n{}",
+        metrics_of("package-manager"),
+        e2e::shipped::log_tail("package-manager", 40)
     );
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
     wait(
@@ -392,7 +402,7 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
                 .is_none()
                 .then_some(())
         },
-        || pm.log(),
+        explain_packages,
     );
     drop(pm);
 }

@@ -1,16 +1,19 @@
 //! Stacks (seed 001), on a real node with a real registry: stacks built by
 //! `xpkg` (a `.registry/` directory) whose controller is the project's
 //! `stack-controller` (it writes a ConfigMap for each custom resource of
-//! its CRD), installed through ExtensionRequests by package and by CRD. The
-//! seed's requests name `registry.crossplane.io`; this binary's
-//! package-manager reads that name from the test registry
-//! (`--registry-rewrite`), so they apply verbatim.
+//! its CRD), installed through ExtensionRequests by package and by CRD, by
+//! the six controllers running as pods from `deploy/` (the shipped
+//! installation). The seed's requests name `registry.crossplane.io`; the
+//! operator configures the package-manager to read that name from the test
+//! registry (`--registry-rewrite`, held by each test), so they apply
+//! verbatim.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::{path::PathBuf, sync::OnceLock, time::Duration};
 
 use e2e::packages::*;
+use e2e::shipped::{PackageManagerFlags, operator_flags, package_manager_flags};
 use serde_json::Value;
 
 const INSTALL: Duration = Duration::from_secs(180);
@@ -20,6 +23,8 @@ struct Stacks {
     controller_image: String,
     /// A registry that wants credentials, read as `private.crossplane.io`.
     private: testenv::registry::Registry,
+    /// The package-manager's flags: the operator's, and the rewrites.
+    flags: Vec<String>,
 }
 
 /// The package-manager's credentials for rewritten registries.
@@ -28,13 +33,12 @@ const MIRROR_USER: (&str, &str) = ("mirror", "m1rror-pass");
 
 static STACKS: OnceLock<Stacks> = OnceLock::new();
 
-/// The registry, this binary's package-manager (reading
-/// registry.crossplane.io from the test registry, private.crossplane.io
-/// from one that wants credentials) and rbac-manager, and the
-/// stack-controller image.
+/// The registry, a private one, the stack-controller image, and the
+/// package-manager's flags (reading registry.crossplane.io from the test
+/// registry, private.crossplane.io from the private one).
 fn stacks() -> &'static Stacks {
     STACKS.get_or_init(|| {
-        let e = env_without_package_manager();
+        let e = env();
         let plane = testenv::control_plane_with_node();
         let private = testenv::registry::Registry::start(
             plane,
@@ -44,12 +48,12 @@ fn stacks() -> &'static Stacks {
         )
         .unwrap();
         let controller_image = push_binary_image(
-            &e.registry,
+            e.registry,
             "stack-controller",
             "stacks-test/stack-controller:dev",
         );
-        let mut args = package_manager_args(&e.ca_file, &e.work.join("stack-cache"));
-        args.extend([
+        let mut flags = operator_flags();
+        flags.extend([
             "--registry-rewrite".to_owned(),
             format!("registry.crossplane.io={}", e.registry.address),
             "--registry-rewrite".to_owned(),
@@ -57,17 +61,18 @@ fn stacks() -> &'static Stacks {
             "--registry-pull-secret".to_owned(),
             MIRROR_SECRET.to_owned(),
         ]);
-        let pm = start_package_manager(&args);
-        let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, "rbac-manager");
-        let rbac = e2e::Running::start("rbac-manager", &kubeconfig, &[]);
-        // Both run until the test binary exits.
-        std::mem::forget(pm);
-        std::mem::forget(rbac);
         Stacks {
             controller_image,
             private,
+            flags,
         }
     })
+}
+
+/// The package-manager pod running with the stacks' flags, for the
+/// test's duration (every test of this binary shares them).
+fn rewriting() -> PackageManagerFlags {
+    package_manager_flags(&stacks().flags)
 }
 
 fn namespace(prefix: &str) -> String {
@@ -98,9 +103,7 @@ struct StackDir<'a> {
 }
 
 fn stack_dir(s: &StackDir) -> PathBuf {
-    let dir = env_without_package_manager()
-        .work
-        .join(testenv::unique_name("stack"));
+    let dir = env().work.join(testenv::unique_name("stack"));
     let reg = dir.join(".registry");
     std::fs::create_dir_all(&reg).unwrap();
     let mut app = format!(
@@ -154,10 +157,7 @@ fn stack_dir(s: &StackDir) -> PathBuf {
 fn push_stack(s: &StackDir, repository: &str, tag: &str) {
     xpkg_push(
         &stack_dir(s),
-        &format!(
-            "{}/{repository}:{tag}",
-            env_without_package_manager().registry.address
-        ),
+        &format!("{}/{repository}:{tag}", env().registry.address),
         None,
     );
 }
@@ -336,12 +336,10 @@ fn exists(_: &Value) -> bool {
 /// controller and CRD.
 #[test]
 fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
-    stacks();
+    let _pm = rewriting();
     // The example stack of examples/stacks/redis, its controller image
     // named as this node pulls it.
-    let dir = env_without_package_manager()
-        .work
-        .join(testenv::unique_name("redis-example"));
+    let dir = env().work.join(testenv::unique_name("redis-example"));
     for (path, bytes) in
         oci::stack::read_dir(&testenv::repo_root().join("examples/stacks/redis")).unwrap()
     {
@@ -362,10 +360,7 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
     }
     xpkg_push(
         &dir,
-        &format!(
-            "{}/redis:v0.1.0",
-            env_without_package_manager().registry.address
-        ),
+        &format!("{}/redis:v0.1.0", env().registry.address),
         None,
     );
     let ns = namespace("seed-stacks");
@@ -517,7 +512,7 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
 /// and nothing is installed.
 #[test]
 fn a_crd_two_stacks_own_is_refused_naming_both() {
-    stacks();
+    let _pm = rewriting();
     let g = format!("{}.example.org", testenv::unique_name("amb"));
     // One built by xpkg (its layer lists the CRDs it owns), one built
     // elsewhere without that annotation: the search reads its
@@ -553,9 +548,9 @@ fn a_crd_two_stacks_own_is_refused_naming_both() {
             .annotations()
             .contains_key(oci::stack::OWNS_ANNOTATION)
     );
-    let e = env_without_package_manager();
+    let e = env();
     push_image(
-        &e.registry,
+        e.registry,
         &format!("{}/{g}/amb-two:v1.0.0", e.registry.address),
         &oci::Image::new(oci::Config::default()).layer(layer),
     );
@@ -591,7 +586,7 @@ fn a_crd_two_stacks_own_is_refused_naming_both() {
 /// stack that owns it is pushed.
 #[test]
 fn a_missing_package_is_installed_once_pushed() {
-    stacks();
+    let _pm = rewriting();
     let g = format!("{}.example.org", testenv::unique_name("late"));
     let ns = namespace("late");
     apply_in(
@@ -640,7 +635,7 @@ fn a_missing_package_is_installed_once_pushed() {
 /// controller available on the node). A cycle is refused naming its path.
 #[test]
 fn dependencies_install_first_and_cycles_are_refused() {
-    stacks();
+    let _pm = rewriting();
     let g = format!("{}.example.org", testenv::unique_name("dep"));
     push_stack(
         &StackDir {
@@ -755,7 +750,7 @@ fn dependencies_install_first_and_cycles_are_refused() {
 /// installed.
 #[test]
 fn a_malformed_app_yaml_is_refused_with_its_line() {
-    stacks();
+    let _pm = rewriting();
     let g = format!("{}.example.org", testenv::unique_name("bad"));
     let layer = oci::LayerBuilder::new()
         .file(
@@ -771,9 +766,9 @@ fn a_malformed_app_yaml_is_refused_with_its_line() {
         .build()
         .unwrap()
         .annotate("io.crossplane.xpkg", "base");
-    let e = env_without_package_manager();
+    let e = env();
     push_image(
-        &e.registry,
+        e.registry,
         &format!("{}/{g}/bad:v1.0.0", e.registry.address),
         &oci::Image::new(oci::Config::default()).layer(layer),
     );
@@ -809,7 +804,7 @@ fn a_malformed_app_yaml_is_refused_with_its_line() {
 /// it goes with the last stack that uses it.
 #[test]
 fn uninstall_keeps_a_crd_another_stack_depends_on() {
-    stacks();
+    let _pm = rewriting();
     let g = format!("{}.example.org", testenv::unique_name("share"));
     push_stack(
         &StackDir {
@@ -871,7 +866,7 @@ fn uninstall_keeps_a_crd_another_stack_depends_on() {
 /// bound; Ready says its CRD is not installed.
 #[test]
 fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
-    stacks();
+    let _pm = rewriting();
     let ns = namespace("direct");
     let seed = std::fs::read_to_string(
         testenv::repo_root().join("examples/seeds/001-extension-redis.yaml"),
@@ -934,8 +929,9 @@ fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
 /// same rewrite.
 #[test]
 fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
+    let _pm = rewriting();
     let st = stacks();
-    let e = env_without_package_manager();
+    let e = env();
     let g = format!("{}.example.org", testenv::unique_name("mirror"));
     let dir = stack_dir(&StackDir {
         title: "Mirrored",
@@ -1035,7 +1031,7 @@ fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
 /// how to write one.
 #[test]
 fn a_crd_owned_by_another_extension_waits_for_it_to_go() {
-    stacks();
+    let _pm = rewriting();
     let g = format!("{}.example.org", testenv::unique_name("owned"));
     push_stack(
         &StackDir {

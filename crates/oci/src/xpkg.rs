@@ -30,7 +30,7 @@ pub const META_VERSIONS: [&str; 2] = ["v1", "v1alpha1"];
 
 /// What a package may hold, for messages.
 const WHAT_A_PACKAGE_HOLDS: &str =
-    "a package holds one meta.pkg.crossplane.io Provider and CustomResourceDefinitions";
+    "a package holds one meta.pkg.crossplane.io Provider, CustomResourceDefinitions and admissionregistration.k8s.io/v1 Validating- or MutatingWebhookConfigurations";
 
 /// A package's metadata (its `meta.pkg.crossplane.io` Provider).
 #[derive(Clone, Debug, PartialEq)]
@@ -69,6 +69,10 @@ pub struct Contents {
     pub meta: Meta,
     /// Its CustomResourceDefinitions, in order.
     pub objects: Vec<Value>,
+    /// Its Validating- and MutatingWebhookConfigurations
+    /// (`admissionregistration.k8s.io/v1`), in order: pointed at the
+    /// provider's own runtime when installed.
+    pub webhooks: Vec<Value>,
 }
 
 /// A YAML stream split into documents: the line (1-based) each document's
@@ -143,7 +147,15 @@ struct Object {
     number: usize,
     value: Value,
     meta: bool,
+    /// A Validating- or MutatingWebhookConfiguration.
+    webhook: bool,
 }
+
+/// The webhook configuration kinds a package may hold.
+pub const WEBHOOK_KINDS: [&str; 2] = [
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+];
 
 /// The objects of `text` (the file `file`): meta Providers and CRDs
 /// (anything else, a CRD without name or group, and malformed YAML are
@@ -196,7 +208,23 @@ fn objects(
         let field = |k: &str| value.get(k).and_then(Value::as_str).unwrap_or_default();
         let (api_version, kind) = (field("apiVersion"), field("kind"));
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let webhook = group == "admissionregistration.k8s.io"
+            && version == "v1"
+            && WEBHOOK_KINDS.contains(&kind);
+        if webhook
+            && value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        {
+            return Err(Error::invalid(
+                reference,
+                layer,
+                format!("{at}: {kind} has no metadata.name"),
+            ));
+        }
         let meta = match (group, kind) {
+            _ if webhook => false,
             (META_GROUP, "Provider") if META_VERSIONS.contains(&version) => true,
             ("apiextensions.k8s.io", "CustomResourceDefinition") => {
                 let text = |p: &str| value.pointer(p).and_then(Value::as_str).unwrap_or_default();
@@ -244,6 +272,7 @@ fn objects(
             number,
             value,
             meta,
+            webhook,
         });
     }
     Ok(out)
@@ -289,7 +318,12 @@ pub fn parse_within(
     })?;
     let mut meta: Option<Object> = None;
     let mut crds = Vec::new();
+    let mut webhooks = Vec::new();
     for object in objects(reference, layer, PACKAGE_FILE, text, &mut budget)? {
+        if object.webhook {
+            webhooks.push(object.value);
+            continue;
+        }
         if !object.meta {
             crds.push(object.value);
             continue;
@@ -331,6 +365,7 @@ pub fn parse_within(
     Ok(Contents {
         meta,
         objects: crds,
+        webhooks,
     })
 }
 
@@ -414,7 +449,11 @@ pub fn build(dir: &Path, runtime_image: Option<&str>) -> Result<Image, Error> {
                         ),
                     ));
                 }
-                contents.objects.push(object.value);
+                if object.webhook {
+                    contents.webhooks.push(object.value);
+                } else {
+                    contents.objects.push(object.value);
+                }
             }
         }
     }
@@ -424,6 +463,7 @@ pub fn build(dir: &Path, runtime_image: Option<&str>) -> Result<Image, Error> {
     let mut yaml = String::new();
     for (i, object) in std::iter::once(&contents.meta.raw)
         .chain(contents.objects.iter())
+        .chain(contents.webhooks.iter())
         .enumerate()
     {
         if i > 0 {
@@ -618,8 +658,9 @@ mod tests {
         assert_eq!(
             f,
             "package 10.0.0.1:5000/x:v1, layer sha256:abcd: document 2 (line 16): kind Secret (v1) \
-             is not allowed; a package holds one meta.pkg.crossplane.io Provider and \
-             CustomResourceDefinitions"
+             is not allowed; a package holds one meta.pkg.crossplane.io Provider, \
+             CustomResourceDefinitions and admissionregistration.k8s.io/v1 Validating- or \
+             MutatingWebhookConfigurations"
         );
         let f = fault(&META.replace("meta.pkg.crossplane.io/v1", "meta.pkg.crossplane.io/v9"));
         assert!(
@@ -633,12 +674,24 @@ mod tests {
     }
 
     #[test]
+    fn webhook_configurations_are_held_apart_from_the_crds() {
+        let hook = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: things\nwebhooks: []\n";
+        let c = parse("r", "l", format!("{META}---\n{CRD}---\n{hook}").as_bytes()).unwrap();
+        assert_eq!(c.objects.len(), 1);
+        assert_eq!(c.webhooks.len(), 1);
+        assert_eq!(c.webhooks[0]["metadata"]["name"], "things");
+        let f = fault(&format!("{META}---\n{}", hook.replace("  name: things\n", "  labels: {}\n")));
+        assert!(f.ends_with("ValidatingWebhookConfiguration has no metadata.name"), "{f}");
+    }
+
+    #[test]
     fn zero_metas_are_refused() {
         assert_eq!(
             fault(CRD),
             "package 10.0.0.1:5000/x:v1, layer sha256:abcd: package.yaml has no \
              meta.pkg.crossplane.io/v1 Provider; a package holds one meta.pkg.crossplane.io \
-             Provider and CustomResourceDefinitions"
+             Provider, CustomResourceDefinitions and admissionregistration.k8s.io/v1 Validating- \
+             or MutatingWebhookConfigurations"
         );
         assert!(fault("").contains("has no meta.pkg.crossplane.io/v1 Provider"));
     }

@@ -58,16 +58,20 @@ pub async fn dry_run(
 /// (`ProviderRevision provider-x-1a2b`), else the managers that wrote it
 /// (`written by kubectl-client-side-apply`), else `made by hand`.
 pub fn maker(crd: &CustomResourceDefinition) -> String {
-    use kube::ResourceExt as _;
-    if let Some(o) = crd
-        .owner_references()
+    maker_of(&crd.metadata)
+}
+
+/// [`maker`] of any object's metadata.
+pub fn maker_of(meta: &kube::api::ObjectMeta) -> String {
+    if let Some(o) = meta
+        .owner_references
         .iter()
+        .flatten()
         .find(|o| o.controller == Some(true))
     {
         return format!("controlled by {} {}", o.kind, o.name);
     }
-    let mut managers: Vec<&str> = crd
-        .metadata
+    let mut managers: Vec<&str> = meta
         .managed_fields
         .iter()
         .flatten()

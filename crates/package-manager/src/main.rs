@@ -21,6 +21,7 @@ mod revision;
 mod stacks;
 mod tls;
 mod usage;
+mod webhooks;
 
 use std::{path::PathBuf, time::Duration};
 

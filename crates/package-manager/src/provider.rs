@@ -608,14 +608,22 @@ impl Providers {
             }
             m
         };
+        // A merge patch merges maps: a key taken out is written as null.
+        let spec_map = |old: &Option<BTreeMap<String, String>>, new: &Option<BTreeMap<String, String>>| {
+            if new.is_none() {
+                serde_json::Value::Null
+            } else {
+                serde_json::Value::Object(meta(old, new))
+            }
+        };
         let patch = serde_json::json!({
             "metadata": {
                 "labels": meta(&r.spec.common_labels, &want.common_labels),
                 "annotations": meta(&r.spec.common_annotations, &want.common_annotations),
             },
             "spec": {
-                "commonLabels": want.common_labels,
-                "commonAnnotations": want.common_annotations,
+                "commonLabels": spec_map(&r.spec.common_labels, &want.common_labels),
+                "commonAnnotations": spec_map(&r.spec.common_annotations, &want.common_annotations),
                 "desiredState": state,
                 "packagePullPolicy": want.package_pull_policy,
                 "packagePullSecrets": want.package_pull_secrets,

@@ -360,7 +360,8 @@ impl Reconciler for Revisions {
             Some(Ok((c, _))) => render::service_name(c, &provider),
             _ => provider.clone(),
         };
-        let webhooks = contents.objects.iter().any(crate::crds::converts_by_webhook);
+        let webhooks = contents.objects.iter().any(crate::crds::converts_by_webhook)
+            || !contents.webhooks.is_empty();
         // Certificates for a runtime, and for the API server to call its
         // webhooks (whoever runs it).
         let tls = if r.spec.image.is_some() || webhooks {
@@ -386,7 +387,7 @@ impl Reconciler for Revisions {
             ca_bundle: bundle,
         });
         match self
-            .install(r, &contents.objects, webhook_target.as_ref(), status)
+            .install(r, &contents, webhook_target.as_ref(), status)
             .await
         {
             Ok(Some(action)) => return Ok(action),
@@ -635,17 +636,31 @@ impl Revisions {
         siblings: &BTreeMap<String, i64>,
         live: &CustomResourceDefinition,
     ) -> Control {
-        let Some(owner) = live
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true))
-        else {
+        self.control_of(
+            r,
+            siblings,
+            &format!("CustomResourceDefinition {}", live.name_any()),
+            &live.metadata,
+        )
+    }
+
+    /// How the object `what` (its `meta`) that exists relates to this
+    /// revision: a package never takes over what it did not make.
+    fn control_of(
+        &self,
+        r: &ProviderRevision,
+        siblings: &BTreeMap<String, i64>,
+        what: &str,
+        meta: &kube::api::ObjectMeta,
+    ) -> Control {
+        let refs = meta.owner_references.as_deref().unwrap_or_default();
+        let Some(owner) = refs.iter().find(|o| o.controller == Some(true)) else {
             // Uncontrolled: ours only when this revision or a sibling still
             // references it (a sibling let go of control on its way out).
             // A CRD nobody of this Provider references was made by someone
             // else (by hand, by Helm, by crossplane-rs's own crds/) and is
             // never taken over.
-            let delivered = live.owner_references().iter().any(|o| {
+            let delivered = refs.iter().any(|o| {
                 Some(&o.uid) == r.uid().as_ref()
                     || (o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
             });
@@ -653,9 +668,8 @@ impl Revisions {
                 Control::Ours
             } else {
                 Control::Foreign(format!(
-                    "CustomResourceDefinition {} exists and was not installed by this Provider ({}); a package never takes over a CRD it did not create: delete it, or remove it from the package",
-                    live.name_any(),
-                    crate::crds::maker(live)
+                    "{what} exists and was not installed by this Provider ({}); a package never takes over what it did not create: delete it, or remove it from the package",
+                    crate::crds::maker_of(meta)
                 ))
             };
         };
@@ -677,15 +691,12 @@ impl Revisions {
             .and_then(|o| o.labels().get(labels::PACKAGE).cloned());
         Control::Foreign(match provider {
             Some(p) => format!(
-                "CustomResourceDefinition {} is already controlled by ProviderRevision {} of Provider {p}; delete one of the two Providers",
-                live.name_any(),
+                "{what} is already controlled by ProviderRevision {} of Provider {p}; delete one of the two Providers",
                 owner.name
             ),
             None => format!(
-                "CustomResourceDefinition {} is already controlled by {} {}; remove it or that owner first",
-                live.name_any(),
-                owner.kind,
-                owner.name
+                "{what} is already controlled by {} {}; remove it or that owner first",
+                owner.kind, owner.name
             ),
         })
     }
@@ -696,16 +707,25 @@ impl Revisions {
     async fn install(
         &self,
         r: &ProviderRevision,
-        objects: &[serde_json::Value],
+        contents: &oci::xpkg::Contents,
         webhooks: Option<&crate::crds::WebhookTarget<'_>>,
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Option<Action>, Error> {
+        let objects = &contents.objects;
         let crds = self.crds_api();
         let siblings = self.siblings(r);
-        // Nothing of a package installs when any of its CRDs may never be.
+        // Nothing of a package installs when any of its CRDs or webhook
+        // configurations may never be.
+        let own = crate::webhooks::kinds(objects);
         if let Some(why) = objects
             .iter()
             .find_map(|o| crate::crds::refused(o, true))
+            .or_else(|| {
+                contents
+                    .webhooks
+                    .iter()
+                    .find_map(|w| crate::webhooks::refused(w, &own))
+            })
         {
             return Err(Error::Conflict(why));
         }
@@ -737,7 +757,9 @@ impl Revisions {
             }
             // A CRD that already is what this revision would apply is not
             // written again.
-            let current = live.filter(|l| ssa::unchanged(l, &body));
+            let current = live.filter(|l| {
+                ssa::unchanged(l, &body) && !ssa::drops_owned(l, &body, &self.field_manager)
+            });
             bodies.push((name, body, current));
         }
         // All or nothing: every CRD to write is checked by the API server
@@ -790,8 +812,84 @@ impl Revisions {
             );
             return Ok(Some(Action::requeue(Duration::from_secs(1))));
         }
+        if let Some(target) = webhooks {
+            for w in &contents.webhooks {
+                match self.install_webhook(r, &siblings, w, target).await? {
+                    Some(reference) => status.object_refs.push(reference),
+                    // A newer revision took over.
+                    None => return Ok(Some(Action::requeue(self.settings.resync))),
+                }
+            }
+        }
         set(status, TYPE_HEALTHY, true, "HealthyPackageRevision", None);
         Ok(None)
+    }
+
+    /// Installs one of the package's webhook configurations, pointed at
+    /// `target` and controlled by the revision. `None` when a newer
+    /// revision of the Provider controls it.
+    async fn install_webhook(
+        &self,
+        r: &ProviderRevision,
+        siblings: &BTreeMap<String, i64>,
+        object: &serde_json::Value,
+        target: &crate::crds::WebhookTarget<'_>,
+    ) -> Result<Option<TypedReference>, Error> {
+        let kind = object
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default();
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+            &format!("{}s", kind.to_lowercase()),
+        );
+        let api = Api::<kube::api::DynamicObject>::all_with(self.sk.client().clone(), &resource);
+        let live = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Request("read a webhook configuration", e))?;
+        if let Some(live) = &live {
+            match self.control_of(r, siblings, &format!("{kind} {name}"), &live.metadata) {
+                Control::Ours => {}
+                Control::Newer => return Ok(None),
+                Control::Foreign(message) => return Err(Error::Conflict(message)),
+            }
+        }
+        let mut owner = r
+            .controller_owner_ref(&())
+            .and_then(|o| serde_json::to_value(o).ok())
+            .unwrap_or_default();
+        if let Some(o) = owner.as_object_mut() {
+            o.insert("blockOwnerDeletion".into(), true.into());
+        }
+        let mut labels = serde_json::Map::new();
+        for (k, v) in crate::provider::common(&r.spec.common_labels) {
+            labels.insert(k, v.into());
+        }
+        if let Some(p) = r.labels().get(labels::PACKAGE) {
+            labels.insert(labels::PACKAGE.into(), p.clone().into());
+        }
+        let body = crate::webhooks::body(object, target, &owner, &labels);
+        let applied = match live {
+            Some(l)
+                if ssa::unchanged(&l, &body) && !ssa::drops_owned(&l, &body, &self.field_manager) =>
+            {
+                l
+            }
+            _ => ssa::apply(&api, name, &body, &self.field_manager)
+                .await
+                .map_err(|e| Error::Request("apply a webhook configuration", e))?,
+        };
+        Ok(Some(TypedReference {
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            uid: applied.uid(),
+        }))
     }
 
     /// A CRD of the package as this revision applies it: controlled by the

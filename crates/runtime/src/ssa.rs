@@ -60,6 +60,34 @@ pub fn owned_by(object: &serde_json::Value, manager: &str) -> Option<serde_json:
     Some(project(object, fields))
 }
 
+/// Whether `manager` owns (through server-side apply) a field of `live`'s
+/// objects that `desired` no longer has: applying `desired` would remove
+/// it, so `live` is not what `desired` makes even when [`unchanged`] says
+/// every desired field is there (a label taken out of a set of common
+/// labels). Only object keys are compared, never values or list items, so
+/// the API server's normalisation cannot make it true.
+pub fn drops_owned<K: Serialize>(live: &K, desired: &serde_json::Value, manager: &str) -> bool {
+    fn missing(owned: &serde_json::Value, desired: &serde_json::Value) -> bool {
+        match (owned, desired) {
+            (serde_json::Value::Object(o), serde_json::Value::Object(d)) => o
+                .iter()
+                .any(|(k, v)| d.get(k).is_none_or(|dv| missing(v, dv))),
+            _ => false,
+        }
+    }
+    serde_json::to_value(live)
+        .ok()
+        .and_then(|live| owned_by(&live, manager))
+        .is_some_and(|owned| {
+            // metadata.managedFields itself, status: never part of an apply.
+            let mut owned = owned;
+            if let Some(o) = owned.as_object_mut() {
+                o.remove("status");
+            }
+            missing(&owned, desired)
+        })
+}
+
 /// `value` cut down to `fields` (a fieldsV1 set: `f:<name>` for object
 /// fields, `k:<json keys>` for list items by key, `v:<json>` for set items,
 /// `i:<n>` for items by position, `.` for the field itself).
@@ -194,7 +222,24 @@ where
 mod tests {
     use serde_json::json;
 
-    use super::{owned_by, unchanged_by};
+    use super::{drops_owned, owned_by, unchanged_by};
+
+    #[test]
+    fn a_label_this_manager_applied_and_no_longer_wants_needs_an_apply() {
+        let live = json!({"metadata": {"name": "a", "labels": {"team": "a", "tier": "gold", "theirs": "x"},
+            "managedFields": [
+                {"manager": "me", "operation": "Apply", "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}, "f:tier": {}}}, "f:spec": {"f:versions": {}}}},
+                {"manager": "other", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {"f:theirs": {}}}}},
+            ]},
+            "spec": {"versions": [{"name": "v1"}]}});
+        let keep = json!({"metadata": {"name": "a", "labels": {"team": "a", "tier": "gold"}}, "spec": {"versions": [{"name": "v1"}]}});
+        let dropped = json!({"metadata": {"name": "a", "labels": {"team": "a"}}, "spec": {"versions": [{"name": "v1"}]}});
+        assert!(unchanged_by(&live, &dropped), "every desired field is there");
+        assert!(drops_owned(&live, &dropped, "me"), "but tier would go");
+        assert!(!drops_owned(&live, &keep, "me"));
+        // Another manager's label is not ours to drop.
+        assert!(!drops_owned(&live, &keep, "nobody"));
+    }
 
     #[test]
     fn a_live_object_with_every_desired_field_needs_no_apply() {

@@ -124,6 +124,14 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The registry process's id (a test checks it is gone after its test
+    /// binary exits).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Registry {
     fn drop(&mut self) {
         let _ = self.child.kill();
