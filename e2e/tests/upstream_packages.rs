@@ -537,3 +537,34 @@ fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kin
         kubectl(&["delete", "providers.pkg.crossplane.io", n, "--wait=false"]);
     }
 }
+
+/// A ProviderRevision without `spec` is accepted, as upstream's API accepts
+/// it, and the package-manager reads it like any other (it crashes on
+/// nothing and keeps reconciling).
+#[test]
+fn a_provider_revision_without_spec_is_accepted_and_read() {
+    shipped();
+    let (_, restarts) = e2e::shipped::pod_of("package-manager");
+    let name = testenv::unique_name("bare");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1\nkind: ProviderRevision\nmetadata:\n  name: {name}\n"
+    ));
+    let r = get_json(&["providerrevisions.pkg.crossplane.io", &name]).unwrap();
+    assert_eq!(r["spec"]["desiredState"], "Inactive", "{r}");
+    wait(
+        Duration::from_secs(60),
+        "the package-manager's condition on the bare revision",
+        || {
+            let r = get_json(&["providerrevisions.pkg.crossplane.io", &name])?;
+            condition(&r, "RuntimeHealthy").map(|_| ())
+        },
+        explain,
+    );
+    kubectl(&[
+        "delete",
+        "providerrevisions.pkg.crossplane.io",
+        &name,
+        "--timeout=60s",
+    ]);
+    assert_eq!(e2e::shipped::pod_of("package-manager").1, restarts);
+}

@@ -27,10 +27,44 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         extensions::v1alpha1::ExtensionRequest::crd(),
         extensions::v1alpha1::Extension::crd(),
         pkg::v1::Provider::crd(),
-        pkg::v1::ProviderRevision::crd(),
+        spec_optional(
+            pkg::v1::ProviderRevision::crd(),
+            serde_json::json!({"desiredState": "Inactive", "package": "", "revision": 0}),
+        ),
         drc,
         pkg::v1alpha1::ControllerConfig::crd(),
     ])
+}
+
+/// `crd` with `spec` optional, as upstream's (kube-derive always requires
+/// it): a missing `spec` is defaulted by the API server to `default`, so
+/// an object written without one is accepted and still reads back whole
+/// (the controllers' types need a spec; a list with one object they cannot
+/// read would stop every reconcile).
+fn spec_optional(
+    mut crd: CustomResourceDefinition,
+    default: serde_json::Value,
+) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON;
+    for v in &mut crd.spec.versions {
+        let Some(schema) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        if let Some(required) = schema.required.as_mut() {
+            required.retain(|r| r != "spec");
+            if required.is_empty() {
+                schema.required = None;
+            }
+        }
+        if let Some(spec) = schema.properties.as_mut().and_then(|p| p.get_mut("spec")) {
+            spec.default = Some(JSON(default.clone()));
+        }
+    }
+    crd
 }
 
 /// The file name a CRD is written to: `<group>_<plural>.yaml`.
