@@ -18,7 +18,8 @@ use std::{
 use serde_json::Value;
 
 use e2e::packages::{
-    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd, wait,
+    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, revisions_of,
+    test_crd, wait,
 };
 use e2e::shipped::{NS, explain, package_dir, shipped, xpkg_push};
 
@@ -55,18 +56,6 @@ fn upstream() -> &'static Upstream {
         );
         Upstream { references }
     })
-}
-
-fn revisions(provider: &str) -> Vec<Value> {
-    let list = get_json(&[
-        "providerrevisions.pkg.crossplane.io",
-        "-l",
-        &format!("pkg.crossplane.io/package={provider}"),
-    ])
-    .unwrap_or_default();
-    let mut items = list["items"].as_array().cloned().unwrap_or_default();
-    items.sort_by_key(|r| r["spec"]["revision"].as_i64());
-    items
 }
 
 fn healthy(name: &str) -> Option<Value> {
@@ -106,7 +95,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         || healthy(name),
         explain,
     );
-    let revs = revisions(name);
+    let revs = revisions_of(name);
     assert_eq!(revs.len(), 1, "{revs:?}");
     let first = revs[0].clone();
     // The package image is the runtime: pinned to the package's digest.
@@ -251,7 +240,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         Duration::from_secs(300),
         "the second release's revision active with a healthy runtime, the first one's runtime gone",
         || {
-            let revs = revisions(name);
+            let revs = revisions_of(name);
             let newest = revs.last()?.clone();
             let active = newest["spec"]["desiredState"] == "Active"
                 && newest["metadata"]["name"] != first["metadata"]["name"]
@@ -322,7 +311,7 @@ fn a_package_of_crds_alone_runs_nothing_and_claims_no_runtime() {
         || healthy(&name),
         explain,
     );
-    let revs = revisions(&name);
+    let revs = revisions_of(&name);
     let r = revs.last().unwrap();
     assert!(r["spec"]["image"].is_null(), "{r}");
     assert!(
@@ -371,7 +360,7 @@ fn common_labels_and_annotations_reach_everything_a_provider_makes_and_follow_an
     ));
     // Everything, each checked: (what, labels, annotations).
     let everything = |name: &str| -> Vec<(String, Value, Value)> {
-        let Some(rev) = revisions(name).last().cloned() else {
+        let Some(rev) = revisions_of(name).last().cloned() else {
             return Vec::new();
         };
         let rev_name = rev["metadata"]["name"]
@@ -494,7 +483,7 @@ fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kin
         client["caBundle"], secret["data"]["ca.crt"],
         "the API server trusts the provider's CA"
     );
-    let revision = revisions(&name).last().cloned().unwrap();
+    let revision = revisions_of(&name).last().cloned().unwrap();
     assert_eq!(
         installed["metadata"]["ownerReferences"][0]["name"],
         revision["metadata"]["name"]
@@ -522,7 +511,7 @@ fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kin
         Duration::from_secs(120),
         "the snooping package refused, naming the rule",
         || {
-            let r = revisions(&name2).last().cloned()?;
+            let r = revisions_of(&name2).last().cloned()?;
             let (status, message) = condition(&r, "Healthy")?;
             (status == "False"
                 && message.contains(&format!("ValidatingWebhookConfiguration {hook2}"))
@@ -567,4 +556,50 @@ fn a_provider_revision_without_spec_is_accepted_and_read() {
         "--timeout=60s",
     ]);
     assert_eq!(e2e::shipped::pod_of("package-manager").1, restarts);
+}
+
+/// A dependency on a Function or a Configuration is named on the revision
+/// as one this package-manager does not install; no Provider is made for
+/// it.
+#[test]
+fn a_function_or_configuration_dependency_is_named_not_installed_as_a_provider() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("deps"));
+    let (file, crd) = test_crd(&g, "Thing");
+    let registry = &shipped().registry.address;
+    let dir = package_dir(
+        "provider-deps",
+        &format!(
+            "  dependsOn:\n  - function: {registry}/fns/function-patch:v0.1.0\n    version: \">=v0.1.0\"\n  - configuration: {registry}/cfgs/platform:v1.0.0\n    version: \">=v1.0.0\"\n"
+        ),
+        &[(file, crd)],
+    );
+    let reference = format!("{registry}/deps/provider-deps:v1");
+    xpkg_push(&dir, &reference, None);
+    let name = testenv::unique_name("deps");
+    apply(&provider_yaml(&name, &reference, ""));
+    wait(
+        Duration::from_secs(120),
+        "the revision naming both dependencies as kinds not installed",
+        || {
+            let r = revisions_of(&name).last().cloned()?;
+            let (status, message) = condition(&r, "Healthy")?;
+            (status == "False"
+                && message.contains("is a function package")
+                && message.contains("is a configuration package"))
+            .then_some(())
+        },
+        explain,
+    );
+    let providers = kubectl(&["get", "providers.pkg.crossplane.io", "-o", "name"]);
+    assert!(
+        !providers.contains("function-patch") && !providers.contains("platform"),
+        "a Function or Configuration was installed as a Provider: {providers}"
+    );
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
 }
