@@ -232,7 +232,9 @@ static FLAGS_RELEASED: Condvar = Condvar::new();
 /// The package-manager running with `flags` after deploy/'s args (instead
 /// of [`operator_flags`]), held until dropped: tests that need the same
 /// flags share them, a test that needs others waits until no test holds
-/// these. Hold it for the whole test.
+/// these. Hold it for the whole test; a test that holds none sees whichever
+/// flags are set, so in a binary where one test changes them every test
+/// holds a guard.
 #[must_use = "the flags hold only while the guard lives"]
 pub struct PackageManagerFlags(());
 

@@ -95,7 +95,10 @@ pub fn build_and_push(
     let source = bin(&format!("provider-kubernetes-{version}-package"));
     run(
         "copy the upstream package directory",
-        Command::new("cp").arg("-rL").arg(source.join(".")).arg(&root),
+        Command::new("cp")
+            .arg("-rL")
+            .arg(source.join("."))
+            .arg(&root),
     );
     run(
         "chmod the copy",
@@ -108,8 +111,14 @@ pub fn build_and_push(
         Command::new(bin("crank"))
             .args(["xpkg", "build"])
             .arg(format!("--package-root={}", root.display()))
-            .arg(format!("--examples-root={}", root.join("examples").display()))
-            .arg(format!("--embed-runtime-image-tarball={}", archive.display()))
+            .arg(format!(
+                "--examples-root={}",
+                root.join("examples").display()
+            ))
+            .arg(format!(
+                "--embed-runtime-image-tarball={}",
+                archive.display()
+            ))
             .arg(format!("--package-file={}", package.display()))
             .env("HOME", work),
     );

@@ -417,7 +417,7 @@ fn counting_listener(
 }
 
 #[test]
-fn a_conversion_webhook_url_in_a_package_is_refused() {
+fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_service() {
     shipped();
     let node = testenv::control_plane_with_node().node.as_ref().unwrap();
     let (listener, connections) = counting_listener(node.host_ip.into());
@@ -430,23 +430,44 @@ fn a_conversion_webhook_url_in_a_package_is_refused() {
     xpkg_push(&dir, &reference, None);
     let name = testenv::unique_name("convert");
     apply(&provider_yaml(&name, &reference, ""));
-    let message = wait(
+    let installed = wait(
         Duration::from_secs(90),
-        "the package with a conversion webhook URL to be refused",
+        "the CRD installed, converting at the Provider's own Service",
         || {
-            let p = provider(&name)?;
-            let (status, message) = condition(&p, "Healthy")?;
-            (status == "False" && message.contains("clientConfig.url")).then_some(message)
+            let crd = get_json(&["crd", &format!("things.{g}")])?;
+            (crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["name"]
+                == name.as_str())
+            .then_some(crd)
         },
         explain,
     );
-    eprintln!("conversion webhook: {message}");
-    assert!(get_json(&["crd", &format!("things.{g}")]).is_none());
+    let client = &installed["spec"]["conversion"]["webhook"]["clientConfig"];
+    assert!(
+        client.get("url").is_none(),
+        "the package's URL stayed: {client}"
+    );
+    assert_eq!(client["service"]["namespace"], NS);
+    assert_eq!(client["service"]["port"], 9443);
+    let secret = get_json(&["secret", &format!("{name}-tls-server"), "-n", NS]).unwrap();
+    assert_eq!(client["caBundle"], secret["data"]["ca.crt"]);
+    // A conversion is asked for: it goes to the Provider's Service (which
+    // has no runtime here, so it fails), never to the package's URL.
+    apply(&format!(
+        "apiVersion: {g}/v1alpha1\nkind: Thing\nmetadata:\n  name: one\n"
+    ));
+    let (ok, out) = kubectl_try(&["get", &format!("things.v1alpha2.{g}"), "one"]);
+    eprintln!("conversion without a runtime: {ok} {}", out.trim());
     assert_eq!(
         connections.load(std::sync::atomic::Ordering::SeqCst),
         0,
         "the API server connected to the package's webhook URL"
     );
+    kubectl(&[
+        "delete",
+        &format!("things.v1alpha1.{g}"),
+        "one",
+        "--wait=false",
+    ]);
     kubectl(&[
         "delete",
         "providers.pkg.crossplane.io",

@@ -1150,7 +1150,21 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         .iter()
         .filter_map(|v| v["name"].as_str())
         .collect();
-    assert_eq!(env_names, ["FOO", "POD_NAMESPACE"]);
+    // The config's variable first, then the package-manager's own (what
+    // upstream's runtimes read about themselves and their TLS Secrets).
+    assert_eq!(
+        env_names,
+        [
+            "FOO",
+            "POD_NAMESPACE",
+            "PROVIDER_NAME",
+            "REVISION_NAME",
+            "REVISION_UID",
+            "TLS_SERVER_CERTS_DIR",
+            "TLS_CLIENT_CERTS_DIR",
+            "WEBHOOK_TLS_CERT_DIR",
+        ]
+    );
     assert_eq!(pod["serviceAccountName"], sa.as_str());
     let shared = get_json(&["serviceaccount", &sa, "-n", NS]).unwrap();
     assert!(
@@ -1168,7 +1182,8 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         explain_packages,
     );
 
-    // Switching to the default config drops the old settings.
+    // Switching to the default config drops the old settings: the runtime
+    // runs as the Provider's own ServiceAccount again.
     apply(&provider_yaml(
         &name,
         &reference,
@@ -1180,7 +1195,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         || {
             let d = deployment_of(&rev)?;
             let pod = &d["spec"]["template"]["spec"];
-            (pod["containers"].as_array()?.len() == 1 && pod["serviceAccountName"] == rev.as_str())
+            (pod["containers"].as_array()?.len() == 1 && pod["serviceAccountName"] == name.as_str())
                 .then_some(())
         },
         explain_packages,

@@ -29,8 +29,7 @@ pub const META_GROUP: &str = "meta.pkg.crossplane.io";
 pub const META_VERSIONS: [&str; 2] = ["v1", "v1alpha1"];
 
 /// What a package may hold, for messages.
-const WHAT_A_PACKAGE_HOLDS: &str =
-    "a package holds one meta.pkg.crossplane.io Provider, CustomResourceDefinitions and admissionregistration.k8s.io/v1 Validating- or MutatingWebhookConfigurations";
+const WHAT_A_PACKAGE_HOLDS: &str = "a package holds one meta.pkg.crossplane.io Provider, CustomResourceDefinitions and admissionregistration.k8s.io/v1 Validating- or MutatingWebhookConfigurations";
 
 /// A package's metadata (its `meta.pkg.crossplane.io` Provider).
 #[derive(Clone, Debug, PartialEq)]
@@ -680,8 +679,14 @@ mod tests {
         assert_eq!(c.objects.len(), 1);
         assert_eq!(c.webhooks.len(), 1);
         assert_eq!(c.webhooks[0]["metadata"]["name"], "things");
-        let f = fault(&format!("{META}---\n{}", hook.replace("  name: things\n", "  labels: {}\n")));
-        assert!(f.ends_with("ValidatingWebhookConfiguration has no metadata.name"), "{f}");
+        let f = fault(&format!(
+            "{META}---\n{}",
+            hook.replace("  name: things\n", "  labels: {}\n")
+        ));
+        assert!(
+            f.ends_with("ValidatingWebhookConfiguration has no metadata.name"),
+            "{f}"
+        );
     }
 
     #[test]

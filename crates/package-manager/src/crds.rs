@@ -152,7 +152,10 @@ pub fn point_conversion(body: &mut serde_json::Value, target: &WebhookTarget<'_>
     let versions = conversion
         .get("webhook")
         .and_then(|w| w.get("conversionReviewVersions"))
-        .filter(|v| v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(serde_json::Value::is_string)))
+        .filter(|v| {
+            v.as_array()
+                .is_some_and(|a| !a.is_empty() && a.iter().all(serde_json::Value::is_string))
+        })
         .cloned()
         .unwrap_or_else(|| serde_json::json!(["v1"]));
     conversion.insert(
@@ -200,10 +203,7 @@ mod tests {
                 "{why}"
             );
         }
-        assert_eq!(
-            refused(&crd("example.org", json!(null)), true),
-            None
-        );
+        assert_eq!(refused(&crd("example.org", json!(null)), true), None);
     }
 
     #[test]

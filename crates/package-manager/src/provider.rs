@@ -441,48 +441,48 @@ impl Providers {
                 labels: Some(common_labels),
                 annotations: Some({
                     annotations.extend([
-                    (labels::SOURCE.to_owned(), package.clone()),
-                    (labels::DIGEST.to_owned(), digest.as_str().to_owned()),
-                    (
-                        labels::DEPENDENCIES.to_owned(),
-                        fetched
-                            .contents
-                            .meta
-                            .depends_on
-                            .iter()
-                            .map(|d| oci::xpkg::repository_of(&d.package))
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    ),
-                    (
-                        labels::PERMISSION_REQUESTS.to_owned(),
-                        fetched
-                            .contents
-                            .meta
-                            .raw
-                            .pointer("/spec/controller/permissionRequests")
-                            .filter(|v| v.is_array())
-                            .map(|v| v.to_string())
-                            .unwrap_or_else(|| "[]".to_owned()),
-                    ),
-                    (
-                        labels::CAPABILITIES.to_owned(),
-                        fetched
-                            .contents
-                            .meta
-                            .raw
-                            .pointer("/spec/capabilities")
-                            .and_then(|v| v.as_array())
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(|c| c.as_str())
-                                    .filter(|c| !c.contains(','))
-                                    .collect::<Vec<_>>()
-                                    .join(",")
-                            })
-                            .unwrap_or_default(),
-                    ),
-                ]);
+                        (labels::SOURCE.to_owned(), package.clone()),
+                        (labels::DIGEST.to_owned(), digest.as_str().to_owned()),
+                        (
+                            labels::DEPENDENCIES.to_owned(),
+                            fetched
+                                .contents
+                                .meta
+                                .depends_on
+                                .iter()
+                                .map(|d| oci::xpkg::repository_of(&d.package))
+                                .collect::<Vec<_>>()
+                                .join(","),
+                        ),
+                        (
+                            labels::PERMISSION_REQUESTS.to_owned(),
+                            fetched
+                                .contents
+                                .meta
+                                .raw
+                                .pointer("/spec/controller/permissionRequests")
+                                .filter(|v| v.is_array())
+                                .map(|v| v.to_string())
+                                .unwrap_or_else(|| "[]".to_owned()),
+                        ),
+                        (
+                            labels::CAPABILITIES.to_owned(),
+                            fetched
+                                .contents
+                                .meta
+                                .raw
+                                .pointer("/spec/capabilities")
+                                .and_then(|v| v.as_array())
+                                .map(|a| {
+                                    a.iter()
+                                        .filter_map(|c| c.as_str())
+                                        .filter(|c| !c.contains(','))
+                                        .collect::<Vec<_>>()
+                                        .join(",")
+                                })
+                                .unwrap_or_default(),
+                        ),
+                    ]);
                     annotations
                 }),
                 owner_references: p.controller_owner_ref(&()).map(|o| vec![o]),
@@ -598,7 +598,8 @@ impl Providers {
         };
         // The revision carries the common labels and annotations itself;
         // ones taken out of the Provider go from it too.
-        let meta = |old: &Option<BTreeMap<String, String>>, new: &Option<BTreeMap<String, String>>| {
+        let meta = |old: &Option<BTreeMap<String, String>>,
+                    new: &Option<BTreeMap<String, String>>| {
             let mut m = serde_json::Map::new();
             for k in common(old).into_keys() {
                 m.insert(k, serde_json::Value::Null);
@@ -609,7 +610,8 @@ impl Providers {
             m
         };
         // A merge patch merges maps: a key taken out is written as null.
-        let spec_map = |old: &Option<BTreeMap<String, String>>, new: &Option<BTreeMap<String, String>>| {
+        let spec_map = |old: &Option<BTreeMap<String, String>>,
+                        new: &Option<BTreeMap<String, String>>| {
             if new.is_none() {
                 serde_json::Value::Null
             } else {

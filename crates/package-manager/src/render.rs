@@ -235,7 +235,10 @@ enum Owner {
 }
 
 /// Adds the Provider's common labels or annotations under what `m` has.
-fn with_common(mut m: Map<String, Value>, common: &std::collections::BTreeMap<String, String>) -> Map<String, Value> {
+fn with_common(
+    mut m: Map<String, Value>,
+    common: &std::collections::BTreeMap<String, String>,
+) -> Map<String, Value> {
     for (k, v) in common {
         m.entry(k.clone()).or_insert_with(|| v.clone().into());
     }
@@ -494,7 +497,8 @@ fn runtime_container(
     }
     env.retain(|e| {
         let name = e.get("name").and_then(Value::as_str);
-        !own.iter().any(|o| o.get("name").and_then(Value::as_str) == name)
+        !own.iter()
+            .any(|o| o.get("name").and_then(Value::as_str) == name)
     });
     env.extend(own);
     c.insert("env".into(), Value::Array(env));
@@ -808,8 +812,7 @@ mod tests {
         assert_eq!(c["image"], "reg/runtime@sha256:aa");
         assert_eq!(c["imagePullPolicy"], "IfNotPresent");
         assert_eq!(
-            r.deployment["spec"]["template"]["spec"]["serviceAccountName"],
-            "provider-x",
+            r.deployment["spec"]["template"]["spec"]["serviceAccountName"], "provider-x",
             "the ServiceAccount is the Provider's, the same across upgrades"
         );
         assert_eq!(
@@ -1039,10 +1042,12 @@ mod tests {
 
     #[test]
     fn a_provider_with_certificates_and_webhooks_gets_mounts_ports_env_and_a_readiness_probe() {
-        let config = spec(json!({"deploymentTemplate": {"spec": {"template": {"spec": {
-            "volumes": [{"name": "cache", "emptyDir": {}}],
-            "containers": [{"name": "package-runtime", "env": [{"name": "TLS_SERVER_CERTS_DIR", "value": "/elsewhere"}]}],
-        }}}}}));
+        let config = spec(
+            json!({"deploymentTemplate": {"spec": {"template": {"spec": {
+                "volumes": [{"name": "cache", "emptyDir": {}}],
+                "containers": [{"name": "package-runtime", "env": [{"name": "TLS_SERVER_CERTS_DIR", "value": "/elsewhere"}]}],
+            }}}}}),
+        );
         let owner = json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "name": "provider-x", "uid": "p-uid", "controller": true});
         let labels = std::collections::BTreeMap::from([("team".to_owned(), "a".to_owned())]);
         let mut i = input(&config, &[]);
@@ -1077,8 +1082,18 @@ mod tests {
         assert!(env.contains(&("TLS_SERVER_CERTS_DIR".into(), json!("/tls/server"))));
         assert!(env.contains(&("TLS_CLIENT_CERTS_DIR".into(), json!("/tls/client"))));
         assert!(env.contains(&("WEBHOOK_TLS_CERT_DIR".into(), json!("/tls/server"))));
-        assert_eq!(env.iter().filter(|(n, _)| n == "TLS_SERVER_CERTS_DIR").count(), 1);
-        assert!(c["ports"].as_array().unwrap().contains(&json!({"name": "webhook", "containerPort": 9443})));
+        assert_eq!(
+            env.iter()
+                .filter(|(n, _)| n == "TLS_SERVER_CERTS_DIR")
+                .count(),
+            1
+        );
+        assert!(
+            c["ports"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"name": "webhook", "containerPort": 9443}))
+        );
         assert_eq!(c["readinessProbe"]["tcpSocket"]["port"], "webhook");
         assert_eq!(c["lifecycle"]["preStop"]["sleep"]["seconds"], 5);
         assert!(r.service["spec"]["ports"].as_array().unwrap().contains(
@@ -1086,7 +1101,10 @@ mod tests {
         ));
         // What outlives a revision is the Provider's.
         assert_eq!(r.service["metadata"]["ownerReferences"], json!([owner]));
-        assert_eq!(r.service_account["metadata"]["ownerReferences"], json!([owner]));
+        assert_eq!(
+            r.service_account["metadata"]["ownerReferences"],
+            json!([owner])
+        );
         assert_eq!(
             r.deployment["metadata"]["ownerReferences"][0]["kind"],
             "ProviderRevision"
@@ -1103,6 +1121,10 @@ mod tests {
         // when it runs).
         i.webhooks = false;
         let r = render(&i).unwrap();
-        assert!(r.deployment["spec"]["template"]["spec"]["containers"][0].get("readinessProbe").is_none());
+        assert!(
+            r.deployment["spec"]["template"]["spec"]["containers"][0]
+                .get("readinessProbe")
+                .is_none()
+        );
     }
 }

@@ -360,7 +360,10 @@ impl Reconciler for Revisions {
             Some(Ok((c, _))) => render::service_name(c, &provider),
             _ => provider.clone(),
         };
-        let webhooks = contents.objects.iter().any(crate::crds::converts_by_webhook)
+        let webhooks = contents
+            .objects
+            .iter()
+            .any(crate::crds::converts_by_webhook)
             || !contents.webhooks.is_empty();
         // Certificates for a runtime, and for the API server to call its
         // webhooks (whoever runs it).
@@ -368,7 +371,12 @@ impl Reconciler for Revisions {
             let owner = provider_owner(r);
             match self
                 .certificates
-                .ensure(&provider, &service, &self.settings.namespace, owner.as_ref())
+                .ensure(
+                    &provider,
+                    &service,
+                    &self.settings.namespace,
+                    owner.as_ref(),
+                )
                 .await
             {
                 Ok(bundle) => Some(bundle),
@@ -876,7 +884,8 @@ impl Revisions {
         let body = crate::webhooks::body(object, target, &owner, &labels);
         let applied = match live {
             Some(l)
-                if ssa::unchanged(&l, &body) && !ssa::drops_owned(&l, &body, &self.field_manager) =>
+                if ssa::unchanged(&l, &body)
+                    && !ssa::drops_owned(&l, &body, &self.field_manager) =>
             {
                 l
             }

@@ -193,18 +193,21 @@ impl Certificates {
         let cert_pem = cert.pem();
         let key_pem = key.serialize_pem();
         let mut data = BTreeMap::from([
-            ("tls.crt".to_owned(), ByteString(cert_pem.clone().into_bytes())),
-            ("tls.key".to_owned(), ByteString(key_pem.clone().into_bytes())),
+            (
+                "tls.crt".to_owned(),
+                ByteString(cert_pem.clone().into_bytes()),
+            ),
+            (
+                "tls.key".to_owned(),
+                ByteString(key_pem.clone().into_bytes()),
+            ),
         ]);
         let mut bundle = cert_pem.clone();
         if let Some(old) = &previous {
             data.insert(PREVIOUS_CA.to_owned(), ByteString(old.clone().into_bytes()));
             bundle.push_str(old);
         }
-        let annotations = BTreeMap::from([(
-            NOT_AFTER.to_owned(),
-            rfc3339(now + CA_LIFETIME),
-        )]);
+        let annotations = BTreeMap::from([(NOT_AFTER.to_owned(), rfc3339(now + CA_LIFETIME))]);
         self.write(name, "Opaque", data, annotations, owner).await?;
         Ok(Ca {
             digest: oci::Digest::of(cert_pem.as_bytes()).as_str().to_owned(),
@@ -252,7 +255,10 @@ impl Certificates {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(names.to_vec())?;
         let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, names.first().cloned().unwrap_or_default());
+        dn.push(
+            DnType::CommonName,
+            names.first().cloned().unwrap_or_default(),
+        );
         params.distinguished_name = dn;
         params.not_before = now - time::Duration::minutes(5);
         params.not_after = now + LEAF_LIFETIME;
@@ -269,8 +275,14 @@ impl Certificates {
         let cert = params.signed_by(&key, &issuer)?;
         let data = BTreeMap::from([
             ("tls.crt".to_owned(), ByteString(cert.pem().into_bytes())),
-            ("tls.key".to_owned(), ByteString(key.serialize_pem().into_bytes())),
-            ("ca.crt".to_owned(), ByteString(ca.bundle.clone().into_bytes())),
+            (
+                "tls.key".to_owned(),
+                ByteString(key.serialize_pem().into_bytes()),
+            ),
+            (
+                "ca.crt".to_owned(),
+                ByteString(ca.bundle.clone().into_bytes()),
+            ),
         ]);
         let annotations = BTreeMap::from([
             (NOT_AFTER.to_owned(), rfc3339(now + LEAF_LIFETIME)),
@@ -366,7 +378,10 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let ca_key = KeyPair::generate().unwrap();
         let ca = ca_params("p", now).self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params("p", now), KeyPair::from_pem(&ca_key.serialize_pem()).unwrap());
+        let issuer = Issuer::new(
+            ca_params("p", now),
+            KeyPair::from_pem(&ca_key.serialize_pem()).unwrap(),
+        );
         let key = KeyPair::generate().unwrap();
         let leaf = CertificateParams::new(service_dns_names("p", "ns"))
             .unwrap()

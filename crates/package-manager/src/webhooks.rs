@@ -163,9 +163,7 @@ mod tests {
     use super::*;
 
     fn own() -> BTreeSet<(String, String)> {
-        kinds(&[
-            json!({"spec": {"group": "example.org", "names": {"plural": "things"}}}),
-        ])
+        kinds(&[json!({"spec": {"group": "example.org", "names": {"plural": "things"}}})])
     }
 
     fn hook(rules: Value) -> Value {
@@ -185,18 +183,38 @@ mod tests {
 
     #[test]
     fn a_webhook_may_see_only_the_packages_own_kinds() {
-        let ok = hook(json!([{"apiGroups": ["example.org"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["things", "things/status"]}]));
+        let ok = hook(
+            json!([{"apiGroups": ["example.org"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["things", "things/status"]}]),
+        );
         assert_eq!(refused(&ok, &own()), None);
         for (rules, says) in [
-            (json!([{"apiGroups": [""], "resources": ["secrets"]}]), "API group \"\""),
-            (json!([{"apiGroups": ["*"], "resources": ["*"]}]), "API group \"*\""),
-            (json!([{"apiGroups": ["example.org"], "resources": ["*"]}]), "resource \"*\""),
-            (json!([{"apiGroups": ["example.org"], "resources": ["others"]}]), "resource \"others\""),
-            (json!([{"operations": ["CREATE"]}]), "without apiGroups and resources"),
+            (
+                json!([{"apiGroups": [""], "resources": ["secrets"]}]),
+                "API group \"\"",
+            ),
+            (
+                json!([{"apiGroups": ["*"], "resources": ["*"]}]),
+                "API group \"*\"",
+            ),
+            (
+                json!([{"apiGroups": ["example.org"], "resources": ["*"]}]),
+                "resource \"*\"",
+            ),
+            (
+                json!([{"apiGroups": ["example.org"], "resources": ["others"]}]),
+                "resource \"others\"",
+            ),
+            (
+                json!([{"operations": ["CREATE"]}]),
+                "without apiGroups and resources",
+            ),
         ] {
             let why = refused(&hook(rules), &own()).unwrap();
             assert!(why.contains(says), "{why}");
-            assert!(why.contains("ValidatingWebhookConfiguration things"), "{why}");
+            assert!(
+                why.contains("ValidatingWebhookConfiguration things"),
+                "{why}"
+            );
         }
         assert!(refused(&json!({"kind": "X", "webhooks": 3}), &own()).is_some());
     }
@@ -208,8 +226,12 @@ mod tests {
             namespace: "crossplane-system",
             ca_bundle: "PEM",
         };
-        let owner = json!({"kind": "ProviderRevision", "name": "r", "uid": "u", "controller": true});
-        let labels = serde_json::Map::from_iter([("pkg.crossplane.io/package".to_owned(), json!("provider-x"))]);
+        let owner =
+            json!({"kind": "ProviderRevision", "name": "r", "uid": "u", "controller": true});
+        let labels = serde_json::Map::from_iter([(
+            "pkg.crossplane.io/package".to_owned(),
+            json!("provider-x"),
+        )]);
         let b = body(&hook(json!([])), &target, &owner, &labels);
         assert_eq!(
             b["webhooks"][0]["clientConfig"],
@@ -217,6 +239,9 @@ mod tests {
         );
         assert_eq!(b["webhooks"][0]["sideEffects"], "None");
         assert_eq!(b["metadata"]["ownerReferences"], json!([owner]));
-        assert_eq!(b["metadata"]["labels"]["pkg.crossplane.io/package"], "provider-x");
+        assert_eq!(
+            b["metadata"]["labels"]["pkg.crossplane.io/package"],
+            "provider-x"
+        );
     }
 }

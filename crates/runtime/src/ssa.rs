@@ -234,7 +234,10 @@ mod tests {
             "spec": {"versions": [{"name": "v1"}]}});
         let keep = json!({"metadata": {"name": "a", "labels": {"team": "a", "tier": "gold"}}, "spec": {"versions": [{"name": "v1"}]}});
         let dropped = json!({"metadata": {"name": "a", "labels": {"team": "a"}}, "spec": {"versions": [{"name": "v1"}]}});
-        assert!(unchanged_by(&live, &dropped), "every desired field is there");
+        assert!(
+            unchanged_by(&live, &dropped),
+            "every desired field is there"
+        );
         assert!(drops_owned(&live, &dropped, "me"), "but tier would go");
         assert!(!drops_owned(&live, &keep, "me"));
         // Another manager's label is not ours to drop.
