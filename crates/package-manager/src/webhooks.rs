@@ -41,9 +41,7 @@ pub fn refused(object: &Value, own: &BTreeSet<(String, String)>) -> Option<Strin
         .and_then(Value::as_str)
         .unwrap_or_default();
     let what = format!("{kind} {name}");
-    let Some(webhooks) = object.get("webhooks") else {
-        return None;
-    };
+    let webhooks = object.get("webhooks")?;
     let Some(webhooks) = webhooks.as_array() else {
         return Some(format!("{what}: webhooks must be a list"));
     };
