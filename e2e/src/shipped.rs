@@ -170,16 +170,7 @@ fn install() -> Shipped {
         {"op": "replace", "path": "/spec/template/spec/containers/0/args",
          "value": args},
     ]);
-    kubectl(&[
-        "patch",
-        "deployment",
-        "package-manager",
-        "-n",
-        NS,
-        "--type=json",
-        "-p",
-        &patch.to_string(),
-    ]);
+    patch_package_manager(&patch);
     wait_available(Duration::from_secs(240));
     Shipped {
         registry,
@@ -199,6 +190,20 @@ pub fn operator_flags() -> Vec<String> {
         format!("--ca-bundle-path={CA_DIR}/ca.pem"),
         "--package-pull-interval=2s".to_owned(),
     ]
+}
+
+/// `kubectl patch --type=json` of the package-manager Deployment.
+fn patch_package_manager(patch: &Value) {
+    kubectl(&[
+        "patch",
+        "deployment",
+        "package-manager",
+        "-n",
+        NS,
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ]);
 }
 
 /// The args of a controller Deployment's container.
@@ -278,16 +283,7 @@ fn roll_out_package_manager(args: &[String]) {
     let patch = serde_json::json!([
         {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args},
     ]);
-    kubectl(&[
-        "patch",
-        "deployment",
-        "package-manager",
-        "-n",
-        NS,
-        "--type=json",
-        "-p",
-        &patch.to_string(),
-    ]);
+    patch_package_manager(&patch);
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let pods = get_json(&[

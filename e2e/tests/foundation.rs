@@ -905,6 +905,10 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["delete", "deployments", "-n", "default"],
         &["create", "serviceaccounts", "-n", "default"],
         &["watch", "customresourcedefinitions"],
+        // Each Provider's certificate Secrets, in its own namespace only.
+        &["create", "secrets", "-n", "crossplane-system"],
+        &["patch", "secrets", "-n", "crossplane-system"],
+        &["create", "validatingwebhookconfigurations"],
     ] {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
     }
@@ -921,9 +925,11 @@ async fn the_kustomize_deployment_renders_and_applies() {
             "default",
         ],
         &["get", "secrets", "-n", "default"],
+        &["create", "secrets", "-n", "default"],
+        &["list", "secrets", "-n", "crossplane-system"],
+        &["delete", "secrets", "-n", "crossplane-system"],
+        &["update", "validatingwebhookconfigurations"],
         &["watch", "secrets", "-A"],
-        &["create", "secrets", "-n", "crossplane-system"],
-        &["patch", "secrets", "-n", "crossplane-system"],
         &["create", "clusterroles"],
         &["create", "clusterrolebindings"],
         &["escalate", "clusterroles"],
