@@ -299,20 +299,6 @@ impl Reconciler for Revisions {
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
         if r.spec.desired_state != RevisionState::Active {
-            // An upgrade: the old runtime keeps answering (webhooks
-            // included) until the new one is available.
-            if let Some(successor) = self.successor_starting(r) {
-                set(
-                    status,
-                    TYPE_RUNTIME_HEALTHY,
-                    false,
-                    "InactivePackageRevision",
-                    Some(format!(
-                        "the revision is inactive: its runtime runs until that of revision {successor} is available"
-                    )),
-                );
-                return Ok(Action::requeue(WAIT_POLL));
-            }
             self.stop_runtime(r).await?;
             set(
                 status,
@@ -1048,35 +1034,6 @@ impl Revisions {
             .events
             .warning(&r.object_ref(&()), reason, note.to_owned())
             .await;
-    }
-
-    /// An active revision of the same Provider whose runtime is not yet
-    /// available, while `r` (inactive) still runs one: its name.
-    fn successor_starting(&self, r: &ProviderRevision) -> Option<String> {
-        let package = r.labels().get(labels::PACKAGE)?;
-        let running = self
-            .deployments
-            .state()
-            .iter()
-            .any(|d| d.labels().get(labels::REVISION) == Some(&r.name_any()));
-        if !running {
-            return None;
-        }
-        self.revisions
-            .state()
-            .iter()
-            .find(|o| {
-                o.labels().get(labels::PACKAGE) == Some(package)
-                    && o.spec.desired_state == RevisionState::Active
-                    && o.spec.image.is_some()
-                    && o.spec.revision > r.spec.revision
-                    && o.metadata.deletion_timestamp.is_none()
-            })
-            .filter(|o| {
-                let conds = conditions::of(o.as_ref());
-                conditions::get(conds, TYPE_RUNTIME_HEALTHY).is_none_or(|c| c.status != "True")
-            })
-            .map(|o| o.name_any())
     }
 
     /// Renders and applies the runtime, then reports its health.
