@@ -11,6 +11,8 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use types::pkg::contract::common;
+
 use kube::{
     Api, Resource, ResourceExt,
     api::{ObjectMeta, Patch, PatchParams, PostParams},
@@ -39,14 +41,14 @@ use crate::{
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "provider";
 /// Finalizer that holds a Provider until its revisions are gone.
-pub const FINALIZER: &str = "pkg.crossplane.io/provider";
+pub const FINALIZER: &str = types::pkg::contract::finalizers::PROVIDER;
 /// How often a deleting Provider looks again.
 const DELETE_POLL: Duration = Duration::from_secs(2);
 
 /// Provider condition types.
-pub const TYPE_INSTALLED: &str = "Installed";
+pub const TYPE_INSTALLED: &str = types::pkg::contract::conditions::INSTALLED;
 /// Healthy: the active revision and its runtime are healthy.
-pub const TYPE_HEALTHY: &str = "Healthy";
+pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
 
 /// Why reconciling a Provider failed.
 #[derive(Debug, thiserror::Error)]
@@ -167,7 +169,7 @@ impl Reconciler for Providers {
         let serving = revisions
             .iter()
             .rev()
-            .find(|r| is_active(r) && revision::healthy(r))
+            .find(|r| is_active(r) && r.healthy())
             .cloned();
         let current = match self.current(p, &revisions).await {
             Ok(c) => c,
@@ -185,9 +187,8 @@ impl Reconciler for Providers {
         if let Some(t) = &target {
             self.keep_in_step(p, t).await?;
         }
-        let ready_to_serve = |t: &ProviderRevision| {
-            revision::healthy(t) && (!self.settings.runtime_bound || revision::rbac_ready(t))
-        };
+        let ready_to_serve =
+            |t: &ProviderRevision| t.healthy() && (!self.settings.runtime_bound || t.rbac_ready());
         if let Some(t) = target.as_ref().filter(|t| ready_to_serve(t)) {
             for r in revisions
                 .iter()
@@ -254,7 +255,7 @@ impl Reconciler for Providers {
 }
 
 fn is_active(r: &ProviderRevision) -> bool {
-    r.spec.desired_state == RevisionState::Active
+    r.is_active()
 }
 
 /// Sets Installed and Healthy from the target revision (the one that
@@ -308,7 +309,7 @@ fn report(
         conditions::custom(TYPE_INSTALLED, true, "ActivePackageRevision", awaiting),
         &now,
     );
-    let healthy = if revision::healthy(target) {
+    let healthy = if target.healthy() {
         conditions::custom(TYPE_HEALTHY, true, "HealthyPackageRevision", None)
     } else {
         let mut message = revision::unhealthy_message(target).unwrap_or_else(|| {
@@ -427,9 +428,9 @@ impl Providers {
                 })?,
         };
         let number = revisions.iter().map(|r| r.spec.revision).max().unwrap_or(0) + 1;
-        let mut common_labels = common(&p.spec.common_labels);
+        let mut common_labels = p.common_labels();
         common_labels.insert(labels::PACKAGE.to_owned(), p.name_any());
-        let mut annotations = common(&p.spec.common_annotations);
+        let mut annotations = p.common_annotations();
         let state = if manual(p) {
             RevisionState::Inactive
         } else {
@@ -601,10 +602,10 @@ impl Providers {
         let meta = |old: &Option<BTreeMap<String, String>>,
                     new: &Option<BTreeMap<String, String>>| {
             let mut m = serde_json::Map::new();
-            for k in common(old).into_keys() {
+            for k in common(old.as_ref()).into_keys() {
                 m.insert(k, serde_json::Value::Null);
             }
-            for (k, v) in common(new) {
+            for (k, v) in common(new.as_ref()) {
                 m.insert(k, v.into());
             }
             m
@@ -701,16 +702,6 @@ impl Providers {
 }
 
 /// The revision settings a Provider decides.
-/// A Provider's common labels or annotations, without the package
-/// manager's own keys (which no user value may replace).
-pub fn common(m: &Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
-    m.iter()
-        .flatten()
-        .filter(|(k, _)| !k.starts_with("pkg.crossplane.io/"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 fn spec_from(p: &Provider) -> ProviderRevisionSpec {
     ProviderRevisionSpec {
         package_pull_policy: p.spec.package_pull_policy.clone(),
@@ -719,8 +710,8 @@ fn spec_from(p: &Provider) -> ProviderRevisionSpec {
         ignore_crossplane_constraints: p.spec.ignore_crossplane_constraints,
         runtime_config_ref: p.spec.runtime_config_ref.clone(),
         controller_config_ref: p.spec.controller_config_ref.clone(),
-        common_labels: Some(common(&p.spec.common_labels)).filter(|m| !m.is_empty()),
-        common_annotations: Some(common(&p.spec.common_annotations)).filter(|m| !m.is_empty()),
+        common_labels: Some(p.common_labels()).filter(|m| !m.is_empty()),
+        common_annotations: Some(p.common_annotations()).filter(|m| !m.is_empty()),
         ..ProviderRevisionSpec::default()
     }
 }

@@ -58,11 +58,11 @@ use crate::{
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerrevision";
 /// Finalizer that holds a revision until its runtime and CRDs are gone.
-pub const FINALIZER: &str = "pkg.crossplane.io/revision";
+pub const FINALIZER: &str = types::pkg::contract::finalizers::REVISION;
 /// Healthy: the package's CRDs are installed and established.
-pub const TYPE_HEALTHY: &str = "Healthy";
+pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
 /// RuntimeHealthy: the package runtime runs (its Deployment is Available).
-pub const TYPE_RUNTIME_HEALTHY: &str = "RuntimeHealthy";
+pub const TYPE_RUNTIME_HEALTHY: &str = types::pkg::contract::conditions::RUNTIME_HEALTHY;
 /// The runtime config a revision uses when it names none.
 pub const DEFAULT_RUNTIME_CONFIG: &str = "default";
 /// How often a revision waiting on something the watches do not show
@@ -195,22 +195,6 @@ pub struct Revisions {
     applied: Expiring<String, u64>,
     /// The Providers' certificates.
     certificates: crate::tls::Certificates,
-}
-
-/// Whether a revision's CRDs and runtime are healthy.
-pub fn healthy(r: &ProviderRevision) -> bool {
-    let conds = conditions::of(r);
-    let ok = |t: &str| conditions::get(conds, t).is_some_and(|c| c.status == "True");
-    // A package of CRDs alone runs nothing: there is no runtime to be
-    // healthy, and none is claimed to be.
-    ok(TYPE_HEALTHY) && (ok(TYPE_RUNTIME_HEALTHY) || r.spec.image.is_none())
-}
-
-/// Whether the rbac-manager has bound the revision's roles: RBACReady is
-/// True, or absent (no rbac-manager runs, nothing to wait for).
-pub fn rbac_ready(r: &ProviderRevision) -> bool {
-    let conds = conditions::of(r);
-    conditions::get(conds, "RBACReady").is_none_or(|c| c.status == "True")
 }
 
 /// What is wrong with an unhealthy revision, as its conditions say.
@@ -397,7 +381,7 @@ impl Reconciler for Revisions {
                     status,
                     TYPE_RUNTIME_HEALTHY,
                     true,
-                    "ExternalRuntime",
+                    types::pkg::contract::conditions::EXTERNAL_RUNTIME,
                     Some("the runtime is left to an external controller (--package-runtime=External)".into()),
                 );
                 Ok(Action::requeue(self.settings.resync))
@@ -861,7 +845,7 @@ impl Revisions {
             o.insert("blockOwnerDeletion".into(), true.into());
         }
         let mut labels = serde_json::Map::new();
-        for (k, v) in crate::provider::common(&r.spec.common_labels) {
+        for (k, v) in r.common_labels() {
             labels.insert(k, v.into());
         }
         if let Some(p) = r.labels().get(labels::PACKAGE) {
@@ -935,14 +919,14 @@ impl Revisions {
             .pointer_mut("/metadata/labels")
             .and_then(|l| l.as_object_mut())
         {
-            for (k, v) in crate::provider::common(&r.spec.common_labels) {
+            for (k, v) in r.common_labels() {
                 l.entry(k).or_insert(v.into());
             }
             if let Some(p) = r.labels().get(labels::PACKAGE) {
                 l.insert(labels::PACKAGE.into(), p.clone().into());
             }
         }
-        let common_annotations = crate::provider::common(&r.spec.common_annotations);
+        let common_annotations = r.common_annotations();
         if !common_annotations.is_empty()
             && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
         {
@@ -1069,8 +1053,8 @@ impl Revisions {
         let name = r.name_any();
         let provider_owner = provider_owner(r).and_then(|o| serde_json::to_value(o).ok());
         let (_, server_secret, client_secret) = crate::tls::secret_names(&provider);
-        let common_labels = r.spec.common_labels.clone().unwrap_or_default();
-        let common_annotations = r.spec.common_annotations.clone().unwrap_or_default();
+        let common_labels = r.common_labels();
+        let common_annotations = r.common_annotations();
         let input = render::Input {
             revision: &name,
             revision_uid: &uid,

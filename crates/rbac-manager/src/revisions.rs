@@ -49,42 +49,14 @@ pub const CONTROLLER: &str = "providerrevision";
 /// Holds a revision until its roles and binding are gone.
 pub const FINALIZER: &str = "rbac.crossplane.io/revision";
 /// The revision's condition this controller owns.
-pub const TYPE_RBAC_READY: &str = "RBACReady";
+pub const TYPE_RBAC_READY: &str = types::pkg::contract::conditions::RBAC_READY;
 /// The label the package-manager puts on a revision's runtime objects.
-const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
+const REVISION_LABEL: &str = types::pkg::contract::labels::REVISION;
 /// The annotation the package-manager puts on a revision: the rules its
 /// package asks for (JSON).
-const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
-/// The package-manager's annotation of a revision: the capabilities its
-/// package declares (`spec.capabilities`), comma-separated.
-const CAPABILITIES: &str = "pkg.crossplane.io/capabilities";
-
-/// Whether the revision's package declares the SafeStart capability
-/// (matched as upstream does: letters and digits only, any case).
-fn safe_start(r: &ProviderRevision) -> bool {
-    r.annotations().get(CAPABILITIES).is_some_and(|c| {
-        c.split(',').any(|c| {
-            c.chars()
-                .filter(char::is_ascii_alphanumeric)
-                .collect::<String>()
-                .eq_ignore_ascii_case("safestart")
-        })
-    })
-}
-
-/// A Provider's common labels or annotations, without the package
-/// manager's own keys.
-fn common(
-    m: Option<&std::collections::BTreeMap<String, String>>,
-) -> std::collections::BTreeMap<String, String> {
-    m.into_iter()
-        .flatten()
-        .filter(|(k, _)| !k.starts_with("pkg.crossplane.io/"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-/// Reason of RBACReady (and of the Warning event) while the runtime runs as
-/// a ServiceAccount no package's role is bound to.
+const PERMISSION_REQUESTS: &str = types::pkg::contract::annotations::PERMISSION_REQUESTS;
+/// RBACReady's reason when the runtime's ServiceAccount is one no
+/// package's role is bound to.
 const SERVICE_ACCOUNT_REFUSED: &str = "ServiceAccountRefused";
 /// How often a revision is looked at again; its Deployment, the allow-list
 /// and the revision itself wake it sooner when they change.
@@ -212,14 +184,14 @@ impl Reconciler for Revisions {
             refused.refuse(why);
             Vec::new()
         });
-        let common_labels = common(r.spec.common_labels.as_ref());
-        let common_annotations = common(r.spec.common_annotations.as_ref());
+        let common_labels = r.common_labels();
+        let common_annotations = r.common_annotations();
         let revision = roles::Revision {
             name: &name,
             uid: &uid,
             common_labels: &common_labels,
             common_annotations: &common_annotations,
-            safe_start: safe_start(r),
+            safe_start: r.safe_start(),
         };
         let rendered = roles::provider_roles(&revision, &kinds, &requested);
         refused.merge(boundary::check(
@@ -270,7 +242,7 @@ impl Reconciler for Revisions {
             // An Active revision whose runtime is not bound yet is not
             // ready: the package-manager keeps the old revision serving
             // until it is.
-            (None, true) if expects_runtime(r) => (
+            (None, true) if r.expects_runtime() => (
                 false,
                 "WaitingForRuntime",
                 format!("{n} roles rendered; no runtime Deployment to bind the system role to yet"),
@@ -313,15 +285,6 @@ impl Reconciler for Revisions {
         self.remove(&r.name_any()).await?;
         Ok(Cleanup::Done)
     }
-}
-
-/// Whether the package-manager runs a Deployment for the revision (not
-/// for a package without a runtime image, nor with
-/// --package-runtime=External, which it says in RuntimeHealthy).
-fn expects_runtime(r: &ProviderRevision) -> bool {
-    let reason =
-        conditions::get(conditions::of(r), "RuntimeHealthy").and_then(|c| c.reason.as_deref());
-    r.spec.image.is_some() && !matches!(reason, Some("NoRuntime" | "ExternalRuntime"))
 }
 
 fn hash_of(roles: &[ClusterRole], binding: Option<&ClusterRoleBinding>) -> u64 {

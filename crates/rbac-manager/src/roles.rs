@@ -44,7 +44,7 @@ pub const AGGREGATE_TO_VIEW: &str = "rbac.crossplane.io/aggregate-to-view";
 /// lists a package's custom resources before deleting its CRDs).
 pub const AGGREGATE_TO_PACKAGE_MANAGER: &str = "rbac.crossplane-rs.io/aggregate-to-package-manager";
 /// The label of a revision's roles and binding.
-const REVISION_LABEL: &str = "pkg.crossplane.io/revision";
+const REVISION_LABEL: &str = types::pkg::contract::labels::REVISION;
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// A kind a package installed, owns or depends on: its API group and

@@ -26,6 +26,7 @@ pub mod extensions {
 
 /// `pkg.crossplane.io`
 pub mod pkg {
+    pub mod contract;
     mod runtime_config;
     pub mod v1;
     pub mod v1alpha1;

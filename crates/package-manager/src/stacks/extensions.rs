@@ -46,7 +46,7 @@ pub const CONTROLLER: &str = "extension";
 /// Holds an Extension until its controller is stopped and its CRDs let go.
 pub const FINALIZER: &str = "extensions.crossplane.io/stack";
 /// The rbac-manager's condition: the controller's role is bound.
-const TYPE_RBAC_READY: &str = "RBACReady";
+const TYPE_RBAC_READY: &str = types::pkg::contract::conditions::RBAC_READY;
 /// How often an Extension waiting on what no watch shows looks again.
 const WAIT_POLL: Duration = Duration::from_secs(5);
 

@@ -316,7 +316,7 @@ impl Reconciler for Requests {
                 .events
                 .normal(
                     &r.object_ref(&()),
-                    "Installed",
+                    types::pkg::contract::conditions::INSTALLED,
                     c.message.clone().unwrap_or_default(),
                 )
                 .await;
