@@ -81,13 +81,6 @@ impl Reconciler for Applications {
         &self.sk
     }
 
-    fn api(&self, app: &KubernetesApplication) -> Api<KubernetesApplication> {
-        Api::namespaced(
-            self.sk.client().clone(),
-            &app.namespace().unwrap_or_default(),
-        )
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }

@@ -82,10 +82,6 @@ impl Reconciler for Ctx {
         &self.skeleton
     }
 
-    fn api(&self, _pc: &ProviderConfig) -> Api<ProviderConfig> {
-        Api::all(self.skeleton.client().clone())
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }

@@ -148,10 +148,6 @@ impl Reconciler for Providers {
         &self.sk
     }
 
-    fn api(&self, _p: &Provider) -> Api<Provider> {
-        Api::all(self.sk.client().clone())
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }
@@ -454,17 +450,6 @@ impl Providers {
                                 .map(|d| oci::xpkg::repository_of(&d.package))
                                 .collect::<Vec<_>>()
                                 .join(","),
-                        ),
-                        (
-                            labels::PERMISSION_REQUESTS.to_owned(),
-                            fetched
-                                .contents
-                                .meta
-                                .raw
-                                .pointer("/spec/controller/permissionRequests")
-                                .filter(|v| v.is_array())
-                                .map(|v| v.to_string())
-                                .unwrap_or_else(|| "[]".to_owned()),
                         ),
                         (
                             labels::CAPABILITIES.to_owned(),

@@ -96,6 +96,9 @@ pub enum Error {
     /// The package is not made for the Crossplane version implemented here.
     #[error("{0}")]
     Constraint(String),
+    /// The package's meta says something that cannot be read.
+    #[error("{0}")]
+    Meta(String),
     /// Dependencies are missing, incompatible or cyclic.
     #[error("{0}")]
     Dependencies(String),
@@ -143,6 +146,7 @@ impl ReconcileError for Error {
             Error::Conflict(_) => "ConflictingCustomResourceDefinition",
             Error::Dependencies(_) => "UnresolvedDependencies",
             Error::Constraint(_) => "IncompatibleCrossplaneVersion",
+            Error::Meta(_) => "InvalidPackage",
             Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
             Error::RuntimeConfig(_) | Error::Render(_) | Error::Tls(_) => "CannotRunPackageRuntime",
             Error::Request(..) => "CannotEstablishPackageObjects",
@@ -263,10 +267,6 @@ impl Reconciler for Revisions {
         &self.sk
     }
 
-    fn api(&self, _r: &ProviderRevision) -> Api<ProviderRevision> {
-        Api::all(self.sk.client().clone())
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }
@@ -311,6 +311,14 @@ impl Reconciler for Revisions {
             let e = Error::Constraint(why);
             unhealthy(status, "IncompatibleCrossplaneVersion", &e);
             return Err(e);
+        }
+        // What the package asks for its runtime, for the rbac-manager.
+        match permission_requests(&contents.meta.raw) {
+            Ok(rules) => status.permission_requests = rules,
+            Err(e) => {
+                unhealthy(status, "InvalidPackage", &e);
+                return Err(e);
+            }
         }
         if r.spec.skip_dependency_resolution != Some(true)
             && !contents.meta.depends_on.is_empty()
@@ -1264,6 +1272,21 @@ impl Revisions {
     }
 }
 
+/// The rules a package's meta asks for its runtime
+/// (`spec.controller.permissionRequests`), or why they cannot be read.
+fn permission_requests(
+    meta: &serde_json::Value,
+) -> Result<Vec<k8s_openapi::api::rbac::v1::PolicyRule>, Error> {
+    match meta.pointer("/spec/controller/permissionRequests") {
+        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+            Error::Meta(format!(
+                "spec.controller.permissionRequests of the package is not a list of RBAC rules: {e}"
+            ))
+        }),
+    }
+}
+
 /// The revision's Provider as the controller of what outlives a revision
 /// (certificates, Service, ServiceAccount). Not blocking the Provider's
 /// deletion: they go after it.
@@ -1379,5 +1402,35 @@ pub fn controller(
             () = reconciler::run(ctrl, reconciler) => {}
             () = providers_fed => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn permission_requests_are_read_from_the_meta_or_named_as_unreadable() {
+        let meta =
+            |v: serde_json::Value| json!({"spec": {"controller": {"permissionRequests": v}}});
+        let rules = permission_requests(&meta(json!([
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+        ])))
+        .unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["get"]);
+        assert!(
+            permission_requests(&json!({"spec": {}}))
+                .unwrap()
+                .is_empty()
+        );
+        let why = permission_requests(&meta(json!("all of it")))
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("not a list of RBAC rules"), "{why}");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Every rule the rbac-manager renders passes [`check`] before any role is
 //! written: the rules a package asks for (a revision's
-//! `pkg.crossplane.io/permission-requests`, an Extension's
+//! `status.permissionRequests`, an Extension's
 //! `permissions.rules`) must be covered by the allow-list ClusterRole
 //! (`--allowed-permissions-clusterrole`), and no rendered rule at all, asked
 //! for or derived from the kinds a package installed, owns or depends on,

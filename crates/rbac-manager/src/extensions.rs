@@ -84,10 +84,6 @@ impl Reconciler for Extensions {
         &self.sk
     }
 
-    fn api(&self, e: &Extension) -> Api<Extension> {
-        Api::namespaced(self.sk.client().clone(), &e.namespace().unwrap_or_default())
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }

@@ -6,7 +6,7 @@
 //! Roles and binding are controlled by the revision, so they go with it.
 //!
 //! Every rule passes the boundary first ([`crate::boundary`]): the package's
-//! permission requests (`pkg.crossplane.io/permission-requests`) must be
+//! permission requests (its `status.permissionRequests`) must be
 //! within the allow-list, nothing rendered may be never grantable, and a
 //! CRD of a protected group gets no rules ([`crate::kinds::installed`]).
 //! Anything refused deletes the revision's roles and binding (a role that
@@ -52,9 +52,6 @@ pub const FINALIZER: &str = "rbac.crossplane.io/revision";
 pub const TYPE_RBAC_READY: &str = types::pkg::contract::conditions::RBAC_READY;
 /// The label the package-manager puts on a revision's runtime objects.
 const REVISION_LABEL: &str = types::pkg::contract::labels::REVISION;
-/// The annotation the package-manager puts on a revision: the rules its
-/// package asks for (JSON).
-const PERMISSION_REQUESTS: &str = types::pkg::contract::annotations::PERMISSION_REQUESTS;
 /// RBACReady's reason when the runtime's ServiceAccount is one no
 /// package's role is bound to.
 const SERVICE_ACCOUNT_REFUSED: &str = "ServiceAccountRefused";
@@ -143,10 +140,6 @@ impl Reconciler for Revisions {
         &self.sk
     }
 
-    fn api(&self, _r: &ProviderRevision) -> Api<ProviderRevision> {
-        Api::all(self.sk.client().clone())
-    }
-
     /// Roles and binding are owned by the revision, but the revision also
     /// removes them itself on deletion, without waiting for garbage
     /// collection.
@@ -180,10 +173,13 @@ impl Reconciler for Revisions {
         for why in protected {
             refused.refuse(why);
         }
-        let requested = self.requests(r).unwrap_or_else(|why| {
-            refused.refuse(why);
-            Vec::new()
-        });
+        // What the package asks for (the package-manager read it from the
+        // package's meta).
+        let requested = r
+            .status
+            .as_ref()
+            .map(|s| s.permission_requests.clone())
+            .unwrap_or_default();
         let common_labels = r.common_labels();
         let common_annotations = r.common_annotations();
         let revision = roles::Revision {
@@ -309,17 +305,6 @@ impl Revisions {
             pod.and_then(|p| p.service_account.as_deref()),
         );
         Some((deployment.name_any(), sa))
-    }
-
-    /// The rules the revision's package asks for, or why they cannot be
-    /// read.
-    fn requests(&self, r: &ProviderRevision) -> Result<Vec<PolicyRule>, String> {
-        let Some(text) = r.annotations().get(PERMISSION_REQUESTS) else {
-            return Ok(Vec::new());
-        };
-        serde_json::from_str(text).map_err(|e| {
-            format!("the revision's {PERMISSION_REQUESTS} annotation is not a list of rules: {e}")
-        })
     }
 
     /// Applies the revision's roles and its binding (or deletes the binding

@@ -29,7 +29,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Api, ResourceExt,
+    ResourceExt,
     core::PartialObjectMeta,
     runtime::{
         Controller, WatchStreamExt,
@@ -133,10 +133,6 @@ impl Reconciler for Ctx {
 
     fn skeleton(&self) -> &Skeleton {
         &self.skeleton
-    }
-
-    fn api(&self, obj: &Res) -> Api<Res> {
-        Api::namespaced(self.rt.client.clone(), &obj.namespace().unwrap_or_default())
     }
 
     fn finalizer(&self) -> Option<&'static str> {

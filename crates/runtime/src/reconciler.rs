@@ -87,11 +87,38 @@ pub enum Cleanup {
 /// current status; the controller changes it, the skeleton writes it.
 pub type Draft<K> = <K as Conditioned>::Status;
 
+/// How the Api of one object is made from its kind's scope: in the
+/// object's namespace for a namespaced kind, cluster-wide otherwise.
+pub trait ScopedApi: Sized {
+    /// The Api that reads and writes `obj`.
+    fn api_for<K>(client: kube::Client, obj: &K) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>;
+}
+
+impl ScopedApi for k8s_openapi::NamespaceResourceScope {
+    fn api_for<K>(client: kube::Client, obj: &K) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>,
+    {
+        Api::namespaced(client, &obj.namespace().unwrap_or_default())
+    }
+}
+
+impl ScopedApi for k8s_openapi::ClusterResourceScope {
+    fn api_for<K>(client: kube::Client, _obj: &K) -> Api<K>
+    where
+        K: Resource<Scope = Self, DynamicType = ()>,
+    {
+        Api::all(client)
+    }
+}
+
 /// What a controller decides; see the module documentation for what the
 /// skeleton does around it.
 pub trait Reconciler: Send + Sync + 'static {
     /// The kind reconciled.
-    type Object: Resource<DynamicType = ()>
+    type Object: Resource<DynamicType = (), Scope: ScopedApi>
         + Conditioned
         + Clone
         + Serialize
@@ -107,8 +134,13 @@ pub trait Reconciler: Send + Sync + 'static {
     fn skeleton(&self) -> &Skeleton;
 
     /// The Api of the object's kind in its namespace (`Api::namespaced` or
-    /// `Api::all`), for its finalizer and status.
-    fn api(&self, obj: &Self::Object) -> Api<Self::Object>;
+    /// `Api::all`, from the kind's scope), for its finalizer and status.
+    fn api(&self, obj: &Self::Object) -> Api<Self::Object> {
+        <<Self::Object as Resource>::Scope as ScopedApi>::api_for(
+            self.skeleton().client().clone(),
+            obj,
+        )
+    }
 
     /// The finalizer that holds an object until [`Reconciler::cleanup`] is
     /// done. `None` for a controller that makes nothing outside the object.

@@ -6,7 +6,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use kube::{
-    Api, ResourceExt,
+    ResourceExt,
     runtime::{
         Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, reflector::Store,
         watcher,
@@ -126,13 +126,6 @@ impl Reconciler for Scheduling {
 
     fn skeleton(&self) -> &Skeleton {
         &self.sk
-    }
-
-    fn api(&self, app: &KubernetesApplication) -> Api<KubernetesApplication> {
-        Api::namespaced(
-            self.sk.client().clone(),
-            &app.namespace().unwrap_or_default(),
-        )
     }
 
     fn finalizer(&self) -> Option<&'static str> {

@@ -114,13 +114,6 @@ impl Reconciler for Readiness {
         &self.sk
     }
 
-    fn api(&self, cluster: &KubernetesCluster) -> Api<KubernetesCluster> {
-        Api::namespaced(
-            self.sk.client().clone(),
-            &cluster.namespace().unwrap_or_default(),
-        )
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         None
     }

@@ -15,7 +15,6 @@ const CONTRACT: &[&str] = &[
     annotations::SOURCE,
     annotations::DIGEST,
     annotations::DEPENDENCIES,
-    annotations::PERMISSION_REQUESTS,
     annotations::CAPABILITIES,
     finalizers::PROVIDER,
     finalizers::REVISION,

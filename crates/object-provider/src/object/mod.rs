@@ -224,10 +224,6 @@ impl Reconciler for Ctx {
         &self.skeleton
     }
 
-    fn api(&self, _obj: &Object) -> Api<Object> {
-        Api::all(self.skeleton.client().clone())
-    }
-
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }

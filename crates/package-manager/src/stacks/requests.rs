@@ -183,10 +183,6 @@ impl Reconciler for Requests {
         &self.sk
     }
 
-    fn api(&self, r: &ExtensionRequest) -> Api<ExtensionRequest> {
-        Api::namespaced(self.sk.client().clone(), &r.namespace().unwrap_or_default())
-    }
-
     /// What a request makes is owned by it (garbage collection removes it).
     fn finalizer(&self) -> Option<&'static str> {
         None

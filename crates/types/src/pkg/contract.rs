@@ -40,10 +40,6 @@ pub mod annotations {
     /// The repositories its package depends on (spec.dependsOn),
     /// comma-separated.
     pub const DEPENDENCIES: &str = "pkg.crossplane.io/dependencies";
-    /// The extra rules its package asks for its runtime
-    /// (`spec.controller.permissionRequests` of the meta), as JSON, for the
-    /// rbac-manager to check against its allow-list.
-    pub const PERMISSION_REQUESTS: &str = "pkg.crossplane.io/permission-requests";
     /// The capabilities its package declares (`spec.capabilities`),
     /// comma-separated.
     pub const CAPABILITIES: &str = "pkg.crossplane.io/capabilities";

@@ -187,6 +187,13 @@ pub struct ProviderRevisionStatus {
     /// ObjectRefs are the objects (CRDs) this revision delivered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub object_refs: Vec<TypedReference>,
+    /// PermissionRequests are the extra RBAC rules the package asks for its
+    /// runtime (`spec.controller.permissionRequests` of its meta), written
+    /// by the package-manager; the rbac-manager grants them only within
+    /// its allow-list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "policy_rules_schema")]
+    pub permission_requests: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
     /// FoundDependencies is how many dependencies were found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub found_dependencies: Option<i64>,
@@ -211,4 +218,22 @@ impl ProviderRevision {
             .map(|o| o.name.clone())
             .collect()
     }
+}
+
+fn policy_rules_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let strings = serde_json::json!({"type": "array", "items": {"type": "string"}});
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["verbs"],
+            "properties": {
+                "apiGroups": strings,
+                "nonResourceURLs": strings,
+                "resourceNames": strings,
+                "resources": strings,
+                "verbs": strings,
+            },
+        },
+    })
 }
