@@ -1,0 +1,90 @@
+//! A revision's dependencies: resolved (missing ones installed) while it
+//! is active, released when it goes.
+
+use super::*;
+
+impl Revisions {
+    /// Resolves the package's dependencies, installing missing ones.
+    pub(super) async fn dependencies(
+        &self,
+        r: &ProviderRevision,
+        declared: &[oci::xpkg::Dependency],
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<(), Error> {
+        let revisions = self.revisions.state();
+        let report = deps::resolve(
+            self.sk.client(),
+            &self.packages,
+            &self.providers,
+            &revisions,
+            r,
+            declared,
+        )
+        .await
+        .map_err(|e| Error::Request("install a dependency", e))?;
+        for name in &report.created {
+            self.sk
+                .reporting
+                .events
+                .normal(
+                    &r.object_ref(&()),
+                    "InstallDependency",
+                    format!("installed Provider {name} as a dependency"),
+                )
+                .await;
+        }
+        let count = |n: usize| Some(i64::try_from(n).unwrap_or(i64::MAX));
+        status.found_dependencies = count(report.found);
+        status.installed_dependencies = count(report.installed);
+        status.invalid_dependencies = count(report.problems.len());
+        if report.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Dependencies(report.problems.join("; ")))
+        }
+    }
+
+    /// Removes the dependency Providers (installed by the package manager,
+    /// not the user) that nothing depends on once this revision is gone.
+    pub(super) async fn release_dependencies(&self, r: &ProviderRevision) -> Result<(), Error> {
+        let wanted = deps::dependencies_of(r);
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let providers = self.providers.state();
+        let revisions: Vec<_> = self
+            .revisions
+            .state()
+            .into_iter()
+            .filter(|o| o.name_any() != r.name_any())
+            .collect();
+        let api = Api::<Provider>::all(self.sk.client().clone());
+        for p in providers.iter().filter(|p| {
+            p.labels()
+                .get(labels::DEPENDENCY)
+                .is_some_and(|v| v == "true")
+                && wanted.contains(&oci::xpkg::repository_of(&p.spec.package))
+                && p.metadata.deletion_timestamp.is_none()
+        }) {
+            if deps::depended_on(p, &providers, &revisions) {
+                continue;
+            }
+            runtime::objects::delete(&api, &p.name_any())
+                .await
+                .map_err(|e| Error::Request("remove a dependency", e))?;
+            self.sk
+                .reporting
+                .events
+                .normal(
+                    &r.object_ref(&()),
+                    "RemoveDependency",
+                    format!(
+                        "removed Provider {}: no installed package depends on it",
+                        p.name_any()
+                    ),
+                )
+                .await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,364 @@
+//! Establishing a revision's objects: its CRDs and webhook configurations,
+//! all or nothing, and who controls one that exists (control moves within a
+//! Provider by revision number; anything else is a conflict).
+
+use super::*;
+
+/// How a CRD that exists relates to this revision.
+pub(super) enum Control {
+    /// Nobody, this revision or an older sibling controls it: ours to apply.
+    Ours,
+    /// A newer revision of the same Provider controls it.
+    Newer,
+    /// Something else controls it; the message names it.
+    Foreign(String),
+}
+
+impl Revisions {
+    /// The Provider's other revisions, by name → revision number.
+    pub(super) fn siblings(&self, r: &ProviderRevision) -> BTreeMap<String, i64> {
+        let package = r.labels().get(labels::PACKAGE).cloned();
+        self.revisions
+            .state()
+            .iter()
+            .filter(|o| {
+                o.labels().get(labels::PACKAGE) == package.as_ref() && o.name_any() != r.name_any()
+            })
+            .map(|o| (o.name_any(), o.spec.revision))
+            .collect()
+    }
+
+    pub(super) fn control(
+        &self,
+        r: &ProviderRevision,
+        siblings: &BTreeMap<String, i64>,
+        live: &CustomResourceDefinition,
+    ) -> Control {
+        self.control_of(
+            r,
+            siblings,
+            &format!("CustomResourceDefinition {}", live.name_any()),
+            &live.metadata,
+        )
+    }
+
+    /// How the object `what` (its `meta`) that exists relates to this
+    /// revision: a package never takes over what it did not make.
+    pub(super) fn control_of(
+        &self,
+        r: &ProviderRevision,
+        siblings: &BTreeMap<String, i64>,
+        what: &str,
+        meta: &kube::api::ObjectMeta,
+    ) -> Control {
+        let refs = meta.owner_references.as_deref().unwrap_or_default();
+        let Some(owner) = refs.iter().find(|o| o.controller == Some(true)) else {
+            // Uncontrolled: ours only when this revision or a sibling still
+            // references it (a sibling let go of control on its way out).
+            // A CRD nobody of this Provider references was made by someone
+            // else (by hand, by Helm, by crossplane-rs's own crds/) and is
+            // never taken over.
+            let delivered = refs.iter().any(|o| {
+                Some(&o.uid) == r.uid().as_ref()
+                    || (o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
+            });
+            return if delivered {
+                Control::Ours
+            } else {
+                Control::Foreign(format!(
+                    "{what} exists and was not installed by this Provider ({}); a package never takes over what it did not create: delete it, or remove it from the package",
+                    crate::crds::maker_of(meta)
+                ))
+            };
+        };
+        if Some(&owner.uid) == r.uid().as_ref() {
+            return Control::Ours;
+        }
+        if owner.kind == "ProviderRevision"
+            && let Some(n) = siblings.get(&owner.name)
+        {
+            return if *n > r.spec.revision {
+                Control::Newer
+            } else {
+                Control::Ours
+            };
+        }
+        let provider = (owner.kind == "ProviderRevision")
+            .then(|| self.revisions.get(&ObjectRef::new(&owner.name)))
+            .flatten()
+            .and_then(|o| o.labels().get(labels::PACKAGE).cloned());
+        Control::Foreign(match provider {
+            Some(p) => format!(
+                "{what} is already controlled by ProviderRevision {} of Provider {p}; delete one of the two Providers",
+                owner.name
+            ),
+            None => format!(
+                "{what} is already controlled by {} {}; remove it or that owner first",
+                owner.kind, owner.name
+            ),
+        })
+    }
+
+    /// Installs the package's CRDs. `Ok(Some(action))` when the revision
+    /// must wait (a newer sibling took over, or CRDs are not established
+    /// yet).
+    pub(super) async fn install(
+        &self,
+        r: &ProviderRevision,
+        contents: &oci::xpkg::Contents,
+        webhooks: Option<&crate::crds::WebhookTarget<'_>>,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Option<Action>, Error> {
+        let objects = &contents.objects;
+        let crds = self.crds_api();
+        let siblings = self.siblings(r);
+        // Nothing of a package installs when any of its CRDs or webhook
+        // configurations may never be.
+        let own = crate::webhooks::kinds(objects);
+        if let Some(why) = objects
+            .iter()
+            .find_map(|o| crate::crds::refused(o, true))
+            .or_else(|| {
+                contents
+                    .webhooks
+                    .iter()
+                    .find_map(|w| crate::webhooks::refused(w, &own))
+            })
+        {
+            return Err(Error::Conflict(why));
+        }
+        let mut bodies = Vec::new();
+        for object in objects {
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            let live = crds
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::Request("read a CRD", e))?;
+            if let Some(live) = &live {
+                match self.control(r, &siblings, live) {
+                    Control::Ours => {}
+                    Control::Newer => {
+                        // A newer revision took over: this one is on its way
+                        // out; leave everything to it.
+                        return Ok(Some(Action::requeue(self.settings.resync)));
+                    }
+                    Control::Foreign(message) => return Err(Error::Conflict(message)),
+                }
+            }
+            let mut body = self.crd_body(r, object, live.as_ref(), &siblings);
+            if let Some(target) = webhooks {
+                crate::crds::point_conversion(&mut body, target);
+            }
+            // A CRD that already is what this revision would apply is not
+            // written again.
+            let current = live.filter(|l| {
+                ssa::unchanged(l, &body) && !ssa::drops_owned(l, &body, &self.field_manager)
+            });
+            bodies.push((name, body, current));
+        }
+        // All or nothing: every CRD to write is checked by the API server
+        // before any is written.
+        crate::crds::dry_run(
+            &crds,
+            &self.field_manager,
+            &bodies
+                .iter()
+                .filter(|b| b.2.is_none())
+                .map(|(name, body, _)| (name.as_str(), body))
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        let mut pending = Vec::new();
+        let mut refs = Vec::new();
+        for (name, body, current) in bodies {
+            let applied = match current {
+                Some(live) => live,
+                None => ssa::apply(&crds, &name, &body, &self.field_manager)
+                    .await
+                    .map_err(|e| Error::Request("apply a CRD", e))?,
+            };
+            if !crate::crds::established(&applied) {
+                pending.push(name.clone());
+            }
+            refs.push(TypedReference {
+                api_version: "apiextensions.k8s.io/v1".into(),
+                kind: "CustomResourceDefinition".into(),
+                name: name.clone(),
+                uid: applied.uid(),
+            });
+        }
+        status.object_refs = refs;
+        if status.found_dependencies.is_none() {
+            status.found_dependencies = Some(0);
+            status.installed_dependencies = Some(0);
+            status.invalid_dependencies = Some(0);
+        }
+        if !pending.is_empty() {
+            set(
+                status,
+                TYPE_HEALTHY,
+                false,
+                "UnhealthyPackageRevision",
+                Some(format!(
+                    "waiting for CRDs to become established: {}",
+                    pending.join(", ")
+                )),
+            );
+            return Ok(Some(Action::requeue(Duration::from_secs(1))));
+        }
+        if let Some(target) = webhooks {
+            for w in &contents.webhooks {
+                match self.install_webhook(r, &siblings, w, target).await? {
+                    Some(reference) => status.object_refs.push(reference),
+                    // A newer revision took over.
+                    None => return Ok(Some(Action::requeue(self.settings.resync))),
+                }
+            }
+        }
+        set(status, TYPE_HEALTHY, true, "HealthyPackageRevision", None);
+        Ok(None)
+    }
+
+    /// Installs one of the package's webhook configurations, pointed at
+    /// `target` and controlled by the revision. `None` when a newer
+    /// revision of the Provider controls it.
+    pub(super) async fn install_webhook(
+        &self,
+        r: &ProviderRevision,
+        siblings: &BTreeMap<String, i64>,
+        object: &serde_json::Value,
+        target: &crate::crds::WebhookTarget<'_>,
+    ) -> Result<Option<TypedReference>, Error> {
+        let kind = object
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default();
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+            &format!("{}s", kind.to_lowercase()),
+        );
+        let api = Api::<kube::api::DynamicObject>::all_with(self.sk.client().clone(), &resource);
+        let live = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::Request("read a webhook configuration", e))?;
+        if let Some(live) = &live {
+            match self.control_of(r, siblings, &format!("{kind} {name}"), &live.metadata) {
+                Control::Ours => {}
+                Control::Newer => return Ok(None),
+                Control::Foreign(message) => return Err(Error::Conflict(message)),
+            }
+        }
+        let mut owner = r
+            .controller_owner_ref(&())
+            .and_then(|o| serde_json::to_value(o).ok())
+            .unwrap_or_default();
+        if let Some(o) = owner.as_object_mut() {
+            o.insert("blockOwnerDeletion".into(), true.into());
+        }
+        let mut labels = serde_json::Map::new();
+        for (k, v) in r.common_labels() {
+            labels.insert(k, v.into());
+        }
+        if let Some(p) = r.labels().get(labels::PACKAGE) {
+            labels.insert(labels::PACKAGE.into(), p.clone().into());
+        }
+        let body = crate::webhooks::body(object, target, &owner, &labels);
+        let applied = match live {
+            Some(l)
+                if ssa::unchanged(&l, &body)
+                    && !ssa::drops_owned(&l, &body, &self.field_manager) =>
+            {
+                l
+            }
+            _ => ssa::apply(&api, name, &body, &self.field_manager)
+                .await
+                .map_err(|e| Error::Request("apply a webhook configuration", e))?,
+        };
+        Ok(Some(TypedReference {
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            uid: applied.uid(),
+        }))
+    }
+
+    /// A CRD of the package as this revision applies it: controlled by the
+    /// revision, referenced (not controlled) by its siblings that already
+    /// reference it.
+    pub(super) fn crd_body(
+        &self,
+        r: &ProviderRevision,
+        object: &serde_json::Value,
+        live: Option<&CustomResourceDefinition>,
+        siblings: &BTreeMap<String, i64>,
+    ) -> serde_json::Value {
+        let mut owners: Vec<OwnerReference> = live
+            .map(|l| l.owner_references().to_vec())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
+            .map(|mut o| {
+                o.controller = Some(false);
+                o.block_owner_deletion = None;
+                o
+            })
+            .collect();
+        if let Some(mut own) = r.controller_owner_ref(&()) {
+            own.block_owner_deletion = Some(true);
+            owners.push(own);
+        }
+        let mut body = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {
+                "name": object.pointer("/metadata/name").cloned().unwrap_or_default(),
+                "labels": object.pointer("/metadata/labels").cloned().unwrap_or_else(|| serde_json::json!({})),
+                "ownerReferences": owners,
+            },
+            "spec": object.get("spec").cloned().unwrap_or_default(),
+        });
+        // The package's annotations, if it has any (an empty map would
+        // never read back equal, so the CRD would be written every time).
+        if let Some(a) = object
+            .pointer("/metadata/annotations")
+            .filter(|a| a.as_object().is_some_and(|a| !a.is_empty()))
+            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            meta.insert("annotations".into(), a.clone());
+        }
+        if let Some(l) = body
+            .pointer_mut("/metadata/labels")
+            .and_then(|l| l.as_object_mut())
+        {
+            for (k, v) in r.common_labels() {
+                l.entry(k).or_insert(v.into());
+            }
+            if let Some(p) = r.labels().get(labels::PACKAGE) {
+                l.insert(labels::PACKAGE.into(), p.clone().into());
+            }
+        }
+        let common_annotations = r.common_annotations();
+        if !common_annotations.is_empty()
+            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(a) = annotations.as_object_mut() {
+                for (k, v) in common_annotations {
+                    a.entry(k).or_insert(v.into());
+                }
+            }
+        }
+        body
+    }
+}
