@@ -12,6 +12,7 @@
 mod convert;
 mod crds;
 mod deps;
+mod health;
 mod labels;
 mod packages;
 mod podsecurity;

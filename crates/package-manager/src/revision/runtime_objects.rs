@@ -232,11 +232,8 @@ impl Revisions {
         deployment: &str,
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
-        let available = live
-            .and_then(|d| d.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
-        if available.is_some_and(|c| c.status == "True") {
+        let available = crate::health::available(live);
+        if crate::health::is_available(live) {
             set(status, TYPE_RUNTIME_HEALTHY, true, "HealthyRuntime", None);
             return Ok(Action::requeue(self.settings.resync));
         }
@@ -244,32 +241,7 @@ impl Revisions {
             .list(&ListParams::default().labels(&format!("{}={}", labels::REVISION, r.name_any())))
             .await
             .map_err(|e| Error::Request("list the runtime's pods", e))?;
-        let mut reasons = Vec::new();
-        for p in &pods.items {
-            let statuses = p.status.iter().flat_map(|s| {
-                s.container_statuses
-                    .iter()
-                    .flatten()
-                    .chain(s.init_container_statuses.iter().flatten())
-            });
-            for c in statuses {
-                let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref());
-                if let Some(w) =
-                    waiting.filter(|w| w.reason.as_deref() != Some("ContainerCreating"))
-                {
-                    let mut line = format!(
-                        "pod {} container {}: {}",
-                        p.name_any(),
-                        c.name,
-                        w.reason.clone().unwrap_or_default()
-                    );
-                    if let Some(m) = &w.message {
-                        line.push_str(&format!(" ({})", m.chars().take(200).collect::<String>()));
-                    }
-                    reasons.push(line);
-                }
-            }
-        }
+        let reasons = crate::health::waiting_reasons(&pods.items);
         let mut message = format!(
             "Deployment {}/{deployment} is not available",
             self.settings.namespace

@@ -485,11 +485,7 @@ impl Extensions {
                 d.name
             )));
         }
-        let available = live
-            .as_ref()
-            .and_then(|d| d.status.as_ref())
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Available").cloned());
+        let available = crate::health::available(live.as_ref()).cloned();
         Ok(match available {
             Some(c) if c.status == "True" => None,
             Some(c) => Some(format!(
