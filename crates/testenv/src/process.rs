@@ -98,6 +98,9 @@ impl Drop for Processes {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // What was started beside them (a registry): its pid goes with the
+        // directory, so the watchdog could not find it later.
+        stop_listed(&self.dir);
         crate::node::teardown(&self.dir);
         let _ = fs::remove_dir_all(&self.dir);
     }
@@ -520,16 +523,33 @@ pub(crate) fn start(
     Ok((control, it.collect(), node, procs))
 }
 
+/// Kills every process listed in `dir/pids` that still runs from `dir`
+/// (its command line names a file there: a pid reused by something else is
+/// left alone).
+fn stop_listed(dir: &Path) {
+    let listed = fs::read_to_string(dir.join("pids")).unwrap_or_default();
+    let here = dir.to_string_lossy().into_owned();
+    for pid in listed.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&here) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
 /// A shell loop that waits for this test process to exit, then stops every
-/// pid listed in `dir/pids`, tears the node down (`dir/node/teardown.sh`)
-/// and removes `dir`.
+/// pid listed in `dir/pids` and anything else still running from `dir` (a
+/// command line naming a file in it), tears the node down
+/// (`dir/node/teardown.sh`) and removes `dir`.
 fn start_watchdog(dir: &Path) -> anyhow::Result<()> {
     let script = r#"
 while kill -0 "$1" 2>/dev/null; do sleep 1; done
 pids=$(cat "$2/pids" 2>/dev/null)
 [ -n "$pids" ] && kill $pids 2>/dev/null
+pkill -f -- "$2/" 2>/dev/null
 sleep 3
 [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+pkill -9 -f -- "$2/" 2>/dev/null
 [ -f "$2/node/teardown.sh" ] && sh "$2/node/teardown.sh"
 rm -rf "$2"
 "#;
