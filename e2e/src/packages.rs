@@ -297,16 +297,19 @@ pub fn provider(name: &str) -> Option<Value> {
     get_json(&["providers.pkg.crossplane.io", name])
 }
 
+/// The Provider, when it is Installed and Healthy.
+pub fn provider_healthy(name: &str) -> Option<Value> {
+    let p = provider(name)?;
+    let ok = condition(&p, "Installed").is_some_and(|c| c.0 == "True")
+        && condition(&p, "Healthy").is_some_and(|c| c.0 == "True");
+    ok.then_some(p)
+}
+
 pub fn wait_provider_healthy(name: &str, timeout: Duration) -> Value {
     wait(
         timeout,
         &format!("Provider {name} Installed and Healthy"),
-        || {
-            let p = provider(name)?;
-            let ok = condition(&p, "Installed").is_some_and(|c| c.0 == "True")
-                && condition(&p, "Healthy").is_some_and(|c| c.0 == "True");
-            ok.then_some(p)
-        },
+        || provider_healthy(name),
         explain_packages,
     )
 }

@@ -18,8 +18,8 @@ use std::{
 use serde_json::Value;
 
 use e2e::packages::{
-    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, revisions_of,
-    test_crd, wait,
+    apply, condition, get_json, kubectl, kubectl_try, provider_healthy, provider_yaml,
+    revisions_of, test_crd, wait,
 };
 use e2e::shipped::{NS, explain, package_dir, shipped, xpkg_push};
 
@@ -58,13 +58,6 @@ fn upstream() -> &'static Upstream {
     })
 }
 
-fn healthy(name: &str) -> Option<Value> {
-    let p = provider(name)?;
-    let ok = condition(&p, "Installed").is_some_and(|c| c.0 == "True")
-        && condition(&p, "Healthy").is_some_and(|c| c.0 == "True");
-    ok.then_some(p)
-}
-
 /// The running runtime pods of a Provider (every revision's).
 fn runtime_pods(provider: &str) -> Vec<Value> {
     get_json(&[
@@ -92,7 +85,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     let p = wait(
         Duration::from_secs(300),
         "the upstream-built Provider Installed and Healthy",
-        || healthy(name),
+        || provider_healthy(name),
         explain,
     );
     let revs = revisions_of(name);
@@ -250,7 +243,8 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
             let old_pods_gone = runtime_pods(name).iter().all(|p| {
                 p["metadata"]["labels"]["pkg.crossplane.io/revision"] != first["metadata"]["name"]
             });
-            (active && old_gone && old_pods_gone && healthy(name).is_some()).then_some(newest)
+            (active && old_gone && old_pods_gone && provider_healthy(name).is_some())
+                .then_some(newest)
         },
         explain,
     );
@@ -308,7 +302,7 @@ fn a_package_of_crds_alone_runs_nothing_and_claims_no_runtime() {
     wait(
         Duration::from_secs(120),
         "the CRD-only Provider Healthy",
-        || healthy(&name),
+        || provider_healthy(&name),
         explain,
     );
     let revs = revisions_of(&name);

@@ -78,6 +78,10 @@ pub enum Error {
     Request(&'static str, #[source] kube::Error),
     #[error("cannot make a certificate: {0}")]
     Certificate(#[from] rcgen::Error),
+    #[error(
+        "Secret {0} exists with type {1}, not {2}, and a Secret's type cannot change; delete it and the package manager makes it again"
+    )]
+    OtherType(String, String, String),
 }
 
 /// Keeps the Providers' certificates.
@@ -208,7 +212,8 @@ impl Certificates {
             bundle.push_str(old);
         }
         let annotations = BTreeMap::from([(NOT_AFTER.to_owned(), rfc3339(now + CA_LIFETIME))]);
-        self.write(name, "Opaque", data, annotations, owner).await?;
+        self.write(name, live.as_ref(), "Opaque", data, annotations, owner)
+            .await?;
         Ok(Ca {
             digest: oci::Digest::of(cert_pem.as_bytes()).as_str().to_owned(),
             key_pem,
@@ -289,18 +294,39 @@ impl Certificates {
             (ISSUER.to_owned(), ca.digest.clone()),
             (SUBJECT.to_owned(), subject),
         ]);
-        self.write(name, "kubernetes.io/tls", data, annotations, owner)
-            .await
+        self.write(
+            name,
+            live.as_ref(),
+            "kubernetes.io/tls",
+            data,
+            annotations,
+            owner,
+        )
+        .await
     }
 
+    /// Writes Secret `name`; `live` is what was read of it.
+    #[allow(clippy::too_many_arguments)]
     async fn write(
         &self,
         name: &str,
+        live: Option<&Secret>,
         type_: &str,
         data: BTreeMap<String, ByteString>,
         annotations: BTreeMap<String, String>,
         owner: Option<&OwnerReference>,
     ) -> Result<(), Error> {
+        // The type of a Secret cannot change (one made by hand, say).
+        if let Some(other) = live
+            .and_then(|l| l.type_.as_deref())
+            .filter(|t| *t != type_)
+        {
+            return Err(Error::OtherType(
+                name.to_owned(),
+                other.to_owned(),
+                type_.to_owned(),
+            ));
+        }
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
@@ -312,19 +338,6 @@ impl Certificates {
             data: Some(data),
             ..Secret::default()
         };
-        // The type of a Secret cannot change: one of another type (made by
-        // hand) is replaced.
-        if let Some(live) = self
-            .secrets
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::Request("read a provider's Secret", e))?
-            && live.type_.as_deref() != Some(type_)
-        {
-            runtime::objects::delete(&self.secrets, name)
-                .await
-                .map_err(|e| Error::Request("replace a provider's Secret of another type", e))?;
-        }
         runtime::ssa::apply(&self.secrets, name, &secret, &self.field_manager)
             .await
             .map_err(|e| Error::Request("write a provider's certificate Secret", e))?;

@@ -67,6 +67,11 @@ pub fn owned_by(object: &serde_json::Value, manager: &str) -> Option<serde_json:
 /// labels). Only object keys are compared, never values or list items, so
 /// the API server's normalisation cannot make it true.
 pub fn drops_owned<K: Serialize>(live: &K, desired: &serde_json::Value, manager: &str) -> bool {
+    serde_json::to_value(live).is_ok_and(|live| drops_owned_by(&live, desired, manager))
+}
+
+/// [`drops_owned`] for a live object already in JSON.
+fn drops_owned_by(live: &serde_json::Value, desired: &serde_json::Value, manager: &str) -> bool {
     fn missing(owned: &serde_json::Value, desired: &serde_json::Value) -> bool {
         match (owned, desired) {
             (serde_json::Value::Object(o), serde_json::Value::Object(d)) => o
@@ -75,17 +80,22 @@ pub fn drops_owned<K: Serialize>(live: &K, desired: &serde_json::Value, manager:
             _ => false,
         }
     }
+    owned_by(live, manager).is_some_and(|mut owned| {
+        // status is never part of an apply.
+        if let Some(o) = owned.as_object_mut() {
+            o.remove("status");
+        }
+        missing(&owned, desired)
+    })
+}
+
+/// Whether applying `desired` as `manager` would leave `live` as it is:
+/// every desired field is there ([`unchanged`]) and nothing `manager`
+/// applied before would go ([`drops_owned`]). The live object is read into
+/// JSON once.
+pub fn applied<K: Serialize>(live: &K, desired: &serde_json::Value, manager: &str) -> bool {
     serde_json::to_value(live)
-        .ok()
-        .and_then(|live| owned_by(&live, manager))
-        .is_some_and(|owned| {
-            // metadata.managedFields itself, status: never part of an apply.
-            let mut owned = owned;
-            if let Some(o) = owned.as_object_mut() {
-                o.remove("status");
-            }
-            missing(&owned, desired)
-        })
+        .is_ok_and(|live| unchanged_by(&live, desired) && !drops_owned_by(&live, desired, manager))
 }
 
 /// `value` cut down to `fields` (a fieldsV1 set: `f:<name>` for object

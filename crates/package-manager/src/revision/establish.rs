@@ -155,9 +155,7 @@ impl Revisions {
             }
             // A CRD that already is what this revision would apply is not
             // written again.
-            let current = live.filter(|l| {
-                ssa::unchanged(l, &body) && !ssa::drops_owned(l, &body, &self.field_manager)
-            });
+            let current = live.filter(|l| ssa::applied(l, &body, &self.field_manager));
             bodies.push((name, body, current));
         }
         // All or nothing: every CRD to write is checked by the API server
@@ -257,13 +255,9 @@ impl Revisions {
                 Control::Foreign(message) => return Err(Error::Conflict(message)),
             }
         }
-        let mut owner = r
-            .controller_owner_ref(&())
+        let owner = controlled_by(r)
             .and_then(|o| serde_json::to_value(o).ok())
             .unwrap_or_default();
-        if let Some(o) = owner.as_object_mut() {
-            o.insert("blockOwnerDeletion".into(), true.into());
-        }
         let mut labels = serde_json::Map::new();
         for (k, v) in r.common_labels() {
             labels.insert(k, v.into());
@@ -273,12 +267,7 @@ impl Revisions {
         }
         let body = crate::webhooks::body(object, target, &owner, &labels);
         let applied = match live {
-            Some(l)
-                if ssa::unchanged(&l, &body)
-                    && !ssa::drops_owned(&l, &body, &self.field_manager) =>
-            {
-                l
-            }
+            Some(l) if ssa::applied(&l, &body, &self.field_manager) => l,
             _ => ssa::apply(&api, name, &body, &self.field_manager)
                 .await
                 .map_err(|e| Error::Request("apply a webhook configuration", e))?,
@@ -312,10 +301,7 @@ impl Revisions {
                 o
             })
             .collect();
-        if let Some(mut own) = r.controller_owner_ref(&()) {
-            own.block_owner_deletion = Some(true);
-            owners.push(own);
-        }
+        owners.extend(controlled_by(r));
         let mut body = serde_json::json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
@@ -361,4 +347,14 @@ impl Revisions {
         }
         body
     }
+}
+
+/// The reference that makes the revision the controller of what it
+/// establishes (CRDs, webhook configurations), blocking the revision's
+/// deletion until they go.
+fn controlled_by(r: &ProviderRevision) -> Option<OwnerReference> {
+    r.controller_owner_ref(&()).map(|mut own| {
+        own.block_owner_deletion = Some(true);
+        own
+    })
 }

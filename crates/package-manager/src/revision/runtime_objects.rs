@@ -274,8 +274,8 @@ impl Revisions {
         }))
     }
 
-    /// Deletes the runtime objects the revision owns (a ServiceAccount the
-    /// runtime config named is the user's and stays).
+    /// Deletes the revision's runtime Deployment (the Service and
+    /// ServiceAccount are the Provider's and stay for the next revision).
     pub(super) async fn stop_runtime(&self, r: &ProviderRevision) -> Result<(), Error> {
         let selector = format!("{}={}", labels::REVISION, r.name_any());
         let running = self
