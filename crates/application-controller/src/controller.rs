@@ -58,7 +58,7 @@ impl ReconcileError for Error {
 }
 
 /// The application controller's reconciler.
-pub struct Applications {
+pub struct KubernetesApplications {
     sk: Skeleton,
     field_manager: String,
     resources: Store<KubernetesApplicationResource>,
@@ -73,7 +73,7 @@ fn scheduled_to(app: &KubernetesApplication) -> Option<&str> {
         .map(|c| c.name.as_str())
 }
 
-impl Reconciler for Applications {
+impl Reconciler for KubernetesApplications {
     type Object = KubernetesApplication;
     type Error = Error;
 
@@ -174,7 +174,7 @@ impl Reconciler for Applications {
     }
 }
 
-impl Applications {
+impl KubernetesApplications {
     fn resources_api(&self, app: &KubernetesApplication) -> Api<KubernetesApplicationResource> {
         Api::namespaced(
             self.sk.client().clone(),
@@ -365,7 +365,7 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
     .default_backoff()
     .reflect(writer)
     .touched_objects();
-    let applications = Arc::new(Applications {
+    let applications = Arc::new(KubernetesApplications {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         resources: reader,

@@ -67,7 +67,7 @@ impl ReconcileError for Error {
 /// status with the application-controller, so it writes only the fields it
 /// owns: the Pending state and condition through the skeleton's status
 /// writer, the decision with a resourceVersion-guarded apply.
-pub struct Scheduling {
+pub struct KubernetesApplications {
     sk: Skeleton,
     field_manager: String,
     clusters: Store<KubernetesCluster>,
@@ -83,7 +83,7 @@ fn scheduled_to(app: &KubernetesApplication) -> Option<&str> {
 }
 
 /// The candidates in `ns`, with their application counts, from the caches.
-fn candidates(ctx: &Scheduling, ns: &str) -> Vec<Candidate> {
+fn candidates(ctx: &KubernetesApplications, ns: &str) -> Vec<Candidate> {
     let mut counts: HashMap<String, usize> = HashMap::new();
     for app in ctx.apps.state() {
         if app.namespace().as_deref() == Some(ns)
@@ -120,7 +120,7 @@ fn candidates(ctx: &Scheduling, ns: &str) -> Vec<Candidate> {
         .collect()
 }
 
-impl Reconciler for Scheduling {
+impl Reconciler for KubernetesApplications {
     type Object = KubernetesApplication;
     type Error = Error;
 
@@ -173,7 +173,7 @@ impl Reconciler for Scheduling {
     }
 }
 
-impl Scheduling {
+impl KubernetesApplications {
     /// Writes the decision, only if nobody changed the application since we
     /// looked: a decision is written once.
     async fn schedule(
@@ -275,7 +275,7 @@ pub fn controller(rt: &Runtime) -> Result<impl Future<Output = ()> + use<>, prom
     );
     let apps = ctrl.store();
     let pending = apps.clone();
-    let scheduling = Arc::new(Scheduling {
+    let scheduling = Arc::new(KubernetesApplications {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         clusters,

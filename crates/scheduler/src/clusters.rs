@@ -52,7 +52,10 @@ impl ReconcileError for Error {
 }
 
 /// Probes one cluster: None when Ready, else what is wrong.
-async fn probe(ctx: &Readiness, cluster: &KubernetesCluster) -> Result<Option<String>, Error> {
+async fn probe(
+    ctx: &KubernetesClusters,
+    cluster: &KubernetesCluster,
+) -> Result<Option<String>, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let secret_ref = &cluster.spec.connection_secret_ref;
     let secrets: Api<Secret> = Api::namespaced(ctx.sk.client().clone(), &ns);
@@ -95,7 +98,7 @@ async fn probe(ctx: &Readiness, cluster: &KubernetesCluster) -> Result<Option<St
 }
 
 /// The readiness controller's reconciler.
-pub struct Readiness {
+pub struct KubernetesClusters {
     sk: Skeleton,
     remote: RemoteClients,
     /// Deadlines and breakers for the clusters probed (--remote-timeout).
@@ -106,7 +109,7 @@ pub struct Readiness {
     poll: std::time::Duration,
 }
 
-impl Reconciler for Readiness {
+impl Reconciler for KubernetesClusters {
     type Object = KubernetesCluster;
     type Error = Error;
 
@@ -185,7 +188,7 @@ pub fn controller(
     let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
     let by_secret = ctrl.store();
     let secrets = rt.api::<PartialObjectMeta<Secret>>();
-    let readiness = Arc::new(Readiness {
+    let readiness = Arc::new(KubernetesClusters {
         sk: Skeleton::new(rt, CONTROLLER),
         remote,
         limits: rt.clusters.clone(),
