@@ -29,7 +29,7 @@ mod locate;
 
 pub use applied::{AppliedMemory, project};
 pub use connector::{
-    ConnectError, Connector, Found, Known, SecretKey, Wording, read_cached, read_through,
+    ConnectError, Connector, Found, Known, Reasons, SecretKey, Wording, read_cached, read_through,
 };
 pub use locate::{KindError, Located, RequestFailed, hint, locate, not_found};
 
