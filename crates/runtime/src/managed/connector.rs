@@ -173,14 +173,46 @@ pub struct Connector {
     control: Client,
     wording: &'static Wording,
     secret_ttl: Duration,
-    secrets: Mutex<HashMap<String, Recent>>,
+    recent: RecentSecrets,
 }
+
+/// The Secrets last read, per owner, with the owner's generation at the
+/// time: one is used again while the owner's spec is unchanged and it is
+/// younger than a TTL.
+#[derive(Default)]
+struct RecentSecrets(Mutex<HashMap<String, Recent>>);
 
 /// One Secret as read for an owner at one generation.
 struct Recent {
     generation: Option<i64>,
     at: Instant,
     secret: Arc<Secret>,
+}
+
+impl RecentSecrets {
+    /// The Secret read for `owner` at `generation` less than `ttl` ago.
+    fn fresh(&self, owner: &str, generation: Option<i64>, ttl: Duration) -> Option<Arc<Secret>> {
+        let secrets = self.0.lock().ok()?;
+        let read = secrets.get(owner)?;
+        (read.generation == generation && read.at.elapsed() < ttl).then(|| read.secret.clone())
+    }
+
+    fn store(&self, owner: &str, generation: Option<i64>, secret: Arc<Secret>) {
+        if let Ok(mut secrets) = self.0.lock() {
+            let read = Recent {
+                generation,
+                at: Instant::now(),
+                secret,
+            };
+            secrets.insert(owner.to_owned(), read);
+        }
+    }
+
+    fn forget(&self, owner: &str) {
+        if let Ok(mut secrets) = self.0.lock() {
+            secrets.remove(owner);
+        }
+    }
 }
 
 impl Connector {
@@ -198,7 +230,7 @@ impl Connector {
             control,
             wording,
             secret_ttl,
-            secrets: Mutex::default(),
+            recent: RecentSecrets::default(),
         }
     }
 
@@ -221,7 +253,7 @@ impl Connector {
             return Ok(hit);
         }
         let recent = match known {
-            Known::Generation(generation) => self.recent(owner, generation),
+            Known::Generation(generation) => self.recent.fresh(owner, generation, self.secret_ttl),
             _ => None,
         };
         let secret = match recent {
@@ -229,7 +261,7 @@ impl Connector {
             None => {
                 let secret = Arc::new(self.read_secret(owner, at).await?);
                 if let Known::Generation(generation) = known {
-                    self.remember(owner, generation, secret.clone());
+                    self.recent.store(owner, generation, secret.clone());
                 }
                 secret
             }
@@ -288,27 +320,7 @@ impl Connector {
     /// gone, or connects without a Secret now.
     pub fn release(&self, owner: &str) {
         self.clients.release(owner);
-        if let Ok(mut secrets) = self.secrets.lock() {
-            secrets.remove(owner);
-        }
-    }
-
-    fn recent(&self, owner: &str, generation: Option<i64>) -> Option<Arc<Secret>> {
-        let secrets = self.secrets.lock().ok()?;
-        let read = secrets.get(owner)?;
-        (read.generation == generation && read.at.elapsed() < self.secret_ttl)
-            .then(|| read.secret.clone())
-    }
-
-    fn remember(&self, owner: &str, generation: Option<i64>, secret: Arc<Secret>) {
-        if let Ok(mut secrets) = self.secrets.lock() {
-            let read = Recent {
-                generation,
-                at: Instant::now(),
-                secret,
-            };
-            secrets.insert(owner.to_owned(), read);
-        }
+        self.recent.forget(owner);
     }
 }
 
@@ -348,5 +360,28 @@ pub async fn read_cached(cached: Cached, target: &Target) -> Result<Found, kube:
             object: target.api().get_opt(&target.name).await?.map(Arc::new),
             asked: true,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Moved from the object-provider (usage.rs), with the memory it tests.
+    #[test]
+    fn a_credentials_secret_is_read_again_after_its_ttl_or_a_spec_change() {
+        const CREDENTIALS_TTL: Duration = Duration::from_secs(30);
+        let pc = |generation: i64| ("pc", Some(generation));
+        let fresh = |credentials: &RecentSecrets, (owner, generation), ttl| {
+            credentials.fresh(owner, generation, ttl)
+        };
+        let credentials = RecentSecrets::default();
+        assert!(fresh(&credentials, pc(1), CREDENTIALS_TTL).is_none());
+        credentials.store("pc", Some(1), Arc::new(Secret::default()));
+        assert!(fresh(&credentials, pc(1), CREDENTIALS_TTL).is_some());
+        assert!(fresh(&credentials, pc(2), CREDENTIALS_TTL).is_none());
+        assert!(fresh(&credentials, pc(1), Duration::ZERO).is_none());
+        credentials.forget("pc");
+        assert!(fresh(&credentials, pc(1), CREDENTIALS_TTL).is_none());
     }
 }
