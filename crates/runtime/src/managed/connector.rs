@@ -87,9 +87,10 @@ pub enum ConnectError {
         wording: &'static Wording,
         /// The owner.
         owner: String,
-        /// Why.
+        /// Why (boxed: a refusal is large, and every reconcile error
+        /// carries this one's size).
         #[source]
-        source: RemoteError,
+        source: Box<RemoteError>,
     },
     /// Reading the owner or its Secret from the control cluster failed.
     #[error("failed to read {what}{}", .wording.read_from)]
@@ -271,7 +272,7 @@ impl Connector {
             .map_err(|source| ConnectError::Unusable {
                 wording: self.wording,
                 owner: owner.to_owned(),
-                source,
+                source: Box::new(source),
             })
     }
 
