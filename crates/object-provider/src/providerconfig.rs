@@ -30,7 +30,7 @@ use crate::object::usage;
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerconfig";
 /// Held while the ProviderConfig has users.
-pub const FINALIZER: &str = "in-use.crossplane.io";
+pub const FINALIZER: &str = usage::IN_USE;
 /// Wakes of one ProviderConfig closer together than this are reconciled
 /// once: a burst of new Objects costs one status write, not one each.
 const DEBOUNCE: Duration = Duration::from_secs(1);
@@ -49,7 +49,8 @@ impl ReconcileError for Error {
     }
 }
 
-struct Ctx {
+/// The ProviderConfig reconciler: what its reconciles share.
+struct ProviderConfigs {
     skeleton: Skeleton,
     objects: Store<Object>,
 }
@@ -63,7 +64,7 @@ fn in_use(users: &[String]) -> String {
     )
 }
 
-impl Ctx {
+impl ProviderConfigs {
     async fn users(&self, pc: &ProviderConfig, status: &mut ProviderConfigStatus) -> Vec<String> {
         // Counting before the Objects are listed would count none.
         self.objects.wait_until_ready().await.ok();
@@ -74,7 +75,7 @@ impl Ctx {
     }
 }
 
-impl Reconciler for Ctx {
+impl Reconciler for ProviderConfigs {
     type Object = ProviderConfig;
     type Error = Error;
 
@@ -167,7 +168,7 @@ pub fn controller(
     objects: Store<Object>,
     wakes: impl Stream<Item = ObjectRef<ProviderConfig>> + Send + 'static,
 ) -> impl Future<Output = ()> {
-    let ctx = Arc::new(Ctx {
+    let ctx = Arc::new(ProviderConfigs {
         skeleton: Skeleton::new(rt, CONTROLLER),
         objects,
     });

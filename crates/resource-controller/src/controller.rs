@@ -4,7 +4,8 @@
 //! created when the resource is deleted.
 //!
 //! It runs on the shared reconcile skeleton ([`runtime::reconciler`]) and
-//! the managed-resource contract ([`runtime::managed`]); the remote side is
+//! the managed-resource contract ([`runtime::managed`]); what reconciles
+//! share is [`ApplicationResources`], and the remote side is
 //! [`crate::external::Remote`].
 //!
 //! Event-driven: the remote object and the propagated Secrets are read from
@@ -41,93 +42,28 @@ use kube::{
 use prometheus::Histogram;
 use runtime::{
     conditions,
-    controller::{CACHE_NOT_READY_RETRY, Runtime, cache_ready},
-    managed::{self, Allowed, AppliedMemory, Lifecycle},
+    controller::{CACHE_NOT_READY_RETRY, Runtime},
+    managed::{self, Allowed, AppliedMemory, Connector, Lifecycle},
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     remote::RemoteClients,
     watches::Watches,
 };
-use serde_json::Value;
 use types::{
     compute::v1alpha1::KubernetesCluster,
     workload::v1alpha1::{KubernetesApplicationResource, KubernetesApplicationResourceState},
 };
 
-use crate::{error::Error, external::Remote, remote_object};
-
-/// Name of this controller in metrics and events.
-pub const CONTROLLER: &str = "kubernetesapplicationresource";
-/// Finalizer that holds a resource until its remote objects are gone.
-pub const FINALIZER: &str = "workload.crossplane.io/resource-controller";
+use crate::context::{ApplicationResources, CONTROLLER, FINALIZER, WORDING};
+use crate::error::Error;
+use crate::external::Remote;
 
 type Res = KubernetesApplicationResource;
-
-/// Shared by reconciles.
-pub struct Ctx {
-    skeleton: Skeleton,
-    pub(crate) rt: Runtime,
-    pub(crate) remote: RemoteClients,
-    pub(crate) watches: Watches<Res>,
-    pub(crate) clusters: Store<KubernetesCluster>,
-    secrets: Store<PartialObjectMeta<Secret>>,
-    pub(crate) applied: AppliedMemory,
-    lifecycle: Lifecycle,
-    submit_latency: Histogram,
-    /// UIDs whose submit latency was observed. NB: a reconcile can see a
-    /// cached object from before its own Submitted status write arrived, so
-    /// the previous state alone would count some resources twice.
-    observed: Mutex<HashSet<String>>,
-}
-
-impl Ctx {
-    /// A local Secret, by its metadata (from the metadata-only watch).
-    pub(crate) fn secret_meta(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Option<Arc<PartialObjectMeta<Secret>>> {
-        self.secrets
-            .get(&ObjectRef::<PartialObjectMeta<Secret>>::new(name).within(ns))
-    }
-
-    async fn caches_ready(&self) -> bool {
-        cache_ready(&self.clusters).await && cache_ready(&self.secrets).await
-    }
-
-    /// Records a successful submit in `status`; the first one of a resource
-    /// is also a submit-latency sample. (No event: the state says it, and an
-    /// event would be one more request per resource.)
-    fn submitted(&self, res: &Res, status: &mut Draft<Res>, kind: &str, live: Option<&Value>) {
-        let remote = live
-            .and_then(|l| l.get("status"))
-            .cloned()
-            .filter(|s| !s.is_null());
-        let ready = match remote_object::unhealthy(kind, remote.as_ref()) {
-            None => conditions::available(),
-            Some(why) => conditions::unavailable(why),
-        };
-        conditions::set(&mut status.conditions, ready, &conditions::now());
-        let first = status.state != Some(KubernetesApplicationResourceState::Submitted)
-            && self
-                .observed
-                .lock()
-                .is_ok_and(|mut seen| seen.insert(res.uid().unwrap_or_default()));
-        status.state = Some(KubernetesApplicationResourceState::Submitted);
-        status.remote = remote;
-        status.observed_generation = res.metadata.generation;
-        if let (true, Some(created)) = (first, res.creation_timestamp()) {
-            let ms =
-                k8s_openapi::jiff::Timestamp::now().as_millisecond() - created.0.as_millisecond();
-            self.submit_latency.observe((ms as f64 / 1000.0).max(0.0));
-        }
-    }
-}
 
 fn cluster_of(res: &Res) -> Option<String> {
     res.spec.cluster_ref.as_ref().map(|c| c.name.clone())
 }
 
-impl Reconciler for Ctx {
+impl Reconciler for ApplicationResources {
     type Object = Res;
     type Error = Error;
 
@@ -293,10 +229,12 @@ pub fn controller(
     let ctrl = Controller::new(rt.api::<Res>(), watcher::Config::default());
     let (by_cluster, by_secret) = (ctrl.store(), ctrl.store());
     let clusters_for_secrets = clusters.clone();
-    let ctx = Arc::new(Ctx {
+    let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
+    let ctx = Arc::new(ApplicationResources {
         skeleton: Skeleton::new(rt, CONTROLLER),
         rt: rt.clone(),
-        remote: RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls),
+        // A Secret is known by its metadata (watched), never by a timer.
+        connector: Connector::new(clients, rt.client.clone(), &WORDING, Duration::ZERO),
         watches,
         clusters,
         secrets,

@@ -4,25 +4,18 @@
 use runtime::{
     events::ReconcileError,
     limits::NotAnswering,
-    managed::{KindError, ManagedError, RequestFailed},
+    managed::{ConnectError, KindError, ManagedError, RequestFailed},
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
-    remote::RemoteError,
 };
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The KubernetesCluster does not exist.
-    #[error("KubernetesCluster {0} not found: create it, or fix spec.clusterRef")]
-    ClusterNotFound(String),
-    /// The cluster's connection Secret does not exist.
-    #[error(
-        "connection Secret {0} of KubernetesCluster {1} not found: create it with a kubeconfig"
-    )]
-    SecretNotFound(String, String),
-    /// The kubeconfig is unusable.
-    #[error("cannot connect to KubernetesCluster {0}")]
-    Connect(String, #[source] RemoteError),
+    /// The cluster could not be connected to: the KubernetesCluster or its
+    /// connection Secret is missing or unreadable, or the kubeconfig is
+    /// unusable (worded by [`crate::context::WORDING`]).
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     /// Reading from the control cluster failed.
     #[error("failed to read {0} from the control cluster")]
     Read(String, #[source] kube::Error),
@@ -58,9 +51,7 @@ pub enum Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::ClusterNotFound(_) => "ClusterNotFound",
-            Error::SecretNotFound(..) => "ConnectionSecretNotFound",
-            Error::Connect(..) => "CannotConnectToCluster",
+            Error::Connect(e) => e.category(),
             Error::Read(..) => "CannotReadLocalObject",
             Error::InvalidTemplate(_) => "InvalidTemplate",
             Error::Kind(KindError::NotServed { .. }) => "KindNotServed",
@@ -85,7 +76,7 @@ impl ManagedError for Error {
     /// The cluster or its Secret is gone: the remote objects can never be
     /// reached again.
     fn target_gone(&self) -> bool {
-        matches!(self, Error::ClusterNotFound(_) | Error::SecretNotFound(..))
+        matches!(self, Error::Connect(e) if e.target_gone())
     }
 
     /// Nothing of that kind can exist there: nothing to remove.
@@ -103,7 +94,11 @@ mod tests {
 
     #[test]
     fn only_a_gone_cluster_orphans_at_once_and_only_a_bad_kind_made_nothing() {
-        let gone = Error::SecretNotFound("ns/s".into(), "ns/c".into());
+        let gone = Error::Connect(ConnectError::SecretNotFound {
+            wording: &crate::context::WORDING,
+            secret: "ns/s".into(),
+            owner: "ns/c".into(),
+        });
         assert!(gone.target_gone() && !gone.nothing_made());
         assert!(runtime::events::error_chain(&gone).contains("connection Secret ns/s"));
         let bad = Error::InvalidTemplate("spec.template has no kind".into());

@@ -16,24 +16,20 @@ use kube::{
     api::{DeleteParams, DynamicObject, Patch, PostParams},
     core::PartialObjectMeta,
     discovery::ApiResource,
-    runtime::reflector::ObjectRef,
 };
 use runtime::{
-    managed::{self, Deletion, External, Located, Observation, RequestFailed},
+    managed::{self, Deletion, External, Found, Located, Observation, RequestFailed},
     remote::RemoteCluster,
     ssa,
     watches::{Cached, Scope, Session, Target},
 };
 use serde_json::Value;
-use types::{
-    compute::v1alpha1::KubernetesCluster, workload::v1alpha1::KubernetesApplicationResource,
-};
+use types::workload::v1alpha1::KubernetesApplicationResource;
 
-use crate::{
-    controller::Ctx,
-    error::Error,
-    remote_object::{self, Ownership},
-};
+use crate::context::ApplicationResources;
+use crate::error::Error;
+use crate::remote_object;
+use crate::remote_object::Ownership;
 
 /// The field a user fixes when the remote cluster refuses the object.
 const FIELD: &str = "spec.template";
@@ -42,7 +38,7 @@ type Res = KubernetesApplicationResource;
 
 /// One resource's remote side, connected and resolved.
 pub struct Remote<'a> {
-    ctx: &'a Ctx,
+    ctx: &'a ApplicationResources,
     res: &'a Res,
     uid: String,
     cluster: RemoteCluster,
@@ -85,70 +81,17 @@ pub fn breaker_label(res: &Res, cluster: &str) -> String {
     )
 }
 
-/// Connects to the resource's cluster: the KubernetesCluster and its
-/// connection Secret come from watch caches; the Secret's data is read only
-/// when no client is cached for its current version.
-pub async fn connect(ctx: &Ctx, res: &Res, cluster: &str) -> Result<RemoteCluster, Error> {
-    let ns = res.namespace().unwrap_or_default();
-    let owner = format!("{ns}/{cluster}");
-    // A cluster missing from the cache may only be newer than the cache (it
-    // was created a moment ago): the server confirms before anything is
-    // reported or, when deleting, left in place. Costs a request only then.
-    let kc = match ctx
-        .clusters
-        .get(&ObjectRef::<KubernetesCluster>::new(cluster).within(&ns))
-    {
-        Some(kc) => kc,
-        None => match Api::<KubernetesCluster>::namespaced(ctx.rt.client.clone(), &ns)
-            .get_opt(cluster)
-            .await
-            .map_err(|e| Error::Read(format!("KubernetesCluster {owner}"), e))?
-        {
-            Some(kc) => Arc::new(kc),
-            None => {
-                ctx.remote.release(&owner);
-                return Err(Error::ClusterNotFound(owner));
-            }
-        },
-    };
-    let secret_ref = &kc.spec.connection_secret_ref;
-    let secret_key = format!("{ns}/{}", secret_ref.name);
-    // The Secret's metadata from the cache says which client is current; a
-    // Secret the cache does not show (yet) is read from the server.
-    if let Some(meta) = ctx.secret_meta(&ns, &secret_ref.name)
-        && let Some(hit) = ctx.remote.cached(
-            &owner,
-            &meta.uid().unwrap_or_default(),
-            &secret_ref.key,
-            meta.resource_version().as_deref().unwrap_or_default(),
-        )
-    {
-        return Ok(hit);
-    }
-    let Some(secret) = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
-        .get_opt(&secret_ref.name)
-        .await
-        .map_err(|e| Error::Read(format!("Secret {secret_key}"), e))?
-    else {
-        ctx.remote.release(&owner);
-        return Err(Error::SecretNotFound(secret_key, owner));
-    };
-    ctx.remote
-        .for_secret(&owner, &secret, &secret_ref.key)
-        .map_err(|e| Error::Connect(owner, e))
-}
-
 impl<'a> Remote<'a> {
     /// Connects to `cluster` and resolves the template's kind there.
     pub async fn build(
-        ctx: &'a Ctx,
+        ctx: &'a ApplicationResources,
         res: &'a Res,
         cluster: &str,
         session: &'a Mutex<Session<Res>>,
     ) -> Result<Self, Error> {
         let uid = res.uid().unwrap_or_default();
         let target = remote_object::target(&res.spec.template).map_err(Error::InvalidTemplate)?;
-        let remote = connect(ctx, res, cluster).await?;
+        let remote = ctx.connect(res, cluster).await?;
         let described = format!("cluster {}", remote.name);
         let breaker = breaker_label(res, cluster);
         let located = ctx
@@ -224,13 +167,6 @@ impl<'a> Remote<'a> {
         }
     }
 
-    fn api(&self, target: &Target) -> Api<DynamicObject> {
-        match &target.namespace {
-            Some(ns) => Api::namespaced_with(self.cluster.client.clone(), ns, &target.resource),
-            None => Api::all_with(self.cluster.client.clone(), &target.resource),
-        }
-    }
-
     fn failed(&self, what: String, e: kube::Error) -> Error {
         RequestFailed::new(what, &self.described, FIELD, e).into()
     }
@@ -243,19 +179,11 @@ impl<'a> Remote<'a> {
             .lock()
             .map(|mut s| s.read(target))
             .unwrap_or(Cached::Unknown);
-        match cached {
-            Cached::Present(o) => Ok((Some(o), false)),
-            Cached::Absent => Ok((None, false)),
-            Cached::Unknown => {
-                let what = format!("reading {} {}", target.resource.kind, target.name);
-                let found = self
-                    .api(target)
-                    .get_opt(&target.name)
-                    .await
-                    .map_err(|e| self.failed(what, e))?;
-                Ok((found.map(Arc::new), true))
-            }
-        }
+        let Found { object, asked } = managed::read_cached(cached, target).await.map_err(|e| {
+            let what = format!("reading {} {}", target.resource.kind, target.name);
+            self.failed(what, e)
+        })?;
+        Ok((object, asked))
     }
 
     /// Fails unless the remote object (or Secret) is ours.
@@ -354,11 +282,11 @@ impl<'a> Remote<'a> {
             field_manager: Some(self.ctx.rt.field_manager()),
             ..PostParams::default()
         };
-        match self.api(target).create(&params, &object).await {
+        match target.api().create(&params, &object).await {
             Ok(created) => Ok(created),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let existing = self
-                    .api(target)
+                let existing = target
+                    .api()
                     .get(&target.name)
                     .await
                     .map_err(|e| self.failed(format!("reading {what}"), e))?;
@@ -375,7 +303,8 @@ impl<'a> Remote<'a> {
         body: &Value,
         what: &str,
     ) -> Result<DynamicObject, Error> {
-        self.api(target)
+        target
+            .api()
             .patch(
                 &target.name,
                 &ssa::params(&self.ctx.rt.field_manager()),
@@ -469,8 +398,8 @@ impl<'a> Remote<'a> {
     /// (finalizers, a Namespace emptying itself) when the answer carries a
     /// deletionTimestamp.
     async fn delete_one(&self, target: &Target, what: &str) -> Result<Deletion, Error> {
-        match self
-            .api(target)
+        match target
+            .api()
             .delete(&target.name, &DeleteParams::background())
             .await
         {

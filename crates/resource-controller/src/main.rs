@@ -2,6 +2,7 @@
 //! KubernetesApplicationResource's templated object and Secrets to its remote
 //! cluster and reports the remote object's status.
 
+mod context;
 mod controller;
 mod error;
 mod external;

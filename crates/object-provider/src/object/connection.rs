@@ -3,9 +3,7 @@
 //! spec.writeConnectionSecretToRef names in the control cluster. Sources are
 //! read through shared watches of the target cluster, so a changed source
 //! wakes the Object; the Secret is applied only when what it should hold
-//! changes (see [`Published`]).
-
-use std::{collections::HashMap, sync::Mutex};
+//! changes (see [`super::published::Published`]).
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt, api::Patch};
@@ -19,11 +17,13 @@ use runtime::{
 use serde_json::{Map, Value, json};
 use types::kubernetes::v1alpha1::{ConnectionDetail, Object};
 
-use super::{Ctx, errors::Error, external::target_of, read};
+use super::context::{Objects, target_of};
+use super::errors::Error;
+use super::manifest;
 
 /// Publishes spec.connectionDetails to spec.writeConnectionSecretToRef.
 pub async fn publish(
-    ctx: &Ctx,
+    ctx: &Objects,
     obj: &Object,
     cluster: &RemoteCluster,
     session: &mut Session<Object>,
@@ -65,34 +65,6 @@ pub async fn publish(
     Ok(())
 }
 
-/// The connection Secret each Object last applied, by Object UID. The
-/// provider may not watch Secrets, so an unchanged Secret is told from what
-/// was applied, not read: it is applied again only when its content
-/// changes, or once after the provider starts.
-#[derive(Default)]
-pub struct Published(Mutex<HashMap<String, Value>>);
-
-impl Published {
-    fn is(&self, uid: &str, secret: &Value) -> bool {
-        self.0
-            .lock()
-            .is_ok_and(|m| m.get(uid).is_some_and(|s| s == secret))
-    }
-
-    fn remember(&self, uid: &str, secret: Value) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(uid.to_owned(), secret);
-        }
-    }
-
-    /// Forgets a deleted Object's Secret.
-    pub fn forget(&self, uid: &str) {
-        if let Ok(mut m) = self.0.lock() {
-            m.remove(uid);
-        }
-    }
-}
-
 /// The object one connection detail reads, through a shared watch of it in
 /// the target cluster.
 async fn read_detail(
@@ -118,15 +90,17 @@ async fn read_detail(
         name: d.name.clone(),
         scope: Scope::Object,
     };
-    read(session, &target).await.map_err(|e| {
+    let found = managed::read_through(session, &target).await.map_err(|e| {
         RequestFailed::new(
             format!("reading {} {}", d.kind, d.name),
             &described,
             "spec.connectionDetails",
             e,
         )
-        .into()
-    })
+    })?;
+    Ok(found
+        .object
+        .map(|o| manifest::as_value(&o, &target.resource)))
 }
 
 /// A value as a Secret holds it: a Secret's data is already base64;
@@ -184,19 +158,6 @@ mod tests {
             encoded(&detail("Service", "spec.ports"), json!([1])),
             json!("WzFd")
         );
-    }
-
-    #[test]
-    fn a_secret_is_applied_again_only_when_its_content_changes() {
-        let published = Published::default();
-        let one = json!({"data": {"k": "MQ=="}});
-        assert!(!published.is("u1", &one));
-        published.remember("u1", one.clone());
-        assert!(published.is("u1", &one));
-        assert!(!published.is("u1", &json!({"data": {"k": "Mg=="}})));
-        assert!(!published.is("u2", &one));
-        published.forget("u1");
-        assert!(!published.is("u1", &one));
     }
 
     #[test]

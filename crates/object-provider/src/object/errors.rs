@@ -3,9 +3,8 @@
 use runtime::{
     events::{ReconcileError, error_chain},
     limits::NotAnswering,
-    managed::{KindError, ManagedError, RequestFailed},
+    managed::{ConnectError, KindError, ManagedError, RequestFailed},
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
-    remote::RemoteError,
 };
 
 use crate::policy;
@@ -13,15 +12,11 @@ use crate::policy;
 /// Why reconciling an Object failed; each message says what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The ProviderConfig does not exist.
-    #[error("ProviderConfig {0} not found: create it, or set spec.providerConfigRef.name")]
-    ProviderConfigNotFound(String),
-    /// The credentials Secret does not exist.
-    #[error("credentials Secret {0} of ProviderConfig {1} not found: create it with a kubeconfig")]
-    CredentialsNotFound(String, String),
-    /// The kubeconfig is unusable.
-    #[error("cannot connect with ProviderConfig {0}")]
-    Connect(String, #[source] RemoteError),
+    /// The target could not be connected to: the ProviderConfig or its
+    /// credentials Secret is missing or unreadable, or the kubeconfig is
+    /// unusable (worded by [`super::context::WORDING`]).
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     /// The manifest is unusable.
     #[error("{0}")]
     InvalidManifest(String),
@@ -82,9 +77,7 @@ impl From<ControlError> for Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::ProviderConfigNotFound(_) => "ProviderConfigNotFound",
-            Error::CredentialsNotFound(..) => "CredentialsNotFound",
-            Error::Connect(..) => "CannotConnectToTarget",
+            Error::Connect(e) => e.category(),
             Error::InvalidManifest(_) => "InvalidManifest",
             Error::Kind(KindError::NotServed { .. }) => "KindNotServed",
             Error::Kind(KindError::Request(_)) | Error::Target(_) => "TargetRequestFailed",
@@ -116,10 +109,7 @@ impl ReconcileError for Error {
 
 impl ManagedError for Error {
     fn target_gone(&self) -> bool {
-        matches!(
-            self,
-            Error::ProviderConfigNotFound(_) | Error::CredentialsNotFound(..)
-        )
+        matches!(self, Error::Connect(e) if e.target_gone())
     }
 
     fn nothing_made(&self) -> bool {
@@ -178,10 +168,24 @@ mod tests {
 
     #[test]
     fn only_a_missing_config_or_secret_means_the_target_is_gone() {
-        assert!(Error::ProviderConfigNotFound("a".into()).target_gone());
-        assert!(Error::CredentialsNotFound("a".into(), "b".into()).target_gone());
+        let wording = &super::super::context::WORDING;
+        let config_not_found = |owner: &str| {
+            Error::Connect(ConnectError::OwnerNotFound {
+                wording,
+                owner: owner.to_owned(),
+            })
+        };
+        let credentials_not_found = |secret: &str, owner: &str| {
+            Error::Connect(ConnectError::SecretNotFound {
+                wording,
+                secret: secret.to_owned(),
+                owner: owner.to_owned(),
+            })
+        };
+        assert!(config_not_found("a").target_gone());
+        assert!(credentials_not_found("a", "b").target_gone());
         assert!(!Error::InvalidManifest("x".into()).target_gone());
         assert!(Error::Cycle("a → a".into()).nothing_made());
-        assert!(!Error::ProviderConfigNotFound("a".into()).nothing_made());
+        assert!(!config_not_found("a").nothing_made());
     }
 }

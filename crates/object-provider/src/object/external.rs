@@ -16,7 +16,10 @@ use runtime::{
 use serde_json::Value;
 use types::kubernetes::v1alpha1::Object;
 
-use super::{Ctx, errors::Error, manifest, references::Resolved};
+use super::context::{CONTROLLER, Objects, target_of};
+use super::errors::Error;
+use super::manifest;
+use super::references::Resolved;
 use crate::policy;
 
 /// The field a user fixes when the target refuses the managed object.
@@ -24,7 +27,7 @@ const FIELD: &str = "spec.forProvider.manifest";
 
 /// One Object's managed object in its target cluster.
 pub struct ManagedObject<'a> {
-    ctx: &'a Ctx,
+    ctx: &'a Objects,
     /// Where it lives (and the shared watch that serves it).
     pub target: Target,
     api: Api<DynamicObject>,
@@ -42,19 +45,10 @@ pub struct ManagedObject<'a> {
     never_observed: bool,
 }
 
-/// The target cluster of an Object, as messages and --remote-timeout's
-/// circuit breaker name it.
-pub fn target_of(obj: &Object) -> String {
-    format!(
-        "the target cluster of ProviderConfig {}",
-        obj.spec.provider_config_ref.name
-    )
-}
-
 /// Works out the managed object from the resolved Object and registers the
 /// Object's interest in it.
 pub async fn locate<'a>(
-    ctx: &'a Ctx,
+    ctx: &'a Objects,
     obj: &Object,
     cluster: &RemoteCluster,
     resolved: &Resolved,
@@ -91,7 +85,7 @@ pub async fn locate<'a>(
 /// when the manifest can no longer be worked out (a reference's source is
 /// gone) and the Object is deleted.
 pub async fn recorded<'a>(
-    ctx: &'a Ctx,
+    ctx: &'a Objects,
     obj: &Object,
     cluster: &RemoteCluster,
     session: &mut Session<Object>,
@@ -114,7 +108,7 @@ pub async fn recorded<'a>(
 }
 
 fn at<'a>(
-    ctx: &'a Ctx,
+    ctx: &'a Objects,
     obj: &Object,
     cluster: &RemoteCluster,
     located: managed::Located,
@@ -151,16 +145,12 @@ impl ManagedObject<'_> {
 
     /// The live object: from the watch, else from the server.
     async fn live(&self) -> Result<Option<Value>, Error> {
-        match &self.cached {
-            Cached::Present(o) => Ok(Some(manifest::as_value(o, &self.target.resource))),
-            Cached::Absent => Ok(None),
-            Cached::Unknown => Ok(self
-                .api
-                .get_opt(&self.target.name)
-                .await
-                .map_err(|e| self.failed("reading", e))?
-                .map(|o| manifest::as_value(&o, &self.target.resource))),
-        }
+        let found = managed::read_cached(self.cached.clone(), &self.target)
+            .await
+            .map_err(|e| self.failed("reading", e))?;
+        Ok(found
+            .object
+            .map(|o| manifest::as_value(&o, &self.target.resource)))
     }
 
     async fn apply(&self) -> Result<Value, Error> {
@@ -188,7 +178,7 @@ impl External for ManagedObject<'_> {
             .rt
             .metrics
             .remote_observations
-            .with_label_values(&[super::CONTROLLER, self.target.cluster.metric_label()])
+            .with_label_values(&[CONTROLLER, self.target.cluster.metric_label()])
             .inc();
         if matches!(self.cached, Cached::Unknown) && self.never_observed {
             // First sync while the watch is still listing: the apply that

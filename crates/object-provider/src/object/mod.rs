@@ -19,11 +19,14 @@
 //! ProviderConfig or credentials Secret orphans at once (the target can never
 //! be reached again).
 
+mod connect;
 mod connection;
+mod context;
 mod errors;
 mod external;
 mod manifest;
 mod metrics;
+mod published;
 pub mod references;
 pub mod usage;
 
@@ -47,65 +50,24 @@ use runtime::{
     conditions,
     controller::Runtime,
     events::error_chain,
-    managed::{self, AppliedMemory, Lifecycle, Synced},
+    managed::{self, AppliedMemory, Connector, Lifecycle, Synced},
     reconciler::{self, Cleanup, Reconciler, Skeleton, jittered},
     remote::{RemoteClients, RemoteCluster},
-    watches::{Cached, Session, Target, Watches},
+    watches::{Session, Watches},
 };
 use serde_json::Value;
 use types::kubernetes::v1alpha1::{Object, ObjectStatus, ProviderConfig, ReadinessPolicy};
 
+use connect::{CREDENTIALS_TTL, connect};
+pub use context::{CONTROLLER, FINALIZER, Objects};
+use context::{WORDING, target_of};
 pub use errors::Error;
-use external::{ManagedObject, allowed, target_of};
+use external::{ManagedObject, allowed};
 
 use crate::policy;
 
-/// Name of this controller in metrics and events.
-pub const CONTROLLER: &str = "object";
-/// The finalizer every Object carries until its managed object is handled.
-pub const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
 /// How often the managed-objects gauge is recounted from the cache.
 const COUNT_EVERY: Duration = Duration::from_secs(5);
-
-/// Shared by reconciles.
-pub struct Ctx {
-    rt: Runtime,
-    skeleton: Skeleton,
-    remote: RemoteClients,
-    local: RemoteCluster,
-    objects: Store<Object>,
-    configs: Store<ProviderConfig>,
-    watches: Watches<Object>,
-    applied: AppliedMemory,
-    credentials: usage::Credentials,
-    published: connection::Published,
-    lifecycle: Lifecycle,
-    field_manager: String,
-    metrics: metrics::ObjectMetrics,
-}
-
-/// Reads `target` through its shared watch; asks the server only when the
-/// watch cannot answer yet (not listed, or failing).
-async fn read(session: &mut Session<Object>, target: &Target) -> kube::Result<Option<Value>> {
-    match session.read(target) {
-        Cached::Present(o) => Ok(Some(manifest::as_value(&o, &target.resource))),
-        Cached::Absent => Ok(None),
-        Cached::Unknown => get(target).await,
-    }
-}
-
-/// Reads `target` from the server (one GET), not through a watch.
-async fn get(target: &Target) -> kube::Result<Option<Value>> {
-    let client = target.cluster.client.clone();
-    let api: Api<kube::api::DynamicObject> = match &target.namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &target.resource),
-        None => Api::all_with(client, &target.resource),
-    };
-    Ok(api
-        .get_opt(&target.name)
-        .await?
-        .map(|o| manifest::as_value(&o, &target.resource)))
-}
 
 /// Ready by the Object's readiness policy.
 fn readiness(obj: &Object, live: &Value, secrets: &policy::Redactions) -> types::common::Condition {
@@ -125,7 +87,7 @@ fn is_ready(status: &ObjectStatus) -> bool {
     conditions::get(&status.conditions, conditions::TYPE_READY).is_some_and(|c| c.status == "True")
 }
 
-impl Ctx {
+impl Objects {
     /// Observes, then creates or updates the managed object; shows it in
     /// `status`; publishes connection details.
     async fn sync(
@@ -142,7 +104,7 @@ impl Ctx {
             .filter_map(references::object_target)
             .collect();
         references::release(self, obj, Some(&wanted)).await?;
-        let cluster = usage::connect(self, obj).await?;
+        let cluster = connect(self, obj).await?;
         let resolved = references::resolve(self, obj, true, session, secrets).await?;
         let managed = external::locate(self, obj, &cluster, &resolved, session).await?;
         references::hold(self, obj, &resolved.referenced).await?;
@@ -198,7 +160,7 @@ impl Ctx {
         session: &mut Session<Object>,
         secrets: &mut policy::Redactions,
     ) -> Result<ManagedObject<'a>, Error> {
-        let cluster = usage::connect(self, obj).await?;
+        let cluster = connect(self, obj).await?;
         let located = match references::resolve(self, obj, false, session, secrets).await {
             Ok(resolved) => external::locate(self, obj, &cluster, &resolved, session).await,
             Err(e) => Err(e),
@@ -216,7 +178,7 @@ impl Ctx {
     }
 }
 
-impl Reconciler for Ctx {
+impl Reconciler for Objects {
     type Object = Object;
     type Error = Error;
 
@@ -388,17 +350,17 @@ pub fn controller(
             .collect();
         futures::stream::iter(using)
     });
-    let ctx = Arc::new(Ctx {
+    let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
+    let ctx = Arc::new(Objects {
         rt: rt.clone(),
         skeleton: Skeleton::new(rt, CONTROLLER),
-        remote: RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls),
+        connector: Connector::new(clients, rt.client.clone(), &WORDING, CREDENTIALS_TTL),
         local: RemoteCluster::new(rt.client.clone(), "control"),
         objects: objects.clone(),
         configs,
         watches,
         applied: AppliedMemory::default(),
-        credentials: usage::Credentials::default(),
-        published: connection::Published::default(),
+        published: published::Published::default(),
         lifecycle: Lifecycle {
             deletion_timeout,
             orphaned_reason: "ManagedObjectOrphaned",
@@ -427,7 +389,7 @@ pub fn controller(
 
 /// Recounts the managed-objects gauge, and drops what is remembered about
 /// Objects deleted behind our back (their finalizer removed by hand).
-async fn count_periodically(ctx: Arc<Ctx>) {
+async fn count_periodically(ctx: Arc<Objects>) {
     let mut tick = tokio::time::interval(COUNT_EVERY);
     loop {
         tick.tick().await;

@@ -10,12 +10,14 @@ use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
 use runtime::{
     fieldpath, finalizers,
     managed::{self, KindError},
-    watches::{Scope, Session, Target},
+    watches::{Cached, Scope, Session, Target},
 };
 use serde_json::Value;
 use types::kubernetes::v1alpha1::{Object, Reference};
 
-use super::{Ctx, errors::Error, get, read};
+use super::context::Objects;
+use super::errors::Error;
+use super::manifest;
 use crate::policy;
 
 /// Prefix of the finalizers referrers put on referenced Objects.
@@ -173,7 +175,7 @@ fn paths<'a>(index: usize, r: &'a Reference, n: &Named<'a>) -> Result<Option<Pat
 }
 
 /// The edges of the reference graph: each Object's referenced Objects.
-fn edges(ctx: &Ctx, obj: &Object) -> BTreeMap<String, Vec<String>> {
+fn edges(ctx: &Objects, obj: &Object) -> BTreeMap<String, Vec<String>> {
     let targets = |o: &Object| -> Vec<String> {
         o.spec
             .references
@@ -197,7 +199,7 @@ fn edges(ctx: &Ctx, obj: &Object) -> BTreeMap<String, Vec<String>> {
 /// needs the values to find what it created. Values read from a Secret
 /// (other than its metadata) are added to `secrets`.
 pub async fn resolve(
-    ctx: &Ctx,
+    ctx: &Objects,
     obj: &Object,
     installing: bool,
     session: &mut Session<Object>,
@@ -244,7 +246,7 @@ pub async fn resolve(
 
 /// A referenced Object, from the Objects' watch cache. An Object is there
 /// for its dependents once it is Ready: this is what orders an install.
-fn referenced_object(ctx: &Ctx, name: &str, installing: bool) -> Result<Value, String> {
+fn referenced_object(ctx: &Objects, name: &str, installing: bool) -> Result<Value, String> {
     let Some(o) = ctx.objects.get(&ObjectRef::new(name)) else {
         return Err("it does not exist".to_owned());
     };
@@ -262,7 +264,7 @@ fn referenced_object(ctx: &Ctx, name: &str, installing: bool) -> Result<Value, S
 /// Reads what a reference names in the control cluster, through a shared
 /// watch of that one object.
 async fn read_source(
-    ctx: &Ctx,
+    ctx: &Objects,
     index: usize,
     n: &Named<'_>,
     session: &mut Session<Object>,
@@ -298,11 +300,14 @@ async fn read_source(
         // Never watched: the provider may not list or watch Secrets. A
         // change to this one reaches the managed object at the next resync
         // (--poll-interval) or any other wake of the Object.
-        get(&target).await
+        managed::read_cached(Cached::Unknown, &target).await
     } else {
-        read(session, &target).await
+        managed::read_through(session, &target).await
     };
-    found.map_err(|e| Error::control(format!("read {}", n.what()), e))
+    let found = found.map_err(|e| Error::control(format!("read {}", n.what()), e))?;
+    Ok(found
+        .object
+        .map(|o| manifest::as_value(&o, &target.resource)))
 }
 
 /// Whether a reference names a Secret.
@@ -312,7 +317,7 @@ fn is_secret(api_version: &str, kind: &str) -> bool {
 
 /// Puts this Object's referrer finalizer on each Object it references (no
 /// request when they carry it already).
-pub async fn hold(ctx: &Ctx, obj: &Object, referenced: &[String]) -> Result<(), Error> {
+pub async fn hold(ctx: &Objects, obj: &Object, referenced: &[String]) -> Result<(), Error> {
     let finalizer = finalizer_for(&obj.name_any());
     let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
     for name in referenced {
@@ -329,7 +334,11 @@ pub async fn hold(ctx: &Ctx, obj: &Object, referenced: &[String]) -> Result<(), 
 /// Removes this Object's referrer finalizer from every Object it no longer
 /// references (all of them when `keep` is None, i.e. when it is deleted): a
 /// reference removed from the spec must not hold its former target for ever.
-pub async fn release(ctx: &Ctx, obj: &Object, keep: Option<&BTreeSet<&str>>) -> Result<(), Error> {
+pub async fn release(
+    ctx: &Objects,
+    obj: &Object,
+    keep: Option<&BTreeSet<&str>>,
+) -> Result<(), Error> {
     let finalizer = finalizer_for(&obj.name_any());
     let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
     let holders: Vec<_> = ctx

@@ -1,28 +1,17 @@
-//! Which ProviderConfig an Object uses: the target cluster it connects to,
-//! and the label `kubernetes.crossplane.io/provider-config` that records the
+//! Which ProviderConfig an Object uses: the label `kubernetes.crossplane.io/provider-config` that records the
 //! use. The ProviderConfig controller counts its users from the Objects'
 //! watch cache (by that label and by spec.providerConfigRef), so recording
 //! a use costs no request beyond the Object's own finalizer patch.
-//!
-//! The credentials Secret is read with a GET (the provider may not list or
-//! watch Secrets), at most once per ProviderConfig per [`CREDENTIALS_TTL`].
 
-use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, ResourceExt,
-    runtime::{reflector::ObjectRef, watcher},
-};
-use runtime::{finalizers, remote::RemoteCluster};
-use types::kubernetes::v1alpha1::{CredentialsSource, Object, ProviderConfig};
+use kube::{ResourceExt, runtime::watcher};
+use types::kubernetes::v1alpha1::{Object, ProviderConfig};
 
-use super::{Ctx, errors::Error, references};
-use crate::providerconfig::FINALIZER as IN_USE;
+use super::references;
+
+/// The finalizer a ProviderConfig carries while Objects use it.
+pub const IN_USE: &str = "in-use.crossplane.io";
 
 /// The label naming the ProviderConfig an Object uses.
 pub const LABEL: &str = "kubernetes.crossplane.io/provider-config";
@@ -49,117 +38,6 @@ pub fn users<'a>(objects: impl IntoIterator<Item = &'a Object>, config: &str) ->
         .collect();
     users.sort();
     users
-}
-
-/// How long a ProviderConfig's credentials Secret, once read, is used
-/// without reading it again. The provider may not list or watch Secrets (a
-/// security property: it reads only the Secrets it is pointed at), so a
-/// rotated credential is picked up within this long, with one GET per
-/// ProviderConfig per period, never one per Object.
-pub const CREDENTIALS_TTL: Duration = Duration::from_secs(30);
-
-/// The credentials Secrets last read, per ProviderConfig.
-#[derive(Default)]
-pub struct Credentials(Mutex<HashMap<String, Read>>);
-
-/// One credentials Secret as read for a ProviderConfig at one generation.
-struct Read {
-    generation: Option<i64>,
-    at: Instant,
-    secret: Arc<Secret>,
-}
-
-impl Credentials {
-    /// The Secret read for `pc` less than `ttl` ago, while its spec is
-    /// unchanged.
-    fn fresh(&self, pc: &ProviderConfig, ttl: Duration) -> Option<Arc<Secret>> {
-        let cache = self.0.lock().ok()?;
-        let read = cache.get(&pc.name_any())?;
-        (read.generation == pc.metadata.generation && read.at.elapsed() < ttl)
-            .then(|| read.secret.clone())
-    }
-
-    fn store(&self, pc: &ProviderConfig, secret: Arc<Secret>) {
-        if let Ok(mut cache) = self.0.lock() {
-            let read = Read {
-                generation: pc.metadata.generation,
-                at: Instant::now(),
-                secret,
-            };
-            cache.insert(pc.name_any(), read);
-        }
-    }
-
-    /// Forgets what was read for the ProviderConfig `name`.
-    pub fn forget(&self, name: &str) {
-        if let Ok(mut cache) = self.0.lock() {
-            cache.remove(name);
-        }
-    }
-}
-
-/// The target cluster of an Object's ProviderConfig. The credentials Secret
-/// is read with a GET at most once per ProviderConfig per
-/// [`CREDENTIALS_TTL`]; the client built from it is kept per (Secret UID,
-/// key, resourceVersion).
-pub async fn connect(ctx: &Ctx, obj: &Object) -> Result<RemoteCluster, Error> {
-    let name = &obj.spec.provider_config_ref.name;
-    ctx.configs.wait_until_ready().await.ok();
-    let Some(pc) = ctx.configs.get(&ObjectRef::new(name)) else {
-        ctx.remote.release(name);
-        ctx.credentials.forget(name);
-        return Err(Error::ProviderConfigNotFound(name.clone()));
-    };
-    protect(ctx, &pc).await?;
-    if pc.spec.credentials.source == CredentialsSource::InjectedIdentity {
-        // A client built while the config read a Secret is not needed.
-        ctx.remote.release(name);
-        ctx.credentials.forget(name);
-        return Ok(ctx.local.clone());
-    }
-    let Some(sel) = &pc.spec.credentials.secret_ref else {
-        ctx.remote.release(name);
-        return Err(Error::CredentialsNotFound(
-            "<unset>".to_owned(),
-            name.clone(),
-        ));
-    };
-    let secret = match ctx.credentials.fresh(&pc, CREDENTIALS_TTL) {
-        Some(secret) => secret,
-        None => {
-            let what = format!("{}/{}", sel.namespace, sel.name);
-            let api: Api<Secret> = Api::namespaced(ctx.skeleton.client().clone(), &sel.namespace);
-            let found = api
-                .get_opt(&sel.name)
-                .await
-                .map_err(|e| Error::control(format!("read Secret {what}"), e))?;
-            let Some(secret) = found else {
-                ctx.remote.release(name);
-                ctx.credentials.forget(name);
-                return Err(Error::CredentialsNotFound(what, name.clone()));
-            };
-            let secret = Arc::new(secret);
-            ctx.credentials.store(&pc, secret.clone());
-            secret
-        }
-    };
-    ctx.remote
-        .for_secret(name, &secret, &sel.key)
-        .map_err(|e| Error::Connect(name.clone(), e))
-}
-
-/// Puts the in-use finalizer on a ProviderConfig that does not carry it yet
-/// (one request per ProviderConfig, not per Object), so that it is
-/// protected before anything is made with it, whenever its own controller
-/// gets to it.
-async fn protect(ctx: &Ctx, pc: &ProviderConfig) -> Result<(), Error> {
-    if pc.metadata.deletion_timestamp.is_some() || finalizers::has(pc, IN_USE) {
-        return Ok(());
-    }
-    let api: Api<ProviderConfig> = Api::all(ctx.skeleton.client().clone());
-    finalizers::add(&api, pc, IN_USE)
-        .await
-        .map_err(|e| Error::control(format!("protect ProviderConfig {}", pc.name_any()), e))
 }
 
 /// Who to wake when an Object changes, worked out from the Objects' watch
@@ -346,26 +224,6 @@ mod tests {
         wakes.event(&watcher::Event::Apply(object("kong", "pc", None, &[])));
         let csv = wakes.event(&watcher::Event::Apply(object("csv", "pc", None, &[])));
         assert!(csv.referrers.is_empty());
-    }
-
-    #[test]
-    fn a_credentials_secret_is_read_again_after_its_ttl_or_a_spec_change() {
-        let pc = |generation: i64| -> ProviderConfig {
-            serde_json::from_value(json!({
-                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
-                "metadata": {"name": "pc", "generation": generation},
-                "spec": {"credentials": {"source": "Secret"}},
-            }))
-            .unwrap()
-        };
-        let credentials = Credentials::default();
-        assert!(credentials.fresh(&pc(1), CREDENTIALS_TTL).is_none());
-        credentials.store(&pc(1), Arc::new(Secret::default()));
-        assert!(credentials.fresh(&pc(1), CREDENTIALS_TTL).is_some());
-        assert!(credentials.fresh(&pc(2), CREDENTIALS_TTL).is_none());
-        assert!(credentials.fresh(&pc(1), Duration::ZERO).is_none());
-        credentials.forget("pc");
-        assert!(credentials.fresh(&pc(1), CREDENTIALS_TTL).is_none());
     }
 
     #[test]

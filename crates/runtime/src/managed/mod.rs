@@ -7,24 +7,31 @@
 //! in place, with a Warning event, when the target can never be reached
 //! again or has not answered for `--deletion-timeout`.
 //!
-//! Kind resolution and the fix-it hints of failed requests to a target live
-//! here too, so both controllers word them alike.
+//! The rooms beside the contract: [`Connector`] turns an owner's kubeconfig
+//! Secret into a client and reads targets through their shared watch, else
+//! with one GET; [`locate`] resolves a kind in the target and words the
+//! fix-it hints of failed requests, so both controllers word them alike;
+//! [`AppliedMemory`] tells drift from change.
 
 use std::time::Duration;
 
-use kube::{
-    Api, Resource,
-    api::{DynamicObject, GroupVersionKind},
-    discovery::{ApiResource, Scope},
-    runtime::controller::Action,
-};
+use kube::{Resource, runtime::controller::Action};
 use serde_json::Value;
 
 use crate::{
     events::{EventReporter, ReconcileError, error_chain},
     reconciler::Cleanup,
-    remote::{RemoteCluster, ResolveError},
 };
+
+mod applied;
+mod connector;
+mod locate;
+
+pub use applied::{AppliedMemory, project};
+pub use connector::{
+    ConnectError, Connector, Found, Known, Reasons, SecretKey, Wording, read_cached, read_through,
+};
+pub use locate::{KindError, Located, RequestFailed, hint, locate, not_found};
 
 /// How soon a deletion that is under way is looked at again if no watch
 /// event arrives first (the target's watch normally wakes it at once).
@@ -229,227 +236,6 @@ pub fn deleted_for<K: Resource>(obj: &K) -> Duration {
         .map(|t| k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond())
         .map(|ms| Duration::from_millis(ms.max(0) as u64))
         .unwrap_or_default()
-}
-
-/// A kind resolved in a target cluster, and where one object of it lives.
-#[derive(Clone)]
-pub struct Located {
-    /// The Api for the object's namespace (or the cluster, for
-    /// cluster-scoped kinds).
-    pub api: Api<DynamicObject>,
-    /// The kind as the cluster serves it.
-    pub resource: ApiResource,
-    /// The object's namespace: None for cluster-scoped kinds, the given one
-    /// or "default" for namespaced kinds.
-    pub namespace: Option<String>,
-}
-
-/// Why a kind could not be resolved.
-#[derive(Debug, thiserror::Error)]
-pub enum KindError {
-    /// The cluster answered that it does not serve the kind.
-    #[error(
-        "{cluster} does not serve kind {kind} in apiVersion {api_version}: install its CRD there, or fix {field}"
-    )]
-    NotServed {
-        /// The cluster, as messages name it.
-        cluster: String,
-        /// Kind.
-        kind: String,
-        /// apiVersion.
-        api_version: String,
-        /// The field to fix.
-        field: &'static str,
-        /// Cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
-    /// The cluster did not answer discovery.
-    #[error(transparent)]
-    Request(#[from] RequestFailed),
-}
-
-/// Resolves `api_version`/`kind` in `cluster` and scopes it to `namespace`
-/// (ignored for cluster-scoped kinds, "default" when unset for namespaced
-/// ones). `described` names the cluster in messages; `field` is what the
-/// user fixes when the kind is wrong.
-pub async fn locate(
-    cluster: &RemoteCluster,
-    described: &str,
-    api_version: &str,
-    kind: &str,
-    namespace: Option<&str>,
-    field: &'static str,
-) -> Result<Located, KindError> {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, caps) = match cluster.resolve(&gvk).await {
-        Ok(found) => found,
-        Err(ResolveError::NotServed(source)) => {
-            return Err(KindError::NotServed {
-                cluster: described.to_owned(),
-                kind: kind.to_owned(),
-                api_version: api_version.to_owned(),
-                field,
-                source: Box::new(source),
-            });
-        }
-        Err(ResolveError::Unreachable(source)) => {
-            return Err(RequestFailed::new(
-                format!("discovering kind {kind}"),
-                described,
-                field,
-                source,
-            )
-            .into());
-        }
-    };
-    let namespace = (caps.scope == Scope::Namespaced).then(|| {
-        namespace
-            .filter(|n| !n.is_empty())
-            .unwrap_or("default")
-            .to_owned()
-    });
-    let api = match &namespace {
-        Some(ns) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
-        None => Api::all_with(cluster.client.clone(), &resource),
-    };
-    Ok(Located {
-        api,
-        resource,
-        namespace,
-    })
-}
-
-/// A request to a target cluster failed; the message says what to do.
-#[derive(Debug, thiserror::Error)]
-#[error("{what} in {cluster} failed: {hint}")]
-pub struct RequestFailed {
-    /// What was attempted ("applying ConfigMap a/b").
-    pub what: String,
-    /// The cluster, as messages name it.
-    pub cluster: String,
-    /// What to do about it.
-    pub hint: String,
-    /// Cause.
-    #[source]
-    pub source: Box<kube::Error>,
-}
-
-impl RequestFailed {
-    /// A failed request: `what` was attempted in `cluster`; `field` is what
-    /// the user fixes when the cluster refuses it.
-    pub fn new(what: String, cluster: &str, field: &str, source: kube::Error) -> Self {
-        Self {
-            what,
-            cluster: cluster.to_owned(),
-            hint: hint(&source, field),
-            source: Box::new(source),
-        }
-    }
-}
-
-/// What to do about a failed request to a target.
-pub fn hint(source: &kube::Error, field: &str) -> String {
-    match source {
-        kube::Error::Api(s) if s.code == 404 && s.message.contains("namespaces") => {
-            "its namespace does not exist there yet (something else may be about to create it); retrying".to_owned()
-        }
-        kube::Error::Api(s) if s.code == 409 => {
-            format!("it changed while it was written ({}); retrying", s.message)
-        }
-        kube::Error::Api(s) => format!("the cluster refused it ({}): fix {field}", s.message),
-        _ => "the cluster did not answer; retrying".to_owned(),
-    }
-}
-
-/// Whether a failed request found nothing there.
-pub fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// What this process last applied for each managed object, by the managed
-/// resource's UID: the desired object it applied (by hash), and the fields
-/// it set as the target stored them (normalised: `1000m` may come back as
-/// `1`, defaults filled in). A live object is up to date when those fields
-/// still read the same; when they do not although the desired object did
-/// not change, someone else changed them: drift. No managedFields are
-/// needed (watch caches drop them). Lost on restart, which costs at most
-/// one apply per object whose fields the target normalises.
-#[derive(Default)]
-pub struct AppliedMemory {
-    by_uid: std::sync::Mutex<std::collections::HashMap<String, Applied>>,
-}
-
-struct Applied {
-    desired: u64,
-    stored: Value,
-}
-
-impl AppliedMemory {
-    /// Remembers that `desired` was applied for `uid` and the target
-    /// answered `answer`.
-    pub fn remember(&self, uid: &str, desired: &Value, answer: &Value) {
-        let applied = Applied {
-            desired: crate::reconciler::value_hash(desired),
-            stored: project(answer, desired),
-        };
-        if let Ok(mut m) = self.by_uid.lock() {
-            m.insert(uid.to_owned(), applied);
-        }
-    }
-
-    /// Judges `live` against `desired` for `uid`: (up to date, drifted).
-    pub fn judge(&self, uid: &str, desired: &Value, live: &Value) -> (bool, bool) {
-        let hash = crate::reconciler::value_hash(desired);
-        let remembered = self.by_uid.lock().ok().and_then(|m| {
-            m.get(uid)
-                .filter(|a| a.desired == hash)
-                .map(|a| project(live, desired) == a.stored)
-        });
-        match remembered {
-            Some(same) => (same, !same),
-            None => (crate::ssa::unchanged_by(live, desired), false),
-        }
-    }
-
-    /// Forgets `uid` (its managed resource is gone).
-    pub fn forget(&self, uid: &str) {
-        if let Ok(mut m) = self.by_uid.lock() {
-            m.remove(uid);
-        }
-    }
-
-    /// Keeps only the UIDs `keep` accepts (managed resources deleted
-    /// without a reconcile, their finalizer removed by hand).
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        if let Ok(mut m) = self.by_uid.lock() {
-            m.retain(|k, _| keep(k));
-        }
-    }
-
-    /// How many objects are remembered.
-    pub fn len(&self) -> usize {
-        self.by_uid.lock().map(|m| m.len()).unwrap_or_default()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// The parts of `value` at the paths `shape` sets: objects are followed key
-/// by key; anything else (lists, scalars) is taken whole.
-pub fn project(value: &Value, shape: &Value) -> Value {
-    match (value, shape) {
-        (Value::Object(v), Value::Object(s)) => Value::Object(
-            s.iter()
-                .filter_map(|(k, sub)| v.get(k).map(|x| (k.clone(), project(x, sub))))
-                .collect(),
-        ),
-        (v, _) => v.clone(),
-    }
 }
 
 #[cfg(test)]
