@@ -17,9 +17,11 @@ use std::{
 
 use serde_json::Value;
 
-use crate::Error;
-
 const MIB: u64 = 1024 * 1024;
+
+/// The largest (compressed) layer a package may have by default
+/// ([`Limits::layer_bytes`]; `xpkg::MAX_BYTES` names it too).
+pub const MAX_LAYER_BYTES: u64 = 200 * MIB;
 
 /// The bounds on reading one package. [`Limits::default`] is what the
 /// package manager uses; tests and operators with bigger pods may choose
@@ -77,7 +79,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            layer_bytes: crate::xpkg::MAX_BYTES,
+            layer_bytes: MAX_LAYER_BYTES,
             layer_unpacked_bytes: 1024 * MIB,
             package_unpacked_bytes: 2048 * MIB,
             ratio: 100,
@@ -309,63 +311,6 @@ pub fn object_size(m: &serde_json::Map<String, Value>) -> u64 {
             .sum::<u64>()
 }
 
-/// Runs `work` (unpacking, parsing) on tokio's blocking pool, off the async
-/// workers, so a package being read never holds up the others (the leader
-/// lease keeps being renewed). A panic in it becomes [`Error::Crashed`]
-/// naming the registry, not a crashed process.
-pub(crate) async fn off_workers<T: Send + 'static>(
-    reference: &str,
-    step: &'static str,
-    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, Error> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result,
-        Err(e) => Err(crashed(
-            reference,
-            step,
-            if e.is_panic() {
-                panic_message(e.into_panic())
-            } else {
-                "cancelled".to_owned()
-            },
-        )),
-    }
-}
-
-/// Runs `work` (a future), turning a panic in it into [`Error::Crashed`]
-/// naming the registry.
-pub(crate) async fn unwinding<T>(
-    reference: &str,
-    step: &'static str,
-    work: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    use futures::FutureExt as _;
-    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => Err(crashed(reference, step, panic_message(panic))),
-    }
-}
-
-fn crashed(reference: &str, step: &'static str, message: String) -> Error {
-    Error::Crashed {
-        reference: crate::registry::text(reference),
-        registry: crate::reference::registry_of(reference),
-        step,
-        message: crate::registry::text(&message),
-    }
-}
-
-/// What a panic said, when it said it as text.
-fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
-    match panic.downcast::<String>() {
-        Ok(s) => *s,
-        Err(panic) => panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .unwrap_or_else(|| "no message".to_owned()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -433,23 +378,5 @@ mod tests {
             budget.document("package.yaml").unwrap_err(),
             "package.yaml is over the bound on YAML documents per package (2)"
         );
-    }
-
-    #[tokio::test]
-    async fn a_panic_off_the_workers_is_an_error_naming_the_registry() {
-        let e = off_workers("reg.example:5000/x:v1", "unpacking a layer", || {
-            if true {
-                panic!("boom\u{1}");
-            }
-            Ok(())
-        })
-        .await
-        .unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "failed to read reg.example:5000/x:v1 from its registry reg.example:5000: unpacking \
-             a layer panicked (boom); this is a bug, and trying again will not help"
-        );
-        assert!(!e.is_transient());
     }
 }

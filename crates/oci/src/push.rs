@@ -1,7 +1,6 @@
 //! Pushing an image to a registry (OCI distribution API, through
-//! `oci-client`).
-
-use std::fmt;
+//! `oci-client`), with the credentials and TLS settings of
+//! [`crate::registry`].
 
 use oci_client::{
     Client, RegistryOperation,
@@ -10,26 +9,13 @@ use oci_client::{
     secrets::RegistryAuth,
 };
 
-use crate::{Digest, Error, Image, image::MANIFEST_MEDIA_TYPE};
-
-/// How long a pull waits to connect, and for each read.
-pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Who the registry sees pushing.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub enum Auth {
-    /// No credentials.
-    #[default]
-    Anonymous,
-    /// HTTP basic authentication (an htpasswd user, a robot account, a token
-    /// as password).
-    Basic {
-        /// The user name.
-        username: String,
-        /// The password or token. Never printed (`Debug` redacts it).
-        password: String,
-    },
-}
+use crate::{
+    Digest, Error, Image,
+    guard::unwinding,
+    image::{INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE},
+    registry::{Auth, Tls},
+    text::RegistryText,
+};
 
 impl Auth {
     /// The credentials as oci-client takes them.
@@ -41,35 +27,6 @@ impl Auth {
             }
         }
     }
-}
-
-impl fmt::Debug for Auth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Anonymous => f.write_str("Anonymous"),
-            Self::Basic { username, .. } => f
-                .debug_struct("Basic")
-                .field("username", username)
-                .field("password", &"<redacted>")
-                .finish(),
-        }
-    }
-}
-
-/// How the connection to the registry is secured.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Tls {
-    /// HTTPS, trusting the system's roots.
-    #[default]
-    System,
-    /// HTTPS, trusting these PEM certificates (e.g. a private CA) as well as
-    /// the system's roots.
-    Ca(Vec<u8>),
-    /// HTTPS without verifying the server's certificate. For throwaway
-    /// registries only: anyone on the path can read and change the push.
-    InsecureSkipVerify,
-    /// Plain HTTP, as a registry on `localhost` without TLS serves.
-    PlainHttp,
 }
 
 /// What a push did.
@@ -97,7 +54,7 @@ impl Image {
     /// is not a header value) becomes [`Error::Crashed`] naming the
     /// registry.
     pub async fn push(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Pushed, Error> {
-        crate::limits::unwinding(
+        unwinding(
             reference,
             "pushing",
             self.push_unguarded(reference, auth, tls),
@@ -118,7 +75,7 @@ impl Image {
             let registry = registry.clone();
             let with_credentials = *auth != Auth::Anonymous;
             move |source: OciDistributionError| {
-                let text = Box::new(crate::RegistryText::new(&source.to_string()));
+                let text = Box::new(RegistryText::new(&source.to_string()));
                 if is_unauthorized(&source) {
                     Error::Unauthorized {
                         registry,
@@ -134,7 +91,7 @@ impl Image {
                 }
             }
         };
-        let client = client(tls, false).map_err(fail("setting up the HTTP client"))?;
+        let client = client(tls).map_err(fail("setting up the HTTP client"))?;
         client
             .auth(&image, &auth.to_registry(), RegistryOperation::Push)
             .await
@@ -181,20 +138,15 @@ impl Image {
     }
 }
 
-/// A registry client for `tls`. With `timeouts`, connecting and each
-/// read give up after [`TIMEOUT`] (pulls from a controller, which must not
-/// hang on a registry that accepts connections and never answers).
-pub(crate) fn client(tls: &Tls, timeouts: bool) -> Result<Client, OciDistributionError> {
+/// An oci-client registry client for `tls`, for pushes (a push has no
+/// timeout: a binaries layer takes as long as it takes).
+fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
     let mut config = ClientConfig {
         // One request per blob instead of oci-client's small chunks (a
         // binaries layer is tens of megabytes).
         use_monolithic_push: true,
         ..ClientConfig::default()
     };
-    if timeouts {
-        config.connect_timeout = Some(TIMEOUT);
-        config.read_timeout = Some(TIMEOUT);
-    }
     match tls {
         Tls::System => {}
         Tls::Ca(pem) => config.extra_root_certificates.push(Certificate {
@@ -204,25 +156,15 @@ pub(crate) fn client(tls: &Tls, timeouts: bool) -> Result<Client, OciDistributio
         Tls::InsecureSkipVerify => config.accept_invalid_certificates = true,
         Tls::PlainHttp => config.protocol = ClientProtocol::Http,
     }
-    install_crypto_provider();
+    crate::registry::install_crypto_provider();
     // NB: not Client::new, which falls back to a default client (ignoring
     // the CA) when the configured one cannot be built.
     Client::try_from(config)
 }
 
-/// reqwest (without a provider of its own) panics unless the process has
-/// a default crypto provider: installs ring, the one the workspace enables,
-/// unless one is installed already.
-pub(crate) fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // An Err means another thread installed one meanwhile: as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 /// Whether the registry turned the request away for want of (valid)
 /// credentials.
-pub(crate) fn is_unauthorized(e: &OciDistributionError) -> bool {
+fn is_unauthorized(e: &OciDistributionError) -> bool {
     match e {
         OciDistributionError::UnauthorizedError { .. }
         | OciDistributionError::AuthenticationFailure(_) => true,
@@ -261,7 +203,7 @@ pub async fn push_index(
     auth: &Auth,
     tls: &Tls,
 ) -> Result<Digest, Error> {
-    crate::limits::unwinding(
+    unwinding(
         reference,
         "pushing an index",
         push_index_unguarded(reference, platforms, auth, tls),
@@ -281,12 +223,12 @@ async fn push_index_unguarded(
         move |source: OciDistributionError| Error::Push {
             reference,
             step,
-            source: Box::new(crate::RegistryText::new(&source.to_string())),
+            source: Box::new(RegistryText::new(&source.to_string())),
         }
     };
     let index = serde_json::json!({
         "schemaVersion": 2,
-        "mediaType": crate::INDEX_MEDIA_TYPE,
+        "mediaType": INDEX_MEDIA_TYPE,
         "manifests": platforms.iter().map(|p| serde_json::json!({
             "mediaType": MANIFEST_MEDIA_TYPE,
             "digest": p.digest.as_str(),
@@ -295,7 +237,7 @@ async fn push_index_unguarded(
         })).collect::<Vec<_>>(),
     });
     let bytes = serde_json::to_vec(&index).map_err(Error::Json)?;
-    let client = client(tls, false).map_err(fail("setting up the HTTP client"))?;
+    let client = client(tls).map_err(fail("setting up the HTTP client"))?;
     client
         .auth(&image, &auth.to_registry(), RegistryOperation::Push)
         .await
@@ -305,7 +247,7 @@ async fn push_index_unguarded(
         .push_manifest_raw(
             &image,
             bytes,
-            http::HeaderValue::from_static(crate::INDEX_MEDIA_TYPE),
+            http::HeaderValue::from_static(INDEX_MEDIA_TYPE),
         )
         .await
         .map_err(fail("uploading the index"))?;

@@ -5,7 +5,7 @@
 
 use oci_client::Reference;
 
-use crate::Error;
+use crate::{Error, text::text};
 
 /// How a package is written, for messages.
 pub const EXAMPLE: &str = "xpkg.crossplane.io/crossplane-contrib/provider-nop:v0.4.0";
@@ -29,7 +29,7 @@ pub fn unqualified(name: &str) -> String {
     format!(
         "{:?} is not fully qualified: it must start with its registry host (a package is never \
          looked for on docker.io by default), e.g. {EXAMPLE}",
-        crate::registry::text(name)
+        text(name)
     )
 }
 
@@ -38,7 +38,7 @@ pub fn unqualified(name: &str) -> String {
 /// it.
 pub fn parse(reference: &str) -> Result<Reference, Error> {
     let refused = |reason: String| Error::Reference {
-        reference: crate::registry::text(reference),
+        reference: text(reference),
         reason,
     };
     if !is_qualified(reference) {
@@ -49,7 +49,7 @@ pub fn parse(reference: &str) -> Result<Reference, Error> {
     }
     reference
         .parse::<Reference>()
-        .map_err(|e| refused(crate::registry::text(&e.to_string())))
+        .map_err(|e| refused(text(&e.to_string())))
 }
 
 /// The registry host of a reference (`host[:port]`): its first path

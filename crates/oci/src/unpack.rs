@@ -255,7 +255,7 @@ fn entries<R: std::io::Read>(
             continue;
         }
         let path = path.to_owned();
-        let shown = crate::registry::text(&path);
+        let shown = crate::text::text(&path);
         if size > l.file_bytes {
             return Err(layer.invalid(over(
                 &format!("{shown} ({size} bytes)"),

@@ -10,6 +10,7 @@ use super::*;
 use crate::{
     Config, Image, LayerBuilder,
     test_server::{Reply, Seen, Server},
+    xpkg::BASE_ANNOTATION,
 };
 
 /// The CA that signed the certificate [`https`] serves (for 127.0.0.1 and

@@ -114,7 +114,7 @@ fn extension_body(
     owner: &OwnerReference,
     crd_refs: (Vec<CrdRef>, Vec<CrdRef>),
 ) -> serde_json::Value {
-    let mut spec = serde_json::to_value(&p.stack.app).unwrap_or_else(|_| json!({}));
+    let mut spec = serde_json::to_value(p.stack.app.record()).unwrap_or_else(|_| json!({}));
     if let Some(spec) = spec.as_object_mut() {
         spec.insert(
             "customresourcedefinitions".into(),
