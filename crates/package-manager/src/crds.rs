@@ -167,7 +167,7 @@ pub fn point_conversion(body: &mut serde_json::Value, target: &WebhookTarget<'_>
                     "name": target.service,
                     "namespace": target.namespace,
                     "path": CONVERSION_PATH,
-                    "port": crate::render::WEBHOOK_PORT,
+                    "port": crate::runtime::render::WEBHOOK_PORT,
                 },
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(target.ca_bundle),
             },

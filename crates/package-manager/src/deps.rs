@@ -3,6 +3,12 @@
 //! repositories their package depends on ([`labels::DEPENDENCIES`]), so
 //! there is no lock object to keep in step or to poison.
 //!
+//! That record is a revision's one source of its dependencies (upstream
+//! keeps them in its lock): written once from the package when the
+//! revision is made ([`record`]), read to install them ([`declared`], which
+//! takes from the package only each one's version), to release them and to
+//! find cycles ([`dependencies_of`]).
+//!
 //! A dependency that is not installed is installed as its own Provider, at
 //! the highest semver tag of its repository that satisfies the range
 //! (tags that are not full semver versions are skipped), or at the digest
@@ -139,7 +145,28 @@ fn installed(
         .collect()
 }
 
-/// The repositories a revision's package depends on.
+/// The record of a package's dependencies a revision carries: their
+/// repositories, comma-separated.
+pub fn record(depends_on: &[xpkg::Dependency]) -> String {
+    depends_on
+        .iter()
+        .map(|d| xpkg::repository_of(&d.package))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The dependencies to install for revision `r`: those its record names,
+/// with the version each has in the package's `depends_on`.
+pub fn declared(r: &ProviderRevision, depends_on: &[xpkg::Dependency]) -> Vec<xpkg::Dependency> {
+    let recorded = dependencies_of(r);
+    depends_on
+        .iter()
+        .filter(|d| recorded.contains(&xpkg::repository_of(&d.package)))
+        .cloned()
+        .collect()
+}
+
+/// The repositories a revision's package depends on, as it records them.
 pub fn dependencies_of(r: &ProviderRevision) -> Vec<String> {
     r.annotations()
         .get(labels::DEPENDENCIES)

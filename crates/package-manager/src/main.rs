@@ -9,34 +9,36 @@
 //! `package-manager convert controllerconfig FILE` prints the
 //! DeploymentRuntimeConfig equivalent to a deprecated ControllerConfig.
 
+//!
+//! Rooms, as upstream's `internal/controller/pkg`: [`manager`] turns a
+//! Provider into revisions, [`revision`] establishes a revision's objects
+//! and dependencies, [`runtime`] renders, applies, stops and reads the
+//! health of a package runtime (a revision's or a stack Extension's),
+//! [`stacks`] installs stacks.
+
+mod args;
 mod convert;
 mod crds;
 mod deps;
-mod health;
 mod labels;
+mod manager;
 mod packages;
 mod podsecurity;
-mod provider;
-mod render;
 mod revision;
+mod runtime;
 mod stacks;
 mod tls;
 mod usage;
 mod webhooks;
 
-use std::{path::PathBuf, time::Duration};
-
+use ::runtime::controller::{Runtime, api_resource, observe};
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::Parser as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api,
     api::{ObjectMeta, PostParams},
     runtime::WatchStreamExt as _,
-};
-use runtime::{
-    CommonArgs,
-    controller::{Runtime, api_resource, observe},
 };
 use types::extensions::v1alpha1::Extension;
 use types::extensions::v1alpha1::ExtensionRequest;
@@ -45,127 +47,7 @@ use types::pkg::v1::ProviderRevision;
 use types::pkg::v1alpha1::ControllerConfig;
 use types::pkg::v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec};
 
-const BINARY: &str = "package-manager";
-
-/// Installs packages: Providers, their revisions, CRDs and runtimes.
-#[derive(Debug, Parser)]
-#[command(name = BINARY, version, about)]
-struct Args {
-    #[command(flatten)]
-    common: CommonArgs,
-
-    /// How package runtimes are run: Deployment (create a Deployment,
-    /// ServiceAccount and Service per revision) or External (deliver the
-    /// revision's CRDs and leave the runtime to an external controller).
-    #[arg(long, env = "PACKAGE_RUNTIME", value_enum, default_value_t = PackageRuntime::Deployment)]
-    package_runtime: PackageRuntime,
-
-    /// Honour runtimeConfigRef (DeploymentRuntimeConfig); when false, honour
-    /// the deprecated controllerConfigRef (ControllerConfig) instead.
-    #[arg(long, env = "ENABLE_RUNTIME_CONFIG", default_value_t = true, action = clap::ArgAction::Set)]
-    enable_runtime_config: bool,
-
-    /// A PEM bundle of CA certificates trusted for registries, besides the
-    /// system's roots.
-    #[arg(long, env = "CA_BUNDLE_PATH")]
-    ca_bundle_path: Option<PathBuf>,
-
-    /// Where pulled packages are kept, by digest.
-    #[arg(long, env = "PACKAGE_CACHE_DIR", default_value = "/cache/xpkg")]
-    package_cache_dir: PathBuf,
-
-    /// The most the package cache may hold, in bytes; the oldest packages
-    /// go first.
-    #[arg(long, env = "PACKAGE_CACHE_MAX_BYTES", default_value_t = 512 * 1024 * 1024)]
-    package_cache_max_bytes: u64,
-
-    /// How often a package with packagePullPolicy Always is resolved again
-    /// (a moved tag makes a new revision).
-    #[arg(long, env = "PACKAGE_PULL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
-    package_pull_interval: Duration,
-
-    /// The registry an ExtensionRequest without spec.source installs from
-    /// (host[:port][/path]).
-    #[arg(
-        long,
-        env = "DEFAULT_REGISTRY",
-        default_value = "registry.crossplane.io"
-    )]
-    default_registry: String,
-
-    /// FROM=TO: read packages whose reference starts with FROM (a
-    /// host[:port][/path] prefix) from TO instead, e.g.
-    /// registry.crossplane.io=registry.internal:5000/mirror. Repeatable;
-    /// the longest prefix wins. Applies to Providers and stacks alike; the
-    /// CA is --ca-bundle-path's, the credentials --registry-pull-secret's.
-    #[arg(long, env = "REGISTRY_REWRITE", value_delimiter = ',')]
-    registry_rewrite: Vec<String>,
-
-    /// A kubernetes.io/dockerconfigjson Secret in the package manager's
-    /// namespace whose credentials are used for any registry a package's
-    /// own pull secrets do not cover (stacks have none of their own).
-    #[arg(long, env = "REGISTRY_PULL_SECRET")]
-    registry_pull_secret: Option<String>,
-
-    /// Hosts (`host` or `host:port`) that may serve a registry's token
-    /// service on another host than the registry's own, and so receive
-    /// that registry's credentials to exchange for a token (e.g.
-    /// auth.docker.io for Docker Hub). Repeatable. By default credentials
-    /// go only to the registry's own host, over https.
-    #[arg(long, env = "REGISTRY_TOKEN_REALM_HOSTS", value_delimiter = ',')]
-    registry_token_realm_hosts: Vec<String>,
-
-    /// Registries (`host[:port]`) read over plain HTTP, their credentials
-    /// sent in the clear. Repeatable; none by default.
-    #[arg(long, env = "REGISTRY_PLAIN_HTTP", value_delimiter = ',')]
-    registry_plain_http: Vec<String>,
-
-    /// Let a DeploymentRuntimeConfig (or ControllerConfig) make a package
-    /// runtime break the Pod Security Standard "restricted" (privileged,
-    /// host namespaces, hostPath, added capabilities, root, privilege
-    /// escalation, host ports). Off: such a runtime is refused with a
-    /// condition naming each field. Stack controllers are always
-    /// restricted.
-    #[arg(long, env = "ALLOW_UNRESTRICTED_RUNTIMES", default_value_t = false, action = clap::ArgAction::Set)]
-    allow_unrestricted_runtimes: bool,
-
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Converts deprecated objects to their replacements.
-    Convert {
-        #[command(subcommand)]
-        what: Convert,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum Convert {
-    /// Prints the DeploymentRuntimeConfig equivalent to a ControllerConfig
-    /// (a YAML or JSON file), and, with --provider, the Provider rewritten
-    /// to reference it.
-    Controllerconfig {
-        /// The ControllerConfig manifest.
-        file: PathBuf,
-        /// A Provider manifest that references the ControllerConfig.
-        #[arg(long)]
-        provider: Option<PathBuf>,
-    },
-}
-
-/// How package runtimes are run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PackageRuntime {
-    /// Create a Deployment for each package runtime.
-    #[value(name = "Deployment")]
-    Deployment,
-    /// Do nothing; an external controller runs package runtimes.
-    #[value(name = "External")]
-    External,
-}
+use args::{Args, BINARY, Command, Convert, PackageRuntime};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -176,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
     {
         return convert::command(file, provider.as_deref());
     }
-    runtime::init_process(args.common.log_format);
+    ::runtime::init_process(args.common.log_format);
     tracing::info!(
         package_runtime = ?args.package_runtime,
         enable_runtime_config = args.enable_runtime_config,
@@ -226,10 +108,10 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<DeploymentRuntimeConfig>(),
         api_resource::<ControllerConfig>(),
     ];
-    let providers = provider::controller(
+    let providers = manager::controller(
         &rt,
         packages.clone(),
-        provider::Settings {
+        manager::Settings {
             pull_interval: args.package_pull_interval,
             resync: rt.args.sync_interval,
             runtime_bound: args.package_runtime == PackageRuntime::Deployment,
@@ -281,7 +163,7 @@ async fn default_runtime_config(client: &kube::Client) {
         Ok(_) => tracing::info!("created the default DeploymentRuntimeConfig"),
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => {
-            let error = runtime::events::error_chain(&e);
+            let error = ::runtime::events::error_chain(&e);
             tracing::warn!(%error, "cannot create the default DeploymentRuntimeConfig; runtimes that use it wait for it");
         }
     }

@@ -121,7 +121,7 @@ pub fn body(
                 let mut service = json!({
                     "name": target.service,
                     "namespace": target.namespace,
-                    "port": crate::render::WEBHOOK_PORT,
+                    "port": crate::runtime::render::WEBHOOK_PORT,
                 });
                 if let (Some(p), Some(s)) = (path, service.as_object_mut()) {
                     s.insert("path".into(), p.into());

@@ -34,7 +34,6 @@ use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
     events::ReconcileError,
-    expiring::Expiring,
     reconciler::{
         self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
     },
@@ -93,9 +92,9 @@ pub struct Revisions {
     deployments: Store<Deployment>,
     /// The ClusterRole whose rules bound what packages may ask for.
     allow_list: AllowList,
-    /// What was last applied for a revision (a hash), so an unchanged
-    /// revision writes nothing.
-    applied: Expiring<String, u64>,
+    /// What was last applied for a revision, so an unchanged revision
+    /// writes nothing.
+    applier: ssa::Applier,
     metrics: RbacMetrics,
 }
 
@@ -283,10 +282,6 @@ impl Reconciler for Revisions {
     }
 }
 
-fn hash_of(roles: &[ClusterRole], binding: Option<&ClusterRoleBinding>) -> u64 {
-    reconciler::value_hash(&serde_json::json!([roles, binding]))
-}
-
 impl Revisions {
     /// The revision's runtime Deployment (its name) and the ServiceAccount
     /// it runs as.
@@ -315,10 +310,22 @@ impl Revisions {
         rendered: &[ClusterRole],
         binding: Option<&ClusterRoleBinding>,
     ) -> Result<(), Error> {
-        let hash = hash_of(rendered, binding);
-        if self.applied.get(&name.to_owned()) == Some(hash) {
-            return Ok(());
-        }
+        // The roles and binding are compared as one: nothing is written
+        // unless one of them changed.
+        self.applier
+            .apply_with(name, &(rendered, binding), true, || {
+                self.write_now(name, rendered, binding)
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn write_now(
+        &self,
+        name: &str,
+        rendered: &[ClusterRole],
+        binding: Option<&ClusterRoleBinding>,
+    ) -> Result<(), Error> {
         let api = Api::<ClusterRole>::all(self.sk.client().clone());
         for role in rendered {
             let role_name = role.metadata.name.as_deref().unwrap_or_default();
@@ -339,13 +346,12 @@ impl Revisions {
                 .await
                 .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?,
         }
-        self.applied.insert(name.to_owned(), hash);
         Ok(())
     }
 
     /// Deletes the revision's binding, then its roles.
     async fn remove(&self, name: &str) -> Result<(), Error> {
-        self.applied.remove(&name.to_owned());
+        self.applier.forget(name);
         runtime::objects::delete(
             &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
             &roles::role_name(name, "system"),
@@ -508,7 +514,7 @@ where
         namespace,
         deployments,
         allow_list,
-        applied: Expiring::new(Duration::from_secs(3600)),
+        applier: ssa::Applier::new(rt.field_manager()),
         metrics,
     });
     reconciler::run(ctrl, reconciler)

@@ -1,11 +1,128 @@
 //! Server-side apply helpers: one field manager per binary, forced apply so
-//! that a controller owns the fields it sets, status through its subresource.
+//! that a controller owns the fields it sets, status through its subresource;
+//! and [`Applier`], which applies what a controller wants only when it
+//! changed.
+
+use std::{
+    hash::{Hash as _, Hasher as _},
+    time::Duration,
+};
 
 use kube::{
     Api, Resource,
     api::{Patch, PatchParams},
 };
 use serde::{Serialize, de::DeserializeOwned};
+
+use crate::expiring::Expiring;
+
+/// How long an [`Applier`] remembers what it applied. Past it, the next
+/// reconcile applies again once: a safety net for drift no watch shows.
+pub const APPLIED_TTL: Duration = Duration::from_secs(3600);
+
+/// Applies the objects a controller makes only when the wanted objects
+/// changed or the live one is missing: the counterpart, for the objects a
+/// controller applies, of the reconciler's `StatusWriter` for its status.
+///
+/// It remembers, per key (the object the controller works on, or one object
+/// it applies), a hash of what it last applied. A reconcile that wants the
+/// same again, while the live object is there, sends nothing. What was
+/// applied is remembered only once the apply succeeded, so a failed apply is
+/// tried again.
+#[derive(Clone)]
+pub struct Applier {
+    field_manager: String,
+    applied: Expiring<String, u64>,
+}
+
+impl Applier {
+    /// An applier applying with `field_manager`.
+    pub fn new(field_manager: impl Into<String>) -> Self {
+        Self {
+            field_manager: field_manager.into(),
+            applied: Expiring::new(APPLIED_TTL),
+        }
+    }
+
+    /// The field manager it applies with.
+    pub fn field_manager(&self) -> &str {
+        &self.field_manager
+    }
+
+    /// Whether `wanted` must be applied under `key`: nothing was applied
+    /// there lately, what was differs, or the live object is missing.
+    pub fn needs_apply<T: Serialize>(&self, key: &str, wanted: &T, live: bool) -> bool {
+        !live || self.applied.get(&key.to_owned()) != Some(hash_of(wanted))
+    }
+
+    /// Runs `apply` (which applies what `wanted` describes, one object or
+    /// several) when [`Applier::needs_apply`] says so, and remembers
+    /// `wanted` once it succeeded. `Ok(true)` when it ran.
+    pub async fn apply_with<T, F, Fut, E>(
+        &self,
+        key: &str,
+        wanted: &T,
+        live: bool,
+        apply: F,
+    ) -> Result<bool, E>
+    where
+        T: Serialize,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+    {
+        let hash = hash_of(wanted);
+        if live && self.applied.get(&key.to_owned()) == Some(hash) {
+            return Ok(false);
+        }
+        apply().await?;
+        self.applied.insert(key.to_owned(), hash);
+        Ok(true)
+    }
+
+    /// Applies `object` as the object `name` through `api`, unless it is
+    /// what was last applied under `key` and the live object is there.
+    /// `Ok(Some(answer))` when it was written.
+    pub async fn apply<K, T>(
+        &self,
+        api: &Api<K>,
+        key: &str,
+        name: &str,
+        object: &T,
+        live: bool,
+    ) -> kube::Result<Option<K>>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+        T: Serialize + std::fmt::Debug,
+    {
+        let mut answer = None;
+        self.apply_with(key, object, live, || async {
+            answer = Some(apply(api, name, object, &self.field_manager).await?);
+            Ok::<_, kube::Error>(())
+        })
+        .await?;
+        Ok(answer)
+    }
+
+    /// Whether anything was applied under `key` lately.
+    pub fn remembers(&self, key: &str) -> bool {
+        self.applied.get(&key.to_owned()).is_some()
+    }
+
+    /// Forgets what was applied under `key` (the objects were deleted, or
+    /// the owner is gone): the next apply writes.
+    pub fn forget(&self, key: &str) {
+        self.applied.remove(&key.to_owned());
+    }
+}
+
+/// A hash of what an apply would send, to tell whether it changed without
+/// keeping it.
+fn hash_of<T: Serialize>(wanted: &T) -> u64 {
+    let text = serde_json::to_string(wanted).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
 
 /// Whether every field `desired` sets already has that value in `live` (so
 /// applying `desired` would change nothing it controls). Lists compare item
@@ -230,9 +347,100 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use serde_json::json;
 
-    use super::{drops_owned, owned_by, unchanged_by};
+    use super::{Applier, drops_owned, owned_by, unchanged_by};
+
+    /// Runs `Applier::apply_with` for `wanted`, counting the applies.
+    async fn run(
+        a: &Applier,
+        key: &str,
+        wanted: &serde_json::Value,
+        live: bool,
+        fail: bool,
+        applies: &Cell<u32>,
+    ) -> Result<bool, &'static str> {
+        a.apply_with(key, wanted, live, || async {
+            applies.set(applies.get() + 1);
+            if fail { Err("refused") } else { Ok(()) }
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn the_same_wanted_objects_are_applied_once_while_the_live_one_is_there() {
+        let a = Applier::new("me");
+        let applies = Cell::new(0);
+        let want = json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}});
+        assert_eq!(run(&a, "r", &want, false, false, &applies).await, Ok(true));
+        assert_eq!(run(&a, "r", &want, true, false, &applies).await, Ok(false));
+        assert_eq!(run(&a, "r", &want, true, false, &applies).await, Ok(false));
+        assert_eq!(applies.get(), 1);
+        assert!(!a.needs_apply("r", &want, true));
+    }
+
+    #[tokio::test]
+    async fn a_changed_wanted_object_is_applied_again() {
+        let a = Applier::new("me");
+        let applies = Cell::new(0);
+        run(
+            &a,
+            "r",
+            &json!({"spec": {"replicas": 1}}),
+            true,
+            false,
+            &applies,
+        )
+        .await
+        .unwrap();
+        let changed = json!({"spec": {"replicas": 2}});
+        assert!(a.needs_apply("r", &changed, true));
+        assert_eq!(
+            run(&a, "r", &changed, true, false, &applies).await,
+            Ok(true)
+        );
+        assert_eq!(applies.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_missing_live_object_is_applied_again_though_nothing_changed() {
+        let a = Applier::new("me");
+        let applies = Cell::new(0);
+        let want = json!({"spec": {}});
+        run(&a, "r", &want, true, false, &applies).await.unwrap();
+        assert_eq!(run(&a, "r", &want, false, false, &applies).await, Ok(true));
+        assert_eq!(applies.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_apply_is_not_remembered_and_is_tried_again() {
+        let a = Applier::new("me");
+        let applies = Cell::new(0);
+        let want = json!({"spec": {}});
+        assert_eq!(
+            run(&a, "r", &want, true, true, &applies).await,
+            Err("refused")
+        );
+        assert!(!a.remembers("r"));
+        assert_eq!(run(&a, "r", &want, true, false, &applies).await, Ok(true));
+        assert_eq!(applies.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn keys_are_remembered_apart_and_forgotten_on_request() {
+        let a = Applier::new("me");
+        let applies = Cell::new(0);
+        let want = json!({"spec": {}});
+        run(&a, "one", &want, true, false, &applies).await.unwrap();
+        assert!(a.remembers("one") && !a.remembers("two"));
+        assert_eq!(run(&a, "two", &want, true, false, &applies).await, Ok(true));
+        a.forget("one");
+        assert!(!a.remembers("one"));
+        assert_eq!(run(&a, "one", &want, true, false, &applies).await, Ok(true));
+        assert_eq!(applies.get(), 3);
+    }
 
     #[test]
     fn a_label_this_manager_applied_and_no_longer_wants_needs_an_apply() {

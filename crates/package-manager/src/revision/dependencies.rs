@@ -1,9 +1,14 @@
 //! A revision's dependencies: resolved (missing ones installed) while it
 //! is active, released when it goes.
 
-use super::*;
+use kube::{Api, Resource as _, ResourceExt as _};
+use runtime::reconciler::Draft;
+use types::pkg::v1::{Provider, ProviderRevision};
 
-impl Revisions {
+use super::{context::ProviderRevisions, error::Error};
+use crate::{deps, labels};
+
+impl ProviderRevisions {
     /// Resolves the package's dependencies, installing missing ones.
     pub(super) async fn dependencies(
         &self,

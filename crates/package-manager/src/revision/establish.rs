@@ -2,7 +2,24 @@
 //! all or nothing, and who controls one that exists (control moves within a
 //! Provider by revision number; anything else is a conflict).
 
-use super::*;
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{
+    Api, Resource as _, ResourceExt,
+    runtime::{controller::Action, reflector::ObjectRef},
+};
+use runtime::{reconciler::Draft, ssa};
+use types::{common::TypedReference, pkg::v1::ProviderRevision};
+
+use super::{
+    context::{ProviderRevisions, TYPE_HEALTHY, set},
+    error::Error,
+};
+use crate::labels;
 
 /// How a CRD that exists relates to this revision.
 pub(super) enum Control {
@@ -14,7 +31,7 @@ pub(super) enum Control {
     Foreign(String),
 }
 
-impl Revisions {
+impl ProviderRevisions {
     /// The Provider's other revisions, by name → revision number.
     pub(super) fn siblings(&self, r: &ProviderRevision) -> BTreeMap<String, i64> {
         let package = r.labels().get(labels::PACKAGE).cloned();

@@ -12,256 +12,49 @@
 //! anything else is a conflict: nothing is written, Healthy=False names the
 //! owner, and the revision looks again until the owner is gone.
 //!
-//! Rooms: this module decides (the reconcile, its conditions and errors);
-//! [`establish`] installs the package's objects and says who controls one
-//! that exists; [`runtime_objects`] renders, applies, reads the health of
-//! and stops the runtime; [`dependencies`] resolves and releases the
-//! package's dependencies.
+//! Rooms, as upstream's `internal/controller/pkg/revision`: this module
+//! reconciles (apply, cleanup, the controller's watches); [`establish`]
+//! installs the package's objects and says who controls one that exists;
+//! [`runtime_objects`] runs the revision's runtime through
+//! [`crate::runtime`] and [`runtime_config`] finds what it is rendered
+//! from; [`dependencies`] resolves and releases the package's
+//! dependencies; [`context`] and [`error`] hold what they all share.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{Pod, Service, ServiceAccount},
-    },
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
-};
+use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use kube::{
-    Api, Resource, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams},
-    runtime::{
-        Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, reflector::Store,
-        watcher,
-    },
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, watcher},
 };
 use runtime::{
-    conditions,
     controller::{Runtime, cache_ready},
-    events::ReconcileError,
     expiring::Expiring,
-    reconciler::{
-        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
-    },
-    ssa,
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
 };
-use types::{
-    common::{Condition, TypedReference},
-    pkg::{
-        v1::{Provider, ProviderRevision, RevisionState},
-        v1alpha1::ControllerConfig,
-        v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec},
-    },
+use types::pkg::{
+    v1::{Provider, ProviderRevision, RevisionState},
+    v1beta1::DeploymentRuntimeConfig,
 };
 
+pub mod context;
 mod dependencies;
+pub mod error;
 mod establish;
+mod runtime_config;
 mod runtime_objects;
 
-use runtime_objects::provider_owner;
-
-use crate::{
-    PackageRuntime, convert, deps, labels,
-    packages::{FetchError, Packages},
-    render, usage,
+pub use context::{
+    CONTROLLER, DEFAULT_RUNTIME_CONFIG, FINALIZER, ProviderRevisions, Settings, TYPE_HEALTHY,
+    TYPE_RUNTIME_HEALTHY,
 };
+pub use error::Error;
 
-/// Name of this controller in metrics and events.
-pub const CONTROLLER: &str = "providerrevision";
-/// Finalizer that holds a revision until its runtime and CRDs are gone.
-pub const FINALIZER: &str = types::pkg::contract::finalizers::REVISION;
-/// Healthy: the package's CRDs are installed and established.
-pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
-/// RuntimeHealthy: the package runtime runs (its Deployment is Available).
-pub const TYPE_RUNTIME_HEALTHY: &str = types::pkg::contract::conditions::RUNTIME_HEALTHY;
-/// The runtime config a revision uses when it names none.
-pub const DEFAULT_RUNTIME_CONFIG: &str = "default";
-/// How often a revision waiting on something the watches do not show
-/// (pods, CRDs becoming established, a conflicting owner) looks again.
-const WAIT_POLL: Duration = Duration::from_secs(3);
-/// How often an unavailable runtime whose reasons stay the same is looked
-/// at again.
-const STEADY_POLL: Duration = Duration::from_secs(30);
+use crate::{args::PackageRuntime, deps, labels, packages::Packages, usage};
+use context::{WAIT_POLL, condition_true, provider_owner, set, unhealthy};
 
-/// Why reconciling a revision failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The package could not be read (the source names the package).
-    #[error("{source}")]
-    Package {
-        /// The package reference.
-        package: String,
-        /// Why.
-        #[source]
-        source: FetchError,
-    },
-    /// The revision carries no digest annotation.
-    #[error(
-        "revision has no {} annotation; delete it and the Provider makes it again",
-        labels::DIGEST
-    )]
-    NoDigest,
-    /// A CRD belongs to someone else.
-    #[error("{0}")]
-    Conflict(String),
-    /// The package is not made for the Crossplane version implemented here.
-    #[error("{0}")]
-    Constraint(String),
-    /// The package's meta says something that cannot be read.
-    #[error("{0}")]
-    Meta(String),
-    /// Dependencies are missing, incompatible or cyclic.
-    #[error("{0}")]
-    Dependencies(String),
-    /// The API server refused a CRD of the package.
-    #[error("the API server refuses CustomResourceDefinition {name} of the package: {message}")]
-    InvalidCrd {
-        /// The CRD.
-        name: String,
-        /// The API server's message.
-        message: String,
-    },
-    /// The runtime config is missing or of a kind the package manager
-    /// cannot use.
-    #[error("{0}")]
-    RuntimeConfig(String),
-    /// The runtime could not be rendered from the runtime config.
-    #[error("cannot render the package runtime: {0}")]
-    Render(String),
-    /// A request for the revision's CRDs or runtime failed.
-    #[error("failed to {0}")]
-    Request(&'static str, #[source] kube::Error),
-    /// Another request to the control cluster failed.
-    #[error(transparent)]
-    Control(#[from] ControlError),
-    /// The provider's certificates could not be made.
-    #[error("cannot make the provider's TLS certificates: {0}")]
-    Tls(#[from] crate::tls::Error),
-}
-
-impl From<crate::crds::DryRunError> for Error {
-    fn from(e: crate::crds::DryRunError) -> Self {
-        match e {
-            crate::crds::DryRunError::Refused { name, message } => {
-                Error::InvalidCrd { name, message }
-            }
-            crate::crds::DryRunError::Failed(e) => Error::Request("check a CRD (dry run)", e),
-        }
-    }
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Package { .. } | Error::NoDigest => "CannotReadPackage",
-            Error::Conflict(_) => "ConflictingCustomResourceDefinition",
-            Error::Dependencies(_) => "UnresolvedDependencies",
-            Error::Constraint(_) => "IncompatibleCrossplaneVersion",
-            Error::Meta(_) => "InvalidPackage",
-            Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
-            Error::RuntimeConfig(_) | Error::Render(_) | Error::Tls(_) => "CannotRunPackageRuntime",
-            Error::Request(..) => "CannotEstablishPackageObjects",
-            Error::Control(_) => CONTROL_REQUEST_FAILED,
-        }
-    }
-
-    fn retry_within(&self) -> Option<Duration> {
-        match self {
-            // The owner going away, a registry coming back and a runtime
-            // config being created are noticed within this bound.
-            Error::Conflict(_) | Error::RuntimeConfig(_) | Error::Dependencies(_) => {
-                Some(Duration::from_secs(10))
-            }
-            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
-            _ => None,
-        }
-    }
-}
-
-/// Settings of the revision controller.
-#[derive(Clone)]
-pub struct Settings {
-    /// Where runtimes run (the package manager's namespace).
-    pub namespace: String,
-    /// Deployment or External.
-    pub mode: PackageRuntime,
-    /// Honour runtimeConfigRef (true) or the deprecated
-    /// controllerConfigRef (false).
-    pub enable_runtime_config: bool,
-    /// How often a healthy revision is looked at again.
-    pub resync: Duration,
-    /// Whether a runtime config may make a runtime break the Pod Security
-    /// Standard "restricted" (host access, privilege, root): the
-    /// operator's explicit choice, off by default.
-    pub allow_unrestricted_runtimes: bool,
-}
-
-/// The revision controller's reconciler.
-pub struct Revisions {
-    sk: Skeleton,
-    field_manager: String,
-    packages: Packages,
-    settings: Settings,
-    revisions: Store<ProviderRevision>,
-    deployments: Store<Deployment>,
-    providers: Store<Provider>,
-    /// What was last applied for a revision's runtime (a hash), so an
-    /// unchanged runtime is not written again.
-    applied: Expiring<String, u64>,
-    /// The Providers' certificates.
-    certificates: crate::tls::Certificates,
-}
-
-/// What is wrong with an unhealthy revision, as its conditions say.
-pub fn unhealthy_message(r: &ProviderRevision) -> Option<String> {
-    let conds = conditions::of(r);
-    [TYPE_HEALTHY, TYPE_RUNTIME_HEALTHY]
-        .iter()
-        .filter_map(|t| conditions::get(conds, t))
-        .find(|c| c.status != "True")
-        .map(|c| {
-            format!(
-                "revision {}: {}",
-                r.name_any(),
-                c.message
-                    .clone()
-                    .or_else(|| c.reason.clone())
-                    .unwrap_or_default()
-            )
-        })
-}
-
-fn set(
-    status: &mut Draft<ProviderRevision>,
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: Option<String>,
-) {
-    conditions::set(
-        &mut status.conditions,
-        conditions::custom(type_, ok, reason, message),
-        &conditions::now(),
-    );
-}
-
-/// Healthy=False with the error's message.
-fn unhealthy(status: &mut Draft<ProviderRevision>, reason: &str, e: &Error) {
-    set(
-        status,
-        TYPE_HEALTHY,
-        false,
-        reason,
-        Some(runtime::events::error_chain(e)),
-    );
-}
-
-fn condition_true(status: &Draft<ProviderRevision>, type_: &str) -> bool {
-    conditions::get(&status.conditions, type_).is_some_and(|c: &Condition| c.status == "True")
-}
-
-impl Reconciler for Revisions {
+impl Reconciler for ProviderRevisions {
     type Object = ProviderRevision;
     type Error = Error;
 
@@ -322,11 +115,10 @@ impl Reconciler for Revisions {
                 return Err(e);
             }
         }
+        let declared = deps::declared(r, &contents.meta.depends_on);
         if r.spec.skip_dependency_resolution != Some(true)
-            && !contents.meta.depends_on.is_empty()
-            && let Err(e) = self
-                .dependencies(r, &contents.meta.depends_on, status)
-                .await
+            && !declared.is_empty()
+            && let Err(e) = self.dependencies(r, &declared, status).await
         {
             unhealthy(status, "UnresolvedDependencies", &e);
             return Err(e);
@@ -337,7 +129,7 @@ impl Reconciler for Revisions {
             PackageRuntime::External => None,
         };
         let service = match &config {
-            Some(Ok((c, _))) => render::service_name(c, &provider),
+            Some(Ok((c, _))) => crate::runtime::render::service_name(c, &provider),
             _ => provider.clone(),
         };
         let webhooks = contents
@@ -475,7 +267,7 @@ impl Reconciler for Revisions {
         }
         if waiting.is_empty() {
             self.release_dependencies(r).await?;
-            self.applied.remove(&r.name_any());
+            self.runtimes.forget(&r.name_any());
             return Ok(Cleanup::Done);
         }
         set(
@@ -490,35 +282,6 @@ impl Reconciler for Revisions {
 
     /// `apply` set the conditions itself.
     fn failed(&self, _r: &ProviderRevision, _status: &mut Draft<ProviderRevision>, _message: &str) {
-    }
-}
-
-impl Revisions {
-    pub(super) fn crds_api(&self) -> Api<CustomResourceDefinition> {
-        Api::all(self.sk.client().clone())
-    }
-
-    pub(super) fn exists(&self, revision: &str) -> bool {
-        self.revisions.get(&ObjectRef::new(revision)).is_some()
-    }
-
-    /// Reads the revision's package (from the cache; the registry only
-    /// when the cache lost it).
-    pub(super) async fn package(&self, r: &ProviderRevision) -> Result<oci::xpkg::Contents, Error> {
-        let digest = r
-            .annotations()
-            .get(labels::DIGEST)
-            .and_then(|d| oci::Digest::parse(d))
-            .ok_or(Error::NoDigest)?;
-        let fetched = self
-            .packages
-            .fetch(&r.spec.package, &digest, &r.spec.package_pull_secrets)
-            .await
-            .map_err(|source| Error::Package {
-                package: r.spec.package.clone(),
-                source,
-            })?;
-        Ok(fetched.contents)
     }
 }
 
@@ -597,14 +360,15 @@ pub fn controller(
         use futures::StreamExt as _;
         provider_stream.for_each(|_| futures::future::ready(()))
     };
-    let reconciler = Arc::new(Revisions {
+    let reconciler = Arc::new(ProviderRevisions {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         packages,
         revisions,
         deployments,
         providers,
-        applied: Expiring::new(Duration::from_secs(3600)),
+        runtimes: crate::runtime::apply::Runtimes::new(rt.client.clone(), &rt.field_manager()),
+        warned: Expiring::new(Duration::from_secs(3600)),
         certificates: crate::tls::Certificates::new(
             rt.client.clone(),
             &settings.namespace,

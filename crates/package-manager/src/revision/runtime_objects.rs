@@ -2,87 +2,33 @@
 //! changed, its health read from the Deployment (and the pods' waiting
 //! reasons), stopped when the revision is inactive or goes.
 
-use super::*;
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
+use kube::{
+    Api, ResourceExt as _,
+    api::ListParams,
+    runtime::{controller::Action, reflector::ObjectRef},
+};
+use runtime::{conditions, reconciler::Draft};
+use types::pkg::{v1::ProviderRevision, v1beta1::DeploymentRuntimeConfigSpec};
 
-impl Revisions {
-    /// The runtime config the revision's runtime is rendered from, and
-    /// whether it came from a ControllerConfig (whose image wins).
-    pub(super) async fn runtime_config(
-        &self,
-        r: &ProviderRevision,
-    ) -> Result<(DeploymentRuntimeConfigSpec, bool), Error> {
-        if !self.settings.enable_runtime_config
-            && let Some(cc) = &r.spec.controller_config_ref
-        {
-            let api = Api::<ControllerConfig>::all(self.sk.client().clone());
-            let found = api
-                .get_opt(&cc.name)
-                .await
-                .map_err(|e| Error::Request("read a ControllerConfig", e))?;
-            let Some(found) = found else {
-                return Err(Error::RuntimeConfig(format!(
-                    "ControllerConfig {} (spec.controllerConfigRef) does not exist; create it or remove the reference",
-                    cc.name
-                )));
-            };
-            return Ok((convert::spec_from_controller_config(&found.spec), true));
-        }
-        if self.settings.enable_runtime_config && r.spec.controller_config_ref.is_some() {
-            self.warn_once(
-                r,
-                "ControllerConfigIgnored",
-                "spec.controllerConfigRef is ignored: the package manager runs with --enable-runtime-config=true; convert it with `package-manager convert controllerconfig` and use spec.runtimeConfigRef",
-            )
-            .await;
-        }
-        let (kind, api_version, name) = match &r.spec.runtime_config_ref {
-            Some(c) => (
-                c.kind
-                    .clone()
-                    .unwrap_or_else(|| "DeploymentRuntimeConfig".into()),
-                c.api_version
-                    .clone()
-                    .unwrap_or_else(|| "pkg.crossplane.io/v1beta1".into()),
-                c.name.clone(),
-            ),
-            None => (
-                "DeploymentRuntimeConfig".into(),
-                "pkg.crossplane.io/v1beta1".into(),
-                DEFAULT_RUNTIME_CONFIG.into(),
-            ),
-        };
-        let group_ok = api_version.split('/').next() == Some("pkg.crossplane.io");
-        if kind != "DeploymentRuntimeConfig" || !group_ok {
-            return Err(Error::RuntimeConfig(format!(
-                "spec.runtimeConfigRef names {api_version} {kind} {name}, which --package-runtime=Deployment cannot use; name a pkg.crossplane.io DeploymentRuntimeConfig"
-            )));
-        }
-        let api = Api::<DeploymentRuntimeConfig>::all(self.sk.client().clone());
-        let found = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| Error::Request("read a DeploymentRuntimeConfig", e))?;
-        match found {
-            Some(c) => Ok((c.spec, false)),
-            None => Err(Error::RuntimeConfig(format!(
-                "DeploymentRuntimeConfig {name} (spec.runtimeConfigRef) does not exist; create it or name another"
-            ))),
-        }
+use super::{
+    context::{
+        ProviderRevisions, STEADY_POLL, TYPE_RUNTIME_HEALTHY, WAIT_POLL, provider_owner, set,
+    },
+    error::Error,
+};
+use crate::{
+    labels,
+    runtime::{apply::ApplyError, health, render},
+};
+
+impl From<ApplyError> for Error {
+    fn from(e: ApplyError) -> Self {
+        Error::Request(e.what, e.source)
     }
+}
 
-    pub(super) async fn warn_once(&self, r: &ProviderRevision, reason: &str, note: &str) {
-        let key = format!("{}/{reason}", r.name_any());
-        if self.applied.get(&key).is_some() {
-            return;
-        }
-        self.applied.insert(key, 0);
-        self.sk
-            .reporting
-            .events
-            .warning(&r.object_ref(&()), reason, note.to_owned())
-            .await;
-    }
-
+impl ProviderRevisions {
     /// Renders and applies the runtime, then reports its health.
     pub(super) async fn run_runtime(
         &self,
@@ -134,7 +80,7 @@ impl Revisions {
             common_labels: &common_labels,
             common_annotations: &common_annotations,
         };
-        let mut rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
+        let rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
         if !self.settings.allow_unrestricted_runtimes {
             let pod = rendered
                 .deployment
@@ -160,10 +106,9 @@ impl Revisions {
                 )));
             }
         }
-        // Only the Deployment is the revision's: the Service and the
-        // ServiceAccount are the Provider's, the same across revisions.
-        label(&mut rendered.deployment, &name);
-        let hash = runtime_hash(&rendered);
+        // The Deployment carries the revision label (render puts it there);
+        // the Service and the ServiceAccount are the Provider's, the same
+        // across revisions.
         let deployment_name = rendered
             .deployment
             .pointer("/metadata/name")
@@ -173,54 +118,11 @@ impl Revisions {
         let live = self
             .deployments
             .get(&ObjectRef::new(&deployment_name).within(&self.settings.namespace));
-        if self.applied.get(&name) != Some(hash) || live.is_none() {
-            self.apply_runtime(&rendered).await?;
-            self.applied.insert(name.clone(), hash);
-        }
+        self.runtimes
+            .apply(&name, &self.settings.namespace, &rendered, live.is_some())
+            .await?;
         self.runtime_health(r, live.as_deref(), &deployment_name, status)
             .await
-    }
-
-    pub(super) async fn apply_runtime(&self, rendered: &render::Rendered) -> Result<(), Error> {
-        let client = self.sk.client().clone();
-        let ns = &self.settings.namespace;
-        self.apply_one(
-            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
-            &rendered.service_account,
-            "apply the runtime's ServiceAccount",
-        )
-        .await?;
-        self.apply_one(
-            &Api::<Service>::namespaced(client.clone(), ns),
-            &rendered.service,
-            "apply the runtime's Service",
-        )
-        .await?;
-        self.apply_one(
-            &Api::<Deployment>::namespaced(client, ns),
-            &rendered.deployment,
-            "apply the runtime's Deployment",
-        )
-        .await
-    }
-
-    pub(super) async fn apply_one<K>(
-        &self,
-        api: &Api<K>,
-        object: &serde_json::Value,
-        what: &'static str,
-    ) -> Result<(), Error>
-    where
-        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    {
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(|n| n.as_str())
-            .unwrap_or_default();
-        ssa::apply(api, name, object, &self.field_manager)
-            .await
-            .map_err(|e| Error::Request(what, e))?;
-        Ok(())
     }
 
     /// RuntimeHealthy from the Deployment's Available condition, naming the
@@ -232,8 +134,8 @@ impl Revisions {
         deployment: &str,
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
-        let available = crate::health::available(live);
-        if crate::health::is_available(live) {
+        let available = health::available(live);
+        if health::is_available(live) {
             set(status, TYPE_RUNTIME_HEALTHY, true, "HealthyRuntime", None);
             return Ok(Action::requeue(self.settings.resync));
         }
@@ -241,7 +143,7 @@ impl Revisions {
             .list(&ListParams::default().labels(&format!("{}={}", labels::REVISION, r.name_any())))
             .await
             .map_err(|e| Error::Request("list the runtime's pods", e))?;
-        let reasons = crate::health::waiting_reasons(&pods.items);
+        let reasons = health::waiting_reasons(&pods.items);
         let mut message = format!(
             "Deployment {}/{deployment} is not available",
             self.settings.namespace
@@ -277,59 +179,19 @@ impl Revisions {
     /// Deletes the revision's runtime Deployment (the Service and
     /// ServiceAccount are the Provider's and stay for the next revision).
     pub(super) async fn stop_runtime(&self, r: &ProviderRevision) -> Result<(), Error> {
-        let selector = format!("{}={}", labels::REVISION, r.name_any());
+        let name = r.name_any();
         let running = self
             .deployments
             .state()
             .iter()
-            .any(|d| d.labels().get(labels::REVISION) == Some(&r.name_any()));
-        if !running && self.applied.get(&r.name_any()).is_none() {
+            .any(|d| d.labels().get(labels::REVISION) == Some(&name));
+        if !running && !self.runtimes.applied(&name) {
             return Ok(());
         }
-        let client = self.sk.client().clone();
-        let ns = &self.settings.namespace;
-        let lp = ListParams::default().labels(&selector);
-        let dp = DeleteParams::background();
-        Api::<Deployment>::namespaced(client, ns)
-            .delete_collection(&dp, &lp)
-            .await
-            .map_err(|e| Error::Request("delete the runtime's Deployment", e))?;
-        self.applied.remove(&r.name_any());
+        let selector = format!("{}={name}", labels::REVISION);
+        self.runtimes
+            .stop(&name, &self.settings.namespace, &selector)
+            .await?;
         Ok(())
     }
-}
-
-/// The revision's Provider as the controller of what outlives a revision
-/// (certificates, Service, ServiceAccount). Not blocking the Provider's
-/// deletion: they go after it.
-pub(super) fn provider_owner(r: &ProviderRevision) -> Option<OwnerReference> {
-    r.owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "Provider")
-        .cloned()
-        .map(|mut o| {
-            o.block_owner_deletion = None;
-            o
-        })
-}
-
-/// Adds the revision label to an object the revision owns.
-pub(super) fn label(object: &mut serde_json::Value, revision: &str) {
-    let Some(meta) = object.get_mut("metadata").and_then(|m| m.as_object_mut()) else {
-        return;
-    };
-    let labels = meta
-        .entry("labels")
-        .or_insert_with(|| serde_json::json!({}));
-    if let Some(l) = labels.as_object_mut() {
-        l.insert(labels::REVISION.into(), revision.into());
-    }
-}
-
-pub(super) fn runtime_hash(rendered: &render::Rendered) -> u64 {
-    reconciler::value_hash(&serde_json::json!([
-        rendered.service_account,
-        rendered.service,
-        rendered.deployment,
-    ]))
 }

@@ -7,7 +7,7 @@
 //! with the last stack that owns or depends on it. Ready says whether the
 //! CRDs are there and established and the controller is available.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::{apps::v1::Deployment, core::v1::ServiceAccount},
@@ -27,19 +27,20 @@ use oci::stack::CrdSelector;
 use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
-    expiring::Expiring,
-    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton, value_hash},
-    ssa,
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
 };
 use serde_json::json;
 use types::extensions::v1alpha1::Extension;
 
-use crate::podsecurity;
-
 use super::{
-    DEPENDS_ON, EXTENSION_LABEL, Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, installed_crd,
-    marked, set_ready, stack_label,
+    error::Error,
+    ownership::{
+        self, DEPENDS_ON, EXTENSION_LABEL, OWNER_ANNOTATION, OWNS, Release, extension_exists,
+        installed_crd, stack_label,
+    },
+    status::set_ready,
 };
+use crate::runtime::{apply::Runtimes, stack};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "extension";
@@ -53,23 +54,11 @@ const WAIT_POLL: Duration = Duration::from_secs(5);
 /// The reconciler.
 pub struct Extensions {
     sk: Skeleton,
-    field_manager: String,
     crds: Store<CustomResourceDefinition>,
-    /// A hash of the controller Deployment last applied per Extension UID.
-    applied: Expiring<String, u64>,
+    /// Applies the controllers (per Extension UID: an unchanged one is not
+    /// written again).
+    runtimes: Runtimes,
     resync: Duration,
-}
-
-/// Whether an Extension is Ready.
-pub fn ready(e: &Extension) -> bool {
-    conditions::get(conditions::of(e), conditions::TYPE_READY).is_some_and(|c| c.status == "True")
-}
-
-/// Its Ready message (why not).
-pub fn ready_message(e: &Extension) -> String {
-    conditions::get(conditions::of(e), conditions::TYPE_READY)
-        .and_then(|c| c.message.clone())
-        .unwrap_or_else(|| "not reconciled yet".to_owned())
 }
 
 /// Why the controller cannot work yet for want of its role: the
@@ -141,28 +130,19 @@ impl Reconciler for Extensions {
                 missing.push(r.to_string());
                 continue;
             };
-            let owner = crd.annotations().get(OWNER_ANNOTATION).cloned();
-            if let Some(owner) = owner.clone().filter(|o| *o != me)
-                && super::extension_exists(self.sk.client(), &owner).await?
-            {
-                return Err(Error::Conflict(format!(
-                    "CRD {} is owned by Extension {owner}; two stacks cannot own one CRD: remove it from spec.customresourcedefinitions.owns or uninstall {owner}",
-                    crd.name_any()
-                )));
-            }
-            // Only a CRD a stack installed can be owned: one made by hand,
-            // by Helm or by a Provider package stays its maker's.
-            if owner.as_deref() != Some(me.as_str())
-                && crd
-                    .labels()
-                    .get(INSTALLED_LABEL)
-                    .is_none_or(|v| v != "true")
-            {
-                return Err(Error::Conflict(format!(
-                    "CRD {} was not installed by a stack ({}); an Extension can own only CRDs its stack installed: remove it from spec.customresourcedefinitions.owns, or list it under dependsOn",
-                    crd.name_any(),
-                    crate::crds::maker(&crd)
-                )));
+            let holder = ownership::holder(crd.labels(), crd.annotations());
+            let owner_exists = match ownership::other_owner(&holder, &me) {
+                Some(o) => extension_exists(self.sk.client(), o).await?,
+                None => false,
+            };
+            if let Some(why) = ownership::own_refusal(
+                &me,
+                &crd.name_any(),
+                &crate::crds::maker(&crd),
+                &holder,
+                owner_exists,
+            ) {
+                return Err(Error::Conflict(why));
             }
             self.mark(&crd, &label, OWNS, Some(&me)).await?;
             if !crate::crds::established(&crd) {
@@ -256,14 +236,8 @@ impl Reconciler for Extensions {
                 continue;
             }
             let rv = crd.resource_version();
-            let mut rest: BTreeMap<String, String> = crd.labels().clone();
-            rest.remove(&label);
-            if !marked(&rest)
-                && crd
-                    .labels()
-                    .get(INSTALLED_LABEL)
-                    .is_some_and(|v| v == "true")
-            {
+            let release = ownership::release(crd.labels(), crd.annotations(), &label, &me);
+            if release == Release::Delete {
                 tracing::info!(crd = %crd.name_any(), "deleting a CRD no installed stack owns or depends on any more");
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
@@ -279,7 +253,7 @@ impl Reconciler for Extensions {
                 }
                 continue;
             }
-            let patch = if crd.annotations().get(OWNER_ANNOTATION) == Some(&me) {
+            let patch = if release == (Release::LetGo { owner: true }) {
                 json!({"metadata": {"resourceVersion": rv, "labels": {label.clone(): null}, "annotations": {OWNER_ANNOTATION: null}}})
             } else {
                 json!({"metadata": {"resourceVersion": rv, "labels": {label.clone(): null}}})
@@ -292,7 +266,7 @@ impl Reconciler for Extensions {
             .await
             .map_err(|e| Error::Request("let go of a CRD another stack still uses", e))?;
         }
-        self.applied.remove(&e.uid().unwrap_or_default());
+        self.runtimes.forget(&e.uid().unwrap_or_default());
         Ok(Cleanup::Done)
     }
 }
@@ -307,20 +281,10 @@ impl Extensions {
         value: &str,
         owner: Option<&str>,
     ) -> Result<(), Error> {
-        let has_label = crd.labels().get(label).is_some_and(|v| v == value);
-        let has_owner = owner.is_none_or(|o| {
-            crd.annotations()
-                .get(OWNER_ANNOTATION)
-                .is_some_and(|a| a == o)
-        });
-        if has_label && has_owner {
+        let Some(patch) =
+            ownership::mark_patch(crd.labels(), crd.annotations(), (label, value), owner)
+        else {
             return Ok(());
-        }
-        let patch = match owner {
-            Some(o) => {
-                json!({"metadata": {"labels": {label: value}, "annotations": {OWNER_ANNOTATION: o}}})
-            }
-            None => json!({"metadata": {"labels": {label: value}}}),
         };
         Api::<CustomResourceDefinition>::all(self.sk.client().clone())
             .patch(
@@ -401,7 +365,6 @@ impl Extensions {
                 d.name
             )));
         }
-        let labels = json!({EXTENSION_LABEL: name});
         let service_account = e
             .controller_service_account()
             .unwrap_or_else(|| name.clone());
@@ -409,15 +372,8 @@ impl Extensions {
         // What install.yaml asks of the pod is data: host access, privilege
         // and root are refused, the rest is made "restricted", and the pod
         // runs as the ServiceAccount made for this Extension alone.
-        let mut spec = d.spec.clone();
-        let pod_path = "spec.controller.deployment.spec.template.spec";
-        let mut refused = podsecurity::violations(
-            spec.pointer("/template/spec")
-                .unwrap_or(&serde_json::Value::Null),
-            pod_path,
-        );
-        let sa_api = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
-        let existing = sa_api
+        let mut refused = stack::refusals(&d.spec);
+        let existing = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
             .get_opt(&service_account)
             .await
             .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
@@ -425,7 +381,8 @@ impl Extensions {
             && !runtime::objects::controlled_by(sa.owner_references(), &uid)
         {
             refused.push(format!(
-                "{pod_path}.serviceAccountName: ServiceAccount {ns}/{service_account} exists and was not made for this Extension; a stack's controller runs only as a ServiceAccount the package-manager creates for it: name one that does not exist, or leave it unset"
+                "{}.serviceAccountName: ServiceAccount {ns}/{service_account} exists and was not made for this Extension; a stack's controller runs only as a ServiceAccount the package-manager creates for it: name one that does not exist, or leave it unset",
+                stack::POD_PATH
             ));
         }
         if !refused.is_empty() {
@@ -439,53 +396,36 @@ impl Extensions {
                 refused.join("; ")
             )));
         }
-        if let Some(pod) = spec
-            .pointer_mut("/template/spec")
-            .and_then(|p| p.as_object_mut())
-        {
-            pod.remove("serviceAccount");
-            pod.insert(
-                "serviceAccountName".into(),
-                serde_json::Value::String(service_account.clone()),
-            );
-        }
-        if let Some(pod) = spec.pointer_mut("/template/spec") {
-            podsecurity::harden(pod);
-        }
-        let deployment = json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": d.name, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
-            "spec": spec,
-        });
-        let hash = value_hash(&json!([deployment, service_account]));
-        if live.is_none() || self.applied.get(&uid) != Some(hash) {
-            let body = json!({
-                "apiVersion": "v1", "kind": "ServiceAccount",
-                "metadata": {"name": service_account, "namespace": ns, "labels": labels, "ownerReferences": [owner]},
-            });
-            ssa::apply(&sa_api, &service_account, &body, &self.field_manager)
-                .await
-                .map_err(|e| Error::Request("apply the controller's ServiceAccount", e))?;
-            let api = Api::<Deployment>::namespaced(client, &ns);
-            if let Err(err) = ssa::apply(&api, &d.name, &deployment, &self.field_manager).await {
-                return Err(match err {
-                    kube::Error::Api(a) if a.code == 422 || a.code == 400 => {
-                        Error::Invalid(format!(
-                            "the API server refuses the controller Deployment {ns}/{}: {}; fix spec.controller.deployment",
-                            d.name, a.message
-                        ))
-                    }
-                    err => Error::Request("apply the controller Deployment", err),
-                });
-            }
-            self.applied.insert(uid, hash);
+        let rendered = stack::render(&ns, &name, (&d.name, &d.spec), &service_account, &owner);
+        let applied = self
+            .runtimes
+            .apply_controller(
+                &uid,
+                &ns,
+                &rendered.service_account,
+                &rendered.deployment,
+                live.is_some(),
+            )
+            .await
+            .map_err(|e| match e.source {
+                kube::Error::Api(a)
+                    if e.what == "apply the controller Deployment"
+                        && (a.code == 422 || a.code == 400) =>
+                {
+                    Error::Invalid(format!(
+                        "the API server refuses the controller Deployment {ns}/{}: {}; fix spec.controller.deployment",
+                        d.name, a.message
+                    ))
+                }
+                err => Error::Request(e.what, err),
+            })?;
+        if applied {
             return Ok(Some(format!(
                 "controller Deployment {ns}/{} was applied; waiting for it to become available",
                 d.name
             )));
         }
-        let available = crate::health::available(live.as_ref()).cloned();
+        let available = crate::runtime::health::available(live.as_ref()).cloned();
         Ok(match available {
             Some(c) if c.status == "True" => None,
             Some(c) => Some(format!(
@@ -555,9 +495,8 @@ where
         .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Extensions {
         sk: Skeleton::new(rt, CONTROLLER),
-        field_manager: rt.field_manager(),
         crds,
-        applied: Expiring::new(Duration::from_secs(3600)),
+        runtimes: Runtimes::new(rt.client.clone(), &rt.field_manager()),
         resync,
     });
     reconciler::run(ctrl, reconciler)

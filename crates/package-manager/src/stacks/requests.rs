@@ -12,7 +12,7 @@
 //! other request still holds; each Extension's finalizer then stops its
 //! controller and deletes the CRDs no installed stack still uses.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -27,10 +27,7 @@ use kube::{
         watcher,
     },
 };
-use oci::{
-    Digest,
-    stack::{CrdSelector, Stack},
-};
+use oci::{Digest, stack::CrdSelector};
 use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
@@ -44,10 +41,14 @@ use types::{
 };
 
 use super::{
-    Error, INSTALLED_LABEL, OWNER_ANNOTATION, OWNS, PACKAGE_ANNOTATION, crd_refs, extension_name,
-    extensions::{ready, ready_message},
+    error::Error,
     index::{Candidate, Index},
-    install_order, installed_crd, set_ready, stack_label,
+    ownership::{
+        self, OWNER_ANNOTATION, crd_body, crd_ref_of, crd_refs, extension_exists, installed_crd,
+        stack_label,
+    },
+    plan::{PACKAGE_ANNOTATION, Planned, extension_body, extension_name, plan},
+    status::{ready, ready_message, set_ready},
 };
 
 /// Name of this controller in metrics and events.
@@ -56,19 +57,8 @@ pub const CONTROLLER: &str = "extensionrequest";
 /// Extension watch usually wakes it first).
 const WAIT_POLL: Duration = Duration::from_secs(5);
 
-/// One stack of an install plan.
-#[derive(Clone, Debug)]
-struct Planned {
-    reference: String,
-    digest: Digest,
-    stack: Stack,
-    /// Extensions (`namespace/name`) that own CRDs this stack depends on
-    /// and were installed before: it waits until they are Ready.
-    waits_on: Vec<String>,
-}
-
 /// The reconciler.
-pub struct Requests {
+pub struct ExtensionRequests {
     sk: Skeleton,
     field_manager: String,
     index: Index,
@@ -78,104 +68,7 @@ pub struct Requests {
     resync: Duration,
 }
 
-/// The CRD object a package's CRD installs as.
-fn crd_body(object: &serde_json::Value, owner: &str, label: &str) -> serde_json::Value {
-    let mut labels = object
-        .pointer("/metadata/labels")
-        .and_then(|l| l.as_object())
-        .cloned()
-        .unwrap_or_default();
-    labels.insert(INSTALLED_LABEL.into(), "true".into());
-    labels.insert(label.into(), OWNS.into());
-    let mut annotations = object
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.as_object())
-        .cloned()
-        .unwrap_or_default();
-    annotations.insert(OWNER_ANNOTATION.into(), owner.into());
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": object.pointer("/metadata/name").cloned().unwrap_or_default(),
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": object.get("spec").cloned().unwrap_or_default(),
-    })
-}
-
-/// The Extension record of a stack (seed 001: "the file based content is
-/// translated into a YAML based version").
-fn extension_body(
-    ns: &str,
-    name: &str,
-    p: &Planned,
-    owner: &OwnerReference,
-    crd_refs: (Vec<CrdRef>, Vec<CrdRef>),
-) -> serde_json::Value {
-    let mut spec = serde_json::to_value(p.stack.app.record()).unwrap_or_else(|_| json!({}));
-    if let Some(spec) = spec.as_object_mut() {
-        spec.insert(
-            "customresourcedefinitions".into(),
-            json!({"owns": crd_refs.0, "dependsOn": crd_refs.1}),
-        );
-        if let Some(d) = &p.stack.install {
-            let mut deployment_spec = d.get("spec").cloned().unwrap_or_else(|| json!({}));
-            // The controller runs as its own ServiceAccount, which the
-            // rbac-manager binds to the stack's role.
-            let dname = d
-                .pointer("/metadata/name")
-                .and_then(|n| n.as_str())
-                .unwrap_or(name);
-            if deployment_spec
-                .pointer("/template/spec/serviceAccountName")
-                .is_none()
-                && let Some(pod) = deployment_spec
-                    .pointer_mut("/template/spec")
-                    .and_then(|s| s.as_object_mut())
-            {
-                pod.insert("serviceAccountName".into(), dname.into());
-            }
-            spec.insert(
-                "controller".into(),
-                json!({"deployment": {"name": dname, "spec": deployment_spec}}),
-            );
-        }
-        if !p.stack.rules.is_empty() {
-            spec.insert("permissions".into(), json!({"rules": p.stack.rules}));
-        }
-    }
-    json!({
-        "apiVersion": "extensions.crossplane.io/v1alpha1",
-        "kind": "Extension",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "annotations": {PACKAGE_ANNOTATION: format!("{}@{}", p.reference, p.digest)},
-            "ownerReferences": [owner],
-        },
-        "spec": spec,
-    })
-}
-
-fn crd_ref_of(crd: &serde_json::Value) -> Vec<CrdRef> {
-    let text = |p: &str| {
-        crd.pointer(p)
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    oci::stack::versions_of(crd)
-        .into_iter()
-        .map(|v| CrdRef {
-            kind: text("/spec/names/kind"),
-            api_version: format!("{}/{v}", text("/spec/group")),
-        })
-        .collect()
-}
-
-impl Reconciler for Requests {
+impl Reconciler for ExtensionRequests {
     type Object = ExtensionRequest;
     type Error = Error;
 
@@ -234,7 +127,7 @@ impl Reconciler for Requests {
                 ));
             }
         };
-        let plan = self.plan(&ns, &source, root).await?;
+        let plan = plan(&self.index, &self.crds, (&ns, &source), root).await?;
         let Some(owner) = owner_ref(r) else {
             return Ok(Action::requeue(WAIT_POLL));
         };
@@ -336,7 +229,7 @@ fn owner_ref(r: &ExtensionRequest) -> Option<OwnerReference> {
     Some(o)
 }
 
-impl Requests {
+impl ExtensionRequests {
     /// The installed CRD a selector names.
     fn installed(&self, selector: &CrdSelector) -> Option<Arc<CustomResourceDefinition>> {
         installed_crd(&self.crds, selector)
@@ -478,89 +371,6 @@ impl Requests {
         Ok(())
     }
 
-    /// The stacks to install for `root`, dependencies first: every
-    /// `dependsOn` CRD not installed is resolved to the stack that owns it
-    /// in `source`, recursively; cycles are refused naming their path.
-    async fn plan(&self, ns: &str, source: &str, root: Candidate) -> Result<Vec<Planned>, Error> {
-        let mut stacks: BTreeMap<String, Planned> = BTreeMap::new();
-        let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut queue = vec![root.clone()];
-        while let Some(c) = queue.pop() {
-            if stacks.contains_key(&c.reference) {
-                continue;
-            }
-            let package = self
-                .index
-                .packages()
-                .fetch_stack(&c.reference, &c.digest)
-                .await?;
-            let mut resolved = Vec::new();
-            let mut waits_on = Vec::new();
-            for selector in &package.stack.depends_on {
-                if let Some(crd) = self.installed(selector) {
-                    if let Some(owner) = crd.annotations().get(OWNER_ANNOTATION)
-                        && *owner != format!("{ns}/{}", extension_name(&c.reference))
-                    {
-                        waits_on.push(owner.clone());
-                    }
-                    continue;
-                }
-                // A stack already in the plan (this one included) that owns it.
-                let planned = stacks
-                    .values()
-                    .map(|p| (&p.reference, &p.stack))
-                    .chain(std::iter::once((&c.reference, &package.stack)))
-                    .find(|(_, stack)| stack.crds.iter().any(|crd| selector.matches(crd)))
-                    .map(|(reference, _)| reference.clone());
-                let dependency = match planned {
-                    Some(p) => p,
-                    None => {
-                        let owner =
-                            self.index
-                                .owner(source, selector)
-                                .await
-                                .map_err(|e| match e {
-                                    Error::NotFound(m) => Error::NotFound(format!(
-                                        "{} depends on CRD {selector}: {m}",
-                                        c.reference
-                                    )),
-                                    Error::Ambiguous(m) => Error::Ambiguous(format!(
-                                        "{} depends on CRD {selector}: {m}",
-                                        c.reference
-                                    )),
-                                    e => e,
-                                })?;
-                        let reference = owner.reference.clone();
-                        queue.push(owner);
-                        reference
-                    }
-                };
-                if dependency != c.reference {
-                    resolved.push(dependency);
-                }
-            }
-            deps.insert(c.reference.clone(), resolved);
-            stacks.insert(
-                c.reference.clone(),
-                Planned {
-                    reference: c.reference,
-                    digest: c.digest,
-                    stack: package.stack,
-                    waits_on,
-                },
-            );
-        }
-        let order = install_order(&root.reference, &deps).map_err(|path| {
-            Error::Cycle(format!(
-                "the stacks' dependencies form a cycle: {path}; a stack cannot depend, even indirectly, on a CRD of its own dependents"
-            ))
-        })?;
-        Ok(order
-            .into_iter()
-            .filter_map(|r| stacks.remove(&r))
-            .collect())
-    }
-
     /// Makes the Extension record of one planned stack (held by this
     /// request) and installs its CRDs (all checked by a dry run first).
     async fn install(
@@ -591,20 +401,15 @@ impl Requests {
                 .to_owned();
             let live = self.crds.get(&ObjectRef::new(&crd_name));
             if let Some(live) = &live {
-                match live.annotations().get(OWNER_ANNOTATION) {
-                    Some(o) if *o != me && super::extension_exists(self.sk.client(), o).await? => {
-                        return Err(Error::Conflict(format!(
-                            "{} owns CRD {crd_name}, which Extension {o} owns already; uninstall {o} first (this request installs by itself once it is gone)",
-                            p.reference
-                        )));
-                    }
-                    None if !live.labels().contains_key(INSTALLED_LABEL) => {
-                        return Err(Error::Conflict(format!(
-                            "{} owns CRD {crd_name}, which exists and was not installed by a stack; delete it or install another stack",
-                            p.reference
-                        )));
-                    }
-                    _ => {}
+                let holder = ownership::holder(live.labels(), live.annotations());
+                let owner_exists = match ownership::other_owner(&holder, &me) {
+                    Some(o) => extension_exists(self.sk.client(), o).await?,
+                    None => false,
+                };
+                if let Some(why) =
+                    ownership::install_refusal(&p.reference, &me, &crd_name, &holder, owner_exists)
+                {
+                    return Err(Error::Conflict(why));
                 }
             }
             let body = crd_body(object, &me, &label);
@@ -750,7 +555,7 @@ pub fn controller(
         })
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
-    let reconciler = Arc::new(Requests {
+    let reconciler = Arc::new(ExtensionRequests {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         index,

@@ -590,7 +590,7 @@ mod tests {
     #[test]
     fn the_seeds_default_renders_the_same_pods_as_an_empty_config() {
         let seed: Value = serde_saphyr::from_str(include_str!(
-            "../../../examples/seeds/004-deploymentruntimeconfig-default.yaml"
+            "../../../../examples/seeds/004-deploymentruntimeconfig-default.yaml"
         ))
         .unwrap();
         let seeded = spec(seed["spec"].clone());

@@ -8,104 +8,42 @@
 //! new one is healthy. A package that cannot be read or is invalid makes no
 //! revision at all; the revision that serves goes on serving and the
 //! Provider says so.
+//!
+//! Rooms, as upstream's `internal/controller/pkg/manager`: this module
+//! reconciles; [`revisions`] names and writes the revisions a Provider
+//! makes, [`report`] its conditions, [`error`] what they share.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use types::pkg::contract::common;
-
 use kube::{
     Api, Resource, ResourceExt,
-    api::{ObjectMeta, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use oci::Digest;
 use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
-    events::ReconcileError,
     expiring::Expiring,
-    reconciler::{
-        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
-    },
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
 };
-use types::pkg::v1::{
-    Provider, ProviderRevision, ProviderRevisionSpec, RevisionActivationPolicy, RevisionState,
-};
-
-use crate::{
-    labels,
-    packages::{FetchError, Packages},
-    revision, usage,
+use types::pkg::{
+    contract::common,
+    v1::{Provider, ProviderRevision, RevisionState},
 };
 
-/// Name of this controller in metrics and events.
-pub const CONTROLLER: &str = "provider";
-/// Finalizer that holds a Provider until its revisions are gone.
-pub const FINALIZER: &str = types::pkg::contract::finalizers::PROVIDER;
-/// How often a deleting Provider looks again.
-const DELETE_POLL: Duration = Duration::from_secs(2);
+pub mod error;
+pub mod report;
+pub mod revisions;
 
-/// Provider condition types.
-pub const TYPE_INSTALLED: &str = types::pkg::contract::conditions::INSTALLED;
-/// Healthy: the active revision and its runtime are healthy.
-pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
+pub use error::{CONTROLLER, Error, FINALIZER, Settings, TYPE_HEALTHY};
+pub use revisions::revision_name;
 
-/// Why reconciling a Provider failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The package could not be read or is not a valid package (the
-    /// source names the package).
-    #[error("{source}")]
-    Package {
-        /// The package reference.
-        package: String,
-        /// Why.
-        #[source]
-        source: FetchError,
-    },
-    /// The pull policy forbids pulling and nothing was pulled before.
-    #[error(
-        "package {0} has never been pulled and spec.packagePullPolicy is Never; pull it once (IfNotPresent) or name it by digest"
-    )]
-    NeverPulled(String),
-    /// A request about the Provider's revisions failed.
-    #[error("failed to {0}")]
-    Revisions(&'static str, #[source] kube::Error),
-    /// Another request to the control cluster failed.
-    #[error(transparent)]
-    Control(#[from] ControlError),
-}
+use error::DELETE_POLL;
+use report::{report, report_failure};
+use revisions::{manual, pinned_digest, pull_policy, spec_from};
 
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Package { .. } | Error::NeverPulled(_) => "CannotInstallPackage",
-            Error::Revisions(..) => "CannotManageRevisions",
-            Error::Control(_) => CONTROL_REQUEST_FAILED,
-        }
-    }
-
-    fn retry_within(&self) -> Option<Duration> {
-        match self {
-            // A registry outage ends by itself: look again within a bounded
-            // time rather than at the full backoff.
-            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
-            _ => None,
-        }
-    }
-}
-
-/// Settings of the Provider controller.
-#[derive(Clone)]
-pub struct Settings {
-    /// How often a package with packagePullPolicy Always is resolved again.
-    pub pull_interval: Duration,
-    /// How often a healthy Provider is looked at again.
-    pub resync: Duration,
-    /// Whether runtimes are Deployments the rbac-manager binds roles to:
-    /// then an old revision serves until the new one's roles are bound.
-    pub runtime_bound: bool,
-}
+use crate::{labels, packages::Packages, usage};
 
 /// The Provider controller's reconciler.
 pub struct Providers {
@@ -115,29 +53,6 @@ pub struct Providers {
     settings: Settings,
     /// The last resolution of a tag: (Provider name) → (package, digest).
     resolved: Expiring<String, (String, Digest, std::time::Instant)>,
-}
-
-/// Whether `package` names a digest (`repo@sha256:…`).
-fn pinned_digest(package: &str) -> Option<Digest> {
-    package.rsplit_once('@').and_then(|(_, d)| Digest::parse(d))
-}
-
-/// The revision name for a Provider and a package digest.
-pub fn revision_name(provider: &str, digest: &Digest) -> String {
-    let hex = digest.hex();
-    let short = hex.get(..12).unwrap_or(hex);
-    format!("{provider}-{short}")
-}
-
-fn pull_policy(p: &Provider) -> &str {
-    p.spec
-        .package_pull_policy
-        .as_deref()
-        .unwrap_or("IfNotPresent")
-}
-
-fn manual(p: &Provider) -> bool {
-    p.spec.revision_activation_policy == Some(RevisionActivationPolicy::Manual)
 }
 
 impl Reconciler for Providers {
@@ -254,120 +169,6 @@ fn is_active(r: &ProviderRevision) -> bool {
     r.is_active()
 }
 
-/// Sets Installed and Healthy from the target revision (the one that
-/// should serve) and the one that serves now.
-fn report(
-    p: &Provider,
-    status: &mut Draft<Provider>,
-    target: Option<&ProviderRevision>,
-    current: &ProviderRevision,
-    serving: Option<&ProviderRevision>,
-) {
-    let now = conditions::now();
-    status.current_identifier = Some(p.spec.package.clone());
-    let Some(target) = target else {
-        status.current_revision = None;
-        conditions::set(
-            &mut status.conditions,
-            conditions::custom(
-                TYPE_INSTALLED,
-                false,
-                "InactivePackageRevision",
-                Some(format!(
-                    "revision {} awaits activation (revisionActivationPolicy is Manual): set its spec.desiredState to Active",
-                    current.name_any()
-                )),
-            ),
-            &now,
-        );
-        conditions::set(
-            &mut status.conditions,
-            conditions::custom(
-                TYPE_HEALTHY,
-                false,
-                "InactivePackageRevision",
-                Some("no revision is active".into()),
-            ),
-            &now,
-        );
-        return;
-    };
-    status.current_revision = Some(target.name_any());
-    let awaiting = (target.name_any() != current.name_any()).then(|| {
-        format!(
-            "revision {} of {} awaits activation (revisionActivationPolicy is Manual)",
-            current.name_any(),
-            p.spec.package
-        )
-    });
-    conditions::set(
-        &mut status.conditions,
-        conditions::custom(TYPE_INSTALLED, true, "ActivePackageRevision", awaiting),
-        &now,
-    );
-    let healthy = if target.healthy() {
-        conditions::custom(TYPE_HEALTHY, true, "HealthyPackageRevision", None)
-    } else {
-        let mut message = revision::unhealthy_message(target).unwrap_or_else(|| {
-            format!(
-                "waiting for revision {} to report its health",
-                target.name_any()
-            )
-        });
-        if let Some(s) = serving.filter(|s| s.name_any() != target.name_any()) {
-            message.push_str(&format!(
-                "; revision {} ({}) is still serving",
-                s.name_any(),
-                s.spec.package
-            ));
-        }
-        conditions::custom(
-            TYPE_HEALTHY,
-            false,
-            "UnhealthyPackageRevision",
-            Some(message),
-        )
-    };
-    conditions::set(&mut status.conditions, healthy, &now);
-}
-
-/// Healthy=False for a package that could not be turned into a revision,
-/// naming the revision that still serves, if any.
-fn report_failure(status: &mut Draft<Provider>, e: &Error, serving: Option<&ProviderRevision>) {
-    let mut message = runtime::events::error_chain(e);
-    let transient = matches!(e, Error::Package { source, .. } if source.is_transient());
-    let healthy_now =
-        conditions::get(&status.conditions, TYPE_HEALTHY).is_some_and(|c| c.status == "True");
-    if transient && healthy_now && serving.is_some() {
-        // A registry outage after install does not make a healthy Provider
-        // unhealthy: Synced says what failed.
-        return;
-    }
-    if let Some(s) = serving {
-        message.push_str(&format!(
-            "; revision {} ({}) is still serving",
-            s.name_any(),
-            s.spec.package
-        ));
-    } else {
-        conditions::set(
-            &mut status.conditions,
-            conditions::custom(
-                TYPE_INSTALLED,
-                false,
-                "UnpackingPackage",
-                Some(message.clone()),
-            ),
-            &conditions::now(),
-        );
-    }
-    conditions::set(
-        &mut status.conditions,
-        conditions::custom(TYPE_HEALTHY, false, "UnhealthyPackage", Some(message)),
-        &conditions::now(),
-    );
-}
-
 impl Providers {
     fn revisions_api(&self) -> Api<ProviderRevision> {
         Api::all(self.sk.client().clone())
@@ -424,65 +225,8 @@ impl Providers {
                 })?,
         };
         let number = revisions.iter().map(|r| r.spec.revision).max().unwrap_or(0) + 1;
-        let mut common_labels = p.common_labels();
-        common_labels.insert(labels::PACKAGE.to_owned(), p.name_any());
-        let mut annotations = p.common_annotations();
-        let state = if manual(p) {
-            RevisionState::Inactive
-        } else {
-            RevisionState::Active
-        };
-        let revision = ProviderRevision {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                labels: Some(common_labels),
-                annotations: Some({
-                    annotations.extend([
-                        (labels::SOURCE.to_owned(), package.clone()),
-                        (labels::DIGEST.to_owned(), digest.as_str().to_owned()),
-                        (
-                            labels::DEPENDENCIES.to_owned(),
-                            fetched
-                                .contents
-                                .meta
-                                .depends_on
-                                .iter()
-                                .map(|d| oci::xpkg::repository_of(&d.package))
-                                .collect::<Vec<_>>()
-                                .join(","),
-                        ),
-                        (
-                            labels::CAPABILITIES.to_owned(),
-                            fetched
-                                .contents
-                                .meta
-                                .raw
-                                .pointer("/spec/capabilities")
-                                .and_then(|v| v.as_array())
-                                .map(|a| {
-                                    a.iter()
-                                        .filter_map(|c| c.as_str())
-                                        .filter(|c| !c.contains(','))
-                                        .collect::<Vec<_>>()
-                                        .join(",")
-                                })
-                                .unwrap_or_default(),
-                        ),
-                    ]);
-                    annotations
-                }),
-                owner_references: p.controller_owner_ref(&()).map(|o| vec![o]),
-                ..ObjectMeta::default()
-            },
-            spec: ProviderRevisionSpec {
-                desired_state: state,
-                package: package.clone(),
-                image,
-                revision: number,
-                ..spec_from(p)
-            },
-            status: None,
-        };
+        let revision =
+            revisions::revision_for(p, (&name, number), &digest, image, &fetched.contents.meta);
         match self
             .revisions_api()
             .create(&PostParams::default(), &revision)
@@ -683,21 +427,6 @@ impl Providers {
         } else {
             Action::requeue(self.settings.resync)
         }
-    }
-}
-
-/// The revision settings a Provider decides.
-fn spec_from(p: &Provider) -> ProviderRevisionSpec {
-    ProviderRevisionSpec {
-        package_pull_policy: p.spec.package_pull_policy.clone(),
-        package_pull_secrets: p.spec.package_pull_secrets.clone(),
-        skip_dependency_resolution: p.spec.skip_dependency_resolution,
-        ignore_crossplane_constraints: p.spec.ignore_crossplane_constraints,
-        runtime_config_ref: p.spec.runtime_config_ref.clone(),
-        controller_config_ref: p.spec.controller_config_ref.clone(),
-        common_labels: Some(p.common_labels()).filter(|m| !m.is_empty()),
-        common_annotations: Some(p.common_annotations()).filter(|m| !m.is_empty()),
-        ..ProviderRevisionSpec::default()
     }
 }
 

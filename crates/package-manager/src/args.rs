@@ -1,0 +1,130 @@
+//! The package-manager's flags and subcommands: one `Args`, read once in
+//! `main`; [`PackageRuntime`] is the one setting the controllers share.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand};
+use runtime::CommonArgs;
+
+/// The binary's name: its field manager, its leader-election lease.
+pub const BINARY: &str = "package-manager";
+
+/// Installs packages: Providers, their revisions, CRDs and runtimes.
+#[derive(Debug, Parser)]
+#[command(name = BINARY, version, about)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// How package runtimes are run: Deployment (create a Deployment,
+    /// ServiceAccount and Service per revision) or External (deliver the
+    /// revision's CRDs and leave the runtime to an external controller).
+    #[arg(long, env = "PACKAGE_RUNTIME", value_enum, default_value_t = PackageRuntime::Deployment)]
+    pub package_runtime: PackageRuntime,
+
+    /// Honour runtimeConfigRef (DeploymentRuntimeConfig); when false, honour
+    /// the deprecated controllerConfigRef (ControllerConfig) instead.
+    #[arg(long, env = "ENABLE_RUNTIME_CONFIG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_runtime_config: bool,
+
+    /// A PEM bundle of CA certificates trusted for registries, besides the
+    /// system's roots.
+    #[arg(long, env = "CA_BUNDLE_PATH")]
+    pub ca_bundle_path: Option<PathBuf>,
+
+    /// Where pulled packages are kept, by digest.
+    #[arg(long, env = "PACKAGE_CACHE_DIR", default_value = "/cache/xpkg")]
+    pub package_cache_dir: PathBuf,
+
+    /// The most the package cache may hold, in bytes; the oldest packages
+    /// go first.
+    #[arg(long, env = "PACKAGE_CACHE_MAX_BYTES", default_value_t = 512 * 1024 * 1024)]
+    pub package_cache_max_bytes: u64,
+
+    /// How often a package with packagePullPolicy Always is resolved again
+    /// (a moved tag makes a new revision).
+    #[arg(long, env = "PACKAGE_PULL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub package_pull_interval: Duration,
+
+    /// The registry an ExtensionRequest without spec.source installs from
+    /// (host[:port][/path]).
+    #[arg(
+        long,
+        env = "DEFAULT_REGISTRY",
+        default_value = "registry.crossplane.io"
+    )]
+    pub default_registry: String,
+
+    /// FROM=TO: read packages whose reference starts with FROM (a
+    /// host[:port][/path] prefix) from TO instead, e.g.
+    /// registry.crossplane.io=registry.internal:5000/mirror. Repeatable;
+    /// the longest prefix wins. Applies to Providers and stacks alike; the
+    /// CA is --ca-bundle-path's, the credentials --registry-pull-secret's.
+    #[arg(long, env = "REGISTRY_REWRITE", value_delimiter = ',')]
+    pub registry_rewrite: Vec<String>,
+
+    /// A kubernetes.io/dockerconfigjson Secret in the package manager's
+    /// namespace whose credentials are used for any registry a package's
+    /// own pull secrets do not cover (stacks have none of their own).
+    #[arg(long, env = "REGISTRY_PULL_SECRET")]
+    pub registry_pull_secret: Option<String>,
+
+    /// Hosts (`host` or `host:port`) that may serve a registry's token
+    /// service on another host than the registry's own, and so receive
+    /// that registry's credentials to exchange for a token (e.g.
+    /// auth.docker.io for Docker Hub). Repeatable. By default credentials
+    /// go only to the registry's own host, over https.
+    #[arg(long, env = "REGISTRY_TOKEN_REALM_HOSTS", value_delimiter = ',')]
+    pub registry_token_realm_hosts: Vec<String>,
+
+    /// Registries (`host[:port]`) read over plain HTTP, their credentials
+    /// sent in the clear. Repeatable; none by default.
+    #[arg(long, env = "REGISTRY_PLAIN_HTTP", value_delimiter = ',')]
+    pub registry_plain_http: Vec<String>,
+
+    /// Let a DeploymentRuntimeConfig (or ControllerConfig) make a package
+    /// runtime break the Pod Security Standard "restricted" (privileged,
+    /// host namespaces, hostPath, added capabilities, root, privilege
+    /// escalation, host ports). Off: such a runtime is refused with a
+    /// condition naming each field. Stack controllers are always
+    /// restricted.
+    #[arg(long, env = "ALLOW_UNRESTRICTED_RUNTIMES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_unrestricted_runtimes: bool,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Converts deprecated objects to their replacements.
+    Convert {
+        #[command(subcommand)]
+        what: Convert,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Convert {
+    /// Prints the DeploymentRuntimeConfig equivalent to a ControllerConfig
+    /// (a YAML or JSON file), and, with --provider, the Provider rewritten
+    /// to reference it.
+    Controllerconfig {
+        /// The ControllerConfig manifest.
+        file: PathBuf,
+        /// A Provider manifest that references the ControllerConfig.
+        #[arg(long)]
+        provider: Option<PathBuf>,
+    },
+}
+
+/// How package runtimes are run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PackageRuntime {
+    /// Create a Deployment for each package runtime.
+    #[value(name = "Deployment")]
+    Deployment,
+    /// Do nothing; an external controller runs package runtimes.
+    #[value(name = "External")]
+    External,
+}

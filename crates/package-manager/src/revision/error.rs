@@ -1,0 +1,106 @@
+//! Why reconciling a revision failed: one variant per failed step, each
+//! with its category (the Warning event's reason) and how soon to retry.
+
+use std::time::Duration;
+
+use runtime::{
+    events::ReconcileError,
+    reconciler::{CONTROL_REQUEST_FAILED, ControlError},
+};
+
+use crate::{labels, packages::FetchError};
+
+/// Why reconciling a revision failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The package could not be read (the source names the package).
+    #[error("{source}")]
+    Package {
+        /// The package reference.
+        package: String,
+        /// Why.
+        #[source]
+        source: FetchError,
+    },
+    /// The revision carries no digest annotation.
+    #[error(
+        "revision has no {} annotation; delete it and the Provider makes it again",
+        labels::DIGEST
+    )]
+    NoDigest,
+    /// A CRD belongs to someone else.
+    #[error("{0}")]
+    Conflict(String),
+    /// The package is not made for the Crossplane version implemented here.
+    #[error("{0}")]
+    Constraint(String),
+    /// The package's meta says something that cannot be read.
+    #[error("{0}")]
+    Meta(String),
+    /// Dependencies are missing, incompatible or cyclic.
+    #[error("{0}")]
+    Dependencies(String),
+    /// The API server refused a CRD of the package.
+    #[error("the API server refuses CustomResourceDefinition {name} of the package: {message}")]
+    InvalidCrd {
+        /// The CRD.
+        name: String,
+        /// The API server's message.
+        message: String,
+    },
+    /// The runtime config is missing or of a kind the package manager
+    /// cannot use.
+    #[error("{0}")]
+    RuntimeConfig(String),
+    /// The runtime could not be rendered from the runtime config.
+    #[error("cannot render the package runtime: {0}")]
+    Render(String),
+    /// A request for the revision's CRDs or runtime failed.
+    #[error("failed to {0}")]
+    Request(&'static str, #[source] kube::Error),
+    /// Another request to the control cluster failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The provider's certificates could not be made.
+    #[error("cannot make the provider's TLS certificates: {0}")]
+    Tls(#[from] crate::tls::Error),
+}
+
+impl From<crate::crds::DryRunError> for Error {
+    fn from(e: crate::crds::DryRunError) -> Self {
+        match e {
+            crate::crds::DryRunError::Refused { name, message } => {
+                Error::InvalidCrd { name, message }
+            }
+            crate::crds::DryRunError::Failed(e) => Error::Request("check a CRD (dry run)", e),
+        }
+    }
+}
+
+impl ReconcileError for Error {
+    fn category(&self) -> &'static str {
+        match self {
+            Error::Package { .. } | Error::NoDigest => "CannotReadPackage",
+            Error::Conflict(_) => "ConflictingCustomResourceDefinition",
+            Error::Dependencies(_) => "UnresolvedDependencies",
+            Error::Constraint(_) => "IncompatibleCrossplaneVersion",
+            Error::Meta(_) => "InvalidPackage",
+            Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
+            Error::RuntimeConfig(_) | Error::Render(_) | Error::Tls(_) => "CannotRunPackageRuntime",
+            Error::Request(..) => "CannotEstablishPackageObjects",
+            Error::Control(_) => CONTROL_REQUEST_FAILED,
+        }
+    }
+
+    fn retry_within(&self) -> Option<Duration> {
+        match self {
+            // The owner going away, a registry coming back and a runtime
+            // config being created are noticed within this bound.
+            Error::Conflict(_) | Error::RuntimeConfig(_) | Error::Dependencies(_) => {
+                Some(Duration::from_secs(10))
+            }
+            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
+            _ => None,
+        }
+    }
+}

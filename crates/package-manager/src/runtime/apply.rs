@@ -1,0 +1,166 @@
+//! Applying and stopping a runtime. What was applied is remembered per
+//! runtime (a revision, an Extension) by a [`runtime::ssa::Applier`], so a
+//! reconcile that renders the same runtime while its Deployment is there
+//! writes nothing.
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Service, ServiceAccount},
+};
+use kube::{
+    Api, Resource,
+    api::{DeleteParams, ListParams},
+};
+use serde_json::Value;
+
+use super::render::Rendered;
+
+/// A request about a runtime that failed: which step, and the API server's
+/// answer.
+#[derive(Debug)]
+pub struct ApplyError {
+    /// The step, as "failed to …" continues it.
+    pub what: &'static str,
+    /// The API server's answer.
+    pub source: kube::Error,
+}
+
+/// Applies and stops runtimes with one field manager.
+#[derive(Clone)]
+pub struct Runtimes {
+    client: kube::Client,
+    applier: ::runtime::ssa::Applier,
+}
+
+impl Runtimes {
+    /// Runtimes applied through `client` as `field_manager`.
+    pub fn new(client: kube::Client, field_manager: &str) -> Self {
+        Self {
+            client,
+            applier: ::runtime::ssa::Applier::new(field_manager),
+        }
+    }
+
+    /// Applies a revision's rendered runtime in `namespace` (ServiceAccount,
+    /// Service, then Deployment), unless it is what was last applied under
+    /// `key` and its Deployment is `live`. `Ok(true)` when it was written.
+    pub async fn apply(
+        &self,
+        key: &str,
+        namespace: &str,
+        rendered: &Rendered,
+        live: bool,
+    ) -> Result<bool, ApplyError> {
+        let wanted = [
+            &rendered.service_account,
+            &rendered.service,
+            &rendered.deployment,
+        ];
+        self.applier
+            .apply_with(key, &wanted, live, || async {
+                let ns = namespace;
+                self.apply_one::<ServiceAccount>(
+                    ns,
+                    &rendered.service_account,
+                    "apply the runtime's ServiceAccount",
+                )
+                .await?;
+                self.apply_one::<Service>(ns, &rendered.service, "apply the runtime's Service")
+                    .await?;
+                self.apply_one::<Deployment>(
+                    ns,
+                    &rendered.deployment,
+                    "apply the runtime's Deployment",
+                )
+                .await
+            })
+            .await
+    }
+
+    /// Applies a stack Extension's controller in `namespace` (its
+    /// ServiceAccount, then its Deployment), unless it is what was last
+    /// applied under `key` and its Deployment is `live`. `Ok(true)` when it
+    /// was written.
+    pub async fn apply_controller(
+        &self,
+        key: &str,
+        namespace: &str,
+        service_account: &Value,
+        deployment: &Value,
+        live: bool,
+    ) -> Result<bool, ApplyError> {
+        // What was compared before the Applier: the Deployment and the
+        // ServiceAccount's name (the rest of it follows from the Extension).
+        let sa_name = name_of(service_account);
+        let wanted = (deployment, sa_name);
+        self.applier
+            .apply_with(key, &wanted, live, || async {
+                self.apply_one::<ServiceAccount>(
+                    namespace,
+                    service_account,
+                    "apply the controller's ServiceAccount",
+                )
+                .await?;
+                self.apply_one::<Deployment>(
+                    namespace,
+                    deployment,
+                    "apply the controller Deployment",
+                )
+                .await
+            })
+            .await
+    }
+
+    async fn apply_one<K>(
+        &self,
+        namespace: &str,
+        object: &Value,
+        what: &'static str,
+    ) -> Result<(), ApplyError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api = Api::<K>::namespaced(self.client.clone(), namespace);
+        ::runtime::ssa::apply(&api, name_of(object), object, self.applier.field_manager())
+            .await
+            .map_err(|source| ApplyError { what, source })?;
+        Ok(())
+    }
+
+    /// Whether a runtime was applied under `key` lately.
+    pub fn applied(&self, key: &str) -> bool {
+        self.applier.remembers(key)
+    }
+
+    /// Forgets what was applied under `key` (its owner is gone).
+    pub fn forget(&self, key: &str) {
+        self.applier.forget(key);
+    }
+
+    /// Deletes the Deployments in `namespace` that `selector` selects (a
+    /// revision's runtime) and forgets what was applied under `key`.
+    pub async fn stop(&self, key: &str, namespace: &str, selector: &str) -> Result<(), ApplyError> {
+        Api::<Deployment>::namespaced(self.client.clone(), namespace)
+            .delete_collection(
+                &DeleteParams::background(),
+                &ListParams::default().labels(selector),
+            )
+            .await
+            .map_err(|source| ApplyError {
+                what: "delete the runtime's Deployment",
+                source,
+            })?;
+        self.applier.forget(key);
+        Ok(())
+    }
+}
+
+fn name_of(object: &Value) -> &str {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}

@@ -1,0 +1,127 @@
+//! A stack Extension's controller as a runtime: the Deployment
+//! `spec.controller.deployment` describes, hardened, running as the
+//! ServiceAccount made for the Extension alone, both controlled by the
+//! Extension and labelled with it. Pure: the Extension controller reads
+//! what exists and applies what this renders.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde_json::{Value, json};
+use types::extensions::v1alpha1::EXTENSION_LABEL;
+
+use crate::podsecurity;
+
+/// Where the pod spec sits, as the Extension spells it.
+pub const POD_PATH: &str = "spec.controller.deployment.spec.template.spec";
+
+/// A rendered controller, ready for server-side apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The ServiceAccount it runs as.
+    pub service_account: Value,
+    /// The Deployment.
+    pub deployment: Value,
+}
+
+/// What the pod spec of `spec` (a DeploymentSpec) asks that a stack's
+/// controller may never have (host access, privilege, root), one clause
+/// each.
+pub fn refusals(spec: &Value) -> Vec<String> {
+    podsecurity::violations(
+        spec.pointer("/template/spec").unwrap_or(&Value::Null),
+        POD_PATH,
+    )
+}
+
+/// The controller of Extension `extension` in `namespace`: Deployment
+/// `deployment` from `spec`, made "restricted" and run as
+/// `service_account`, both owned by `owner`.
+pub fn render(
+    namespace: &str,
+    extension: &str,
+    (deployment, spec): (&str, &Value),
+    service_account: &str,
+    owner: &OwnerReference,
+) -> Rendered {
+    let labels = json!({EXTENSION_LABEL: extension});
+    let mut spec = spec.clone();
+    if let Some(pod) = spec
+        .pointer_mut("/template/spec")
+        .and_then(|p| p.as_object_mut())
+    {
+        pod.remove("serviceAccount");
+        pod.insert(
+            "serviceAccountName".into(),
+            Value::String(service_account.to_owned()),
+        );
+    }
+    if let Some(pod) = spec.pointer_mut("/template/spec") {
+        podsecurity::harden(pod);
+    }
+    Rendered {
+        service_account: json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": service_account, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+        }),
+        deployment: json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": deployment, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+            "spec": spec,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "extensions.crossplane.io/v1alpha1".into(),
+            kind: "Extension".into(),
+            name: "redis".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    #[test]
+    fn the_controller_runs_as_its_own_service_account_whatever_the_pod_asks() {
+        let spec = json!({"template": {"spec": {"serviceAccount": "admin", "containers": [{"name": "c", "image": "i"}]}}});
+        let r = render(
+            "ns",
+            "redis",
+            ("redis-controller", &spec),
+            "redis",
+            &owner(),
+        );
+        let pod = r.deployment.pointer("/spec/template/spec").unwrap();
+        assert_eq!(pod["serviceAccountName"], "redis");
+        assert!(pod.get("serviceAccount").is_none());
+        assert_eq!(
+            r.service_account.pointer("/metadata/name").unwrap(),
+            "redis"
+        );
+        for o in [&r.service_account, &r.deployment] {
+            assert_eq!(
+                o.pointer("/metadata/labels").unwrap()[EXTENSION_LABEL],
+                "redis"
+            );
+            assert_eq!(o.pointer("/metadata/ownerReferences/0/uid").unwrap(), "u");
+        }
+    }
+
+    #[test]
+    fn a_pod_that_asks_for_host_access_is_refused_naming_the_field() {
+        let spec = json!({"template": {"spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "i"}]}}});
+        let why = refusals(&spec);
+        assert!(why.iter().any(|w| w.contains("hostNetwork")), "{why:?}");
+        assert!(
+            refusals(&json!({"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}))
+                .is_empty()
+        );
+    }
+}

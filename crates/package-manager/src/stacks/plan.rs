@@ -1,0 +1,261 @@
+//! Install planning for stacks: which stacks a request installs (each
+//! `dependsOn` CRD not installed resolved to the stack that owns it in the
+//! registry), the order they install in, the Extension a stack is recorded
+//! as, and its name. All pure but [`plan`], which asks the registry.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{ResourceExt as _, runtime::reflector::Store};
+use oci::{Digest, stack::Stack};
+use serde_json::json;
+use types::extensions::v1alpha1::CrdRef;
+
+use super::{
+    error::Error,
+    index::{Candidate, Index},
+    ownership::{OWNER_ANNOTATION, installed_crd},
+};
+
+/// Records on an Extension the package it was installed from.
+pub const PACKAGE_ANNOTATION: &str = "extensions.crossplane.io/package";
+
+/// The Extension name for a package reference: the last path segment of
+/// its repository, as a DNS label (`.../stacks/redis:v0.1.0` → `redis`).
+pub fn extension_name(reference: &str) -> String {
+    crate::packages::object_name(&oci::xpkg::repository_of(reference), "stack")
+}
+
+/// One stack of an install plan.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The package reference.
+    pub reference: String,
+    /// Its digest.
+    pub digest: Digest,
+    /// What it holds.
+    pub stack: Stack,
+    /// Extensions (`namespace/name`) that own CRDs this stack depends on
+    /// and were installed before: it waits until they are Ready.
+    pub waits_on: Vec<String>,
+}
+
+/// The order to install packages in: every package after the packages it
+/// depends on (`deps`: package → the packages its dependencies resolved
+/// to), `root` last. A cycle is refused with its path (`a → b → a`).
+pub fn install_order(
+    root: &str,
+    deps: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<String>, String> {
+    fn visit(
+        p: &str,
+        deps: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Result<(), String> {
+        if done.iter().any(|d| d == p) {
+            return Ok(());
+        }
+        if let Some(at) = path.iter().position(|q| q == p) {
+            let mut cycle: Vec<String> = path[at..].to_vec();
+            cycle.push(p.to_owned());
+            return Err(cycle.join(" → "));
+        }
+        path.push(p.to_owned());
+        for d in deps.get(p).map(Vec::as_slice).unwrap_or_default() {
+            visit(d, deps, path, done)?;
+        }
+        path.pop();
+        done.push(p.to_owned());
+        Ok(())
+    }
+    let mut done = Vec::new();
+    visit(root, deps, &mut Vec::new(), &mut done)?;
+    Ok(done)
+}
+
+/// The Extension record of a stack (seed 001: "the file based content is
+/// translated into a YAML based version").
+pub fn extension_body(
+    ns: &str,
+    name: &str,
+    p: &Planned,
+    owner: &OwnerReference,
+    crd_refs: (Vec<CrdRef>, Vec<CrdRef>),
+) -> serde_json::Value {
+    let mut spec = serde_json::to_value(p.stack.app.record()).unwrap_or_else(|_| json!({}));
+    if let Some(spec) = spec.as_object_mut() {
+        spec.insert(
+            "customresourcedefinitions".into(),
+            json!({"owns": crd_refs.0, "dependsOn": crd_refs.1}),
+        );
+        if let Some(d) = &p.stack.install {
+            let mut deployment_spec = d.get("spec").cloned().unwrap_or_else(|| json!({}));
+            // The controller runs as its own ServiceAccount, which the
+            // rbac-manager binds to the stack's role.
+            let dname = d
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or(name);
+            if deployment_spec
+                .pointer("/template/spec/serviceAccountName")
+                .is_none()
+                && let Some(pod) = deployment_spec
+                    .pointer_mut("/template/spec")
+                    .and_then(|s| s.as_object_mut())
+            {
+                pod.insert("serviceAccountName".into(), dname.into());
+            }
+            spec.insert(
+                "controller".into(),
+                json!({"deployment": {"name": dname, "spec": deployment_spec}}),
+            );
+        }
+        if !p.stack.rules.is_empty() {
+            spec.insert("permissions".into(), json!({"rules": p.stack.rules}));
+        }
+    }
+    json!({
+        "apiVersion": "extensions.crossplane.io/v1alpha1",
+        "kind": "Extension",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "annotations": {PACKAGE_ANNOTATION: format!("{}@{}", p.reference, p.digest)},
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    })
+}
+
+/// The stacks to install for `root`, dependencies first: every
+/// `dependsOn` CRD not installed is resolved to the stack that owns it
+/// in `source`, recursively; cycles are refused naming their path.
+pub async fn plan(
+    index: &Index,
+    crds: &Store<CustomResourceDefinition>,
+    (ns, source): (&str, &str),
+    root: Candidate,
+) -> Result<Vec<Planned>, Error> {
+    let mut stacks: BTreeMap<String, Planned> = BTreeMap::new();
+    let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut queue = vec![root.clone()];
+    while let Some(c) = queue.pop() {
+        if stacks.contains_key(&c.reference) {
+            continue;
+        }
+        let package = index
+            .packages()
+            .fetch_stack(&c.reference, &c.digest)
+            .await?;
+        let mut resolved = Vec::new();
+        let mut waits_on = Vec::new();
+        for selector in &package.stack.depends_on {
+            if let Some(crd) = installed_crd(crds, selector) {
+                if let Some(owner) = crd.annotations().get(OWNER_ANNOTATION)
+                    && *owner != format!("{ns}/{}", extension_name(&c.reference))
+                {
+                    waits_on.push(owner.clone());
+                }
+                continue;
+            }
+            // A stack already in the plan (this one included) that owns it.
+            let planned = stacks
+                .values()
+                .map(|p| (&p.reference, &p.stack))
+                .chain(std::iter::once((&c.reference, &package.stack)))
+                .find(|(_, stack)| stack.crds.iter().any(|crd| selector.matches(crd)))
+                .map(|(reference, _)| reference.clone());
+            let dependency = match planned {
+                Some(p) => p,
+                None => {
+                    let owner = index.owner(source, selector).await.map_err(|e| match e {
+                        Error::NotFound(m) => Error::NotFound(format!(
+                            "{} depends on CRD {selector}: {m}",
+                            c.reference
+                        )),
+                        Error::Ambiguous(m) => Error::Ambiguous(format!(
+                            "{} depends on CRD {selector}: {m}",
+                            c.reference
+                        )),
+                        e => e,
+                    })?;
+                    let reference = owner.reference.clone();
+                    queue.push(owner);
+                    reference
+                }
+            };
+            if dependency != c.reference {
+                resolved.push(dependency);
+            }
+        }
+        deps.insert(c.reference.clone(), resolved);
+        stacks.insert(
+            c.reference.clone(),
+            Planned {
+                reference: c.reference,
+                digest: c.digest,
+                stack: package.stack,
+                waits_on,
+            },
+        );
+    }
+    let order = install_order(&root.reference, &deps).map_err(|path| {
+        Error::Cycle(format!(
+            "the stacks' dependencies form a cycle: {path}; a stack cannot depend, even indirectly, on a CRD of its own dependents"
+        ))
+    })?;
+    Ok(order
+        .into_iter()
+        .filter_map(|r| stacks.remove(&r))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::stacks::ownership::{OWNS, STACK_LABEL_PREFIX, marked, stack_label};
+
+    fn graph(edges: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        edges
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn dependencies_install_first_and_once() {
+        let g = graph(&[("app", &["db", "net"]), ("db", &["net"]), ("net", &[])]);
+        assert_eq!(install_order("app", &g).unwrap(), ["net", "db", "app"]);
+        assert_eq!(install_order("solo", &BTreeMap::new()).unwrap(), ["solo"]);
+    }
+
+    #[test]
+    fn cycles_are_named_by_their_path() {
+        let g = graph(&[("a", &["b"]), ("b", &["c"]), ("c", &["b"])]);
+        assert_eq!(install_order("a", &g).unwrap_err(), "b → c → b");
+        let g = graph(&[("a", &["a"])]);
+        assert_eq!(install_order("a", &g).unwrap_err(), "a → a");
+    }
+
+    #[test]
+    fn names_and_labels() {
+        assert_eq!(
+            extension_name("reg.example:5000/stacks/redis:v0.1.0"),
+            "redis"
+        );
+        assert_eq!(
+            extension_name("reg.example/My_Stack@sha256:abc"),
+            "my-stack"
+        );
+        let l = stack_label("ns", "redis");
+        assert!(l.starts_with(STACK_LABEL_PREFIX) && l.len() == STACK_LABEL_PREFIX.len() + 16);
+        assert_ne!(l, stack_label("ns2", "redis"));
+        assert!(marked(&[(l, OWNS.to_owned())].into_iter().collect()));
+    }
+}
