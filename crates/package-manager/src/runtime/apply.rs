@@ -23,6 +23,20 @@ pub struct ApplyError {
     pub what: &'static str,
     /// The API server's answer.
     pub source: kube::Error,
+    /// Whether the object was a Deployment (whose spec, for a stack's
+    /// controller, is package content).
+    pub deployment: bool,
+}
+
+impl ApplyError {
+    /// The API server's answer when it refused a Deployment as invalid
+    /// (400, 422): what the package wrote, not a failed request.
+    pub fn refused_deployment(&self) -> Option<&kube::core::Status> {
+        match &self.source {
+            kube::Error::Api(a) if self.deployment && (a.code == 400 || a.code == 422) => Some(a),
+            _ => None,
+        }
+    }
 }
 
 /// Applies and stops runtimes with one field manager.
@@ -126,7 +140,11 @@ impl Runtimes {
         let api = Api::<K>::namespaced(self.client.clone(), namespace);
         ::runtime::ssa::apply(&api, name_of(object), object, self.applier.field_manager())
             .await
-            .map_err(|source| ApplyError { what, source })?;
+            .map_err(|source| ApplyError {
+                what,
+                source,
+                deployment: K::kind(&()) == "Deployment",
+            })?;
         Ok(())
     }
 
@@ -152,6 +170,7 @@ impl Runtimes {
             .map_err(|source| ApplyError {
                 what: "delete the runtime's Deployment",
                 source,
+                deployment: true,
             })?;
         self.applier.forget(key);
         Ok(())

@@ -407,17 +407,12 @@ impl Extensions {
                 live.is_some(),
             )
             .await
-            .map_err(|e| match e.source {
-                kube::Error::Api(a)
-                    if e.what == "apply the controller Deployment"
-                        && (a.code == 422 || a.code == 400) =>
-                {
-                    Error::Invalid(format!(
-                        "the API server refuses the controller Deployment {ns}/{}: {}; fix spec.controller.deployment",
-                        d.name, a.message
-                    ))
-                }
-                err => Error::Request(e.what, err),
+            .map_err(|e| match e.refused_deployment() {
+                Some(a) => Error::Invalid(format!(
+                    "the API server refuses the controller Deployment {ns}/{}: {}; fix spec.controller.deployment",
+                    d.name, a.message
+                )),
+                None => Error::Request(e.what, e.source),
             })?;
         if applied {
             return Ok(Some(format!(
