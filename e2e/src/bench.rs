@@ -153,21 +153,16 @@ impl Reached {
     }
 }
 
-/// Polls `check` every 250 ms until it is true or `timeout` passes.
-pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F) -> (bool, Duration)
+/// Polls `check` every 250 ms until it is true or `timeout` passes:
+/// whether it became true, and when.
+pub async fn wait_until<F, Fut>(timeout: Duration, check: F) -> (bool, Duration)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let started = Instant::now();
-    loop {
-        if check().await {
-            return (true, started.elapsed());
-        }
-        if started.elapsed() >= timeout {
-            return (false, started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    match crate::wait::poll(timeout, crate::wait::EVERY, "a benchmark phase", check).await {
+        Ok(((), took)) => (true, took),
+        Err(out) => (false, out.waited),
     }
 }
 

@@ -6,23 +6,30 @@
 // job, so it panics where production code would return errors.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod artifacts;
 pub mod bench;
 pub mod hostile;
+pub mod kubectl;
 pub mod objects;
 pub mod packages;
 pub mod proxy;
 pub mod shipped;
 pub mod stall;
 pub mod upstream;
+pub mod wait;
 pub mod workloads;
+
+pub use wait::{wait, wait_blocking, wait_explained};
 
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     path::Path,
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
+
+use wait::poll;
 
 /// A running binary of this workspace; killed when dropped (also when a test
 /// panics).
@@ -91,25 +98,34 @@ impl Running {
 
     /// Waits until /healthz answers 200, failing with the binary's log.
     pub async fn wait_healthy(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{} exited ({status}) before becoming healthy; log:\n{}",
-                    self.name,
-                    self.log()
-                );
-            }
-            if let Some((200, _)) = http_get(self.addr, "/healthz") {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} not healthy within {timeout:?}; log:\n{}",
+        let what = format!("{} healthy", self.name);
+        let healthy = poll(timeout, Duration::from_millis(100), &what, || {
+            std::future::ready(self.healthy())
+        })
+        .await;
+        if let Err(out) = healthy {
+            panic!(
+                "{} not healthy within {timeout:?} ({}); log:\n{}",
+                self.name,
+                out.message(None),
+                self.log()
+            );
+        }
+    }
+
+    /// Whether /healthz answers 200 (what it answered instead); fails the
+    /// test when the binary exited.
+    fn healthy(&mut self) -> Result<(), String> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "{} exited ({status}) before becoming healthy; log:\n{}",
                 self.name,
                 self.log()
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        match http_get(self.addr, "/healthz") {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("/healthz answered {other:?}")),
         }
     }
 
@@ -181,52 +197,6 @@ pub fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-/// Polls `check` until it returns Some, failing with `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Like [`wait_for`], but a timeout also says what `explain` finds then
-/// (the object's status, say), so a failure in CI shows where it stood.
-pub async fn wait_for_explained<T, F, Fut, E, EFut>(
-    timeout: Duration,
-    what: &str,
-    mut check: F,
-    explain: E,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-    E: FnOnce() -> EFut,
-    EFut: Future<Output = String>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let seen = explain().await;
-            panic!("timed out after {timeout:?} waiting for {what}; it stood at: {seen}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Waits for an Event with `reason` about the object called `involved`
 /// (any kind) in `ns`: events are posted after the change they report, so a
 /// test that saw the change waits for its event rather than listing once.
@@ -246,7 +216,7 @@ pub async fn wait_event(
         lp = lp.fields(&format!("involvedObject.name={name}"));
     }
     let about = involved.unwrap_or("anything");
-    wait_for(
+    wait(
         Duration::from_secs(60),
         &format!("a {reason} event about {about}"),
         || async {

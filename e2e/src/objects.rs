@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{Running, wait_for};
+use crate::{Running, wait};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
@@ -223,7 +223,7 @@ pub async fn delete_object(client: &Client, name: &str) {
 
 /// Waits until the Object is gone.
 pub async fn wait_object_gone(client: &Client, name: &str) {
-    wait_for(WAIT, &format!("Object {name} to be gone"), || async {
+    wait(WAIT, &format!("Object {name} to be gone"), || async {
         get_object(client, name).await.is_none().then_some(())
     })
     .await;

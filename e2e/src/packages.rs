@@ -5,12 +5,19 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     sync::OnceLock,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
+
+pub use crate::wait::wait_blocking;
+pub use crate::{
+    artifacts::{
+        crds_of, package_dir_in, push_base_layer, push_binary_image, push_image, xpkg_push_trusting,
+    },
+    kubectl::{apply, get_json, kubectl, kubectl_try},
+};
 
 pub const NS: &str = "crossplane-system";
 
@@ -28,69 +35,6 @@ pub struct Env {
 }
 
 static ENV: OnceLock<Env> = OnceLock::new();
-
-pub fn kubectl(args: &[&str]) -> String {
-    testenv::control_plane_with_node()
-        .control
-        .kubectl_ok(args)
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
-}
-
-/// kubectl that may fail: (success, stdout + stderr).
-pub fn kubectl_try(args: &[&str]) -> (bool, String) {
-    let out = testenv::control_plane_with_node().control.kubectl(args);
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-pub fn apply(yaml: &str) {
-    let out = testenv::control_plane_with_node().control.kubectl_stdin(
-        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-        Some(yaml),
-    );
-    assert!(
-        out.status.success(),
-        "apply: {}\n{yaml}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-pub fn get_json(args: &[&str]) -> Option<Value> {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["-o", "json"]);
-    let (ok, out) = kubectl_try(&all);
-    ok.then(|| serde_json::from_str(&out).ok()).flatten()
-}
-
-/// Waits for `check` to return Some, panicking with `explain()` after
-/// `timeout`.
-pub fn wait<T>(
-    timeout: Duration,
-    what: &str,
-    mut check: impl FnMut() -> Option<T>,
-    explain: impl Fn() -> String,
-) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}; state:\n{}",
-                explain()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
 
 pub fn condition(obj: &Value, type_: &str) -> Option<(String, String)> {
     obj.pointer("/status/conditions")?
@@ -119,59 +63,6 @@ pub fn push_runtime_image(registry: &testenv::registry::Registry) -> String {
         "object-provider",
         "crossplane-rs/object-provider:dev",
     )
-}
-
-/// A workspace binary alone on the project's base layer, pushed to
-/// `registry` as `repository`; returns the name the node pulls it by (the
-/// registry's address: testenv's certs.d maps it).
-pub fn push_binary_image(
-    registry: &testenv::registry::Registry,
-    binary: &str,
-    repository: &str,
-) -> String {
-    let cache = oci::debian::default_cache().expect("the .deb cache");
-    let debs =
-        oci::debian::download(&oci::debian::BASE_PACKAGES, &cache).expect("the base packages");
-    let base = oci::debian::base_layer(&debs).expect("the base layer");
-    let program = std::fs::read(testenv::workspace_binary(binary))
-        .unwrap_or_else(|e| panic!("{binary} is built: {e}"));
-    let path = format!("usr/local/bin/{binary}");
-    let layer = oci::LayerBuilder::new()
-        .file(path.clone(), 0o755, program)
-        .build()
-        .unwrap();
-    let image = oci::Image::new(oci::Config {
-        entrypoint: vec![format!("/{path}")],
-        ..oci::project::config()
-    })
-    .layer(base)
-    .layer(layer);
-    push_image(
-        registry,
-        &format!("{}/{repository}", registry.address),
-        &image,
-    );
-    format!("{}/{repository}", registry.address)
-}
-
-/// Pushes `image` to `reference` (in `registry`, trusting its CA,
-/// anonymously); returns the digest.
-pub fn push_image(
-    registry: &testenv::registry::Registry,
-    reference: &str,
-    image: &oci::Image,
-) -> String {
-    let pushed = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(image.push(
-            reference,
-            &oci::Auth::Anonymous,
-            &oci::Tls::Ca(registry.ca_pem.clone()),
-        ))
-        .unwrap_or_else(|e| panic!("push {reference}: {e}"));
-    pushed.digest.as_str().to_owned()
 }
 
 /// The shared setup: the shipped installation (the six controllers as
@@ -205,30 +96,6 @@ pub fn package_dir_with(
     package_dir_in(&env().work, name, version, crds, spec_extra)
 }
 
-/// A Provider package directory under `work`: its meta (version
-/// `version`, `spec_extra` lines under spec) and CRD files.
-pub fn package_dir_in(
-    work: &Path,
-    name: &str,
-    version: &str,
-    crds: &[(&str, String)],
-    spec_extra: &str,
-) -> PathBuf {
-    let dir = work.join(testenv::unique_name(&format!("{name}-{version}")));
-    std::fs::create_dir_all(dir.join("crds")).unwrap();
-    std::fs::write(
-        dir.join("package.yaml"),
-        format!(
-            "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\n  annotations:\n    meta.crossplane.io/version: {version}\nspec:\n  crossplane:\n    version: \">=v1.14.0\"\n{spec_extra}"
-        ),
-    )
-    .unwrap();
-    for (file, text) in crds {
-        std::fs::write(dir.join("crds").join(file), text).unwrap();
-    }
-    dir
-}
-
 /// `xpkg push DIR REF --runtime-image IMAGE`; returns the pushed digest.
 pub fn xpkg_push(dir: &Path, reference: &str, runtime_image: Option<&str>) -> String {
     xpkg_push_as(dir, reference, runtime_image, None)
@@ -242,49 +109,6 @@ pub fn xpkg_push_as(
     credentials: Option<(&str, &str)>,
 ) -> String {
     xpkg_push_trusting(&env().ca_file, dir, reference, runtime_image, credentials)
-}
-
-/// `xpkg push DIR REF`, trusting the registry CA in `ca_file`, with the
-/// runtime image and credentials given; returns the pushed digest.
-pub fn xpkg_push_trusting(
-    ca_file: &Path,
-    dir: &Path,
-    reference: &str,
-    runtime_image: Option<&str>,
-    credentials: Option<(&str, &str)>,
-) -> String {
-    use std::io::Write as _;
-    let mut cmd = Command::new(testenv::workspace_binary("xpkg"));
-    cmd.arg("push")
-        .arg(dir)
-        .arg(reference)
-        .arg("--ca-file")
-        .arg(ca_file)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    if let Some(i) = runtime_image {
-        cmd.args(["--runtime-image", i]);
-    }
-    if let Some((user, _)) = credentials {
-        cmd.args(["--username", user]);
-    }
-    let mut child = cmd.spawn().expect("run xpkg");
-    if let (Some(mut stdin), Some((_, password))) = (child.stdin.take(), credentials) {
-        stdin.write_all(password.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().expect("run xpkg");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "xpkg push {reference}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .trim()
-        .rsplit_once('@')
-        .map(|(_, d)| d.to_owned())
-        .unwrap_or_else(|| panic!("xpkg push printed no digest: {stdout}"))
 }
 
 pub fn provider_yaml(name: &str, package: &str, extra: &str) -> String {
@@ -306,7 +130,7 @@ pub fn provider_healthy(name: &str) -> Option<Value> {
 }
 
 pub fn wait_provider_healthy(name: &str, timeout: Duration) -> Value {
-    wait(
+    wait_blocking(
         timeout,
         &format!("Provider {name} Installed and Healthy"),
         || provider_healthy(name),
@@ -342,10 +166,6 @@ pub fn test_crd(group: &str, kind: &str) -> (String, String) {
     )
 }
 
-pub fn crds_of(crds: &[(String, String)]) -> Vec<(&str, String)> {
-    crds.iter().map(|(f, t)| (f.as_str(), t.clone())).collect()
-}
-
 /// A unique DNS-safe group for one test; the package-manager may list its
 /// kinds (as the operator grants it, until the rbac-manager does), so a
 /// Provider's deletion can see whether custom resources of it exist.
@@ -366,7 +186,7 @@ pub fn wait_provider_condition(
     says: &[&str],
     timeout: Duration,
 ) -> Value {
-    wait(
+    wait_blocking(
         timeout,
         &format!("Provider {name} {type_}={status} saying {says:?}"),
         || {
@@ -388,18 +208,6 @@ pub fn push_raw(reference: &str, package_yaml: &str) -> String {
     push_base_layer(env().registry, reference, layer)
 }
 
-/// Pushes an image of `layer` alone, annotated as the package's base layer,
-/// to `reference` in `registry`; returns the digest.
-pub fn push_base_layer(
-    registry: &testenv::registry::Registry,
-    reference: &str,
-    layer: oci::Layer,
-) -> String {
-    let image =
-        oci::Image::new(oci::Config::default()).layer(layer.annotate("io.crossplane.xpkg", "base"));
-    push_image(registry, reference, &image)
-}
-
 pub fn meta(name: &str) -> String {
     format!("apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: {name}\n")
 }
@@ -415,7 +223,7 @@ pub fn delete_provider(name: &str) {
 }
 
 pub fn wait_provider_gone(name: &str) {
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         &format!("Provider {name} gone"),
         || provider(name).is_none().then_some(()),
@@ -471,7 +279,7 @@ pub fn poke(name: &str, n: usize) {
             &format!("poke={i}"),
             "--overwrite",
         ]);
-        wait(
+        wait_blocking(
             Duration::from_secs(30),
             "the Provider controller to reconcile",
             || (provider_reconciles() > before).then_some(()),

@@ -9,12 +9,15 @@
 use std::{
     path::PathBuf,
     sync::{Condvar, Mutex, OnceLock, PoisonError},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
 
-use crate::packages::{get_json, kubectl, kubectl_try};
+use crate::{
+    kubectl::{get_json, kubectl, kubectl_try},
+    wait::wait_blocking,
+};
 
 /// The image the local-node overlay names (see its kustomization.yaml).
 pub const OVERLAY_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";
@@ -85,39 +88,38 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// Waits until every Deployment of the six is Available, or panics with the
 /// pods' state.
 pub fn wait_available(timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let out = kubectl(&[
-            "get",
-            "deployments",
-            "-n",
-            NS,
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Available\")].status}/{.status.updatedReplicas}/{.status.replicas}{\"\\n\"}{end}",
-        ]);
-        // Available, and no pod of an older template still about.
-        let ready: Vec<&str> = out
-            .lines()
-            .filter_map(|l| {
-                let (name, rest) = l.split_once('=')?;
-                let mut parts = rest.split('/');
-                let available = parts.next()? == "True";
-                let (updated, total) = (parts.next()?, parts.next()?);
-                (available && updated == total).then_some(name)
-            })
-            .collect();
-        if oci::project::BINARIES.iter().all(|b| ready.contains(b)) {
-            return;
-        }
-        if Instant::now() >= deadline {
+    wait_blocking(
+        timeout,
+        "every Deployment to become Available",
+        || {
+            let out = kubectl(&[
+                "get",
+                "deployments",
+                "-n",
+                NS,
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Available\")].status}/{.status.updatedReplicas}/{.status.replicas}{\"\\n\"}{end}",
+            ]);
+            // Available, and no pod of an older template still about.
+            let ready: Vec<&str> = out
+                .lines()
+                .filter_map(|l| {
+                    let (name, rest) = l.split_once('=')?;
+                    let mut parts = rest.split('/');
+                    let available = parts.next()? == "True";
+                    let (updated, total) = (parts.next()?, parts.next()?);
+                    (available && updated == total).then_some(name)
+                })
+                .collect();
+            let all = oci::project::BINARIES.iter().all(|b| ready.contains(b));
+            if all { Ok(()) } else { Err(out) }
+        },
+        || {
             let pods = kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
             let events = kubectl(&["get", "events", "-n", NS]);
-            panic!(
-                "not every Deployment became Available within {timeout:?}: {out}\n{pods}\n{events}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+            format!("\n{pods}\n{events}")
+        },
+    );
 }
 
 /// `kubectl apply -k deploy/overlays/local-node` (server-side): deploy/
@@ -147,7 +149,7 @@ fn install() -> Shipped {
     std::fs::write(&ca_file, &registry.ca_pem).unwrap();
     push_project_image(&registry);
     let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
-    crate::packages::push_image(&registry, &format!("{}/pause:v1", registry.address), &pause);
+    crate::artifacts::push_image(&registry, &format!("{}/pause:v1", registry.address), &pause);
     apply_overlay();
     let deployed_args = container_args("package-manager");
     // Operator configuration, and nothing else: the package-manager trusts
@@ -284,8 +286,7 @@ fn roll_out_package_manager(args: &[String]) {
         {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args},
     ]);
     patch_package_manager(&patch);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
+    let rolled_out = || {
         let pods = get_json(&[
             "pods",
             "-n",
@@ -309,17 +310,19 @@ fn roll_out_package_manager(args: &[String]) {
             && ready(pod)
             && package_manager_lease().0 == pod["metadata"]["name"].as_str().unwrap_or_default()
         {
-            return;
+            return Some(());
         }
-        if Instant::now() >= deadline {
+        None
+    };
+    wait_blocking(
+        Duration::from_secs(180),
+        &format!("the package-manager to roll out with {args:?}"),
+        rolled_out,
+        || {
             let pods = kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
-            panic!(
-                "the package-manager did not roll out with {args:?} within 180s:\n{pods}\n{}",
-                log_tail("package-manager", 30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+            format!("\n{pods}\n{}", log_tail("package-manager", 30))
+        },
+    );
 }
 
 /// Removes crossplane-rs's own Object provider (its Deployment and the
@@ -453,20 +456,20 @@ pub fn explain() -> String {
 /// `xpkg push DIR REF` (trusting the registry's CA), with the runtime
 /// image given; returns the pushed digest.
 pub fn xpkg_push(dir: &std::path::Path, reference: &str, runtime_image: Option<&str>) -> String {
-    crate::packages::xpkg_push_trusting(&shipped().ca_file, dir, reference, runtime_image, None)
+    crate::artifacts::xpkg_push_trusting(&shipped().ca_file, dir, reference, runtime_image, None)
 }
 
 /// A Provider package directory (version v1): its meta (with
 /// `spec_extra` lines under spec) and CRD files.
 pub fn package_dir(name: &str, spec_extra: &str, crds: &[(String, String)]) -> PathBuf {
-    let crds = crate::packages::crds_of(crds);
-    crate::packages::package_dir_in(&shipped().work, name, "v1", &crds, spec_extra)
+    let crds = crate::artifacts::crds_of(crds);
+    crate::artifacts::package_dir_in(&shipped().work, name, "v1", &crds, spec_extra)
 }
 
 /// Pushes an image of one base layer to `reference` in the shared registry;
 /// returns the digest.
 pub fn push_layer(reference: &str, layer: oci::Layer) -> String {
-    crate::packages::push_base_layer(&shipped().registry, reference, layer)
+    crate::artifacts::push_base_layer(&shipped().registry, reference, layer)
 }
 
 /// "<status> <body>" of a GET of `url` from inside the node's network

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::{Running, wait_for, wait_for_explained};
+use crate::{Running, wait, wait_explained};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
@@ -224,7 +224,7 @@ pub async fn wait_app_state(
     name: &str,
     state: &str,
 ) -> KubernetesApplication {
-    wait_for_explained(
+    wait_explained(
         WAIT,
         &format!("application {ns}/{name} to be {state}"),
         || async {
@@ -283,7 +283,7 @@ pub async fn wait_res_state(
     name: &str,
     state: &str,
 ) -> KubernetesApplicationResource {
-    wait_for_explained(
+    wait_explained(
         WAIT,
         &format!("resource {ns}/{name} to be {state}"),
         || async {
@@ -325,7 +325,7 @@ where
 {
     let api = Api::<K>::namespaced(client.clone(), ns);
     api.delete(name, &DeleteParams::default()).await.unwrap();
-    wait_for(WAIT, what, || async {
+    wait(WAIT, what, || async {
         api.get_opt(name).await.unwrap().is_none().then_some(())
     })
     .await;

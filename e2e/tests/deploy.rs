@@ -5,12 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{collections::BTreeMap, process::Command};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use oci::project::BINARIES;
 
+use e2e::kubectl::kubectl;
 use e2e::shipped::{
     OVERLAY_IMAGE, apply_overlay, push_project_image, through_node, wait_available,
 };
@@ -18,19 +19,8 @@ use e2e::shipped::{
 /// `kubectl kustomize <dir>` (dir relative to the repository root), as JSON
 /// documents keyed by apiVersion, kind, namespace and name.
 fn render(dir: &str) -> BTreeMap<String, Value> {
-    let kubectl = testenv::bin_dir().unwrap().join("kubectl");
     let path = testenv::repo_root().join(dir);
-    let out = Command::new(&kubectl)
-        .arg("kustomize")
-        .arg(&path)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", kubectl.display()));
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {dir} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = e2e::kubectl::local(&["kustomize", &path.to_string_lossy()]);
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
         .unwrap_or_else(|e| panic!("kubectl kustomize {dir} rendered invalid YAML: {e}"));
     let mut by_key = BTreeMap::new();
@@ -100,15 +90,6 @@ fn overlay_changes_only_the_image() {
         let n = local.values().filter(|d| d["kind"] == kind).count();
         assert!(n >= BINARIES.len(), "only {n} {kind}s rendered");
     }
-}
-
-/// `kubectl` against the control cluster, panicking with its output when
-/// it fails.
-fn kubectl(args: &[&str]) -> String {
-    testenv::control_plane_with_node()
-        .control
-        .kubectl_ok(args)
-        .unwrap_or_else(|e| panic!("kubectl {}: {e:#}", args.join(" ")))
 }
 
 #[test]
@@ -289,23 +270,9 @@ fn deploy_runs_for_real_on_the_node() {
     leader_failover(control);
 }
 
-/// Polls `check` every 250ms until it gives Some, or panics naming `what`.
-fn wait_until<T>(
-    what: &str,
-    timeout: std::time::Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+/// Waits until `check` gives Some, or panics naming `what`.
+fn wait_until<T>(what: &str, timeout: std::time::Duration, check: impl FnMut() -> Option<T>) -> T {
+    e2e::wait_blocking(timeout, what, check, String::new)
 }
 
 /// Who holds the scheduler's leader-election Lease.

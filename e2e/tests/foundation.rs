@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use e2e::{
     Running, http_get, metric_sum,
     proxy::Proxy,
-    wait_for,
+    wait,
     workloads::{self, impersonating_kubeconfig},
     yaml_documents,
 };
@@ -540,7 +540,7 @@ async fn every_binary_serves_health_and_the_common_metrics() {
             leads(&metrics),
             "{name} without --leader-elect leads: {metrics}"
         );
-        let ready = wait_for(Duration::from_secs(10), "/readyz", || async {
+        let ready = wait(Duration::from_secs(10), "/readyz", || async {
             matches!(e2e::http_get(bin.addr, "/readyz"), Some((200, _))).then_some(())
         });
         ready.await;
@@ -552,7 +552,7 @@ async fn a_binary_refuses_to_start_without_its_crds() {
     let plane = testenv::control_plane();
     // The remote cluster has no crossplane-rs CRDs.
     let mut bin = Running::start("scheduler", &plane.remote.kubeconfig_path, &[]);
-    let status = wait_for(Duration::from_secs(30), "the scheduler to exit", || {
+    let status = wait(Duration::from_secs(30), "the scheduler to exit", || {
         let done = bin.child.try_wait().ok().flatten();
         async move { done }
     })
@@ -608,7 +608,7 @@ async fn a_standby_replica_takes_over_the_lease_within_20s_of_the_leader_dying()
     // Lease can change hands between two reads, so this waits for a
     // consistent view rather than sampling once; two leaders at once would
     // never become consistent.)
-    let leader = wait_for(
+    let leader = wait(
         Duration::from_secs(30),
         "exactly one replica to lead, holding the Lease",
         || {
@@ -637,7 +637,7 @@ async fn a_standby_replica_takes_over_the_lease_within_20s_of_the_leader_dying()
     };
     leading.kill();
     let started = std::time::Instant::now();
-    wait_for(
+    wait(
         Duration::from_secs(20),
         "the standby replica to take over the Lease",
         || {
@@ -646,7 +646,7 @@ async fn a_standby_replica_takes_over_the_lease_within_20s_of_the_leader_dying()
         },
     )
     .await;
-    wait_for(
+    wait(
         Duration::from_secs(5),
         "the new leader to report it leads",
         || async { leads(&standby.metrics()).then_some(()) },
@@ -974,7 +974,7 @@ fn elected<'a>(ns: &'a str, identity: &'a str, lease_duration: &'a str) -> Vec<&
 
 /// Waits until the binary serving /metrics on `addr` leads.
 async fn wait_leads(addr: std::net::SocketAddr, who: &str, timeout: Duration) {
-    wait_for(timeout, &format!("{who} to lead"), || async move {
+    wait(timeout, &format!("{who} to lead"), || async move {
         leads_now(addr).then_some(())
     })
     .await;
@@ -1005,7 +1005,7 @@ async fn cluster_ready(client: &Client, ns: &str, name: &str) -> Option<String> 
 
 /// Waits until a KubernetesCluster's Ready condition is `want`.
 async fn wait_cluster_ready(client: &Client, ns: &str, name: &str, want: &str) {
-    wait_for(
+    wait(
         Duration::from_secs(30),
         &format!("KubernetesCluster {ns}/{name} to be Ready={want}"),
         || async { (cluster_ready(client, ns, name).await.as_deref() == Some(want)).then_some(()) },
@@ -1086,7 +1086,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_leads() {
         seen.join("\n")
     );
     // replica-a exited, saying why.
-    let status = wait_for(Duration::from_secs(10), "replica-a to exit", || {
+    let status = wait(Duration::from_secs(10), "replica-a to exit", || {
         let exited = leader.child.try_wait().ok().flatten();
         async move { exited }
     })
@@ -1130,7 +1130,7 @@ async fn a_standby_never_reconciles_until_it_leads() {
     let reconciles =
         |bin: &Running| metric_sum(&bin.metrics(), "crossplane_rs_reconcile_total", &[]);
     let done = reconciles(&first);
-    wait_for(
+    wait(
         Duration::from_secs(30),
         "the leader to reconcile three more times",
         || {
@@ -1209,7 +1209,7 @@ async fn a_leader_stopped_gracefully_hands_the_lease_over_at_once() {
         scheduler_lease_holder(&leases).await.as_deref(),
         Some("replica-b")
     );
-    let status = wait_for(Duration::from_secs(10), "replica-a to exit", || {
+    let status = wait(Duration::from_secs(10), "replica-a to exit", || {
         let exited = first.child.try_wait().ok().flatten();
         async move { exited }
     })
@@ -1313,7 +1313,7 @@ spec: {{}}
         stderr(&out)
     );
     for ((bin, controller), before) in watched.iter().zip(before) {
-        wait_for(
+        wait(
             Duration::from_secs(30),
             &format!("{}'s {controller} controller to reconcile", bin.name),
             || {
@@ -1392,7 +1392,7 @@ async fn secret_watches_carry_metadata_not_data() {
     wait_cluster_ready(&client, &ns, "late", "False").await;
     // Its status write wakes the scheduler once more; after that only the
     // Secret watch can.
-    wait_for(Duration::from_secs(30), "the scheduler to settle", || {
+    wait(Duration::from_secs(30), "the scheduler to settle", || {
         let n = metric_sum(
             &scheduler.metrics(),
             "crossplane_rs_reconcile_total",
@@ -1453,7 +1453,7 @@ async fn secret_watches_carry_metadata_not_data() {
             .flatten()?;
         Some(s.data?.get("token")?.0.clone())
     };
-    wait_for(
+    wait(
         Duration::from_secs(30),
         "Secret shared in the remote cluster",
         || {
@@ -1490,7 +1490,7 @@ async fn secret_watches_carry_metadata_not_data() {
         )
         .await
         .unwrap();
-    wait_for(
+    wait(
         Duration::from_secs(30),
         "the rotated Secret shared to reach the remote cluster",
         || {
@@ -1541,7 +1541,7 @@ async fn a_renew_deadline_not_shorter_than_the_lease_is_refused_at_start() {
             "10s",
         ],
     );
-    let status = wait_for(Duration::from_secs(30), "the scheduler to exit", || {
+    let status = wait(Duration::from_secs(30), "the scheduler to exit", || {
         let done = bin.child.try_wait().ok().flatten();
         async move { done }
     })

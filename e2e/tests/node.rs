@@ -36,24 +36,7 @@ fn kubectl_until(
     timeout: Duration,
     check: impl Fn(&str) -> bool,
 ) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let out = cluster.kubectl(args);
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if out.status.success() && check(&text) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kubectl {} did not show what was expected within {timeout:?}; last output:\n{text}",
-            args.join(" ")
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    e2e::kubectl::Kubectl(cluster).until(args, timeout, check)
 }
 
 #[test]

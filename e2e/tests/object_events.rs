@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::{objects::*, wait_for};
+use e2e::{objects::*, wait};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -254,7 +254,7 @@ async fn an_idle_object_costs_no_request_even_when_woken() {
         poked.push(o.resource_version());
     }
     let n = names.len() as u64;
-    wait_for(
+    wait(
         WAIT,
         &format!("{n} observations of cluster {pc}"),
         || async { (observations(&pc) >= observed_before + n).then_some(()) },

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{objects::*, wait_for};
+use e2e::{objects::*, wait};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use kube::{
     Api, Client, ResourceExt,
@@ -87,7 +87,7 @@ fn prepare() {
 }
 
 async fn wait_synced_false(client: &Client, name: &str, needle: &str) -> String {
-    wait_for(
+    wait(
         WAIT,
         &format!("Object {name} to be Synced=False saying {needle:?}"),
         || async {
@@ -103,7 +103,7 @@ async fn wait_synced_false(client: &Client, name: &str, needle: &str) -> String 
 /// more times than `from`: proof that its polls ran, where a sleep would
 /// prove nothing.
 async fn wait_observations(cluster: &str, from: u64, n: u64) {
-    wait_for(
+    wait(
         WAIT,
         &format!("{n} observations in cluster {cluster} (polls)"),
         || async { (observations(cluster) >= from + n).then_some(()) },
@@ -190,7 +190,7 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
             .is_some()
     );
     // Usage is recorded.
-    wait_for(WAIT, "ProviderConfig local to count its user", || async {
+    wait(WAIT, "ProviderConfig local to count its user", || async {
         let pc = Api::<ProviderConfig>::all(client.clone())
             .get("local")
             .await
@@ -256,7 +256,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
         )
         .await;
         if create_update {
-            wait_for(
+            wait(
                 WAIT,
                 &format!("{policy}: update to reach the target"),
                 || async {
@@ -567,7 +567,7 @@ async fn a_configmap_value_flows_into_the_manifest_and_follows_changes() {
         )
         .await
         .unwrap();
-    wait_for(
+    wait(
         WAIT,
         "the new region to reach the managed object",
         || async {
@@ -613,7 +613,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
     )
     .await
     .unwrap();
-    wait_for(WAIT, "the drift to be put back", || async {
+    wait(WAIT, "the drift to be put back", || async {
         (remote_cm(&remote, &ns, "cm").await?.data?.get("k")? == "mine").then_some(())
     })
     .await;
@@ -629,7 +629,7 @@ async fn paused_objects_are_left_alone_and_drift_is_put_back() {
         )
         .await
         .unwrap();
-    wait_for(WAIT, "ReconcilePaused", || async {
+    wait(WAIT, "ReconcilePaused", || async {
         let o = get_object(&client, &name).await?;
         (cond(&o, "Synced")?.1 == "ReconcilePaused").then_some(())
     })
@@ -701,7 +701,7 @@ async fn connection_details_are_published_and_secrets_are_redacted() {
     let o = wait_ready(&client, &name).await;
     let manifest = o.status.unwrap().at_provider.unwrap().manifest.unwrap();
     assert_eq!(manifest["data"]["password"], "REDACTED");
-    let published = wait_for(WAIT, "the connection Secret", || async {
+    let published = wait(WAIT, "the connection Secret", || async {
         Api::<Secret>::namespaced(client.clone(), "default")
             .get_opt(&conn)
             .await
@@ -746,7 +746,7 @@ async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
     wait_ready(&client, &name).await;
     let pcs = Api::<ProviderConfig>::all(client.clone());
     pcs.delete(&pc, &DeleteParams::default()).await.unwrap();
-    let msg = wait_for(WAIT, "the ProviderConfig to say who uses it", || async {
+    let msg = wait(WAIT, "the ProviderConfig to say who uses it", || async {
         let p = pcs.get_opt(&pc).await.ok()??;
         p.status?
             .conditions
@@ -764,7 +764,7 @@ async fn a_provider_config_in_use_cannot_be_deleted_until_it_is_not() {
         "deletion refused while in use"
     );
     delete_and_wait_gone(&client, &name).await;
-    wait_for(WAIT, "the ProviderConfig to go once unused", || async {
+    wait(WAIT, "the ProviderConfig to go once unused", || async {
         pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
     })
     .await;
@@ -1019,12 +1019,12 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
     moved["metadata"]["annotations"] = json!({"crossplane.io/external-name": "called-this"});
     apply_object(&client, moved).await;
     let pcs = Api::<ProviderConfig>::all(client.clone());
-    wait_for(WAIT, "the config to count its user", || async {
+    wait(WAIT, "the config to count its user", || async {
         (pcs.get_opt(&pc).await.ok()??.status?.users? == 1).then_some(())
     })
     .await;
     pcs.delete(&pc, &DeleteParams::default()).await.unwrap();
-    let msg = wait_for(WAIT, "the config to say who uses it", || async {
+    let msg = wait(WAIT, "the config to say who uses it", || async {
         let p = pcs.get_opt(&pc).await.ok()??;
         p.status?
             .conditions
@@ -1036,7 +1036,7 @@ async fn external_name_is_honoured_and_a_deleted_usage_does_not_block_deletion()
     assert!(msg.contains(&format!("Object {name}")), "{msg}");
     delete_and_wait_gone(&client, &name).await;
     assert!(remote_cm(&remote, &ns, "called-this").await.is_none());
-    wait_for(WAIT, "the config to go once unused", || async {
+    wait(WAIT, "the config to go once unused", || async {
         pcs.get_opt(&pc).await.ok()?.is_none().then_some(())
     })
     .await;
@@ -1141,7 +1141,7 @@ async fn a_removed_reference_no_longer_holds_its_former_target() {
         ),
     )
     .await;
-    wait_for(WAIT, "the referrer to sync its new spec", || async {
+    wait(WAIT, "the referrer to sync its new spec", || async {
         let o = get_object(&client, &referrer).await?;
         let synced = o
             .status
@@ -1155,7 +1155,7 @@ async fn a_removed_reference_no_longer_holds_its_former_target() {
     .await;
     // The former target can now be deleted, and goes at once.
     delete_object(&client, &target).await;
-    wait_for(
+    wait(
         Duration::from_secs(10),
         &format!("Object {target} to be gone"),
         || async { get_object(&client, &target).await.is_none().then_some(()) },
@@ -1241,7 +1241,7 @@ async fn the_usage_follows_the_provider_config_ref_both_ways() {
         let pcs = pcs.clone();
         let name = name.clone();
         async move {
-            let msg = wait_for(
+            let msg = wait(
                 WAIT,
                 &format!("{config} to refuse its deletion"),
                 || async {
@@ -1261,7 +1261,7 @@ async fn the_usage_follows_the_provider_config_ref_both_ways() {
     let gone = |config: String| {
         let pcs = pcs.clone();
         async move {
-            wait_for(WAIT, &format!("{config} to go once unused"), || async {
+            wait(WAIT, &format!("{config} to go once unused"), || async {
                 pcs.get_opt(&config).await.ok()?.is_none().then_some(())
             })
             .await;
@@ -1269,14 +1269,14 @@ async fn the_usage_follows_the_provider_config_ref_both_ways() {
     };
     apply_object(&client, on(&a)).await;
     wait_ready(&client, &name).await;
-    wait_for(WAIT, "A to count its user", || async {
+    wait(WAIT, "A to count its user", || async {
         (users(a.clone()).await? == 1).then_some(())
     })
     .await;
 
     // A → B: B is protected, A is free to go.
     apply_object(&client, on(&b)).await;
-    wait_for(WAIT, "B to count its user", || async {
+    wait(WAIT, "B to count its user", || async {
         (users(b.clone()).await? == 1).then_some(())
     })
     .await;
@@ -1288,7 +1288,7 @@ async fn the_usage_follows_the_provider_config_ref_both_ways() {
     // B → A (made again): A is protected, B (deleting) goes.
     remote_config(&a);
     apply_object(&client, on(&a)).await;
-    wait_for(WAIT, "A to count its user", || async {
+    wait(WAIT, "A to count its user", || async {
         (users(a.clone()).await? == 1).then_some(())
     })
     .await;
@@ -1405,11 +1405,11 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
         )
         .await
         .unwrap();
-    wait_for(WAIT, "the cpu request to be put back", || async {
+    wait(WAIT, "the cpu request to be put back", || async {
         (cpu().await == "500m").then_some(())
     })
     .await;
-    wait_for(WAIT, "the Secret's value to be put back", || async {
+    wait(WAIT, "the Secret's value to be put back", || async {
         let s = Api::<Secret>::namespaced(remote.clone(), &ns)
             .get("s")
             .await
@@ -1418,7 +1418,7 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
     })
     .await;
     for name in [&secret, &deployment] {
-        wait_for(WAIT, &format!("{name}: a DriftCorrected event"), || async {
+        wait(WAIT, &format!("{name}: a DriftCorrected event"), || async {
             events_of(&client, name)
                 .await
                 .iter()

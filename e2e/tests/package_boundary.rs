@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use e2e::hostile::{Hostile, Reply};
 use e2e::packages::{
-    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd, wait,
+    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd,
+    wait_blocking,
 };
 use e2e::shipped::{
     NS, explain, package_dir, package_manager_lease, pod_of, push_layer, reconciles,
@@ -78,7 +79,7 @@ fn can_i(subject: &str, args: &[&str]) -> bool {
 /// Waits until the Extension's RBACReady is False and says every one of
 /// `says`; returns its message.
 fn wait_rbac_refused(ns: &str, name: &str, says: &[&str]) -> String {
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         &format!("Extension {ns}/{name} RBACReady=False naming {says:?}"),
         || {
@@ -165,7 +166,7 @@ fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
     xpkg_push(&dir, &reference, Some(&shipped().pause_image));
     let name = testenv::unique_name("asks");
     apply(&provider_yaml(&name, &reference, ""));
-    let revision = wait(
+    let revision = wait_blocking(
         Duration::from_secs(90),
         "a revision refused by the rbac-manager, naming each request",
         || {
@@ -216,7 +217,7 @@ const HOSTILE_FIELDS: [&str; 5] = [
 /// Waits until the Extension `ns/name` names every one of
 /// [`HOSTILE_FIELDS`] in its conditions; returns their text.
 fn wait_refused_fields(ns: &str, name: &str, timeout: Duration) -> String {
-    wait(
+    wait_blocking(
         timeout,
         &format!("Extension {ns}/{name} to name every refused field"),
         || {
@@ -248,7 +249,7 @@ fn a_stack_controller_cannot_take_host_access_or_another_identity() {
     // second Extension there is refused for the ServiceAccount alone.
     let sys = "hostile-in-system";
     apply(&hostile_extension(NS, sys, "rbac-manager"));
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the Extension in crossplane-system to be refused the rbac-manager's ServiceAccount",
         || {
@@ -323,7 +324,7 @@ fn a_package_never_takes_over_a_crd_it_did_not_create() {
         apply(&provider_yaml(&name, &reference, ""));
         names.push(name);
     }
-    let takeover = wait(
+    let takeover = wait_blocking(
         Duration::from_secs(90),
         "the takeover package to be refused naming the CRD and its maker",
         || {
@@ -338,7 +339,7 @@ fn a_package_never_takes_over_a_crd_it_did_not_create() {
         explain,
     );
     eprintln!("takeover: {takeover}");
-    let own_api = wait(
+    let own_api = wait_blocking(
         Duration::from_secs(90),
         "the package shipping providers.pkg.crossplane.io to be refused",
         || {
@@ -430,7 +431,7 @@ fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_servic
     xpkg_push(&dir, &reference, None);
     let name = testenv::unique_name("convert");
     apply(&provider_yaml(&name, &reference, ""));
-    let installed = wait(
+    let installed = wait_blocking(
         Duration::from_secs(90),
         "the CRD installed, converting at the Provider's own Service",
         || {
@@ -534,7 +535,7 @@ fn bombs_are_refused_within_seconds_and_the_package_manager_keeps_working() {
     let meanwhile = testenv::unique_name("meanwhile");
     apply(&provider_yaml(&meanwhile, &plain, ""));
     for name in &names {
-        let message = wait(
+        let message = wait_blocking(
             Duration::from_secs(60),
             &format!("Provider {name} refused naming the bound"),
             || {
@@ -551,7 +552,7 @@ fn bombs_are_refused_within_seconds_and_the_package_manager_keeps_working() {
             started.elapsed()
         );
     }
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the plain Provider to become Healthy beside the bombs",
         || {
@@ -619,7 +620,7 @@ fn tenant_deployments_with_the_extension_label_do_not_grow_the_package_manager()
     apply(&format!(
         "apiVersion: extensions.crossplane.io/v1alpha1\nkind: Extension\nmetadata:\n  name: marker\n  namespace: {ns}\nspec:\n  title: marker\n"
     ));
-    let uid = wait(
+    let uid = wait_blocking(
         Duration::from_secs(30),
         "the marker Extension to be reconciled",
         || {
@@ -655,7 +656,7 @@ fn tenant_deployments_with_the_extension_label_do_not_grow_the_package_manager()
         .control
         .kubectl_stdin(&["create", "-f", "-"], Some(&marker.to_string()));
     assert!(out.status.success(), "create the marker: {out:?}");
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the package-manager to see the marker Deployment",
         || (reconciles("package-manager", "extension") > seen).then_some(()),
@@ -757,7 +758,7 @@ fn pull_secret(name: &str, registry: &str, user: &str, password: &str) {
 /// Waits until the Provider has a condition that is False and whose
 /// message contains every one of `says`; returns every condition's text.
 fn wait_provider_says(name: &str, says: &[&str]) -> String {
-    wait(
+    wait_blocking(
         Duration::from_secs(90),
         &format!("Provider {name} to say {says:?}"),
         || {

@@ -176,7 +176,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         get_json(&["objects.kubernetes.crossplane.io", &cm])
             .is_some_and(|o| condition(&o, "Ready").is_some_and(|c| c.0 == "True"))
     };
-    wait(
+    wait_blocking(
         Duration::from_secs(90),
         "the Object Ready",
         || object_ready().then_some(()),
@@ -228,7 +228,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     apply(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: test-viewer}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-view}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: viewer}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: test-editor}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-edit}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: editor}]\n",
     );
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "crossplane-view and crossplane-edit to carry the provider's kinds",
         || {
@@ -283,7 +283,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // revision binds its roles to it while it is active.
     let sa = |_rev: &str| format!("system:serviceaccount:{NS}:provider-kubernetes");
     let mut samples = Vec::new();
-    wait(
+    wait_blocking(
         Duration::from_secs(180),
         "revision 2 serving and revision 1 inactive without a runtime",
         || {
@@ -307,7 +307,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "a moment without a bound runtime: {samples:?}"
     );
     let binding = |rev: &str| format!(" crossplane:provider:{rev}:system");
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "revision 1's binding to go",
         || {
@@ -421,7 +421,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "provider-kubernetes",
         "--wait=false",
     ]);
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the Provider saying which custom resources hold it",
         || {
@@ -449,7 +449,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         "--wait=false",
     ]);
     let gone_from = Instant::now();
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the Provider, its revisions, CRDs and runtime gone",
         || {
@@ -463,7 +463,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         explain_packages,
     );
     // The roles go with their revisions (garbage collection).
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the revisions' roles gone",
         || {
@@ -689,7 +689,7 @@ fn an_unreachable_registry_is_reported_and_a_registry_that_comes_up_is_used_with
         "poke=1",
         "--overwrite",
     ]);
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the revision reconciled after the registry went",
         || {
@@ -947,7 +947,7 @@ fn pull_policies_manual_activation_and_pause() {
         None,
     );
     let rev2 = format!("{moving}-{}", short(&a2));
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "a new revision for the moved tag, serving",
         || {
@@ -1052,7 +1052,7 @@ fn pull_policies_manual_activation_and_pause() {
         "-p",
         r#"{"spec":{"desiredState":"Active"}}"#,
     ]);
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the activated revision serving and the old one inactive",
         || {
@@ -1175,7 +1175,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
 
     // Editing the config rolls out.
     apply(&config(1));
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the edited replicas rolled out",
         || (deployment_of(&rev)?["spec"]["replicas"] == 1).then_some(()),
@@ -1189,7 +1189,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         &reference,
         &runtime_ref("default", "DeploymentRuntimeConfig"),
     ));
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the default config's runtime",
         || {
@@ -1205,7 +1205,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
     // The seed's `default`, applied verbatim, renders the same pods.
     let seed = testenv::repo_root().join("examples/seeds/004-deploymentruntimeconfig-default.yaml");
     kubectl(&["apply", "-f", seed.to_str().unwrap()]);
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the seed's default label on the runtime Deployment",
         || (deployment_of(&rev)?["metadata"]["labels"]["example"] == "label").then_some(()),
@@ -1255,7 +1255,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
     );
     let broken = format!("{unique}-broken");
     apply(&provider_yaml(&broken, &broken_ref, ""));
-    let p = wait(
+    let p = wait_blocking(
         Duration::from_secs(90),
         "the pull failure named",
         || {
@@ -1311,7 +1311,7 @@ fn a_crd_a_new_version_dropped_stays_while_its_custom_resources_exist() {
             None,
         );
         apply(&provider_yaml(&name, &format!("{repo}:{tag}"), ""));
-        wait(
+        wait_blocking(
             Duration::from_secs(60),
             &format!("{tag} serving"),
             || {
@@ -1329,7 +1329,7 @@ fn a_crd_a_new_version_dropped_stays_while_its_custom_resources_exist() {
         );
     }
     let rev1 = format!("{name}-{}", short(&d1));
-    let r1 = wait(
+    let r1 = wait_blocking(
         Duration::from_secs(30),
         "revision 1 pruned but waiting for the Goner",
         || {
@@ -1345,7 +1345,7 @@ fn a_crd_a_new_version_dropped_stays_while_its_custom_resources_exist() {
         "the dropped CRD went with a custom resource left: {r1}"
     );
     kubectl(&["delete", &goner, "still-here"]);
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the dropped CRD and revision 1 gone",
         || {
@@ -1490,7 +1490,7 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
     wait_provider_healthy(&unique, Duration::from_secs(60));
     let rev = format!("{unique}-{}", short(&digest));
     let system = format!("crossplane:provider:{rev}:system");
-    let refused = wait(
+    let refused = wait_blocking(
         Duration::from_secs(30),
         "RBACReady=False naming the refused rule",
         || {
@@ -1531,7 +1531,7 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
         "-p",
         &patch,
     ]);
-    let role = wait(
+    let role = wait_blocking(
         Duration::from_secs(30),
         "the system role with the requested rule",
         || get_json(&["clusterrole", &system]),
@@ -1567,7 +1567,7 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
     let seed = testenv::repo_root().join("examples/seeds/001-extension-redis.yaml");
     kubectl(&["apply", "-n", &ns, "-f", seed.to_str().unwrap()]);
     let role = format!("crossplane:extension:{ns}:redis:system");
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the Extension's RBACReady",
         || {
@@ -1607,7 +1607,7 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
         "-n",
         &ns,
     ]);
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the Extension's role and binding gone",
         || {

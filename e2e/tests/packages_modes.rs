@@ -104,7 +104,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     // kind is none of this package-manager's business.
     let seed = testenv::repo_root().join("examples/seeds/004-provider-cloudrun-runtimeconfig.yaml");
     kubectl(&["apply", "-f", seed.to_str().unwrap()]);
-    let p = wait(
+    let p = wait_blocking(
         Duration::from_secs(40),
         "the seed's provider-example reported on",
         || {
@@ -161,7 +161,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
         &revision,
         "poke=1",
     ]);
-    wait(
+    wait_blocking(
         Duration::from_secs(30),
         "the revision reconciled again",
         || (reconciles() > reconciled).then_some(()),
@@ -209,7 +209,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     apply(&provider_with_cc);
     e2e_wait_event(&revision, "ControllerConfigIgnored");
     apply(&converted);
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the converted runtime config rendering the same pods",
         || {
@@ -234,7 +234,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
 
 /// Waits for an event with `reason` about `involved` in any namespace.
 fn e2e_wait_event(involved: &str, reason: &str) {
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         &format!("a {reason} event about {involved}"),
         || {
@@ -309,7 +309,7 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
         .and_then(|r| condition(&r, "Ready"))
         .is_some_and(|c| c.0 == "True")
     };
-    wait(
+    wait_blocking(
         Duration::from_secs(90),
         "both requests Ready",
         || (ready("by-package") && ready("by-crd")).then_some(()),
@@ -327,7 +327,7 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
     );
     // The rbac-manager (a pod beside it) has rendered the Extension's
     // roles: the installation has settled.
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the Extension's RBACReady",
         || {
@@ -375,7 +375,7 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
                 "--overwrite",
             ]);
         }
-        wait(
+        wait_blocking(
             Duration::from_secs(30),
             "both requests and the Extension reconciled again",
             || {
@@ -394,7 +394,7 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
         e2e::shipped::log_tail("package-manager", 40)
     );
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
-    wait(
+    wait_blocking(
         Duration::from_secs(90),
         "the stack's CRD gone with its namespace",
         || {

@@ -15,7 +15,7 @@ use std::{
 use e2e::{
     Running, metric_sum,
     stall::{Mode, Stalled},
-    wait_for,
+    wait,
     workloads::*,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
@@ -159,7 +159,7 @@ async fn a_stalled_cluster_does_not_starve_the_other_applications() {
     // Then its cluster stalls: the API server accepts connections and
     // completes TLS, but never answers a request.
     put_secret(&client, &ns, "stalling-kubeconfig", &stalled.kubeconfig()).await;
-    wait_for(
+    wait(
         WAIT,
         "the resource-controller to call the stalled cluster",
         || async { (stalled.accepted() > 0).then_some(()) },
@@ -201,7 +201,7 @@ async fn a_stalled_cluster_does_not_starve_the_other_applications() {
     let needle = format!("KubernetesCluster {ns}/stalling did not answer");
     for i in 0..STALLED {
         let name = format!("s{i}");
-        let res = wait_for(
+        let res = wait(
             WAIT,
             &format!("resource {name} to say {needle:?}"),
             || async {
@@ -221,7 +221,7 @@ async fn a_stalled_cluster_does_not_starve_the_other_applications() {
     }
     // And so does the cluster itself.
     let kc = Api::<KubernetesCluster>::namespaced(client.clone(), &ns);
-    let ready = wait_for(
+    let ready = wait(
         WAIT,
         "KubernetesCluster stalling to be Ready=False",
         || async {
@@ -336,7 +336,7 @@ async fn a_stalled_target_does_not_starve_the_other_objects() {
         &object(&silent_name, &silent_pc, &rns, "silent", "1"),
     )
     .await;
-    wait_for(WAIT, "the provider to call the stalled target", || async {
+    wait(WAIT, "the provider to call the stalled target", || async {
         (stalled.accepted() > 0).then_some(())
     })
     .await;
@@ -382,7 +382,7 @@ async fn a_stalled_target_does_not_starve_the_other_objects() {
         .chain([(&silent_name, &silent_pc)])
     {
         let needle = format!("the target cluster of ProviderConfig {pc} did not answer");
-        wait_for(
+        wait(
             WAIT,
             &format!("Object {name} to say {needle:?}"),
             || async {
@@ -427,7 +427,7 @@ async fn a_reconcile_that_outlives_reconcile_timeout_is_abandoned_and_says_so() 
     apply_object(&client, &object(&id, &id, &rns, "cm", "1")).await;
     let objects = Api::<Object>::all(client.clone());
     let needle = "the reconcile did not finish within 2s";
-    wait_for(WAIT, &format!("Object {id} to say {needle:?}"), || async {
+    wait(WAIT, &format!("Object {id} to say {needle:?}"), || async {
         let o = objects.get(&id).await.unwrap();
         let conds = o.status.map(|s| s.conditions).unwrap_or_default();
         synced(&conds).filter(|(status, msg)| status == "False" && msg.contains(needle))
@@ -507,7 +507,7 @@ async fn lost_races_on_finalizers_and_status_are_retried_quietly() {
     )
     .await;
     let kc = Api::<KubernetesCluster>::namespaced(client.clone(), &ns);
-    wait_for(WAIT, "the cluster to be Ready", || async {
+    wait(WAIT, "the cluster to be Ready", || async {
         let c = kc.get("target").await.unwrap();
         let conds = c.status.map(|s| s.conditions).unwrap_or_default();
         condition(&conds, "Ready")
@@ -554,7 +554,7 @@ async fn lost_races_on_finalizers_and_status_are_retried_quietly() {
             racing.clone(),
         )));
     }
-    wait_for(WAIT, "every racer writing", || async {
+    wait(WAIT, "every racer writing", || async {
         (racing.load(Ordering::SeqCst) == HEALTHY).then_some(())
     })
     .await;

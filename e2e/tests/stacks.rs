@@ -200,7 +200,7 @@ fn explain(ns: &str) -> String {
 }
 
 fn wait_request(ns: &str, name: &str, status: &str, says: &[&str], timeout: Duration) -> Value {
-    wait(
+    wait_blocking(
         timeout,
         &format!("ExtensionRequest {ns}/{name} Ready={status} saying {says:?}"),
         || {
@@ -213,7 +213,7 @@ fn wait_request(ns: &str, name: &str, status: &str, says: &[&str], timeout: Dura
 }
 
 fn wait_gone(what: &str, mut exists: impl FnMut() -> bool, ns: &str) {
-    wait(
+    wait_blocking(
         Duration::from_secs(90),
         &format!("{what} gone"),
         || (!exists()).then_some(()),
@@ -414,7 +414,7 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
     );
     // Its roles: the rbac-manager bound the stack's rule set to the
     // controller's ServiceAccount.
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "RBACReady on the Extension",
         || {
@@ -441,7 +441,7 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
         &ns,
         "apiVersion: cache.crossplane.io/v1alpha1\nkind: RedisCluster\nmetadata:\n  name: cache-one\nspec:\n  size: 3\n",
     );
-    let cm = wait(
+    let cm = wait_blocking(
         INSTALL,
         "the stack controller's ConfigMap for RedisCluster cache-one",
         || get_json(&["configmap", "cache-one", "-n", &ns]),
@@ -873,7 +873,7 @@ fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
     )
     .unwrap();
     apply_in(&ns, &seed);
-    let d = wait(
+    let d = wait_blocking(
         Duration::from_secs(60),
         "the seed Extension's controller Deployment",
         || get_json(&["deployment", "redis-controller", "-n", &ns]),
@@ -890,7 +890,7 @@ fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
         Some("Extension")
     );
     assert!(get_json(&["serviceaccount", "redis-controller", "-n", &ns]).is_some());
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "RBACReady and Ready=False naming the missing CRD",
         || {
@@ -1000,7 +1000,7 @@ fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
     let name = testenv::unique_name("rewritten");
     let package = format!("registry.crossplane.io/{pg}/provider:v1.0.0");
     apply(&provider_yaml(&name, &package, ""));
-    let p = wait(
+    let p = wait_blocking(
         Duration::from_secs(90),
         &format!("Provider {name} Installed and Healthy"),
         || {

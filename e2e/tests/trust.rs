@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use e2e::{Running, wait_for, workloads::*};
+use e2e::{Running, wait, workloads::*};
 use k8s_openapi::{
     ByteString,
     api::core::v1::{ConfigMap, Event, Namespace, Secret},
@@ -93,7 +93,7 @@ fn reconciles(binary: &Running, controller: &str) -> u64 {
 /// than it had when called: proof that it looked again, not a sleep.
 async fn more_reconciles(binary: &Running, controller: &str, n: u64) {
     let start = reconciles(binary, controller);
-    wait_for(
+    wait(
         WAIT,
         &format!("{n} more {controller} reconciles in {}", binary.name),
         || async { (reconciles(binary, controller) >= start + n).then_some(()) },
@@ -218,7 +218,7 @@ async fn wait_cluster_refused(
     needle: &str,
     never: impl Never,
 ) -> String {
-    wait_for(
+    wait(
         WAIT,
         &format!("KubernetesCluster {ns}/{name} Ready=False saying {needle:?}"),
         || async {
@@ -241,7 +241,7 @@ async fn wait_resource_refused(
     needle: &str,
     never: impl Never,
 ) -> String {
-    wait_for(
+    wait(
         WAIT,
         &format!("resource {ns}/{name} Synced=False saying {needle:?}"),
         || async {
@@ -561,7 +561,7 @@ async fn skipping_tls_verification_needs_the_operators_flag() {
     )
     .await;
     cluster_with(&client, &allowed_ns, "insecure", &kc).await;
-    wait_for(
+    wait(
         WAIT,
         "the insecure cluster to be Ready with the flag",
         || async {
@@ -692,7 +692,7 @@ async fn an_exec_kubeconfig_in_a_provider_config_never_runs_in_the_object_provid
         .await
         .unwrap();
 
-    let msg = wait_for(
+    let msg = wait(
         WAIT,
         "the Object to be Synced=False naming exec",
         || async {

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use e2e::packages::{
     apply, condition, get_json, kubectl, kubectl_try, provider_healthy, provider_yaml,
-    revisions_of, test_crd, wait,
+    revisions_of, test_crd, wait_blocking,
 };
 use e2e::shipped::{NS, explain, package_dir, shipped, xpkg_push};
 
@@ -82,7 +82,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     let up = upstream();
     let name = "provider-kubernetes";
     apply(&provider_yaml(name, &up.references[0], ""));
-    let p = wait(
+    let p = wait_blocking(
         Duration::from_secs(300),
         "the upstream-built Provider Installed and Healthy",
         || provider_healthy(name),
@@ -168,7 +168,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     );
     let object = testenv::unique_name("cm");
     apply(&object_yaml(&object, &ns));
-    wait(
+    wait_blocking(
         Duration::from_secs(120),
         "the Object Ready and Synced, its ConfigMap made",
         || {
@@ -229,7 +229,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     std::thread::sleep(Duration::from_secs(1));
     let upgrade_started = Instant::now();
     apply(&provider_yaml(name, &up.references[1], ""));
-    let second = wait(
+    let second = wait_blocking(
         Duration::from_secs(300),
         "the second release's revision active with a healthy runtime, the first one's runtime gone",
         || {
@@ -299,7 +299,7 @@ fn a_package_of_crds_alone_runs_nothing_and_claims_no_runtime() {
     xpkg_push(&dir, &reference, None);
     let name = testenv::unique_name("crdonly");
     apply(&provider_yaml(&name, &reference, ""));
-    wait(
+    wait_blocking(
         Duration::from_secs(120),
         "the CRD-only Provider Healthy",
         || provider_healthy(&name),
@@ -405,7 +405,7 @@ fn common_labels_and_annotations_reach_everything_a_provider_makes_and_follow_an
             .collect::<Vec<_>>()
             .join("\n")
     };
-    wait(
+    wait_blocking(
         Duration::from_secs(120),
         "commonLabels and commonAnnotations on the revision, CRD, ServiceAccount, Service, Deployment and ClusterRoles",
         || check(&[("team", Some("a")), ("tier", Some("gold"))]),
@@ -419,7 +419,7 @@ fn common_labels_and_annotations_reach_everything_a_provider_makes_and_follow_an
     assert_eq!(pod_labels["team"], "a", "{pod_labels}");
     // An edit: one changes, one goes.
     apply(&provider_yaml(&name, &reference, &spec("team: b")));
-    wait(
+    wait_blocking(
         Duration::from_secs(120),
         "the edited commonLabels everywhere (team=b, tier gone)",
         || check(&[("team", Some("b")), ("tier", None)]),
@@ -461,7 +461,7 @@ fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kin
     let reference = format!("{}/hooks/provider-hooks:v1", shipped().registry.address);
     xpkg_push(&dir, &reference, Some(&shipped().pause_image));
     apply(&provider_yaml(&name, &reference, ""));
-    let installed = wait(
+    let installed = wait_blocking(
         Duration::from_secs(120),
         "the package's ValidatingWebhookConfiguration installed",
         || get_json(&["validatingwebhookconfiguration", &hook]),
@@ -501,7 +501,7 @@ fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kin
     let reference = format!("{}/snoop/provider-snoop:v1", shipped().registry.address);
     xpkg_push(&dir, &reference, Some(&shipped().pause_image));
     apply(&provider_yaml(&name2, &reference, ""));
-    wait(
+    wait_blocking(
         Duration::from_secs(120),
         "the snooping package refused, naming the rule",
         || {
@@ -534,7 +534,7 @@ fn a_provider_revision_without_spec_is_accepted_and_read() {
     ));
     let r = get_json(&["providerrevisions.pkg.crossplane.io", &name]).unwrap();
     assert_eq!(r["spec"]["desiredState"], "Inactive", "{r}");
-    wait(
+    wait_blocking(
         Duration::from_secs(60),
         "the package-manager's condition on the bare revision",
         || {
@@ -572,7 +572,7 @@ fn a_function_or_configuration_dependency_is_named_not_installed_as_a_provider()
     xpkg_push(&dir, &reference, None);
     let name = testenv::unique_name("deps");
     apply(&provider_yaml(&name, &reference, ""));
-    wait(
+    wait_blocking(
         Duration::from_secs(120),
         "the revision naming both dependencies as kinds not installed",
         || {

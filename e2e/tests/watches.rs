@@ -18,7 +18,7 @@ use e2e::{
     metric_sum,
     proxy::Proxy,
     stall::{Mode, Stalled},
-    wait_for,
+    wait,
 };
 use futures::{FutureExt as _, Stream, StreamExt as _};
 use k8s_openapi::{
@@ -151,7 +151,7 @@ impl Fixture {
 
     /// Reads until every (dependent, target) is Present.
     async fn read_until_present(&self, reads: &[(String, Target)]) {
-        wait_for(Duration::from_secs(20), "every read to be Present", || {
+        wait(Duration::from_secs(20), "every read to be Present", || {
             let all = reads
                 .iter()
                 .all(|(d, t)| matches!(self.read(d, t), Cached::Present(_)));
@@ -238,7 +238,7 @@ async fn fifty_dependents_share_one_list_and_one_watch_then_read_from_memory() {
     let reads = fifty(&f).await;
     f.read_until_present(&reads).await;
     // The watch request follows the list at once.
-    wait_for(Duration::from_secs(10), "the watch request", || {
+    wait(Duration::from_secs(10), "the watch request", || {
         let sent = f.requests("watch") >= 1.0;
         async move { sent.then_some(()) }
     })
@@ -350,7 +350,7 @@ async fn a_cluster_that_never_answers_reads_unknown_never_absent() {
     };
     assert!(matches!(read(), Cached::Unknown));
     // The watch did try: its list is held by the stalled server.
-    wait_for(
+    wait(
         Duration::from_secs(10),
         "the list to reach the cluster",
         || {

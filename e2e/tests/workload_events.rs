@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{Running, metric_sum, wait_for, workloads::*};
+use e2e::{Running, metric_sum, wait, workloads::*};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::{
     Api, Client,
@@ -126,7 +126,7 @@ async fn wake_all(client: &Client, ns: &str, r: &Running, n: f64, round: u32) ->
         )
         .await
         .unwrap();
-    wait_for(WAIT, "the woken resources to be reconciled", || {
+    wait(WAIT, "the woken resources to be reconciled", || {
         let done = reconciles(r) >= before.1 + n;
         async move { done.then_some(()) }
     })
@@ -140,7 +140,7 @@ async fn wake_all(client: &Client, ns: &str, r: &Running, n: f64, round: u32) ->
 /// written its status: without this, those two requests fall into whichever
 /// measurement comes next.
 async fn watches_started(r: &Running) {
-    wait_for(
+    wait(
         WAIT,
         "the shared watches to send their watch requests",
         || {
@@ -248,7 +248,7 @@ async fn a_remote_status_change_and_a_drift_edit_are_seen_within_two_seconds() {
 
 /// Waits until a resource's status describes its current generation.
 async fn wait_observed(client: &Client, ns: &str, name: &str) {
-    wait_for(
+    wait(
         WAIT,
         &format!("{name} to describe its generation"),
         || async {

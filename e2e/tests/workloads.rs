@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use e2e::{wait_for, workloads::*};
+use e2e::{wait, workloads::*};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Event, Namespace, Secret, Service},
@@ -201,7 +201,7 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
     );
 
     // status.remote of the Deployment resource is the remote Deployment's status.
-    let res = wait_for(
+    let res = wait(
         WAIT,
         "status.remote to match the remote Deployment's status",
         || async {
@@ -235,7 +235,7 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_for(
+    wait(
         WAIT,
         "the remote Deployment to want 3 replicas and status.remote to show it",
         || async {
@@ -252,7 +252,7 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
 
     // The sql Secret is propagated, and follows local changes.
     let remote_secrets = Api::<Secret>::namespaced(remote.clone(), "wordpress");
-    let propagated = wait_for(
+    let propagated = wait(
         WAIT,
         "wordpress-demo-deployment-sql in the remote cluster",
         || async {
@@ -277,7 +277,7 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
         )
         .await
         .unwrap();
-    wait_for(
+    wait(
         WAIT,
         "the rotated password to reach the remote copy",
         || async {
@@ -323,7 +323,7 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
         .delete("wordpress-demo", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for(
+    wait(
         WAIT,
         "the application and its resources to be gone",
         || async {
@@ -414,7 +414,7 @@ async fn no_matching_cluster_is_pending_until_a_ready_one_appears() {
     )
     .await;
 
-    let pending = wait_for(
+    let pending = wait(
         WAIT,
         "the Pending message to name both unready clusters",
         || async {
@@ -483,7 +483,7 @@ async fn no_matching_cluster_is_pending_until_a_ready_one_appears() {
         Some(&plane.remote.kubeconfig),
     )
     .await;
-    wait_for(WAIT, "gold-b to be Ready", || async {
+    wait(WAIT, "gold-b to be Ready", || async {
         let out = plane.control.kubectl(&[
             "-n",
             &ns,
@@ -564,7 +564,7 @@ async fn conflicts_are_reported_and_the_first_owner_is_untouched() {
         ),
     )
     .await;
-    let msg = wait_for(
+    let msg = wait(
         WAIT,
         "the second application to report the conflict",
         || async {
@@ -697,7 +697,7 @@ async fn removing_a_template_deletes_its_resource_and_remote_object() {
     let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns);
     assert!(cms.get_opt("drop").await.unwrap().is_some());
     apply_app(&client, &ns, app("app", &ns, sel, json!([a]))).await;
-    wait_for(
+    wait(
         WAIT,
         "the dropped resource and its remote ConfigMap to be gone",
         || async {
@@ -707,7 +707,7 @@ async fn removing_a_template_deletes_its_resource_and_remote_object() {
         },
     )
     .await;
-    let a = wait_for(WAIT, "DESIRED 1 SUBMITTED 1", || async {
+    let a = wait(WAIT, "DESIRED 1 SUBMITTED 1", || async {
         let a = get_app(&client, &ns, "app").await?;
         let s = a.status.clone()?;
         (s.desired_resources == Some(1) && s.submitted_resources == Some(1)).then_some(a)
@@ -806,7 +806,7 @@ async fn a_bad_template_fails_alone_and_a_missing_namespace_converges() {
         .await
         .unwrap();
     wait_res_state(&client, &ns, "late-ns", "Submitted").await;
-    let a = wait_for(WAIT, "SUBMITTED 2", || async {
+    let a = wait(WAIT, "SUBMITTED 2", || async {
         let a = get_app(&client, &ns, "mixed").await?;
         (a.status.as_ref()?.submitted_resources == Some(2)).then_some(a)
     })
@@ -901,7 +901,7 @@ async fn killing_each_controller_midway_converges_without_duplicates_or_orphans(
         ),
     )
     .await;
-    wait_for(WAIT, "the application to be scheduled", || async {
+    wait(WAIT, "the application to be scheduled", || async {
         get_app(&client, &ns, "app")
             .await?
             .status?
@@ -911,13 +911,13 @@ async fn killing_each_controller_midway_converges_without_duplicates_or_orphans(
     .await;
     c.scheduler.kill();
     // The application controller dies as soon as the first resource exists.
-    wait_for(WAIT, "a first resource", || async {
+    wait(WAIT, "a first resource", || async {
         get_res(&client, &ns, "cm-0").await.map(|_| ())
     })
     .await;
     c.application.kill();
     // The resource controller dies after the first submit.
-    wait_for(WAIT, "a first remote object", || async {
+    wait(WAIT, "a first remote object", || async {
         let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
             .list(&ListParams::default())
             .await
@@ -983,7 +983,7 @@ async fn killing_each_controller_midway_converges_without_duplicates_or_orphans(
         .delete("app", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for(WAIT, "every remote object to be gone", || async {
+    wait(WAIT, "every remote object to be gone", || async {
         let cms = Api::<ConfigMap>::namespaced(remote.clone(), &rns)
             .list(&ListParams::default())
             .await
@@ -1086,7 +1086,7 @@ async fn deleting_while_the_cluster_does_not_answer_orphans_after_the_deletion_t
         .await
         .unwrap();
     // The tests run the resource-controller with --remote-deletion-timeout 15s.
-    wait_for(
+    wait(
         Duration::from_secs(90),
         "the application to be gone",
         || async { get_app(&client, &ns, "app").await.is_none().then_some(()) },

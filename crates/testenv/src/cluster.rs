@@ -152,7 +152,7 @@ impl Cluster {
 
     /// Installs every CRD from crds/ and waits until they are Established.
     pub fn install_crds(&self) -> anyhow::Result<()> {
-        let dir = crate::repo_root().join("crds");
+        let dir = crate::paths::repo_root().join("crds");
         let dir = dir.to_string_lossy();
         self.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-k", &dir])
             .context("installing crds/")?;
@@ -170,7 +170,7 @@ impl Cluster {
     /// Creates a namespace for one test, labelled so leftovers are easy to
     /// find, and returns its name.
     pub async fn namespace(&self, client: &Client, prefix: &str) -> String {
-        let name = crate::unique_name(prefix);
+        let name = crate::paths::unique_name(prefix);
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

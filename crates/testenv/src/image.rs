@@ -14,7 +14,7 @@ pub const PAUSE_IMAGE: &str = "localhost/crossplane-rs/pause:testenv";
 /// Writes the test node's sandbox image archive into `dir` (from the `pause`
 /// program `hack/build-binaries.sh` builds) and returns its path.
 pub fn pause_archive(dir: &Path) -> anyhow::Result<PathBuf> {
-    let pause = crate::bin_dir()?.join("pause");
+    let pause = crate::paths::bin_dir()?.join("pause");
     binary_image_archive(dir, PAUSE_IMAGE, &pause)
 }
 

@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{ControlPlane, node::Node};
+use crate::{node::Node, plane::ControlPlane};
 
 /// One running registry; stopped, and its data removed, when dropped.
 pub struct Registry {
@@ -46,7 +46,7 @@ impl Registry {
     /// later with [`Registry::start_on`] (a test that names the registry
     /// before it exists).
     pub fn free_port(node: &Node) -> anyhow::Result<u16> {
-        crate::process::free_port_on(node.host_ip.into())
+        crate::ports::free_port_on(node.host_ip.into())
             .context("a free port on the node's host address")
     }
 
@@ -81,7 +81,7 @@ impl Registry {
         let config_path = dir.join("config.yml");
         std::fs::write(&config_path, config)?;
         let log = std::fs::File::create(dir.join("registry.log"))?;
-        let child = Command::new(crate::bin_dir()?.join("registry"))
+        let child = Command::new(crate::paths::bin_dir()?.join("registry"))
             .arg("serve")
             .arg(&config_path)
             .stdout(log.try_clone()?)

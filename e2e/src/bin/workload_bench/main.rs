@@ -1,0 +1,198 @@
+//! `workload-bench`: the workload controllers at the size seed 000 names as
+//! the limit (a command, not a timed test). Starts a local control plane
+//! with three remote clusters whose API servers write audit logs, runs the
+//! scheduler, application-controller and resource-controller as their
+//! shipped ServiceAccounts (and, in the remote clusters, as a user of their
+//! own through the KubernetesClusters' Secrets), and applies GitLab-sized
+//! KubernetesApplications: 14 Deployments, 1 StatefulSet, 3 Jobs, 9
+//! Services and 16 ConfigMaps each (43 templates), with several containers,
+//! env, probes and resources, and ConfigMaps of a few KiB.
+//!
+//! - one: a single application alone; time from apply to Submitted;
+//! - many: N applications (default 100) at once, spread over the remote
+//!   clusters; apply→Submitted p50/p99 and the time until all are.
+//!
+//! For each: requests per template (KubernetesApplicationResource) by
+//! cluster and verb, from each binary's /metrics and from the audit logs
+//! (by each binary's user), and each binary's CPU seconds and memory. A
+//! phase that does not reach its goal says how far it got. Writes JSON
+//! (`--out`, default bench/workloads.json).
+//!
+//!     hack/bench-workloads.sh [--applications N]
+
+// A benchmark reports and exits; failing loudly on a broken setup is its job.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod gitlab;
+mod phase;
+mod setup;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use serde_json::{Value, json};
+
+use gitlab::TEMPLATES;
+use phase::{Mark, phase};
+use setup::Run;
+
+/// The workload binaries' identity in the remote clusters (the kubeconfig
+/// in each KubernetesCluster's Secret; the scheduler probes clusters with
+/// it too).
+pub const REMOTE_USER: &str = "bench-workloads";
+/// Where applications, clusters and their Secrets live.
+pub const NS: &str = "bench";
+/// The binaries under test.
+pub const BINARIES: [&str; 3] = ["scheduler", "application-controller", "resource-controller"];
+
+const USAGE: &str = "usage: workload-bench [--applications N] [--clusters C] [--concurrency C] \
+[--poll-interval DURATION] [--timeout SECS] [--out FILE]";
+
+/// What one run measures, and where it writes.
+pub struct Args {
+    pub applications: usize,
+    pub clusters: usize,
+    pub concurrency: usize,
+    pub poll_interval: String,
+    pub timeout: Option<Duration>,
+    pub out: std::path::PathBuf,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        applications: 100,
+        clusters: 3,
+        concurrency: 16,
+        poll_interval: "10m".to_owned(),
+        timeout: None,
+        out: testenv::repo_root().join("bench/workloads.json"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--applications" => {
+                a.applications = it.next().and_then(|v| v.parse().ok()).expect(USAGE)
+            }
+            "--clusters" => a.clusters = it.next().and_then(|v| v.parse().ok()).expect(USAGE),
+            "--concurrency" => a.concurrency = it.next().and_then(|v| v.parse().ok()).expect(USAGE),
+            "--poll-interval" => a.poll_interval = it.next().expect(USAGE),
+            "--timeout" => {
+                a.timeout = it
+                    .next()
+                    .and_then(|v| v.trim_end_matches('s').parse().ok())
+                    .map(Duration::from_secs)
+            }
+            "--out" => a.out = it.next().expect(USAGE).into(),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => panic!("unknown argument {other}; {USAGE}"),
+        }
+    }
+    a
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut run = setup::set_up(&args).await;
+    let start = run.bench.mark();
+    let one = one(&run, &args).await;
+    let many = many(&run, &args).await;
+    write_result(&mut run, &args, &start, one, many);
+}
+
+/// A single application alone: time from apply to Submitted.
+async fn one(run: &Run, args: &Args) -> Value {
+    eprintln!("workload-bench: one application ({TEMPLATES} templates)");
+    let one = phase(
+        &run.bench,
+        &run.probe,
+        &run.apps,
+        run.placement[..1].to_vec(),
+        1,
+        args.timeout.unwrap_or(Duration::from_secs(120)),
+    )
+    .await;
+    eprintln!(
+        "  one: reached {} in {}s",
+        one["reached"], one["duration_s"]
+    );
+    one
+}
+
+/// N applications at once, spread over the remote clusters.
+async fn many(run: &Run, args: &Args) -> Value {
+    let m = args.applications;
+    eprintln!(
+        "workload-bench: {m} applications at once ({} templates)",
+        m * TEMPLATES
+    );
+    let timeout = args
+        .timeout
+        .unwrap_or(Duration::from_secs(120) + Duration::from_millis(50) * (m * TEMPLATES) as u32);
+    let many = phase(
+        &run.bench,
+        &run.probe,
+        &run.apps,
+        run.placement[1..].to_vec(),
+        args.concurrency,
+        timeout,
+    )
+    .await;
+    eprintln!(
+        "  many: reached {} ({}/{}) in {}s; submitted p50 {} p99 {}",
+        many["reached"],
+        many["done"],
+        many["of"],
+        many["duration_s"],
+        many["submitted"]["p50_s"],
+        many["submitted"]["p99_s"]
+    );
+    many
+}
+
+/// Writes the run's JSON (`--out`).
+fn write_result(run: &mut Run, args: &Args, start: &Mark, one: Value, many: Value) {
+    let (bench, m, remote_count) = (&mut run.bench, args.applications, run.remote_count);
+    let end = bench.mark();
+    // A binary that died part way explains phases that did not finish.
+    let exited: BTreeMap<String, String> = bench
+        .binaries
+        .iter_mut()
+        .filter_map(|b| Some((b.name.clone(), b.child.try_wait().ok()??.to_string())))
+        .collect();
+    let binaries: serde_json::Map<String, Value> = bench
+        .binaries
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            (
+                b.name.clone(),
+                json!({
+                    "peak_rss_mib": end.usage[i].peak_rss_mib,
+                    "rss_mib": end.usage[i].rss_mib,
+                    "cpu_s": end.usage[i].cpu_s - start.usage[i].cpu_s,
+                }),
+            )
+        })
+        .collect();
+    let result = json!({
+        "benchmark": "workloads",
+        "date": e2e::bench::now(),
+        "machine": e2e::bench::machine(),
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "applications": m,
+        "templates_per_application": TEMPLATES,
+        "remote_clusters": remote_count,
+        "poll_interval": args.poll_interval,
+        "users": bench.users,
+        "binaries": binaries,
+        "exited": exited,
+        "phase_order": ["one", "many"],
+        "phases": {"one": one, "many": many},
+    });
+    e2e::bench::write_json(&args.out, &result);
+    println!("workloads: written to {}", args.out.display());
+}
