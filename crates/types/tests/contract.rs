@@ -3,7 +3,8 @@
 //! key or condition cannot drift between the package-manager and the
 //! rbac-manager.
 
-use std::path::{Path, PathBuf};
+mod sources;
+use sources::{rust_files, workspace};
 
 use types::pkg::contract::{annotations, conditions, finalizers, labels};
 
@@ -25,20 +26,9 @@ const CONTRACT: &[&str] = &[
     conditions::EXTERNAL_RUNTIME,
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn no_crate_but_types_spells_the_package_contract() {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = workspace().join("crates");
     let mut files = Vec::new();
     for entry in std::fs::read_dir(&crates).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
