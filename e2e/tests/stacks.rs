@@ -636,6 +636,34 @@ fn a_missing_package_is_installed_once_pushed() {
 #[test]
 fn dependencies_install_first_and_cycles_are_refused() {
     let _pm = rewriting();
+    // Cycle: one owns A and needs B, the other owns B and needs A. Pushed
+    // first: the package-manager reuses a scan of the registry for a
+    // minute (a stack pushed later is found within about 75 s), and the
+    // scan that finds base for app below is then one that lists these too,
+    // so the cycle is found as soon as it is asked for.
+    let c = format!("{}.example.org", testenv::unique_name("cyc"));
+    push_stack(
+        &StackDir {
+            title: "CycA",
+            version: "1.0.0",
+            owns: &[(&c, "Alpha")],
+            depends_on: &[format!("betas.{c}/v1alpha1")],
+            controller: false,
+        },
+        &format!("{c}/cyc-a"),
+        "v1.0.0",
+    );
+    push_stack(
+        &StackDir {
+            title: "CycB",
+            version: "1.0.0",
+            owns: &[(&c, "Beta")],
+            depends_on: &[format!("alphas.{c}/v1alpha1")],
+            controller: false,
+        },
+        &format!("{c}/cyc-b"),
+        "v1.0.0",
+    );
     let g = format!("{}.example.org", testenv::unique_name("dep"));
     push_stack(
         &StackDir {
@@ -699,30 +727,6 @@ fn dependencies_install_first_and_cycles_are_refused() {
     assert_eq!(
         app.pointer("/spec/customresourcedefinitions/dependsOn/0"),
         Some(&serde_json::json!({"kind": "Widget", "apiVersion": format!("{g}/v1alpha1")}))
-    );
-    // Cycle: one owns A and needs B, the other owns B and needs A.
-    let c = format!("{}.example.org", testenv::unique_name("cyc"));
-    push_stack(
-        &StackDir {
-            title: "CycA",
-            version: "1.0.0",
-            owns: &[(&c, "Alpha")],
-            depends_on: &[format!("betas.{c}/v1alpha1")],
-            controller: false,
-        },
-        &format!("{c}/cyc-a"),
-        "v1.0.0",
-    );
-    push_stack(
-        &StackDir {
-            title: "CycB",
-            version: "1.0.0",
-            owns: &[(&c, "Beta")],
-            depends_on: &[format!("alphas.{c}/v1alpha1")],
-            controller: false,
-        },
-        &format!("{c}/cyc-b"),
-        "v1.0.0",
     );
     apply_in(
         &ns,
