@@ -4,10 +4,10 @@
 
 use std::{
     sync::{Mutex, OnceLock},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use crate::{Running, wait};
+use crate::{Running, wait, wait_blocking};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client,
@@ -84,15 +84,15 @@ pub fn start_provider(setup: &ProviderSetup) -> &'static Mutex<Running> {
         (setup.prepare)();
         let as_its_service_account = crate::workloads::impersonating_kubeconfig("object-provider");
         let running = Running::start("object-provider", &as_its_service_account, setup.args);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !matches!(crate::http_get(running.addr, "/healthz"), Some((200, _))) {
-            assert!(
-                Instant::now() < deadline,
-                "object-provider not healthy: {}",
-                running.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_blocking(
+            Duration::from_secs(30),
+            "the object-provider to be healthy",
+            || match crate::http_get(running.addr, "/healthz") {
+                Some((200, _)) => Ok(()),
+                other => Err(format!("/healthz answered {other:?}")),
+            },
+            || format!("its log:\n{}", running.log()),
+        );
         Mutex::new(running)
     })
 }
@@ -191,27 +191,23 @@ pub fn cond(o: &Object, t: &str) -> Option<(String, String, String)> {
 
 /// Waits until the Object is Synced and Ready; fails with its last status.
 pub async fn wait_ready(client: &Client, name: &str) -> Object {
-    let last = Mutex::new(String::new());
-    let found = tokio::time::timeout(WAIT, async {
-        loop {
-            if let Some(o) = get_object(client, name).await {
-                *last.lock().unwrap() = format!("{:?}", o.status);
-                if cond(&o, "Synced").is_some_and(|c| c.0 == "True")
-                    && cond(&o, "Ready").is_some_and(|c| c.0 == "True")
-                {
-                    return o;
-                }
+    wait(
+        WAIT,
+        &format!("Object {name} to be Synced and Ready"),
+        || async {
+            let o = get_object(client, name)
+                .await
+                .ok_or_else(|| "no such Object".to_owned())?;
+            if cond(&o, "Synced").is_some_and(|c| c.0 == "True")
+                && cond(&o, "Ready").is_some_and(|c| c.0 == "True")
+            {
+                Ok(o)
+            } else {
+                Err(format!("status {:?}", o.status))
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| {
-        panic!(
-            "Object {name} not Synced and Ready within {WAIT:?}; last status: {}",
-            last.lock().unwrap()
-        )
-    })
+        },
+    )
+    .await
 }
 
 /// Asks for the Object's deletion (whether or not it exists).
