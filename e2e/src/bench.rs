@@ -23,6 +23,10 @@ use serde_json::{Value, json};
 /// A condition on an object, as its JSON.
 pub type Predicate = Box<dyn Fn(&Value) -> bool + Send + Sync>;
 
+/// How often a probe looks whether a phase is over: the moments it reports
+/// are the watch's, exact; looking often keeps a phase from ending late.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
+
 #[derive(Default)]
 struct ProbeState {
     pending: HashMap<String, Predicate>,
@@ -71,14 +75,11 @@ impl Probe {
 
     /// Waits (up to `timeout`) for the watch's first list to finish.
     pub async fn synced(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while !self.0.lock().expect("probe lock").synced {
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        true
+        crate::wait::poll(timeout, PROBE_EVERY, "the probe's first list", || {
+            std::future::ready(self.0.lock().expect("probe lock").synced)
+        })
+        .await
+        .is_ok()
     }
 
     /// From now on, records when `name` first satisfies `condition`
@@ -96,20 +97,22 @@ impl Probe {
 
     /// Waits until every one of `names` has met its condition, or `timeout`.
     pub async fn wait(&self, names: &[String], timeout: Duration) -> Reached {
-        let started = Instant::now();
-        loop {
-            let done = {
-                let s = self.0.lock().expect("probe lock");
-                names.iter().filter(|n| s.met.contains_key(*n)).count()
-            };
-            if done == names.len() || started.elapsed() >= timeout {
-                return Reached {
-                    done,
-                    of: names.len(),
-                    waited: started.elapsed(),
-                };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = || {
+            let s = self.0.lock().expect("probe lock");
+            names.iter().filter(|n| s.met.contains_key(*n)).count()
+        };
+        let all = crate::wait::poll(timeout, PROBE_EVERY, "every object to be met", || {
+            std::future::ready(done() == names.len())
+        })
+        .await;
+        let (done, waited) = match all {
+            Ok(((), waited)) => (names.len(), waited),
+            Err(out) => (done(), out.waited),
+        };
+        Reached {
+            done,
+            of: names.len(),
+            waited,
         }
     }
 
