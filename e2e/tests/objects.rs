@@ -5,7 +5,7 @@
 // Test helpers fail the test loudly, with what went wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::{objects::*, wait};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
@@ -118,6 +118,22 @@ async fn events_of(client: &Client, name: &str) -> Vec<Event> {
         .await
         .unwrap()
         .items
+}
+
+/// Appends to `order` what the watches sent since the last call; fails the
+/// test when they stopped.
+fn receive<T: std::fmt::Debug>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    order: &mut Vec<T>,
+) {
+    use tokio::sync::mpsc::error::TryRecvError;
+    loop {
+        match rx.try_recv() {
+            Ok(e) => order.push(e),
+            Err(TryRecvError::Empty) => return,
+            Err(TryRecvError::Disconnected) => panic!("the watches stopped: {order:?}"),
+        }
+    }
 }
 
 async fn remote_cm(remote: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
@@ -460,17 +476,14 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
     // Install order: the Kong is created only after the CSV exists. Both
     // creations are awaited (their events may arrive in either order), then
     // their revisions compared.
-    let deadline = Instant::now() + WAIT;
-    while ["Kong", "ClusterServiceVersion"]
-        .iter()
-        .any(|k| position(&order, k, "Added").is_none())
-    {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, rx.recv()).await {
-            Ok(Some(e)) => order.push(e),
-            _ => panic!("the Kong or its CSV was never created: {order:?}"),
-        }
-    }
+    wait(WAIT, "the Kong and its CSV to be created", || {
+        receive(&mut rx, &mut order);
+        let created = ["Kong", "ClusterServiceVersion"]
+            .iter()
+            .all(|k| position(&order, k, "Added").is_some());
+        std::future::ready(created.then_some(()).ok_or(format!("{order:?}")))
+    })
+    .await;
     let (csv_added, kong_added) = (
         position(&order, "ClusterServiceVersion", "Added"),
         position(&order, "Kong", "Added"),
@@ -499,17 +512,18 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
     for name in ["sub-kong", "csv-kong", "kong"] {
         delete_object(&client, name).await;
     }
-    let deadline = Instant::now() + WAIT;
-    while ["Kong", "ClusterServiceVersion", "Subscription"]
-        .iter()
-        .any(|k| position(&order, k, "Deleted").is_none())
-    {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, rx.recv()).await {
-            Ok(Some(e)) => order.push(e),
-            _ => panic!("not everything was deleted: {order:?}"),
-        }
-    }
+    wait(
+        WAIT,
+        "the Kong, its CSV and Subscription to be deleted",
+        || {
+            receive(&mut rx, &mut order);
+            let deleted = ["Kong", "ClusterServiceVersion", "Subscription"]
+                .iter()
+                .all(|k| position(&order, k, "Deleted").is_some());
+            std::future::ready(deleted.then_some(()).ok_or(format!("{order:?}")))
+        },
+    )
+    .await;
     olm.abort();
     watches.abort();
     let gone = [
