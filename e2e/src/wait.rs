@@ -137,7 +137,23 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = L>,
 {
-    match poll(timeout, EVERY, what, check).await {
+    wait_every(timeout, EVERY, what, check).await
+}
+
+/// [`wait`] looking every `every` rather than every [`EVERY`]: for a
+/// check that also samples something all along (each look is a check).
+pub async fn wait_every<L, F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    what: &str,
+    check: F,
+) -> L::Value
+where
+    L: Look,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = L>,
+{
+    match poll(timeout, every, what, check).await {
         Ok((v, _)) => v,
         Err(out) => panic!("{}", out.message(None)),
     }

@@ -16,6 +16,7 @@ use e2e::{
     Running, metric_sum,
     stall::{Mode, Stalled},
     wait,
+    wait::{EVERY, poll, wait_every},
     workloads::*,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
@@ -50,18 +51,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = usize>,
 {
-    let start = Instant::now();
-    loop {
-        let n = count().await;
-        if n >= want {
-            return;
+    wait(timeout, &format!("{want} {what}"), || {
+        let n = count();
+        async move {
+            let n = n.await;
+            (n >= want)
+                .then_some(())
+                .ok_or(format!("only {n} of {want}"))
         }
-        assert!(
-            start.elapsed() < timeout,
-            "only {n} of {want} {what} within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 }
 
 /// Remote ConfigMaps in `ns` whose data.v is `v`, among `names`.
@@ -573,11 +572,21 @@ async fn lost_races_on_finalizers_and_status_are_retried_quietly() {
             &[("result", "conflict")],
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline
-        && (conflicts(&c.scheduler.metrics()) == 0.0 || conflicts(&c.application.metrics()) == 0.0)
-    {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let raced = poll(
+        Duration::from_secs(30),
+        EVERY,
+        "both controllers to lose a race",
+        || {
+            std::future::ready(
+                conflicts(&c.scheduler.metrics()) > 0.0
+                    && conflicts(&c.application.metrics()) > 0.0,
+            )
+        },
+    )
+    .await;
+    // Not yet is no failure here: the counts are asserted below.
+    if let Err(out) = raced {
+        eprintln!("{}", out.message(None));
     }
     stop.store(true, Ordering::SeqCst);
     for r in racers {
@@ -675,32 +684,35 @@ async fn max_reconcile_rate_bounds_a_burst_of_reconciles() {
     // At no moment may the count exceed what the bucket allows since the
     // burst began: a full bucket (RATE) plus RATE per second.
     let apps = Api::<KubernetesApplication>::namespaced(client.clone(), &ns);
-    let mut samples = Vec::new();
-    loop {
-        let n = reconciles(&scheduler.metrics());
-        let t = burst.elapsed();
-        samples.push((t, n));
-        assert!(
-            n <= RATE * t.as_secs_f64() + RATE + 1.0,
-            "{n} reconciles {t:?} after the burst began, over --max-reconcile-rate 10; samples: {samples:?}"
-        );
-        let pending = apps
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|a| state_of_app(a) == "Pending")
-            .count();
-        if pending == APPS {
-            break;
-        }
-        assert!(
-            t < Duration::from_secs(60),
-            "only {pending} of {APPS} Pending after {t:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Sampled every 100 ms: each sample is a check of the bucket.
+    let samples = std::cell::RefCell::new(Vec::new());
+    wait_every(
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        &format!("all {APPS} applications Pending"),
+        || async {
+            let n = reconciles(&scheduler.metrics());
+            let t = burst.elapsed();
+            samples.borrow_mut().push((t, n));
+            assert!(
+                n <= RATE * t.as_secs_f64() + RATE + 1.0,
+                "{n} reconciles {t:?} after the burst began, over --max-reconcile-rate 10; samples: {:?}",
+                samples.borrow()
+            );
+            let pending = apps
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|a| state_of_app(a) == "Pending")
+                .count();
+            (pending == APPS)
+                .then_some(())
+                .ok_or(format!("only {pending} of {APPS} Pending {t:?} after the burst began"))
+        },
+    )
+    .await;
     // Every application was reconciled, so the bucket was really drained:
     // the burst took at least (APPS - RATE) / RATE seconds.
     let took = burst.elapsed();
