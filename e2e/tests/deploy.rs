@@ -170,17 +170,14 @@ fn deploy_runs_for_real_on_the_node() {
         // kube-proxy programs a new Service's rules on its own schedule
         // (after the Deployment is Available, possibly): wait for it.
         let healthz_url = format!("http://{}:8080/healthz", ip.trim());
-        let mut last = String::new();
-        let answered = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !last.starts_with("200 ") && std::time::Instant::now() < answered {
-            last = through_node(node, &healthz_url);
-            if !last.starts_with("200 ") {
-                std::thread::sleep(std::time::Duration::from_millis(250));
-            }
-        }
-        assert!(
-            last.starts_with("200 "),
-            "{binary} /healthz through its Service within 60s: {last}"
+        e2e::wait_blocking(
+            std::time::Duration::from_secs(60),
+            &format!("{binary} /healthz to answer 200 through its Service"),
+            || {
+                let answer = through_node(node, &healthz_url);
+                answer.starts_with("200 ").then_some(()).ok_or(answer)
+            },
+            String::new,
         );
         let metrics = through_node(node, &format!("http://{}:8080/metrics", ip.trim()));
         assert!(
@@ -229,21 +226,24 @@ fn deploy_runs_for_real_on_the_node() {
         kubectl(&["apply", "-f", full.to_str().unwrap()]);
     }
     let delivered = std::time::Instant::now();
-    let deadline = delivered + std::time::Duration::from_secs(120);
-    loop {
-        let state = kubectl(&[
-            "get",
-            "kubernetesapplication",
-            "wordpress-demo",
-            "-n",
-            "complex",
-            "-o",
-            "jsonpath={.status.state} {.status.submittedResources}/{.status.desiredResources}",
-        ]);
-        if state.trim() == "Submitted 3/3" {
-            break;
-        }
-        if std::time::Instant::now() >= deadline {
+    e2e::wait_blocking(
+        std::time::Duration::from_secs(120),
+        "wordpress-demo to be Submitted 3/3",
+        || {
+            let state = kubectl(&[
+                "get",
+                "kubernetesapplication",
+                "wordpress-demo",
+                "-n",
+                "complex",
+                "-o",
+                "jsonpath={.status.state} {.status.submittedResources}/{.status.desiredResources}",
+            ]);
+            (state.trim() == "Submitted 3/3")
+                .then_some(())
+                .ok_or(format!("{state:?}"))
+        },
+        || {
             let logs: Vec<String> = ["scheduler", "application-controller", "resource-controller"]
                 .iter()
                 .map(|b| {
@@ -256,13 +256,9 @@ fn deploy_runs_for_real_on_the_node() {
                     ])
                 })
                 .collect();
-            panic!(
-                "wordpress-demo is {state:?}, not Submitted 3/3, after 120s:\n{}",
-                logs.join("\n")
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+            format!("the controllers' logs:\n{}", logs.join("\n"))
+        },
+    );
     eprintln!(
         "deploy: wordpress-demo Submitted 3/3 {:?} after apply, by the controllers as pods",
         delivered.elapsed()
