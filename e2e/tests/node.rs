@@ -261,22 +261,20 @@ fn a_node_leaves_nothing_on_the_host() {
     };
     // The child is gone; its watchdog now stops what it started (the
     // registry among them) and removes the node.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut left = footprint.leftovers();
-        if running(registry) {
-            left.push(format!("the test registry, process {registry}"));
-        }
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "60s after its test process exited, the node left:\n{}",
-            left.join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    e2e::wait_blocking(
+        Duration::from_secs(60),
+        "the node to leave nothing after its test process exited",
+        || {
+            let mut left = footprint.leftovers();
+            if running(registry) {
+                left.push(format!("the test registry, process {registry}"));
+            }
+            left.is_empty()
+                .then_some(())
+                .ok_or_else(|| format!("the node left:\n{}", left.join("\n")))
+        },
+        String::new,
+    );
     assert_eq!(
         host_sysctls(),
         sysctls,
