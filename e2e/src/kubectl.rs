@@ -69,6 +69,28 @@ impl Kubectl<'_> {
             String::new,
         )
     }
+
+    /// Starts kubectl that keeps running (`get -w`, say) with its stdout
+    /// piped, for the caller to read, kill and wait for.
+    pub fn spawn(self, args: &[&str]) -> std::process::Child {
+        let kubectl = binary();
+        std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.0.kubeconfig_path)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", kubectl.display()))
+    }
+}
+
+/// testenv's kubectl.
+fn binary() -> std::path::PathBuf {
+    testenv::bin_dir()
+        .expect("the upstream binaries' directory")
+        .join("kubectl")
 }
 
 /// kubectl on the control cluster of the plane with a node.
@@ -99,9 +121,7 @@ pub fn get_json(args: &[&str]) -> Option<Value> {
 /// kubectl that needs no cluster (`kustomize`, say): its stdout, failing
 /// the test with stderr when it fails.
 pub fn local(args: &[&str]) -> String {
-    let kubectl = testenv::bin_dir()
-        .expect("the upstream binaries' directory")
-        .join("kubectl");
+    let kubectl = binary();
     let out = std::process::Command::new(&kubectl)
         .args(args)
         .output()

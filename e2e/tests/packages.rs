@@ -245,21 +245,14 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     let rev2 = format!("provider-kubernetes-{}", short(&d2));
     // The order of binding changes, from a watch: revision 2's binding must
     // come before revision 1's goes.
-    let plane = testenv::control_plane_with_node();
-    let mut watch = Command::new(testenv::bin_dir().unwrap().join("kubectl"))
-        .env("KUBECONFIG", &plane.control.kubeconfig_path)
-        .args([
-            "get",
-            "clusterrolebindings",
-            "-w",
-            "--output-watch-events",
-            "-o",
-            "jsonpath={.type} {.object.metadata.name}{\"\\n\"}",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut watch = e2e::kubectl::control().spawn(&[
+        "get",
+        "clusterrolebindings",
+        "-w",
+        "--output-watch-events",
+        "-o",
+        "jsonpath={.type} {.object.metadata.name}{\"\\n\"}",
+    ]);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     {
         use std::io::BufRead as _;
