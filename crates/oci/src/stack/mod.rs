@@ -28,6 +28,7 @@ mod parse;
 use serde_json::Value;
 use types::extensions::v1alpha1::ExtensionSpec;
 pub use types::extensions::v1alpha1::{Contributor, Icon, Link};
+use types::k8s_openapi::api::rbac::v1::PolicyRule;
 
 pub use self::{
     build::{build, read_dir},
@@ -113,7 +114,7 @@ pub struct Stack {
     /// install.yaml: the controller Deployment.
     pub install: Option<Value>,
     /// rbac.yaml: the rules its controller needs.
-    pub rules: Vec<Value>,
+    pub rules: Vec<PolicyRule>,
     /// Its CRDs, by file name.
     pub crds: Vec<Value>,
 }

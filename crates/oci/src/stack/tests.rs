@@ -155,6 +155,20 @@ fn malformed_and_missing_parts_name_file_and_line() {
         None,
     ));
     assert!(f.contains("rules[0] needs verbs"), "{f}");
+    let f = fault(parse(
+        "r",
+        "l",
+        &files(&[
+            (APP_FILE, "title: x\n"),
+            (
+                RBAC_FILE,
+                "rules:\n- apiGroups: [1]\n  resources: [a]\n  verbs: [get]\n",
+            ),
+            crd,
+        ]),
+        None,
+    ));
+    assert!(f.contains("rules[0]: invalid type"), "{f}");
     let bad = CRD.replace("name: redisclusters.cache", "name: wrong.cache");
     let f = fault(parse(
         "r",

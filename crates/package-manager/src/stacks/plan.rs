@@ -12,7 +12,9 @@ use k8s_openapi::{
 use kube::{ResourceExt as _, runtime::reflector::Store};
 use oci::{Digest, stack::Stack};
 use serde_json::json;
-use types::extensions::v1alpha1::CrdRef;
+use types::extensions::v1alpha1::{
+    ControllerDeployment, ControllerSpec, CrdRef, CrdRefs, Extension, PermissionsSpec,
+};
 
 use super::{
     error::Error,
@@ -78,57 +80,55 @@ pub fn install_order(
 }
 
 /// The Extension record of a stack (seed 001: "the file based content is
-/// translated into a YAML based version").
+/// translated into a YAML based version"): the app's metadata, the CRDs it
+/// owns and depends on, its controller (run as its own ServiceAccount,
+/// which the rbac-manager binds to the stack's role) and the rules that
+/// controller needs.
 pub fn extension_body(
     ns: &str,
     name: &str,
     p: &Planned,
     owner: &OwnerReference,
-    crd_refs: (Vec<CrdRef>, Vec<CrdRef>),
-) -> serde_json::Value {
-    let mut spec = serde_json::to_value(p.stack.app.record()).unwrap_or_else(|_| json!({}));
-    if let Some(spec) = spec.as_object_mut() {
-        spec.insert(
-            "customresourcedefinitions".into(),
-            json!({"owns": crd_refs.0, "dependsOn": crd_refs.1}),
-        );
-        if let Some(d) = &p.stack.install {
-            let mut deployment_spec = d.get("spec").cloned().unwrap_or_else(|| json!({}));
-            // The controller runs as its own ServiceAccount, which the
-            // rbac-manager binds to the stack's role.
-            let dname = d
-                .pointer("/metadata/name")
-                .and_then(|n| n.as_str())
-                .unwrap_or(name);
-            if deployment_spec
-                .pointer("/template/spec/serviceAccountName")
-                .is_none()
-                && let Some(pod) = deployment_spec
-                    .pointer_mut("/template/spec")
-                    .and_then(|s| s.as_object_mut())
-            {
-                pod.insert("serviceAccountName".into(), dname.into());
-            }
-            spec.insert(
-                "controller".into(),
-                json!({"deployment": {"name": dname, "spec": deployment_spec}}),
-            );
+    (owns, depends_on): (Vec<CrdRef>, Vec<CrdRef>),
+) -> Extension {
+    let mut spec = p.stack.app.record();
+    spec.custom_resource_definitions = Some(CrdRefs { owns, depends_on });
+    spec.controller = p.stack.install.as_ref().map(|d| {
+        let mut deployment_spec = d.get("spec").cloned().unwrap_or_else(|| json!({}));
+        let dname = d
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or(name);
+        if deployment_spec
+            .pointer("/template/spec/serviceAccountName")
+            .is_none()
+            && let Some(pod) = deployment_spec
+                .pointer_mut("/template/spec")
+                .and_then(|s| s.as_object_mut())
+        {
+            pod.insert("serviceAccountName".into(), dname.into());
         }
-        if !p.stack.rules.is_empty() {
-            spec.insert("permissions".into(), json!({"rules": p.stack.rules}));
+        ControllerSpec {
+            deployment: Some(ControllerDeployment {
+                name: dname.to_owned(),
+                spec: deployment_spec,
+            }),
         }
-    }
-    json!({
-        "apiVersion": "extensions.crossplane.io/v1alpha1",
-        "kind": "Extension",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "annotations": {PACKAGE_ANNOTATION: format!("{}@{}", p.reference, p.digest)},
-            "ownerReferences": [owner],
-        },
-        "spec": spec,
-    })
+    });
+    spec.permissions = (!p.stack.rules.is_empty()).then(|| PermissionsSpec {
+        rules: p.stack.rules.clone(),
+    });
+    let mut record = Extension::new(name, spec);
+    record.metadata.namespace = Some(ns.to_owned());
+    record.metadata.annotations = Some(
+        [(
+            PACKAGE_ANNOTATION.to_owned(),
+            format!("{}@{}", p.reference, p.digest),
+        )]
+        .into(),
+    );
+    record.metadata.owner_references = Some(vec![owner.clone()]);
+    record
 }
 
 /// The stacks to install for `root`, dependencies first: every
@@ -257,5 +257,68 @@ mod tests {
         assert!(l.starts_with(STACK_LABEL_PREFIX) && l.len() == STACK_LABEL_PREFIX.len() + 16);
         assert_ne!(l, stack_label("ns2", "redis"));
         assert!(marked(&[(l, OWNS.to_owned())].into_iter().collect()));
+    }
+
+    #[test]
+    fn a_stacks_record_runs_its_controller_as_its_own_service_account() {
+        let stack = Stack {
+            app: oci::stack::App {
+                title: "Redis".into(),
+                ..Default::default()
+            },
+            depends_on: vec![],
+            install: Some(json!({
+                "metadata": {"name": "redis-controller"},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            })),
+            rules: vec![
+                serde_json::from_value(
+                    json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}),
+                )
+                .unwrap(),
+            ],
+            crds: vec![],
+        };
+        let p = Planned {
+            reference: "registry.example/stacks/redis:v1".into(),
+            digest: Digest::of(b"redis"),
+            stack,
+            waits_on: vec![],
+        };
+        let owner = OwnerReference {
+            api_version: "extensions.crossplane.io/v1alpha1".into(),
+            kind: "ExtensionRequest".into(),
+            name: "redis".into(),
+            uid: "u".into(),
+            ..Default::default()
+        };
+        let owns = vec![CrdRef {
+            kind: "Redis".into(),
+            api_version: "cache.example/v1".into(),
+        }];
+        let body = serde_json::to_value(extension_body("ns", "redis", &p, &owner, (owns, vec![])))
+            .unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "apiVersion": "extensions.crossplane.io/v1alpha1",
+                "kind": "Extension",
+                "metadata": {
+                    "name": "redis",
+                    "namespace": "ns",
+                    "annotations": {PACKAGE_ANNOTATION: format!("registry.example/stacks/redis:v1@{}", p.digest)},
+                    "ownerReferences": [{"apiVersion": "extensions.crossplane.io/v1alpha1", "kind": "ExtensionRequest", "name": "redis", "uid": "u"}],
+                },
+                "spec": {
+                    "title": "Redis",
+                    "customresourcedefinitions": {"owns": [{"kind": "Redis", "apiVersion": "cache.example/v1"}], "dependsOn": []},
+                    "controller": {"deployment": {"name": "redis-controller", "spec": {"template": {"spec": {
+                        "containers": [{"name": "c", "image": "i"}],
+                        "serviceAccountName": "redis-controller",
+                    }}}}},
+                    "permissions": {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
+                },
+            })
+        );
     }
 }

@@ -473,13 +473,11 @@ impl ExtensionRequests {
             .as_ref()
             .is_some_and(|e| e.owner_references().iter().any(|o| o.uid == owner.uid));
         let mut compared = body.clone();
-        if let Some(meta) = compared.get_mut("metadata").and_then(|m| m.as_object_mut()) {
-            meta.remove("ownerReferences");
-        }
+        compared.metadata.owner_references = None;
         let unchanged = held
-            && current
-                .as_ref()
-                .is_some_and(|e| ssa::unchanged(e.as_ref(), &compared));
+            && current.as_ref().is_some_and(|e| {
+                serde_json::to_value(&compared).is_ok_and(|c| ssa::unchanged(e.as_ref(), &c))
+            });
         if !unchanged {
             ssa::apply(&api, name, &body, &self.manager_of(r))
                 .await

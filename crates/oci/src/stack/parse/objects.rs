@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use types::k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::file::{At, yaml};
 use crate::{
@@ -111,7 +112,7 @@ pub(crate) fn rules(
     at: &At<'_>,
     budget: &mut YamlBudget,
     bytes: &[u8],
-) -> Result<Vec<Value>, Error> {
+) -> Result<Vec<PolicyRule>, Error> {
     let (reference, layer) = (at.reference, at.layer);
     let value: Value = yaml(at, budget, RBAC_FILE, bytes, parsed_size)?;
     let Some(rules) = value.get("rules").and_then(Value::as_array) else {
@@ -152,7 +153,19 @@ pub(crate) fn rules(
             ));
         }
     }
-    Ok(rules.clone())
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            serde_json::from_value(r.clone()).map_err(|e| {
+                Error::invalid(
+                    reference,
+                    layer,
+                    format!("{RBAC_FILE}: rules[{i}]: {e} (each field a list of strings)"),
+                )
+            })
+        })
+        .collect()
 }
 
 fn crd(at: &At<'_>, budget: &mut YamlBudget, path: &str, bytes: &[u8]) -> Result<Value, Error> {
