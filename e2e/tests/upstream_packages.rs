@@ -250,9 +250,19 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     );
     // Some more reads against the new runtime alone.
     let settled = polls.load(Ordering::SeqCst);
-    while polls.load(Ordering::SeqCst) < settled + 20 {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_blocking(
+        Duration::from_secs(60),
+        "20 more reads of the converted kind against the new runtime",
+        || {
+            let n = polls.load(Ordering::SeqCst);
+            if n >= settled + 20 {
+                Ok(())
+            } else {
+                Err(format!("{} reads since", n - settled))
+            }
+        },
+        String::new,
+    );
     stop.store(true, Ordering::SeqCst);
     poller.join().unwrap();
     let errors = errors.lock().unwrap().clone();
