@@ -487,6 +487,26 @@ fn zeros_layer(files: usize, each: usize) -> oci::Layer {
     b.build().unwrap()
 }
 
+/// How many times a Warning was reported about the cluster-scoped object
+/// `name`: an event repeated as a series counts each time.
+fn warnings_about(name: &str) -> u64 {
+    let selector = format!("involvedObject.name={name},type=Warning");
+    let events = get_json(&["events", "-A", "--field-selector", &selector]).unwrap_or_default();
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let count = e["count"].as_u64().unwrap_or(0);
+            let series = e
+                .pointer("/series/count")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            count.max(series).max(1)
+        })
+        .sum()
+}
+
 #[test]
 fn bombs_are_refused_within_seconds_and_the_package_manager_keeps_working() {
     shipped();
@@ -562,8 +582,24 @@ fn bombs_are_refused_within_seconds_and_the_package_manager_keeps_working() {
         explain,
     );
     eprintln!("meanwhile: Healthy {:?} after apply", started.elapsed());
-    // Let the bombs be retried a while: still no restart, same leader.
-    std::thread::sleep(Duration::from_secs(10));
+    // Each bomb is refused again (a Warning event more, as the API server
+    // counts them): still no restart, same leader.
+    for name in &names {
+        let before = warnings_about(name);
+        wait_blocking(
+            Duration::from_secs(120),
+            &format!("Provider {name} refused again (Warning events beyond {before})"),
+            || {
+                let now = warnings_about(name);
+                if now > before {
+                    Ok(now)
+                } else {
+                    Err(format!("{now} Warning events"))
+                }
+            },
+            String::new,
+        );
+    }
     let (pod_after, restarts_after) = pod_of("package-manager");
     assert_eq!(
         (pod_after, restarts_after),
