@@ -85,7 +85,7 @@ impl ReconcileError for Error {
 }
 
 /// The reconciler.
-pub struct Revisions {
+pub struct ProviderRevisions {
     sk: Skeleton,
     field_manager: String,
     namespace: String,
@@ -131,7 +131,7 @@ impl RbacMetrics {
     }
 }
 
-impl Reconciler for Revisions {
+impl Reconciler for ProviderRevisions {
     type Object = ProviderRevision;
     type Error = Error;
 
@@ -282,7 +282,7 @@ impl Reconciler for Revisions {
     }
 }
 
-impl Revisions {
+impl ProviderRevisions {
     /// The revision's runtime Deployment (its name) and the ServiceAccount
     /// it runs as.
     fn runtime_service_account(&self, revision: &str) -> Option<(String, String)> {
@@ -508,7 +508,7 @@ where
         })
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
-    let reconciler = Arc::new(Revisions {
+    let reconciler = Arc::new(ProviderRevisions {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         namespace,
