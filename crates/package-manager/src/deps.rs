@@ -274,6 +274,10 @@ pub async fn resolve(
             }
             continue;
         }
+        if let Some(why) = held_back(&all, r, &repository) {
+            report.problems.push(why);
+            continue;
+        }
         let package =
             match &req {
                 Requirement::Digest(d) => format!("{repository}@{d}"),
@@ -337,6 +341,42 @@ pub async fn resolve(
         report.installed += 1;
     }
     Ok(report)
+}
+
+/// Why a dependency on `repository` is not installed now, though no live
+/// Provider installs it: the revision's own Provider is being deleted
+/// (what it needs goes with it), or a Provider of that repository is being
+/// deleted (installing another beside it would keep a released dependency
+/// alive: in a cycle, each would hold the other). Once the deletion is
+/// done, the next reconcile installs it if it is still wanted.
+fn held_back(all: &[Arc<Provider>], r: &ProviderRevision, repository: &str) -> Option<String> {
+    let deleting = |p: &&Arc<Provider>| p.metadata.deletion_timestamp.is_some();
+    let own = all.iter().filter(deleting).find(|p| {
+        r.owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == p.uid().as_ref())
+    });
+    if let Some(p) = own {
+        return Some(format!(
+            "dependency {repository} is not installed: Provider {} is being deleted",
+            p.name_any()
+        ));
+    }
+    let live = all.iter().any(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && xpkg::repository_of(&p.spec.package) == repository
+    });
+    let gone = all
+        .iter()
+        .filter(deleting)
+        .find(|p| xpkg::repository_of(&p.spec.package) == repository);
+    match gone {
+        Some(p) if !live => Some(format!(
+            "dependency {repository} is being deleted (Provider {}); it is installed again once it is gone, if still needed",
+            p.name_any()
+        )),
+        _ => None,
+    }
 }
 
 /// Whether any installed package other than `p` depends on `p`'s
@@ -441,5 +481,78 @@ mod tests {
             ["b", "c", "a"]
         );
         assert!(path_back(&graph, "b", "z", &mut BTreeSet::new()).is_none());
+    }
+
+    fn provider(name: &str, uid: &str, package: &str, deleting: bool) -> Arc<Provider> {
+        let mut p = Provider {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                ..ObjectMeta::default()
+            },
+            spec: ProviderSpec {
+                package: package.into(),
+                ..ProviderSpec::default()
+            },
+            status: None,
+        };
+        if deleting {
+            p.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+            );
+        }
+        Arc::new(p)
+    }
+
+    #[test]
+    fn a_dependency_is_not_installed_again_while_it_or_its_dependent_is_being_deleted() {
+        let mut r = ProviderRevision::new("d-1", Default::default());
+        r.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                uid: "uid-d".into(),
+                ..Default::default()
+            },
+        ]);
+        let c = "reg.example/test/c";
+        type Case = (&'static str, Vec<Arc<Provider>>, Option<&'static str>);
+        let cases: [Case; 4] = [
+            (
+                "nothing deleting: resolve as usual",
+                vec![provider("d", "uid-d", "reg.example/test/d:v1", false)],
+                None,
+            ),
+            (
+                "the dependency's Provider is being deleted",
+                vec![
+                    provider("d", "uid-d", "reg.example/test/d:v1", false),
+                    provider("c", "uid-c", "reg.example/test/c:v1", true),
+                ],
+                Some("is being deleted (Provider c)"),
+            ),
+            (
+                "the revision's own Provider is being deleted",
+                vec![provider("d", "uid-d", "reg.example/test/d:v1", true)],
+                Some("Provider d is being deleted"),
+            ),
+            (
+                "another live Provider installs the dependency",
+                vec![
+                    provider("d", "uid-d", "reg.example/test/d:v1", false),
+                    provider("c", "uid-c", "reg.example/test/c:v1", true),
+                    provider("c2", "uid-c2", "reg.example/test/c:v2", false),
+                ],
+                None,
+            ),
+        ];
+        for (case, all, want) in cases {
+            let got = held_back(&all, &r, c);
+            match want {
+                None => assert_eq!(got, None, "{case}"),
+                Some(w) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(w)),
+                    "{case}: {got:?}"
+                ),
+            }
+        }
     }
 }
