@@ -103,7 +103,7 @@ struct Uploads<'a> {
 impl<'a> Uploads<'a> {
     fn new(
         reference: &'a str,
-        image: &oci_client::Reference,
+        image: &oci_spec::distribution::Reference,
         auth: &'a Auth,
         tls: &Tls,
         policy: &'a RegistryPolicy,
