@@ -1,8 +1,8 @@
 //! OCI images written from files, with no container daemon: layers (gzip
 //! tars with fixed owners and times, so the same files always give the same
 //! digest), an image config, the manifest, OCI image-layout archives that
-//! `ctr images import` reads, and pushes to registries (`oci-client`, rustls
-//! on ring).
+//! `ctr images import` reads, and pushes to registries (the OCI distribution API on
+//! reqwest, rustls on ring).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), oci::Error> {

@@ -1,33 +1,20 @@
-//! Pushing an image to a registry (OCI distribution API, through
-//! `oci-client`), with the credentials and TLS settings of
-//! [`crate::registry`].
+//! Pushing an image to a registry: the OCI distribution API's uploads
+//! (`HEAD` a blob, `POST` then one `PUT` per blob, `PUT` the manifest),
+//! spoken through the registry client pulls use ([`crate::registry`]), so
+//! credentials go where they go for a pull and nowhere else.
 
-use oci_client::{
-    Client, RegistryOperation,
-    client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol},
-    errors::{OciDistributionError, OciErrorCode},
-    secrets::RegistryAuth,
+use reqwest::{
+    Method, StatusCode, Url,
+    header::{CONTENT_TYPE, LOCATION},
 };
 
 use crate::{
     Digest, Error, Image,
     guard::unwinding,
     image::{INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE},
-    registry::{Auth, Tls},
-    text::RegistryText,
+    registry::{Auth, RegistryPolicy, Session, TIMEOUT, Tls, http::upload_client},
+    text::{RegistryText, text},
 };
-
-impl Auth {
-    /// The credentials as oci-client takes them.
-    pub(crate) fn to_registry(&self) -> RegistryAuth {
-        match self {
-            Self::Anonymous => RegistryAuth::Anonymous,
-            Self::Basic { username, password } => {
-                RegistryAuth::Basic(username.clone(), password.clone())
-            }
-        }
-    }
-}
 
 /// What a push did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,10 +35,11 @@ impl Image {
     /// manifest, byte for byte as [`Image::serialize`] makes it (so the digest
     /// the registry reports is [`Pushed::digest`]). A registry that wants
     /// credentials it was not given, or refuses the ones it was given, fails
-    /// with [`Error::Unauthorized`].
+    /// with [`Error::Unauthorized`]; one that asks for them to go elsewhere
+    /// than the registry (or in the clear) with [`Error::Untrusted`]; any
+    /// other failure is [`Error::Push`] naming the step.
     ///
-    /// oci-client does the pushing; a panic in it (it unwraps a token that
-    /// is not a header value) becomes [`Error::Crashed`] naming the
+    /// A panic while pushing becomes [`Error::Crashed`] naming the
     /// registry.
     pub async fn push(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Pushed, Error> {
         unwinding(
@@ -69,34 +57,9 @@ impl Image {
         tls: &Tls,
     ) -> Result<Pushed, Error> {
         let image = crate::reference::parse(reference)?;
-        let registry = image.resolve_registry().to_owned();
-        let fail = |step: &'static str| {
-            let reference = reference.to_owned();
-            let registry = registry.clone();
-            let with_credentials = *auth != Auth::Anonymous;
-            move |source: OciDistributionError| {
-                let text = Box::new(RegistryText::new(&source.to_string()));
-                if is_unauthorized(&source) {
-                    Error::Unauthorized {
-                        registry,
-                        with_credentials,
-                        source: text,
-                    }
-                } else {
-                    Error::Push {
-                        reference,
-                        step,
-                        source: text,
-                    }
-                }
-            }
-        };
-        let client = client(tls).map_err(fail("setting up the HTTP client"))?;
-        client
-            .auth(&image, &auth.to_registry(), RegistryOperation::Push)
-            .await
-            .map_err(fail("authenticating"))?;
-
+        let policy = RegistryPolicy::default();
+        let to = Uploads::new(reference, &image, auth, tls, &policy)?;
+        to.authenticate().await?;
         let s = self.serialize()?;
         let mut blobs: Vec<(&Digest, &[u8])> = self
             .layers()
@@ -111,72 +74,220 @@ impl Image {
             bytes: 0,
         };
         for (digest, bytes) in blobs {
-            let present = client
-                .blob_exists(&image, digest.as_str())
-                .await
-                .map_err(fail("checking which blobs the registry has"))?;
-            if present {
+            if to.has_blob(digest).await? {
                 pushed.skipped += 1;
                 continue;
             }
-            client
-                .push_blob(&image, bytes.to_vec(), digest.as_str())
-                .await
-                .map_err(fail("uploading a blob"))?;
+            to.upload_blob(digest, bytes).await?;
             pushed.uploaded += 1;
             pushed.bytes += bytes.len() as u64;
         }
-        client
-            .push_manifest_raw(
-                &image,
-                s.manifest,
-                http::HeaderValue::from_static(MANIFEST_MEDIA_TYPE),
-            )
-            .await
-            .map_err(fail("uploading the manifest"))?;
+        to.put_manifest(s.manifest, MANIFEST_MEDIA_TYPE, "uploading the manifest")
+            .await?;
         Ok(pushed)
     }
 }
 
-/// An oci-client registry client for `tls`, for pushes (a push has no
-/// timeout: a binaries layer takes as long as it takes).
-fn client(tls: &Tls) -> Result<Client, OciDistributionError> {
-    let mut config = ClientConfig {
-        // One request per blob instead of oci-client's small chunks (a
-        // binaries layer is tens of megabytes).
-        use_monolithic_push: true,
-        ..ClientConfig::default()
-    };
-    match tls {
-        Tls::System => {}
-        Tls::Ca(pem) => config.extra_root_certificates.push(Certificate {
-            encoding: CertificateEncoding::Pem,
-            data: pem.clone(),
-        }),
-        Tls::InsecureSkipVerify => config.accept_invalid_certificates = true,
-        Tls::PlainHttp => config.protocol = ClientProtocol::Http,
-    }
-    crate::registry::install_crypto_provider();
-    // NB: not Client::new, which falls back to a default client (ignoring
-    // the CA) when the configured one cannot be built.
-    Client::try_from(config)
+/// One push's conversation with the registry: the repository, the scope
+/// its token is asked for, and the client blobs are uploaded with.
+struct Uploads<'a> {
+    session: Session<'a>,
+    /// Uploads wait for their answer as long as it takes.
+    upload: reqwest::Client,
+    repository: String,
+    /// Where the manifest goes: the reference's digest, else its tag.
+    tag: String,
+    scope: String,
 }
 
-/// Whether the registry turned the request away for want of (valid)
-/// credentials.
-fn is_unauthorized(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => true,
-        OciDistributionError::ServerError { code, .. } => matches!(code, 401 | 403),
-        OciDistributionError::RequestError(e) => {
-            e.status().is_some_and(|s| matches!(s.as_u16(), 401 | 403))
+impl<'a> Uploads<'a> {
+    fn new(
+        reference: &'a str,
+        image: &oci_spec::distribution::Reference,
+        auth: &'a Auth,
+        tls: &Tls,
+        policy: &'a RegistryPolicy,
+    ) -> Result<Self, Error> {
+        let fail = |e: reqwest::Error| Error::Push {
+            reference: text(reference),
+            step: "setting up the HTTP client",
+            source: Box::new(RegistryText::new(&e.to_string())),
+        };
+        let repository = image.repository().to_owned();
+        Ok(Self {
+            session: Session::new(reference, image.resolve_registry(), auth, tls, policy)?,
+            upload: upload_client(tls).map_err(fail)?,
+            scope: format!("repository:{repository}:pull,push"),
+            tag: image
+                .digest()
+                .or(image.tag())
+                .unwrap_or("latest")
+                .to_owned(),
+            repository,
+        })
+    }
+
+    /// [`Error::Push`] for a failure at `step` (refusals of credentials,
+    /// and what the operator must allow, stay what they are).
+    fn fail(&self, step: &'static str) -> impl Fn(Error) -> Error + '_ {
+        move |e| {
+            let said = match e {
+                Error::Registry {
+                    step: inner,
+                    detail,
+                    ..
+                } if inner != step => format!("{inner}: {detail}"),
+                Error::Registry { detail, .. } => detail,
+                Error::Unreachable {
+                    registry, reason, ..
+                } => format!("registry {registry}: {reason}"),
+                Error::NotFound { .. } => "the registry has no such repository".to_owned(),
+                other => return other,
+            };
+            Error::Push {
+                reference: text(self.session.reference()),
+                step,
+                source: Box::new(RegistryText::new(&said)),
+            }
         }
-        OciDistributionError::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
-        _ => false,
+    }
+
+    /// Sends `request` (within [`TIMEOUT`] unless `bounded` is false); a
+    /// success answer, or the error it is.
+    async fn send(
+        &self,
+        step: &'static str,
+        request: reqwest::RequestBuilder,
+        bounded: bool,
+    ) -> Result<reqwest::Response, Error> {
+        let sent = self.session.send(step, &self.scope, request);
+        let resp = if bounded {
+            tokio::time::timeout(TIMEOUT, sent)
+                .await
+                .map_err(|_| self.session.timed_out())
+                .and_then(|r| r)
+        } else {
+            sent.await
+        }
+        .map_err(self.fail(step))?;
+        Ok(resp)
+    }
+
+    /// Asks the registry how to authenticate, and for a token to push.
+    async fn authenticate(&self) -> Result<(), Error> {
+        let step = "authenticating";
+        tokio::time::timeout(TIMEOUT, self.session.authenticate(step, &self.scope))
+            .await
+            .map_err(|_| self.session.timed_out())
+            .and_then(|r| r)
+            .map_err(self.fail(step))
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let to = self.session.endpoint();
+        to.http.request(method, to.url(path))
+    }
+
+    /// Whether the registry has the blob `digest` already.
+    async fn has_blob(&self, digest: &Digest) -> Result<bool, Error> {
+        let step = "checking which blobs the registry has";
+        let path = format!("/v2/{}/blobs/{digest}", self.repository);
+        let resp = self
+            .send(step, self.request(Method::HEAD, &path), true)
+            .await?;
+        match resp.status() {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => Err(self.session.endpoint().refused_push(step, resp).await),
+        }
+    }
+
+    /// Uploads the blob `digest` in one request: `POST` starts an upload,
+    /// `PUT` to where it answered (`Location`) sends the blob and ends it.
+    async fn upload_blob(&self, digest: &Digest, bytes: &[u8]) -> Result<(), Error> {
+        let step = "uploading a blob";
+        let to = self.session.endpoint();
+        let path = format!("/v2/{}/blobs/uploads/", self.repository);
+        let resp = self
+            .send(step, self.request(Method::POST, &path), true)
+            .await?;
+        if !resp.status().is_success() {
+            return Err(to.refused_push(step, resp).await);
+        }
+        let mut url = self.location(step, &resp)?;
+        url.query_pairs_mut().append_pair("digest", digest.as_str());
+        let request = self
+            .upload
+            .put(url)
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(bytes.to_vec());
+        let resp = self.send(step, request, false).await?;
+        if !resp.status().is_success() {
+            // The upload client has no read timeout: the error answer is
+            // read within one.
+            return Err(tokio::time::timeout(TIMEOUT, to.refused_push(step, resp))
+                .await
+                .unwrap_or_else(|_| self.fail(step)(self.session.timed_out())));
+        }
+        Ok(())
+    }
+
+    /// Where an upload continues: the answer's `Location`, resolved against
+    /// the registry. It is the registry's to say, so it is data: one on
+    /// another host, port or scheme is refused (the registry's credentials
+    /// go only to the registry).
+    fn location(&self, step: &'static str, resp: &reqwest::Response) -> Result<Url, Error> {
+        let to = self.session.endpoint();
+        let fail = |said: String| Error::Push {
+            reference: text(self.session.reference()),
+            step,
+            source: Box::new(RegistryText::new(&said)),
+        };
+        let location = resp
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .ok_or_else(|| {
+                fail(format!(
+                    "the registry answered HTTP {} to starting an upload, without a Location                      saying where to send the blob",
+                    resp.status()
+                ))
+            })?;
+        let shown = text(location);
+        let url = to
+            .base
+            .join(location)
+            .map_err(|_| fail(format!("the upload location {shown:?} is not a URL")))?;
+        let same_origin = url.scheme() == to.base.scheme()
+            && url.host_str() == to.base.host_str()
+            && url.port_or_known_default() == to.base.port_or_known_default();
+        if !same_origin {
+            return Err(fail(format!(
+                "the registry {} named an upload location on another host, port or scheme                  ({shown}); the registry's credentials go only to the registry itself, so                  nothing was sent there",
+                to.registry
+            )));
+        }
+        Ok(url)
+    }
+
+    /// `PUT`s `manifest` (an image manifest or an index, of `media_type`)
+    /// at the reference's tag, byte for byte.
+    async fn put_manifest(
+        &self,
+        manifest: Vec<u8>,
+        media_type: &'static str,
+        step: &'static str,
+    ) -> Result<(), Error> {
+        let path = format!("/v2/{}/manifests/{}", self.repository, self.tag);
+        let request = self
+            .request(Method::PUT, &path)
+            .header(CONTENT_TYPE, media_type)
+            .body(manifest);
+        let resp = self.send(step, request, true).await?;
+        if !resp.status().is_success() {
+            return Err(self.session.endpoint().refused_push(step, resp).await);
+        }
+        Ok(())
     }
 }
 
@@ -218,14 +329,6 @@ async fn push_index_unguarded(
     tls: &Tls,
 ) -> Result<Digest, Error> {
     let image = crate::reference::parse(reference)?;
-    let fail = |step: &'static str| {
-        let reference = reference.to_owned();
-        move |source: OciDistributionError| Error::Push {
-            reference,
-            step,
-            source: Box::new(RegistryText::new(&source.to_string())),
-        }
-    };
     let index = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": INDEX_MEDIA_TYPE,
@@ -237,19 +340,15 @@ async fn push_index_unguarded(
         })).collect::<Vec<_>>(),
     });
     let bytes = serde_json::to_vec(&index).map_err(Error::Json)?;
-    let client = client(tls).map_err(fail("setting up the HTTP client"))?;
-    client
-        .auth(&image, &auth.to_registry(), RegistryOperation::Push)
-        .await
-        .map_err(fail("authenticating"))?;
+    let policy = RegistryPolicy::default();
+    let to = Uploads::new(reference, &image, auth, tls, &policy)?;
+    to.authenticate().await?;
     let digest = Digest::of(&bytes);
-    client
-        .push_manifest_raw(
-            &image,
-            bytes,
-            http::HeaderValue::from_static(INDEX_MEDIA_TYPE),
-        )
-        .await
-        .map_err(fail("uploading the index"))?;
+    to.put_manifest(bytes, INDEX_MEDIA_TYPE, "uploading the index")
+        .await?;
     Ok(digest)
 }
+
+#[cfg(test)]
+#[path = "push_tests.rs"]
+mod tests;

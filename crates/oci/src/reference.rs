@@ -3,7 +3,7 @@
 //! reference whose first path segment is not a host (has no '.' or ':' and
 //! is not `localhost`) is refused, never taken to mean docker.io.
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 
 use crate::{Error, text::text};
 

@@ -2,7 +2,7 @@
 //! registries: it listens on an address of the test's choosing (plain HTTP,
 //! or HTTPS with a given certificate and key), answers each path with what
 //! the test scripted (a fixed [`Reply`] or a closure of the request), and
-//! records every request (method, path, headers, body size) and every
+//! records every request (method, path, headers, body) and every
 //! connection, so a test can assert what was sent where: "the token service
 //! on the other host saw no Authorization header", "the plain-HTTP listener
 //! was never connected to".
@@ -38,8 +38,11 @@ pub struct Seen {
     /// The headers, names lower-cased (a repeated header keeps its last
     /// value).
     pub headers: HashMap<String, String>,
-    /// How many body bytes came with it (read and dropped).
+    /// How many body bytes came with it.
     pub body_bytes: usize,
+    /// The body (up to 64 MiB), for a handler that keeps what was
+    /// uploaded.
+    pub body: Vec<u8>,
 }
 
 impl Seen {
@@ -137,7 +140,7 @@ pub struct Server {
     state: Arc<State>,
 }
 
-/// The largest request body read (and dropped).
+/// The largest request body read.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
 impl Server {
@@ -296,13 +299,17 @@ fn exchange(stream: &mut (impl Read + Write), state: &State) {
         .and_then(|l| l.parse().ok())
         .unwrap_or(0)
         .min(MAX_BODY);
-    let body_bytes = std::io::copy(&mut (&mut reader).take(length as u64), &mut std::io::sink())
-        .map_or(0, |n| n as usize);
+    let mut body = Vec::new();
+    let body_bytes = (&mut reader)
+        .take(length as u64)
+        .read_to_end(&mut body)
+        .unwrap_or(0);
     let seen = Seen {
         method,
         path,
         headers,
         body_bytes,
+        body,
     };
     lock(&state.seen).push(seen.clone());
     let handler = lock(&state.routes).get(seen.route()).cloned();

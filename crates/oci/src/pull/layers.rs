@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 use serde_json::Value;
 
 use crate::{Digest, Error, registry::Session, text::text, xpkg::BASE_ANNOTATION};

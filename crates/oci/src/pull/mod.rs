@@ -18,7 +18,7 @@
 
 use std::path::PathBuf;
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 
 mod cache;
 mod layers;

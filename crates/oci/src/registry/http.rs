@@ -1,4 +1,4 @@
-//! HTTP for pulls: the client (timeouts, which redirects are followed),
+//! HTTP with a registry: the client (timeouts, which redirects are followed),
 //! reading an answer up to a bound, and what a failed request or an error
 //! answer means ([`Target`] turns them into the crate's errors, naming
 //! the reference and the registry).
@@ -63,10 +63,24 @@ fn redirect_policy() -> reqwest::redirect::Policy {
 /// An HTTP client for `tls`: connecting and each read give up after
 /// [`TIMEOUT`]; redirects as [`redirect_policy`].
 pub(crate) fn client(tls: &Tls) -> Result<reqwest::Client, reqwest::Error> {
+    client_with(tls, true)
+}
+
+/// As [`client`], but a request may wait for its answer as long as it
+/// takes (only connecting is bounded): for blob uploads, which a registry
+/// answers once it has the whole blob (a binaries layer is tens of
+/// megabytes).
+pub(crate) fn upload_client(tls: &Tls) -> Result<reqwest::Client, reqwest::Error> {
+    client_with(tls, false)
+}
+
+fn client_with(tls: &Tls, read_timeout: bool) -> Result<reqwest::Client, reqwest::Error> {
     super::install_crypto_provider();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(TIMEOUT)
-        .read_timeout(TIMEOUT)
+    let mut builder = reqwest::Client::builder().connect_timeout(TIMEOUT);
+    if read_timeout {
+        builder = builder.read_timeout(TIMEOUT);
+    }
+    let mut builder = builder
         .redirect(redirect_policy())
         .referer(false)
         .user_agent(concat!("crossplane-rs/", env!("CARGO_PKG_VERSION")));
@@ -280,10 +294,11 @@ impl<'a> Endpoint<'a> {
         }
     }
 
-    /// An answer that is not a success: what it says, classified.
-    pub(crate) async fn refused(&self, step: &'static str, mut resp: reqwest::Response) -> Error {
+    /// An error answer's status, error codes and what it says (sanitized
+    /// and capped).
+    async fn said(resp: &mut reqwest::Response) -> (StatusCode, Vec<String>, String) {
         let status = resp.status();
-        let (body, _) = read_prefix(&mut resp, MAX_ERROR_BODY_BYTES)
+        let (body, _) = read_prefix(resp, MAX_ERROR_BODY_BYTES)
             .await
             .unwrap_or_default();
         let (codes, messages) = envelope(&body);
@@ -292,14 +307,45 @@ impl<'a> Endpoint<'a> {
         } else {
             messages.join("; ")
         };
-        let detail = text(&format!("HTTP {status}: {said}"));
-        let has = |c: &[&str]| codes.iter().any(|code| c.contains(&code.as_str()));
-        if matches!(status.as_u16(), 401 | 403) || has(&["UNAUTHORIZED", "DENIED"]) {
-            return Error::Unauthorized {
-                registry: self.registry.clone(),
-                with_credentials: self.with_credentials,
+        (status, codes, text(&format!("HTTP {status}: {said}")))
+    }
+
+    /// [`Error::Unauthorized`] when an answer turned the request away for
+    /// want of (valid) credentials.
+    fn unauthorized(&self, status: StatusCode, codes: &[String], detail: &str) -> Option<Error> {
+        let denied = codes
+            .iter()
+            .any(|c| matches!(c.as_str(), "UNAUTHORIZED" | "DENIED"));
+        (matches!(status.as_u16(), 401 | 403) || denied).then(|| Error::Unauthorized {
+            registry: self.registry.clone(),
+            with_credentials: self.with_credentials,
+            source: Box::new(RegistryText::new(detail)),
+        })
+    }
+
+    /// An answer to a push's request that is not a success:
+    /// [`Error::Unauthorized`], or [`Error::Push`] saying what the registry
+    /// answered.
+    pub(crate) async fn refused_push(
+        &self,
+        step: &'static str,
+        mut resp: reqwest::Response,
+    ) -> Error {
+        let (status, codes, detail) = Self::said(&mut resp).await;
+        self.unauthorized(status, &codes, &detail)
+            .unwrap_or_else(|| Error::Push {
+                reference: text(self.reference),
+                step,
                 source: Box::new(RegistryText::new(&detail)),
-            };
+            })
+    }
+
+    /// An answer that is not a success: what it says, classified.
+    pub(crate) async fn refused(&self, step: &'static str, mut resp: reqwest::Response) -> Error {
+        let (status, codes, detail) = Self::said(&mut resp).await;
+        let has = |c: &[&str]| codes.iter().any(|code| c.contains(&code.as_str()));
+        if let Some(e) = self.unauthorized(status, &codes, &detail) {
+            return e;
         }
         if status == StatusCode::NOT_FOUND
             || has(&["MANIFEST_UNKNOWN", "NAME_UNKNOWN", "BLOB_UNKNOWN"])

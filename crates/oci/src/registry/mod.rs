@@ -1,10 +1,11 @@
 //! The registry client that pushes and pulls share: who the registry sees
 //! ([`Auth`]), how the connection is secured ([`Tls`]), how long a request
-//! may wait ([`TIMEOUT`]), and, for pulls, the conversation itself.
+//! may wait ([`TIMEOUT`]), and the conversation itself.
 //!
-//! Pushes speak through `oci-client` (`crate::push`). Pulls read from a
-//! registry (the OCI distribution API's GETs: manifests, blobs, tag lists,
-//! the catalog) with everything it answers treated as data, written on
+//! Pulls read from a registry (the OCI distribution API's GETs: manifests,
+//! blobs, tag lists, the catalog) and pushes write to it (`crate::push`:
+//! HEAD, POST and PUT of blobs, PUT of manifests), with everything it
+//! answers treated as data (an upload's `Location` included), written on
 //! reqwest rather than oci-client because oci-client cannot be told where
 //! credentials may go: it sends a pull secret's Basic credentials to
 //! whatever token service (`WWW-Authenticate: Bearer realm=`) the registry
@@ -24,7 +25,7 @@
 //!   a bound; registry text reaches an error only sanitized and capped
 //!   ([`crate::text`]).
 //!
-//! [`session`] is one conversation (a manifest, a blob), [`pages`] reads
+//! [`session`] is one conversation (a manifest, a blob, an upload), [`pages`] reads
 //! paginated lists (tags, the catalog), and [`docker_config`] finds a pull
 //! secret's credentials for a registry.
 

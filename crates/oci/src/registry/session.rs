@@ -1,6 +1,6 @@
-//! One conversation with a registry for one reference: GETs that carry
-//! what the registry's challenge asked for ([`super::token`]), bounded
-//! answers, manifests and blobs.
+//! One conversation with a registry for one reference: requests (GETs for
+//! pulls, any method for pushes) that carry what the registry's challenge
+//! asked for ([`super::token`]), bounded answers, manifests and blobs.
 
 use reqwest::{
     StatusCode,
@@ -12,7 +12,7 @@ use super::{
     http::{Endpoint, read_prefix},
     token::Credentials,
 };
-use crate::Error;
+use crate::{Error, text::text};
 
 /// The manifest media types a pull accepts.
 pub(crate) const MANIFEST_TYPES: [&str; 4] = [
@@ -80,18 +80,38 @@ impl<'a> Session<'a> {
         scope: &str,
         accept: Option<&str>,
     ) -> Result<reqwest::Response, Error> {
+        let mut request = self.to.http.get(self.to.url(path));
+        if let Some(accept) = accept {
+            request = request.header(ACCEPT, accept);
+        }
+        self.send(step, scope, request).await
+    }
+
+    /// Sends `request` (any method, to the registry's own host) for
+    /// `scope`: with what the registry's challenge asked for (see
+    /// [`Credentials::ping`]), and when the request itself is challenged,
+    /// once more with what that challenge asks for (its body, held in
+    /// memory, sent again).
+    pub(crate) async fn send(
+        &self,
+        step: &'static str,
+        scope: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, Error> {
         self.credentials.ping(&self.to, step, scope).await?;
-        let url = self.to.url(path);
         let mut challenged = false;
         loop {
-            let mut request = self.to.http.get(&url);
-            if let Some(accept) = accept {
-                request = request.header(ACCEPT, accept);
-            }
+            let mut attempt = request.try_clone().ok_or_else(|| Error::Registry {
+                reference: text(self.to.reference),
+                step,
+                detail: "the request's body cannot be sent again".to_owned(),
+                transient: false,
+                source: "a streamed request body".into(),
+            })?;
             if let Some(authorization) = self.credentials.authorization(scope) {
-                request = request.header(AUTHORIZATION, authorization);
+                attempt = attempt.header(AUTHORIZATION, authorization);
             }
-            let resp = request.send().await.map_err(|e| self.transport(step, &e))?;
+            let resp = attempt.send().await.map_err(|e| self.transport(step, &e))?;
             if resp.status() != StatusCode::UNAUTHORIZED || challenged {
                 return Ok(resp);
             }
@@ -104,6 +124,17 @@ impl<'a> Session<'a> {
                 return Ok(resp);
             }
         }
+    }
+
+    /// Asks the registry how to authenticate for `scope`, and gets what it
+    /// asks for, before the first request (see [`Credentials::ping`]).
+    pub(crate) async fn authenticate(&self, step: &'static str, scope: &str) -> Result<(), Error> {
+        self.credentials.ping(&self.to, step, scope).await
+    }
+
+    /// The registry this session speaks to.
+    pub(crate) fn endpoint(&self) -> &Endpoint<'a> {
+        &self.to
     }
 
     /// A success answer's body, at most `max` bytes (more is `Err(n)` with
