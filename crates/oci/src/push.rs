@@ -42,10 +42,23 @@ impl Image {
     /// A panic while pushing becomes [`Error::Crashed`] naming the
     /// registry.
     pub async fn push(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Pushed, Error> {
+        self.push_within(reference, auth, tls, &RegistryPolicy::default())
+            .await
+    }
+
+    /// [`Image::push`], with credentials also going where `policy` allows
+    /// (a token service on another host, such as Docker Hub's).
+    pub async fn push_within(
+        &self,
+        reference: &str,
+        auth: &Auth,
+        tls: &Tls,
+        policy: &RegistryPolicy,
+    ) -> Result<Pushed, Error> {
         unwinding(
             reference,
             "pushing",
-            self.push_unguarded(reference, auth, tls),
+            self.push_unguarded(reference, auth, tls, policy),
         )
         .await
     }
@@ -55,10 +68,10 @@ impl Image {
         reference: &str,
         auth: &Auth,
         tls: &Tls,
+        policy: &RegistryPolicy,
     ) -> Result<Pushed, Error> {
         let image = crate::reference::parse(reference)?;
-        let policy = RegistryPolicy::default();
-        let to = Uploads::new(reference, &image, auth, tls, &policy)?;
+        let to = Uploads::new(reference, &image, auth, tls, policy)?;
         to.authenticate().await?;
         let s = self.serialize()?;
         let mut blobs: Vec<(&Digest, &[u8])> = self

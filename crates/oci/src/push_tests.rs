@@ -52,10 +52,33 @@ struct Held {
 /// server routes `/uploads/1` to finishing them). Requests without
 /// credentials are challenged for Basic ones when `basic` is set.
 fn registry(server: &Server, image: &Image, location: String, basic: bool) -> Arc<Mutex<Held>> {
+    let challenge = basic.then(|| ("Basic realm=\"reg\"".to_owned(), None));
+    guarded(server, image, location, challenge)
+}
+
+/// [`registry`], challenging requests that lack `wanted` (any credentials
+/// when None) with `challenge`.
+fn guarded(
+    server: &Server,
+    image: &Image,
+    location: String,
+    challenge: Option<(String, Option<&'static str>)>,
+) -> Arc<Mutex<Held>> {
     let held = Arc::new(Mutex::new(Held::default()));
     let s = image.serialize().unwrap();
-    let guard = move |r: &Seen| basic && r.header("authorization").is_none();
-    let challenge = || Reply::new(401).header("WWW-Authenticate", "Basic realm=\"reg\"");
+    // Leaked (a test's few bytes) so the route closures can copy them.
+    let (header, wanted): (Option<&'static str>, _) = match challenge {
+        Some((h, w)) => (Some(Box::leak(h.into_boxed_str())), w),
+        None => (None, None),
+    };
+    let guard = move |r: &Seen| {
+        header.is_some()
+            && match wanted {
+                Some(w) => r.header("authorization") != Some(w),
+                None => r.header("authorization").is_none(),
+            }
+    };
+    let challenge = move || Reply::new(401).header("WWW-Authenticate", header.unwrap_or_default());
     server.route("/v2/", move |r| {
         if guard(r) {
             challenge()
@@ -306,4 +329,56 @@ async fn an_index_is_put_byte_for_byte() {
     let (media_type, body) = held.manifests.get("v1").unwrap();
     assert_eq!(media_type, INDEX_MEDIA_TYPE);
     assert_eq!(Digest::of(body), digest);
+}
+
+#[tokio::test]
+async fn a_push_sends_credentials_to_a_token_service_on_another_host_only_when_allowed() {
+    let (server, tokens) = (http(), http());
+    // "localhost" is another host than "127.0.0.1", as far as names go.
+    let realm = format!("http://localhost:{}/token", tokens.addr.port());
+    tokens.route("/token", |_| Reply::new(200).body(r#"{"token":"t0ken"}"#));
+    let image = package();
+    let held = guarded(
+        &server,
+        &image,
+        "/uploads/1".to_owned(),
+        Some((
+            format!("Bearer realm=\"{realm}\",service=\"reg\""),
+            Some("Bearer t0ken"),
+        )),
+    );
+    let reference = format!("{}/pkg/x:v1", server.host());
+    let e = image
+        .push(&reference, &basic(), &Tls::PlainHttp)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Untrusted { .. }), "{e:?}");
+    assert_eq!(tokens.connections(), 0, "nothing was sent there");
+    assert!(held.lock().unwrap().manifests.is_empty());
+    let host = format!("localhost:{}", tokens.addr.port());
+    let policy = RegistryPolicy {
+        realm_hosts: vec![host],
+        ..RegistryPolicy::default()
+    };
+    let pushed = image
+        .push_within(&reference, &basic(), &Tls::PlainHttp, &policy)
+        .await
+        .unwrap();
+    assert_eq!(pushed.uploaded, 2);
+    assert!(held.lock().unwrap().manifests.contains_key("v1"));
+    let asked = tokens.requests();
+    assert!(!asked.is_empty());
+    assert!(
+        asked.iter().all(|t| t
+            .header("authorization")
+            .is_some_and(|a| a.starts_with("Basic "))),
+        "the token service is asked with the registry's credentials"
+    );
+    assert!(
+        asked[0]
+            .path
+            .contains("scope=repository%3Apkg%2Fx%3Apull%2Cpush"),
+        "{}",
+        asked[0].path
+    );
 }

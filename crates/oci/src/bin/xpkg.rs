@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use oci::{Auth, Tls, stack, xpkg};
+use oci::{Auth, RegistryPolicy, Tls, stack, xpkg};
 
 /// Build, push and inspect Crossplane packages (package.yaml + crds/) and
 /// Stack packages (a directory with .registry/, seed 001).
@@ -79,6 +79,12 @@ struct Registry {
     /// Read the password from standard input (implied by --username).
     #[arg(long, requires = "username")]
     password_stdin: bool,
+    /// A host that may serve the registry's token service on another host
+    /// than the registry, and so receive your credentials to exchange for a
+    /// token (e.g. auth.docker.io for Docker Hub). Repeatable. Without it,
+    /// credentials go only to the registry's own host.
+    #[arg(long = "token-host", value_name = "HOST")]
+    token_hosts: Vec<String>,
 }
 
 impl Registry {
@@ -92,6 +98,13 @@ impl Registry {
         } else {
             Tls::System
         })
+    }
+
+    fn policy(&self) -> RegistryPolicy {
+        RegistryPolicy {
+            realm_hosts: self.token_hosts.clone(),
+            ..RegistryPolicy::default()
+        }
     }
 
     fn auth(&self) -> anyhow::Result<Auth> {
@@ -130,7 +143,12 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let image = build(&dir, runtime_image.as_deref())?;
             let pushed = image
-                .push(&reference, &registry.auth()?, &registry.tls()?)
+                .push_within(
+                    &reference,
+                    &registry.auth()?,
+                    &registry.tls()?,
+                    &registry.policy(),
+                )
                 .await?;
             println!("pushed {reference}@{}", pushed.digest);
         }
@@ -140,7 +158,8 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let (auth, tls) = (registry.auth()?, registry.tls()?);
             let cache = tempfile::tempdir()?;
-            let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX);
+            let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX)
+                .with_policy(registry.policy());
             let digest = fetcher.resolve(&reference, &auth, &tls).await?;
             let info = fetcher.layer_info(&reference, &digest, &auth, &tls).await?;
             if info.annotations.contains_key(stack::OWNS_ANNOTATION) {
