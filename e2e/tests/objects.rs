@@ -398,9 +398,12 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
         })
     };
     let mut order: Vec<(&str, &str, u64)> = Vec::new();
-    while order.iter().filter(|(_, w, _)| *w == "ready").count() < 3 {
-        order.push(rx.recv().await.unwrap());
-    }
+    wait(WAIT, "the three watches to have listed", || {
+        receive(&mut rx, &mut order);
+        let listed = order.iter().filter(|(_, w, _)| *w == "ready").count();
+        std::future::ready((listed == 3).then_some(()).ok_or(format!("{order:?}")))
+    })
+    .await;
     assert!(
         !order.iter().any(|(_, w, _)| *w == "existed"),
         "left over from an earlier run: {order:?}"
