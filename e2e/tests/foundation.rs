@@ -68,7 +68,11 @@ async fn every_crd_installs_and_becomes_established() {
     let client = plane.control.client().await;
     let api: Api<CustomResourceDefinition> = Api::all(client);
     let expected = types::crds::all().unwrap();
-    assert_eq!(expected.len(), 12, "one CRD per kind in the seeds");
+    assert_eq!(
+        expected.len(),
+        13,
+        "one CRD per kind in the seeds, and ImageConfig"
+    );
     for crd in expected {
         let name = crd.metadata.name.unwrap();
         let live = api

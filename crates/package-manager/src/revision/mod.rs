@@ -332,7 +332,7 @@ pub fn controller(
     )
     .default_backoff()
     .reflect(provider_writer)
-    .applied_objects();
+    .touched_objects();
     let ctrl = Controller::new(
         Api::<ProviderRevision>::all(rt.client.clone()),
         watcher::Config::default(),
@@ -340,8 +340,21 @@ pub fn controller(
     let revisions = ctrl.store();
     let by_config = revisions.clone();
     let by_image_config = revisions.clone();
+    let by_dependency = revisions.clone();
     let ctrl = ctrl
         .owns_stream(owned)
+        // A Provider that changes wakes the revisions that depend on its
+        // package: what they found (a cycle through it, its version, its
+        // health) may have changed. The store is fed first.
+        .watches_stream(provider_stream, move |p: Provider| {
+            let repository = oci::xpkg::repository_of(&p.spec.package);
+            by_dependency
+                .state()
+                .iter()
+                .filter(|r| deps::dependencies_of(r).contains(&repository))
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .watches_shared_stream(image_configs.changes(), move |config| {
             by_image_config
                 .state()
@@ -384,13 +397,6 @@ pub fn controller(
         )
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
-    // Providers are read for dependencies; their changes wake nobody here
-    // (the Provider controller reconciles them), so the stream only feeds
-    // the store.
-    let providers_fed = {
-        use futures::StreamExt as _;
-        provider_stream.for_each(|_| futures::future::ready(()))
-    };
     let reconciler = Arc::new(ProviderRevisions {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
@@ -407,12 +413,7 @@ pub fn controller(
         ),
         settings,
     });
-    async move {
-        tokio::select! {
-            () = reconciler::run(ctrl, reconciler) => {}
-            () = providers_fed => {}
-        }
-    }
+    reconciler::run(ctrl, reconciler)
 }
 
 #[cfg(test)]
