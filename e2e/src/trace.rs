@@ -150,3 +150,32 @@ pub fn forbidden(tree: &Value) -> Vec<&Value> {
         .filter(|n| n["status"]["state"] == "forbidden")
         .collect()
 }
+
+/// `crossplane-rs trace ARGS --watch -o json` running: the child (kill it
+/// when done) and the trees it prints, as they come.
+pub fn watch(
+    kubeconfig: &Path,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<Value>) {
+    let binary = testenv::workspace_binary("crossplane-rs");
+    let mut child = std::process::Command::new(&binary)
+        .arg("trace")
+        .args(args)
+        .args(["--watch", "-o", "json", "--kubeconfig"])
+        .arg(kubeconfig)
+        .env_remove("KUBECONFIG")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for tree in serde_json::Deserializer::from_reader(stdout).into_iter::<Value>() {
+            let Ok(tree) = tree else { return };
+            if tx.send(tree).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}

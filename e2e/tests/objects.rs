@@ -1615,6 +1615,26 @@ async fn trace_shows_an_object_its_references_and_the_managed_object() {
     ] {
         assert!(text.contains(&shown), "{shown} missing from:\n{text}");
     }
-    delete_object(&client, &name).await;
+    // --watch redraws when something in the tree changes: the Object it
+    // depends on being deleted (held by this one until it goes).
+    let (mut watching, trees) = e2e::trace::watch(&viewer, &[&format!("object/{name}")]);
+    let first_tree = trees.recv_timeout(Duration::from_secs(30)).unwrap();
+    let dependency = e2e::trace::node(&first_tree, "Object", &first);
+    assert_eq!(dependency["status"]["ready"], "True", "{dependency:#}");
+    assert!(dependency["status"]["deleting"].is_null(), "{dependency:#}");
     delete_object(&client, &first).await;
+    let redrawn = loop {
+        let tree = trees
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a redraw after the dependency was deleted");
+        let dependency = e2e::trace::node(&tree, "Object", &first);
+        if dependency["status"]["deleting"] == "true" || dependency["status"]["state"] == "missing"
+        {
+            break tree;
+        }
+    };
+    let _ = watching.kill();
+    let _ = watching.wait();
+    assert_eq!(redrawn["name"], name.as_str());
+    delete_object(&client, &name).await;
 }

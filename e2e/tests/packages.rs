@@ -1702,6 +1702,7 @@ fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_po
         assert!(text.contains(&shown), "{shown} missing from:\n{text}");
     }
     assert!(text.contains("└─ ") && text.contains("├─ "), "{text}");
+    eprintln!("packages: crossplane-rs trace provider/{name}:\n{text}");
 
     // Without the runtimes Role: the runtime is forbidden, the rest prints.
     let narrow = e2e::trace::viewer(control, false, &[]);
@@ -1752,6 +1753,7 @@ fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_po
         wide.contains("no-such-image") && wide.contains("NAMESPACE"),
         "{wide}"
     );
+    eprintln!("packages: crossplane-rs trace provider/{broken} -o wide:\n{wide}");
 
     // Bad input: a one-line error and a non-zero exit.
     for (args, says) in [

@@ -1180,6 +1180,7 @@ async fn trace_shows_an_application_its_resources_and_their_remote_objects() {
     assert_eq!(w["status"]["state"], "Failed", "{w:#}");
     assert!(e2e::trace::forbidden(&tree).is_empty(), "{tree:#}");
     let text = e2e::trace::text(&viewer, &["kapp", "traced", "-n", &ns]);
+    eprintln!("workloads: crossplane-rs trace kapp traced:\n{text}");
     for shown in [
         "KubernetesApplication/traced",
         "KubernetesApplicationResource/widget",
