@@ -130,7 +130,10 @@ pub fn pod(p: &Value) -> Node {
 pub fn cluster_role(r: &Value) -> Node {
     let mut n = Node::of(r, "");
     let rules = r.get("rules").and_then(Value::as_array).map_or(0, Vec::len);
-    n.state = Some(format!("{rules} rules"));
+    n.state = Some(match rules {
+        1 => "1 rule".to_owned(),
+        n => format!("{n} rules"),
+    });
     let to: Vec<String> = r
         .pointer("/metadata/labels")
         .and_then(Value::as_object)
@@ -147,7 +150,10 @@ pub fn cluster_role(r: &Value) -> Node {
 /// A ClusterRoleBinding: the role it binds, to whom.
 pub fn binding(b: &Value) -> Node {
     let mut n = Node::of(b, "");
-    n.state = text(b, "/roleRef/name").map(|r| format!("binds {r}"));
+    // The role is a detail: its name is as long as the binding's, which
+    // the tree already shows.
+    n.state = Some("bound".to_owned());
+    n.detail("role", text(b, "/roleRef/name"));
     let subjects: Vec<String> = b
         .get("subjects")
         .and_then(Value::as_array)
@@ -218,6 +224,10 @@ pub fn remote(r: &Value) -> Node {
         None => {
             n.message = match n.state.as_deref() {
                 Some("Submitted") => Some("submitted; the remote kind reports no status".into()),
+                // The resource's own condition says why it was not.
+                Some("Failed") => Node::of(r, "Ready")
+                    .message
+                    .map(|m| format!("not submitted: {m}")),
                 _ => Some("not in the remote cluster yet (no remote status recorded)".into()),
             };
         }
@@ -379,6 +389,18 @@ mod tests {
         let bare = r(None);
         assert_eq!(bare.ready, None);
         assert!(bare.message.is_some_and(|m| m.contains("no status")));
+        let mut failed = json!({"spec": {"template": {"kind": "Widget", "metadata": {"name": "w"}}},
+            "status": {"state": "Failed", "conditions": [{"type": "Synced", "status": "False", "message": "no kind Widget"}]}});
+        assert_eq!(
+            remote(&failed).message.as_deref(),
+            Some("not submitted: Synced: no kind Widget")
+        );
+        failed["status"]["state"] = json!("Pending");
+        assert!(
+            remote(&failed)
+                .message
+                .is_some_and(|m| m.contains("not in the remote cluster yet"))
+        );
         let bound = r(Some(json!({"phase": "Bound"})));
         assert_eq!(bound.ready.as_deref(), Some("True"));
     }
@@ -408,7 +430,8 @@ mod tests {
         let b = json!({"kind": "ClusterRoleBinding", "metadata": {"name": "b"},
             "roleRef": {"name": "r"}, "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}]});
         let n = binding(&b);
-        assert_eq!(n.state.as_deref(), Some("binds r"));
+        assert_eq!(n.state.as_deref(), Some("bound"));
+        assert_eq!(n.details["role"], "r");
         assert_eq!(n.details["subjects"], "ServiceAccount:ns/sa");
     }
 }
