@@ -14,10 +14,28 @@ pub fn provider(p: &Value) -> Node {
     n.detail("package", text(p, "/spec/package"));
     n.detail("currentRevision", text(p, "/status/currentRevision"));
     n.detail("currentIdentifier", text(p, "/status/currentIdentifier"));
-    // Written by the ImageConfig work when it runs: the package after
-    // image rewriting.
     n.detail("resolvedPackage", text(p, "/status/resolvedPackage"));
+    n.detail("imageConfigs", image_configs(p));
     n
+}
+
+/// The ImageConfigs applied to a package (`status.appliedImageConfigRefs`),
+/// as `name(reason)`, comma-separated.
+fn image_configs(o: &Value) -> Option<String> {
+    let applied: Vec<String> = o
+        .pointer("/status/appliedImageConfigRefs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let name = text(r, "/name")?;
+            Some(match text(r, "/reason") {
+                Some(why) => format!("{name}({why})"),
+                None => name,
+            })
+        })
+        .collect();
+    Some(applied.join(","))
 }
 
 /// A ProviderRevision: Healthy, and Active or Inactive as its state.
@@ -27,6 +45,9 @@ pub fn revision(r: &Value) -> Node {
     n.detail("revision", scalar(r, "/spec/revision"));
     n.detail("image", text(r, "/spec/image"));
     n.detail("package", text(r, "/spec/package"));
+    n.detail("resolvedPackage", text(r, "/status/resolvedPackage"));
+    n.detail("resolvedImage", text(r, "/status/resolvedImage"));
+    n.detail("imageConfigs", image_configs(r));
     n.detail("rbac", n.condition(RBAC_READY).map(|c| c.status.clone()));
     n
 }
@@ -410,12 +431,19 @@ mod tests {
         let r = json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
             "metadata": {"name": "p-1"},
             "spec": {"desiredState": "Active", "revision": 2, "image": "r/i:v1", "package": "r/p:v1"},
-            "status": {"conditions": [{"type": "Healthy", "status": "True"},
+            "status": {"resolvedImage": "mirror/i:v1",
+                "appliedImageConfigRefs": [{"name": "mirror", "reason": "RewriteImage"}, {"name": "creds", "reason": "SetImagePullSecret"}],
+                "conditions": [{"type": "Healthy", "status": "True"},
                 {"type": "RBACReady", "status": "False", "message": "refused: pods/exec"}]}});
         let n = revision(&r);
         assert_eq!(n.state.as_deref(), Some("Active"));
         assert_eq!(n.details["revision"], "2");
         assert_eq!(n.details["rbac"], "False");
+        assert_eq!(n.details["resolvedImage"], "mirror/i:v1");
+        assert_eq!(
+            n.details["imageConfigs"],
+            "mirror(RewriteImage),creds(SetImagePullSecret)"
+        );
         assert_eq!(n.message.as_deref(), Some("RBACReady: refused: pods/exec"));
     }
 
