@@ -3,7 +3,7 @@
 //! object the API server returned.
 
 use serde_json::Value;
-use types::pkg::contract::conditions::{HEALTHY, INSTALLED, RBAC_READY};
+use types::pkg::contract::conditions::{HEALTHY, INSTALLED, RBAC_READY, RUNTIME_HEALTHY};
 
 use crate::node::{Node, scalar, text};
 
@@ -38,9 +38,15 @@ fn image_configs(o: &Value) -> Option<String> {
     Some(applied.join(","))
 }
 
-/// A ProviderRevision: Healthy, and Active or Inactive as its state.
+/// A ProviderRevision: ready when Healthy and, if it has a runtime,
+/// RuntimeHealthy (as `ProviderRevision::healthy` decides); Active or
+/// Inactive as its state.
 pub fn revision(r: &Value) -> Node {
     let mut n = Node::of(r, HEALTHY);
+    if n.ready.as_deref() == Some("True") && text(r, "/spec/image").is_some() {
+        let runtime = n.condition(RUNTIME_HEALTHY).map(|c| c.status.clone());
+        n.ready = Some(runtime.unwrap_or_else(|| "Unknown".to_owned()));
+    }
     n.state = text(r, "/spec/desiredState");
     n.detail("revision", scalar(r, "/spec/revision"));
     n.detail("image", text(r, "/spec/image"));
@@ -439,6 +445,21 @@ mod tests {
         assert_eq!(n.state.as_deref(), Some("Active"));
         assert_eq!(n.details["revision"], "2");
         assert_eq!(n.details["rbac"], "False");
+        assert_eq!(n.ready.as_deref(), Some("Unknown"), "no RuntimeHealthy yet");
+        let mut running = r.clone();
+        if let Some(c) = running["status"]["conditions"].as_array_mut() {
+            c.push(json!({"type": "RuntimeHealthy", "status": "False"}));
+        }
+        assert_eq!(revision(&running).ready.as_deref(), Some("False"));
+        running["status"]["conditions"][2]["status"] = json!("True");
+        assert_eq!(revision(&running).ready.as_deref(), Some("True"));
+        running["spec"]["image"] = Value::Null;
+        running["status"]["conditions"][2]["status"] = json!("False");
+        assert_eq!(
+            revision(&running).ready.as_deref(),
+            Some("True"),
+            "a package of CRDs alone runs nothing"
+        );
         assert_eq!(n.details["resolvedImage"], "mirror/i:v1");
         assert_eq!(
             n.details["imageConfigs"],
