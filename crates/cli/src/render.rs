@@ -59,7 +59,8 @@ fn table(root: &Node, wide: bool) -> String {
         for (i, cell) in row.iter().enumerate() {
             line.push_str(cell);
             if i + 1 < row.len() {
-                let pad = widths[i].saturating_sub(cell.chars().count()) + 3;
+                let width = widths.get(i).copied().unwrap_or(0);
+                let pad = width.saturating_sub(cell.chars().count()) + 3;
                 line.push_str(&" ".repeat(pad));
             }
         }
