@@ -818,6 +818,13 @@ fn missing_incompatible_and_cyclic_dependencies_are_named() {
         condition(ar, "Healthy").unwrap().1.contains(&repo("b")),
         "the revision names the dependency: {ar}"
     );
+    // trace shows the dependency as a child of the revision, with its
+    // own status.
+    let viewer = e2e::trace::viewer(&testenv::control_plane_with_node().control, true, &[]);
+    let tree = e2e::trace::json(&viewer, &[&format!("provider/{a}")]);
+    let dependency = e2e::trace::node(&tree, "Provider", &b);
+    assert_eq!(dependency["status"]["ready"], "True", "{tree:#}");
+    assert_eq!(dependency["status"]["dependency"], repo("b").as_str());
 
     // Missing: no tag of M satisfies the range.
     push("m", "v0.1.0", "");
@@ -839,6 +846,9 @@ fn missing_incompatible_and_cyclic_dependencies_are_named() {
         &["missing", "no tag satisfies", "v0.1.0"],
         Duration::from_secs(30),
     );
+    let tree = e2e::trace::json(&viewer, &[&format!("provider/{needs}")]);
+    let missing = e2e::trace::node(&tree, "Provider", &repo("m"));
+    assert_eq!(missing["status"]["state"], "missing", "{tree:#}");
 
     // A cycle: C needs D, D needs C.
     push(
@@ -868,6 +878,9 @@ fn missing_incompatible_and_cyclic_dependencies_are_named() {
         &["dependency cycle"],
         Duration::from_secs(60),
     );
+    let tree = e2e::trace::json(&viewer, &[&format!("provider/{c}")]);
+    let cyclic = e2e::trace::node(&tree, "Provider", &d);
+    assert_eq!(cyclic["status"]["ready"], "False", "{tree:#}");
 
     // The user's B stays when A goes; D (installed for C) goes with C.
     for p in [&a, &needs, &c] {
