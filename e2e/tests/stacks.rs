@@ -778,6 +778,15 @@ fn dependencies_install_first_and_cycles_are_refused() {
         app.pointer("/spec/customresourcedefinitions/dependsOn/0"),
         Some(&serde_json::json!({"kind": "Widget", "apiVersion": format!("{g}/v1alpha1")}))
     );
+    // trace shows the dependency: the CRD app depends on, and the Extension
+    // that owns it, with its status.
+    let viewer = e2e::trace::viewer(&testenv::control_plane_with_node().control, true, &[&ns]);
+    let tree = e2e::trace::json(&viewer, &["extensionrequest/app", "-n", &ns]);
+    let widgets = e2e::trace::node(&tree, "CustomResourceDefinition", &format!("widgets.{g}"));
+    assert_eq!(widgets["status"]["state"], "depends on", "{tree:#}");
+    assert_eq!(widgets["status"]["owner"], format!("{ns}/base"), "{tree:#}");
+    let base = e2e::trace::node(widgets, "Extension", "base");
+    assert_eq!(base["status"]["ready"], "True", "{tree:#}");
     apply_in(
         &ns,
         &request_yaml("cyclic", &format!("package: {c}/cyc-a:v1.0.0")),
@@ -795,6 +804,14 @@ fn dependencies_install_first_and_cycles_are_refused() {
         Duration::from_secs(60),
     );
     assert!(!crd_exists(&format!("alphas.{c}")) && !crd_exists(&format!("betas.{c}")));
+    let tree = e2e::trace::json(&viewer, &["extreq/cyclic", "-n", &ns]);
+    assert_eq!(tree["status"]["ready"], "False", "{tree:#}");
+    assert!(
+        tree["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cycle")),
+        "{tree:#}"
+    );
     delete_request(&ns, "app");
     wait_gone("CRD gadgets", || crd_exists(&format!("gadgets.{g}")), &ns);
     wait_gone("CRD widgets", || crd_exists(&format!("widgets.{g}")), &ns);
