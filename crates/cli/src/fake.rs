@@ -97,9 +97,14 @@ impl Source for Fake {
             .collect())
     }
 
-    async fn resolve(&self, api_version: &str, kind: &str) -> Option<ApiResource> {
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource, Refused> {
+        if kind == "Unserved" {
+            return Err(Refused::Failed(format!(
+                "the API server serves no {kind} in {api_version}"
+            )));
+        }
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        Some(ApiResource {
+        Ok(ApiResource {
             group: group.to_owned(),
             version: version.to_owned(),
             api_version: api_version.to_owned(),

@@ -60,9 +60,9 @@ pub trait Source {
         ns: Option<&str>,
         selector: Option<&str>,
     ) -> Result<Vec<Value>, Refused>;
-    /// The resource serving `kind` of `api_version`, if the API server has
-    /// one.
-    async fn resolve(&self, api_version: &str, kind: &str) -> Option<ApiResource>;
+    /// The resource serving `kind` of `api_version`: `Failed` when the API
+    /// server serves none, `Forbidden` when its discovery may not be read.
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource, Refused>;
 }
 
 /// The kinds a trace reads.
@@ -255,12 +255,17 @@ impl Source for Kube {
         Ok(list.items.into_iter().map(|o| typed(o, r)).collect())
     }
 
-    async fn resolve(&self, api_version: &str, kind: &str) -> Option<ApiResource> {
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<ApiResource, Refused> {
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-        kube::discovery::pinned_kind(&self.client, &gvk)
-            .await
-            .ok()
-            .map(|(r, _)| r)
+        match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((r, _)) => Ok(r),
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                Err(Refused::Forbidden(format!("discovery of {api_version}")))
+            }
+            Err(_) => Err(Refused::Failed(format!(
+                "the API server serves no {kind} in {api_version}"
+            ))),
+        }
     }
 }

@@ -55,11 +55,11 @@ async fn reference<S: Source>(s: &S, r: &Value, how: &str) -> Node {
             .with("not read", "trace never reads Secrets")
     } else {
         match s.resolve(&api_version, &kind).await {
-            Some(res) => parts::get_node(s, &res, ns.as_deref(), &name, summary::any).await,
-            None => Node::unread(&api_version, &kind, &name, ns.as_deref()).with(
-                "unknown kind",
-                format!("the API server serves no {kind} in {api_version}"),
-            ),
+            Ok(res) => parts::get_node(s, &res, ns.as_deref(), &name, summary::any).await,
+            Err(why) => {
+                let (state, message) = why.explain();
+                Node::unread(&api_version, &kind, &name, ns.as_deref()).with(state, message)
+            }
         }
     };
     n.detail("reference", Some(how.to_owned()));
@@ -106,7 +106,8 @@ mod tests {
                 "references": [
                     {"dependsOn": {"apiVersion": k, "kind": "Object", "name": "crd"}},
                     {"fromObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": "cfg", "namespace": "d", "fieldPath": "data.x"}, "toFieldPath": "metadata.labels.x"},
-                    {"fromObject": {"apiVersion": "v1", "kind": "Secret", "name": "s", "namespace": "d", "fieldPath": "data.p"}, "toFieldPath": "x"}]},
+                    {"fromObject": {"apiVersion": "v1", "kind": "Secret", "name": "s", "namespace": "d", "fieldPath": "data.p"}, "toFieldPath": "x"},
+                    {"dependsOn": {"apiVersion": "x.io/v1", "kind": "Unserved", "name": "u"}}]},
             "status": {"conditions": [{"type": "Synced", "status": "True"}, {"type": "Ready", "status": "True"}],
                 "atProvider": {"manifest": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "app"}, "status": {"phase": "Active"}}}}}));
         f.put(k, "Object", json!({"metadata": {"name": "crd"},
@@ -128,13 +129,15 @@ mod tests {
                 "Object/crd",
                 "ConfigMap/cfg",
                 "Secret/s",
+                "Unserved/u",
                 "Namespace/app"
             ]
         );
         assert_eq!(root.children[1].message.as_deref(), Some("Ready: waiting"));
         assert_eq!(root.children[2].details["fieldPath"], "data.x");
         assert_eq!(root.children[3].state.as_deref(), Some("not read"));
-        assert_eq!(root.children[4].state.as_deref(), Some("Active"));
+        assert_eq!(root.children[4].state.as_deref(), Some("error"));
+        assert_eq!(root.children[5].state.as_deref(), Some("Active"));
         assert_eq!(trace(&f, "nope").await, None);
     }
 
