@@ -15,6 +15,7 @@ pub mod packages;
 pub mod proxy;
 pub mod shipped;
 pub mod stall;
+pub mod trace;
 pub mod upstream;
 pub mod wait;
 pub mod workloads;

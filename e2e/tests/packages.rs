@@ -818,6 +818,13 @@ fn missing_incompatible_and_cyclic_dependencies_are_named() {
         condition(ar, "Healthy").unwrap().1.contains(&repo("b")),
         "the revision names the dependency: {ar}"
     );
+    // trace shows the dependency as a child of the revision, with its
+    // own status.
+    let viewer = e2e::trace::viewer(&testenv::control_plane_with_node().control, true, &[]);
+    let tree = e2e::trace::json(&viewer, &[&format!("provider/{a}")]);
+    let dependency = e2e::trace::node(&tree, "Provider", &b);
+    assert_eq!(dependency["status"]["ready"], "True", "{tree:#}");
+    assert_eq!(dependency["status"]["dependency"], repo("b").as_str());
 
     // Missing: no tag of M satisfies the range.
     push("m", "v0.1.0", "");
@@ -839,6 +846,9 @@ fn missing_incompatible_and_cyclic_dependencies_are_named() {
         &["missing", "no tag satisfies", "v0.1.0"],
         Duration::from_secs(30),
     );
+    let tree = e2e::trace::json(&viewer, &[&format!("provider/{needs}")]);
+    let missing = e2e::trace::node(&tree, "Provider", &repo("m"));
+    assert_eq!(missing["status"]["state"], "missing", "{tree:#}");
 
     // A cycle: C needs D, D needs C.
     push(
@@ -868,6 +878,9 @@ fn missing_incompatible_and_cyclic_dependencies_are_named() {
         &["dependency cycle"],
         Duration::from_secs(60),
     );
+    let tree = e2e::trace::json(&viewer, &[&format!("provider/{c}")]);
+    let cyclic = e2e::trace::node(&tree, "Provider", &d);
+    assert_eq!(cyclic["status"]["ready"], "False", "{tree:#}");
 
     // The user's B stays when A goes; D (installed for C) goes with C.
     for p in [&a, &needs, &c] {
@@ -1610,6 +1623,170 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
         },
         explain_packages,
     );
+}
+
+/// `crossplane-rs trace provider/NAME` as a user of crossplane-view (and
+/// the runtimes Role in crossplane-system): a Healthy Provider shows its
+/// active revision, the CRD it controls, its runtime Deployment and pod,
+/// and the roles and binding the rbac-manager rendered, each with its
+/// status; a Provider whose runtime image is not in the registry shows the
+/// pull error at its pod. Without the runtimes Role the runtime is a node
+/// saying what to bind, and the rest still prints. A missing Provider is a
+/// one-line error.
+#[test]
+fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_pod() {
+    let e = env();
+    let unique = testenv::unique_name("trace");
+    let g = group("trace");
+    let crd_files = [test_crd(&g, "Dial")];
+    let crds = crds_of(&crd_files);
+    let reference = format!("{}/test/{unique}:v1", e.registry.address);
+    let digest = xpkg_push(
+        &package_dir("trace", "v1", &crds),
+        &reference,
+        Some(testenv::image::PAUSE_IMAGE),
+    );
+    let name = format!("{unique}-p");
+    let rev = format!("{name}-{}", short(&digest));
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_healthy(&name, Duration::from_secs(90));
+    let control = &testenv::control_plane_with_node().control;
+    let viewer = e2e::trace::viewer(control, true, &[]);
+    // The RBACReady revision and a Ready pod may trail Healthy by moments.
+    let tree = wait_blocking(
+        Duration::from_secs(60),
+        "the trace to show the runtime's pod Ready",
+        || {
+            let tree = e2e::trace::json(&viewer, &[&format!("provider/{name}")]);
+            e2e::trace::of_kind(&tree, "Pod")
+                .iter()
+                .any(|p| p["status"]["ready"] == "True")
+                .then_some(tree)
+        },
+        explain_packages,
+    );
+    assert_eq!(tree["kind"], "Provider");
+    assert_eq!(tree["apiVersion"], "pkg.crossplane.io/v1");
+    assert_eq!(tree["status"]["ready"], "True", "{tree:#}");
+    assert_eq!(tree["status"]["state"], "Installed=True", "{tree:#}");
+    let revision = e2e::trace::node(&tree, "ProviderRevision", &rev);
+    assert_eq!(revision["status"]["state"], "Active", "{revision:#}");
+    assert_eq!(revision["status"]["ready"], "True", "{revision:#}");
+    let crd = e2e::trace::node(revision, "CustomResourceDefinition", &format!("dials.{g}"));
+    assert_eq!(crd["status"]["ready"], "True", "{crd:#}");
+    assert_eq!(crd["status"]["state"], "controlled", "{crd:#}");
+    let deployment = e2e::trace::node(revision, "Deployment", &rev);
+    assert_eq!(deployment["namespace"], NS);
+    assert_eq!(deployment["status"]["ready"], "True", "{deployment:#}");
+    let pods = e2e::trace::of_kind(deployment, "Pod");
+    assert_eq!(pods.len(), 1, "{deployment:#}");
+    assert_eq!(pods[0]["status"]["state"], "Running", "{deployment:#}");
+    for role in ["system", "aggregate-to-edit", "aggregate-to-view"] {
+        e2e::trace::node(
+            revision,
+            "ClusterRole",
+            &format!("crossplane:provider:{rev}:{role}"),
+        );
+    }
+    e2e::trace::node(
+        revision,
+        "ClusterRoleBinding",
+        &format!("crossplane:provider:{rev}:system"),
+    );
+    assert!(
+        e2e::trace::forbidden(&tree).is_empty(),
+        "crossplane-view and the runtimes Role should read it all:\n{tree:#}"
+    );
+    for n in e2e::trace::nodes(&tree) {
+        assert!(
+            n["conditions"].is_array() && n["children"].is_array(),
+            "{n:#}"
+        );
+    }
+    // The tree names every node.
+    let text = e2e::trace::text(&viewer, &[&format!("provider/{name}")]);
+    for shown in [
+        format!("Provider/{name}"),
+        format!("ProviderRevision/{rev}"),
+        format!("CustomResourceDefinition/dials.{g}"),
+        format!("Deployment/{rev}"),
+        format!("Pod/{}", pods[0]["name"].as_str().unwrap()),
+    ] {
+        assert!(text.contains(&shown), "{shown} missing from:\n{text}");
+    }
+    assert!(text.contains("└─ ") && text.contains("├─ "), "{text}");
+    eprintln!("packages: crossplane-rs trace provider/{name}:\n{text}");
+
+    // Without the runtimes Role: the runtime is forbidden, the rest prints.
+    let narrow = e2e::trace::viewer(control, false, &[]);
+    let tree = e2e::trace::json(&narrow, &[&format!("provider/{name}")]);
+    e2e::trace::node(&tree, "CustomResourceDefinition", &format!("dials.{g}"));
+    let refused = e2e::trace::forbidden(&tree);
+    assert!(
+        refused.iter().any(|n| n["kind"] == "Deployment"
+            && n["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("forbidden: deployments.apps in crossplane-system"))),
+        "{tree:#}"
+    );
+
+    // A runtime image the registry does not have: the pod says so.
+    let broken_ref = format!("{}/test/{unique}-broken:v1", e.registry.address);
+    xpkg_push(
+        &package_dir("broken", "v1", &[]),
+        &broken_ref,
+        Some(&format!("{}/test/no-such-image:v1", e.registry.address)),
+    );
+    let broken = format!("{unique}-broken");
+    apply(&provider_yaml(&broken, &broken_ref, ""));
+    let pod = wait_blocking(
+        Duration::from_secs(90),
+        "the trace to show the pod's pull error",
+        || {
+            let tree = e2e::trace::json(&viewer, &["providers", &broken]);
+            e2e::trace::of_kind(&tree, "Pod")
+                .into_iter()
+                .find(|p| {
+                    p["status"]["state"] == "ErrImagePull"
+                        || p["status"]["state"] == "ImagePullBackOff"
+                })
+                .cloned()
+        },
+        explain_packages,
+    );
+    assert_eq!(pod["status"]["ready"], "False", "{pod:#}");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no-such-image")),
+        "{pod:#}"
+    );
+    let wide = e2e::trace::text(&viewer, &[&format!("provider/{broken}"), "-o", "wide"]);
+    assert!(
+        wide.contains("no-such-image") && wide.contains("NAMESPACE"),
+        "{wide}"
+    );
+    eprintln!("packages: crossplane-rs trace provider/{broken} -o wide:\n{wide}");
+
+    // Bad input: a one-line error and a non-zero exit.
+    for (args, says) in [
+        (&["provider/no-such-provider"][..], "not found"),
+        (&["widget/x"][..], "unknown type"),
+    ] {
+        let out = e2e::trace::run(&viewer, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+    }
+    for n in [&name, &broken] {
+        delete_provider(n);
+    }
+    for n in [&name, &broken] {
+        wait_provider_gone(n);
+    }
 }
 
 /// ImageConfigs: a Provider and its dependency, pushed only under a mirror

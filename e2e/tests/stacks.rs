@@ -491,6 +491,44 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
     ] {
         assert!(table.contains(column), "{column} missing from:\n{table}");
     }
+    // crossplane-rs trace, as a user of crossplane-view (with Kubernetes'
+    // `view` in the stack's namespace, where its controller runs): the
+    // request, its Extension, the CRD it owns, its controller and pod, and
+    // its role and binding, each with its status.
+    let viewer = e2e::trace::viewer(&testenv::control_plane_with_node().control, true, &[&ns]);
+    let tree = e2e::trace::json(&viewer, &["extensionrequest/redis-from-package", "-n", &ns]);
+    assert_eq!(tree["kind"], "ExtensionRequest");
+    assert_eq!(tree["namespace"], ns.as_str());
+    assert_eq!(tree["status"]["ready"], "True", "{tree:#}");
+    let ext = e2e::trace::node(&tree, "Extension", "redis");
+    assert_eq!(ext["status"]["ready"], "True", "{ext:#}");
+    assert_eq!(ext["status"]["state"], "0.1.0", "{ext:#}");
+    let crd = e2e::trace::node(
+        ext,
+        "CustomResourceDefinition",
+        "redisclusters.cache.crossplane.io",
+    );
+    assert_eq!(crd["status"]["state"], "owns", "{crd:#}");
+    assert_eq!(crd["status"]["ready"], "True", "{crd:#}");
+    let controller = e2e::trace::node(ext, "Deployment", "redis-controller");
+    assert_eq!(controller["status"]["ready"], "True", "{controller:#}");
+    let pods = e2e::trace::of_kind(controller, "Pod");
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| p["status"]["state"] == "Running"),
+        "{controller:#}"
+    );
+    let role = format!("crossplane:extension:{ns}:redis:system");
+    e2e::trace::node(ext, "ClusterRole", &role);
+    e2e::trace::node(ext, "ClusterRoleBinding", &role);
+    assert!(e2e::trace::forbidden(&tree).is_empty(), "{tree:#}");
+    let text = e2e::trace::text(&viewer, &["extreq", "redis-from-crd", "-n", &ns]);
+    for shown in [
+        "ExtensionRequest/redis-from-crd",
+        "Extension/redis",
+        "Deployment/redis-controller",
+    ] {
+        assert!(text.contains(shown), "{shown} missing from:\n{text}");
+    }
     // Uninstall: the Extension is held while any request holds it.
     delete_request(&ns, "redis-from-crd");
     wait_gone(
@@ -740,6 +778,15 @@ fn dependencies_install_first_and_cycles_are_refused() {
         app.pointer("/spec/customresourcedefinitions/dependsOn/0"),
         Some(&serde_json::json!({"kind": "Widget", "apiVersion": format!("{g}/v1alpha1")}))
     );
+    // trace shows the dependency: the CRD app depends on, and the Extension
+    // that owns it, with its status.
+    let viewer = e2e::trace::viewer(&testenv::control_plane_with_node().control, true, &[&ns]);
+    let tree = e2e::trace::json(&viewer, &["extensionrequest/app", "-n", &ns]);
+    let widgets = e2e::trace::node(&tree, "CustomResourceDefinition", &format!("widgets.{g}"));
+    assert_eq!(widgets["status"]["state"], "depends on", "{tree:#}");
+    assert_eq!(widgets["status"]["owner"], format!("{ns}/base"), "{tree:#}");
+    let base = e2e::trace::node(widgets, "Extension", "base");
+    assert_eq!(base["status"]["ready"], "True", "{tree:#}");
     apply_in(
         &ns,
         &request_yaml("cyclic", &format!("package: {c}/cyc-a:v1.0.0")),
@@ -757,6 +804,14 @@ fn dependencies_install_first_and_cycles_are_refused() {
         Duration::from_secs(60),
     );
     assert!(!crd_exists(&format!("alphas.{c}")) && !crd_exists(&format!("betas.{c}")));
+    let tree = e2e::trace::json(&viewer, &["extreq/cyclic", "-n", &ns]);
+    assert_eq!(tree["status"]["ready"], "False", "{tree:#}");
+    assert!(
+        tree["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cycle")),
+        "{tree:#}"
+    );
     delete_request(&ns, "app");
     wait_gone("CRD gadgets", || crd_exists(&format!("gadgets.{g}")), &ns);
     wait_gone("CRD widgets", || crd_exists(&format!("widgets.{g}")), &ns);

@@ -1110,3 +1110,82 @@ async fn deleting_while_the_cluster_does_not_answer_orphans_after_the_deletion_t
             .is_some()
     );
 }
+
+/// `crossplane-rs trace kubernetesapplication/NAME` as a user of
+/// crossplane-view: the application, its cluster, its resources and each
+/// remote object with the state the control cluster recorded for it (a
+/// Namespace Active from its copied status, a ConfigMap without a status,
+/// a kind the remote cluster does not serve Failed with the message that
+/// says so). Neither the remote cluster nor a Secret is read.
+#[tokio::test]
+async fn trace_shows_an_application_its_resources_and_their_remote_objects() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "trace").await;
+    let rns = remote_ns(&remote, "trace").await;
+    let remote_space = testenv::unique_name("trace-space");
+    let _c = Controllers::start(&ns).await;
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"c": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let templates = json!([
+        configmap_template("settings", &rns, "settings", json!({"x": "1"})),
+        {"metadata": {"name": "space"}, "spec": {"template": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": remote_space}}}},
+        {"metadata": {"name": "widget"}, "spec": {"template": {"apiVersion": "widgets.example.org/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": rns}}}},
+    ]);
+    apply_app(
+        &client,
+        &ns,
+        app("traced", &ns, json!({"matchLabels": {"c": "1"}}), templates),
+    )
+    .await;
+    wait_res_state(&client, &ns, "widget", "Failed").await;
+    wait_res_state(&client, &ns, "settings", "Submitted").await;
+    let viewer = e2e::trace::viewer(&plane.control, false, &[]);
+    let args = ["kubernetesapplication/traced", "-n", ns.as_str()];
+    let tree = wait(WAIT, "the trace to show the Namespace Active", || async {
+        let tree = e2e::trace::json(&viewer, &args);
+        let space = e2e::trace::of_kind(&tree, "Namespace")
+            .first()
+            .map(|n| n["status"]["ready"] == "True")?;
+        space.then_some(tree)
+    })
+    .await;
+    assert_eq!(tree["kind"], "KubernetesApplication");
+    assert_eq!(tree["namespace"], ns.as_str());
+    assert_eq!(tree["status"]["cluster"], "target", "{tree:#}");
+    e2e::trace::node(&tree, "KubernetesCluster", "target");
+    let settings = e2e::trace::node(&tree, "KubernetesApplicationResource", "settings");
+    assert_eq!(settings["status"]["state"], "Submitted", "{settings:#}");
+    let cm = e2e::trace::node(settings, "ConfigMap", "settings");
+    assert_eq!(cm["namespace"], rns.as_str());
+    assert_eq!(cm["status"]["cluster"], "target");
+    assert_eq!(cm["status"]["state"], "Submitted");
+    let space = e2e::trace::node(&tree, "Namespace", &remote_space);
+    assert_eq!(space["status"]["phase"], "Active", "{space:#}");
+    let widget = e2e::trace::node(&tree, "KubernetesApplicationResource", "widget");
+    assert_eq!(widget["status"]["state"], "Failed", "{widget:#}");
+    assert!(
+        widget["status"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Widget")),
+        "{widget:#}"
+    );
+    let w = e2e::trace::node(widget, "Widget", "w");
+    assert_eq!(w["status"]["state"], "Failed", "{w:#}");
+    assert!(e2e::trace::forbidden(&tree).is_empty(), "{tree:#}");
+    let text = e2e::trace::text(&viewer, &["kapp", "traced", "-n", &ns]);
+    eprintln!("workloads: crossplane-rs trace kapp traced:\n{text}");
+    for shown in [
+        "KubernetesApplication/traced",
+        "KubernetesApplicationResource/widget",
+        "ConfigMap/settings",
+    ] {
+        assert!(text.contains(shown), "{shown} missing from:\n{text}");
+    }
+}

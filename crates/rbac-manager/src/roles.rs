@@ -15,6 +15,7 @@ use k8s_openapi::{
     api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
+use types::extensions::v1alpha1::{ROLE_NAME_LABEL, ROLE_NAMESPACE_LABEL};
 
 /// Every verb a provider runtime has on its own kinds.
 const ALL: [&str; 7] = [
@@ -262,10 +263,7 @@ pub fn extension_role_name(namespace: &str, name: &str) -> String {
 fn extension_meta(namespace: &str, name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(extension_role_name(namespace, name)),
-        labels: labels(&[
-            ("extensions.crossplane.io/namespace", namespace),
-            ("extensions.crossplane.io/name", name),
-        ]),
+        labels: labels(&[(ROLE_NAMESPACE_LABEL, namespace), (ROLE_NAME_LABEL, name)]),
         ..Default::default()
     }
 }

@@ -250,6 +250,13 @@ pub const OWNER_ANNOTATION: &str = "extensions.crossplane.io/owner";
 /// On what the package-manager runs for an Extension (its controller
 /// Deployment and ServiceAccount): the Extension's name.
 pub const EXTENSION_LABEL: &str = "extensions.crossplane.io/extension";
+/// On the ClusterRole and ClusterRoleBinding the rbac-manager renders for an
+/// Extension: the Extension's namespace (and [`ROLE_NAME_LABEL`] its name),
+/// so that users (`crossplane-rs trace`) find them without knowing how they
+/// are named.
+pub const ROLE_NAMESPACE_LABEL: &str = "extensions.crossplane.io/namespace";
+/// On an Extension's ClusterRole and ClusterRoleBinding: the Extension's name.
+pub const ROLE_NAME_LABEL: &str = "extensions.crossplane.io/name";
 
 impl Extension {
     /// The ServiceAccount the Extension's controller runs as: the name its
