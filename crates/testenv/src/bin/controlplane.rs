@@ -54,7 +54,9 @@ fn main() -> anyhow::Result<()> {
         bail!("--load-image needs --node; {USAGE}");
     }
     if registry && !node {
-        bail!("--registry needs --node (the registry is trusted by the node's containerd); {USAGE}");
+        bail!(
+            "--registry needs --node (the registry is trusted by the node's containerd); {USAGE}"
+        );
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let (plane, data) = testenv::start_local_with(testenv::Options {
