@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Sourced by hack/run.sh once the seeds' examples are applied: `verdicts`
 # checks what each seed's examples did, waiting up to VERDICT_TIMEOUT
-# seconds (default 240) for each check, and fills `verdict_lines` (one line
+# seconds (default 240) in all (the seeds progress side by side; a check
+# that runs past it gets 5s), and fills `verdict_lines` (one line
 # per seed, "seed NNN: ok — what was checked" or "seed NNN: FAILED — what was
 # not so") and `failed` (1 when a verdict FAILED). Needs KUBECONFIG, `dir`
 # (the run directory) and `mode` (pods or processes).
@@ -9,10 +10,10 @@
 verdict_lines=()
 failed=0
 
-# until TIMEOUT CMD...: runs CMD every 2s until it succeeds; 1 on timeout.
+# until_ok CMD...: runs CMD every 2s until it succeeds; 1 once the
+# verdicts' deadline has passed (at least 5s from now).
 until_ok() {
-  local deadline=$(($(date +%s) + $1))
-  shift
+  local deadline=$((verdict_deadline > $(date +%s) + 5 ? verdict_deadline : $(date +%s) + 5))
   until "$@" >/dev/null 2>&1; do
     (($(date +%s) >= deadline)) && return 1
     sleep 2
@@ -52,11 +53,10 @@ verdict() { # SEED ok|FAILED|skipped TEXT
   return 0
 }
 
-wait_s=${VERDICT_TIMEOUT:-240}
 
 verdict_000() {
   local app=(-n complex kubernetesapplication wordpress-demo)
-  if ! until_ok "$wait_s" is Submitted jget "${app[@]}" '{.status.state}'; then
+  if ! until_ok is Submitted jget "${app[@]}" '{.status.state}'; then
     verdict 000 FAILED "wordpress-demo is $(jget "${app[@]}" '{.status.state}') (want Submitted): $(reason Synced "${app[@]}")"
     return
   fi
@@ -80,10 +80,10 @@ verdict_001() {
   fi
   local bad=() r
   for r in redis-from-package redis-from-crd; do
-    until_ok "$wait_s" is True cond Ready -n stacks extensionrequest "$r" ||
+    until_ok is True cond Ready -n stacks extensionrequest "$r" ||
       bad+=("ExtensionRequest $r not Ready ($(reason Ready -n stacks extensionrequest "$r"))")
   done
-  until_ok "$wait_s" is True cond Ready -n stacks extension redis ||
+  until_ok is True cond Ready -n stacks extension redis ||
     bad+=("the stack's Extension stacks/redis not Ready ($(reason Ready -n stacks extension redis))")
   if ((${#bad[@]} == 0)); then
     kubectl apply -n stacks -f - >/dev/null <<'YAML' || bad+=("RedisCluster demo-cache could not be applied")
@@ -94,17 +94,17 @@ metadata:
 spec:
   size: 3
 YAML
-    until_ok "$wait_s" is '{"size":3}' jget -n stacks configmap demo-cache '{.data.spec}' ||
+    until_ok is '{"size":3}' jget -n stacks configmap demo-cache '{.data.spec}' ||
       bad+=("no ConfigMap stacks/demo-cache from the stack's controller for RedisCluster demo-cache")
   fi
   # The seed's own Extension record (namespace default): its controller
   # runs, from the image the ImageConfig maps; it owns
   # redisclusters.crossplane.redislabs.com, which only a stack can install.
   local ext=(-n default extension redis) seed_ext
-  until_ok "$wait_s" is True jget -n default deployment redis-controller \
+  until_ok is True jget -n default deployment redis-controller \
     '{.status.conditions[?(@.type=="Available")].status}' ||
     bad+=("the seed Extension's controller default/redis-controller is not Available ($(jget -n default pods -l core.crossplane.io/name=redis '{.items[*].status.containerStatuses[*].state}'))")
-  until_ok "$wait_s" is True cond RBACReady "${ext[@]}" ||
+  until_ok is True cond RBACReady "${ext[@]}" ||
     bad+=("the seed Extension default/redis is not RBACReady ($(reason RBACReady "${ext[@]}"))")
   if [[ "$(cond Ready "${ext[@]}")" == True ]]; then
     seed_ext="Extension redis Ready"
@@ -122,8 +122,8 @@ YAML
 
 verdict_002_003() {
   local obj=(object sample-namespace) ok=1
-  until_ok "$wait_s" is True cond Ready "${obj[@]}" || ok=
-  until_ok 30 is True cond Synced "${obj[@]}" || ok=
+  until_ok is True cond Ready "${obj[@]}" || ok=
+  until_ok is True cond Synced "${obj[@]}" || ok=
   local labels olm
   labels=$(kubectl --kubeconfig "$dir/remote.kubeconfig" get namespace sample-namespace \
     -o jsonpath='{.metadata.labels.example}' 2>/dev/null || true)
@@ -151,12 +151,12 @@ verdict_004() {
     return
   fi
   local p=(provider provider-example) bad=()
-  until_ok "$wait_s" is True cond Installed "${p[@]}" ||
+  until_ok is True cond Installed "${p[@]}" ||
     bad+=("Provider provider-example not Installed ($(reason Installed "${p[@]}"))")
-  until_ok "$wait_s" is True cond Healthy "${p[@]}" ||
+  until_ok is True cond Healthy "${p[@]}" ||
     bad+=("Provider provider-example not Healthy ($(reason Healthy "${p[@]}"))")
   local sel=(-n crossplane-system pods -l pkg.crossplane.io/package=provider-example)
-  until_ok 60 is Running jget "${sel[@]}" '{.items[0].status.phase}' ||
+  until_ok is Running jget "${sel[@]}" '{.items[0].status.phase}' ||
     bad+=("its runtime pod is '$(jget "${sel[@]}" '{.items[*].status.phase}')'")
   local ref label image
   ref=$(jget "${p[@]}" '{.spec.runtimeConfigRef.kind}/{.spec.runtimeConfigRef.name}')
@@ -173,7 +173,9 @@ verdict_004() {
 }
 
 verdicts() {
-  local started=$(date +%s)
+  local started
+  started=$(date +%s)
+  verdict_deadline=$((started + ${VERDICT_TIMEOUT:-240}))
   verdict_000
   verdict_001
   verdict_002_003

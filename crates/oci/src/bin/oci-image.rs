@@ -101,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
     let debs = debian::download(&debian::BASE_PACKAGES, &cache)?;
     let base = debian::base_layer(&debs)?;
     for e in &args.env {
-        if !e.split_once('=').is_some_and(|(name, _)| !name.is_empty()) {
+        if e.split_once('=').is_none_or(|(name, _)| name.is_empty()) {
             bail!("--env {e:?}: write NAME=VALUE");
         }
     }
