@@ -1611,3 +1611,209 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
         explain_packages,
     );
 }
+
+/// ImageConfigs: a Provider and its dependency, pushed only under a mirror
+/// path of a private registry, are applied by their public name (for which
+/// the node's containerd has no mirror); one ImageConfig rewrites the
+/// packages, one the runtime image, one gives the mirror its pull Secret.
+/// Both install; the runtime pod runs the rewritten image; editing an
+/// ImageConfig reaches the runtime within 5 s; a deleted pull Secret is
+/// named on the Provider with the ImageConfig that names it.
+#[test]
+fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
+    let e = env();
+    let plane = testenv::control_plane_with_node();
+    let node = plane.node.as_ref().unwrap();
+    let (user, password) = ("mirror-robot", "m1rror-s3cret");
+    let mirror = testenv::registry::Registry::start(
+        plane,
+        node,
+        "imageconfig-mirror.crossplane-rs.test",
+        Some((user, password)),
+    )
+    .unwrap();
+    let unique = testenv::unique_name("ic");
+    let public = format!("xpkg.{unique}.test");
+    let packages_at = format!("{}/acme-{unique}", mirror.address);
+    let runtime_at = |n: u32| format!("{}/{unique}-runtime{n}", e.registry.address);
+
+    // The runtime image, under two mirror paths of the open registry.
+    let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
+    for n in [1, 2] {
+        e2e::artifacts::push_image(e.registry, &format!("{}/pause:v1", runtime_at(n)), &pause);
+    }
+    // B (CRDs only) and A (depends on B, runs the public runtime name).
+    let (ga, gb) = (group("ica"), group("icb"));
+    let b_dir = package_dir("b", "v1.0.0", &crds_of(&[test_crd(&gb, "Beam")]));
+    xpkg_push_as(
+        &b_dir,
+        &format!("{packages_at}/b:v1.0.0"),
+        None,
+        Some((user, password)),
+    );
+    let a_dir = package_dir_with(
+        "a",
+        "v1.0.0",
+        &crds_of(&[test_crd(&ga, "Arch")]),
+        &meta_with_dependency("a", &format!("{public}/acme/b"), ">=v1.0.0"),
+    );
+    xpkg_push_as(
+        &a_dir,
+        &format!("{packages_at}/a:v1.0.0"),
+        Some(&format!("{public}/runtime/pause:v1")),
+        Some((user, password)),
+    );
+
+    let secret = format!("{unique}-pull");
+    let config = serde_json::json!({"auths": {mirror.address.clone(): {"username": user, "password": password}}});
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {NS}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+    ));
+    let image_config = |name: &str, prefix: &str, rest: &str| {
+        format!(
+            "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata: {{name: {name}}}\nspec:\n  matchImages:\n  - type: Prefix\n    prefix: \"{prefix}\"\n{rest}"
+        )
+    };
+    let (packages_ic, runtime_ic, credentials_ic) = (
+        format!("{unique}-packages"),
+        format!("{unique}-runtime"),
+        format!("{unique}-credentials"),
+    );
+    apply(&image_config(
+        &packages_ic,
+        &format!("{public}/acme/"),
+        &format!("  rewriteImage: {{prefix: \"{packages_at}/\"}}\n"),
+    ));
+    let runtime_config = |n: u32| {
+        image_config(
+            &runtime_ic,
+            &format!("{public}/runtime/"),
+            &format!("  rewriteImage: {{prefix: \"{}/\"}}\n", runtime_at(n)),
+        )
+    };
+    apply(&runtime_config(1));
+    apply(&image_config(
+        &credentials_ic,
+        &format!("{packages_at}/"),
+        &format!("  registry:\n    authentication:\n      pullSecretRef: {{name: {secret}}}\n"),
+    ));
+
+    // Applied by their public names: both install, from the mirror.
+    let (a, b) = (format!("{unique}-a"), format!("{unique}-b"));
+    apply(&provider_yaml(&a, &format!("{public}/acme/a:v1.0.0"), ""));
+    let ap = wait_provider_healthy(&a, Duration::from_secs(120));
+    let bp = wait_provider_healthy(&b, Duration::from_secs(60));
+    assert_eq!(bp["spec"]["package"], format!("{public}/acme/b:v1.0.0"));
+    assert_eq!(
+        ap["status"]["resolvedPackage"],
+        format!("{packages_at}/a:v1.0.0")
+    );
+    assert_eq!(
+        bp["status"]["resolvedPackage"],
+        format!("{packages_at}/b:v1.0.0")
+    );
+    let applied = |p: &Value| -> Vec<(String, String)> {
+        p["status"]["appliedImageConfigRefs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap_or_default().to_owned(),
+                    r["reason"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let expected = vec![
+        (packages_ic.clone(), "RewriteImage".to_owned()),
+        (credentials_ic.clone(), "SetImagePullSecret".to_owned()),
+    ];
+    assert_eq!(applied(&ap), expected);
+    assert_eq!(applied(&bp), expected);
+
+    // The runtime runs the rewritten name; containerd knows no mirror for
+    // the public one.
+    let revision = revisions_of(&a)[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rewritten = |n: u32| format!("{}/pause:v1", runtime_at(n));
+    let running_pod = |image: &str| {
+        let pods = get_json(&[
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            &format!("pkg.crossplane.io/revision={revision}"),
+        ])?;
+        pods["items"].as_array()?.iter().find_map(|p| {
+            (p["spec"]["containers"][0]["image"] == image
+                && p["status"]["phase"] == "Running"
+                && p["metadata"]["deletionTimestamp"].is_null())
+            .then_some(())
+        })
+    };
+    wait_blocking(
+        Duration::from_secs(60),
+        "the runtime pod Running the rewritten image",
+        || running_pod(&rewritten(1)),
+        explain_packages,
+    );
+    assert!(
+        !node.registry_config_dir().join(&public).exists(),
+        "containerd has no mirror for {public}"
+    );
+    let rev = get_json(&["providerrevisions.pkg.crossplane.io", &revision]).unwrap();
+    assert_eq!(rev["status"]["resolvedImage"], rewritten(1));
+    assert_eq!(rev["spec"]["image"], format!("{public}/runtime/pause:v1"));
+
+    // Editing the ImageConfig reaches the runtime Deployment within 5 s.
+    let edited = Instant::now();
+    apply(&runtime_config(2));
+    let image_now = || {
+        deployment_of(&revision).and_then(|d| {
+            d["spec"]["template"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .map(str::to_owned)
+        })
+    };
+    wait_blocking(
+        Duration::from_secs(5),
+        "the runtime Deployment to run the newly rewritten image",
+        || (image_now().as_deref() == Some(rewritten(2).as_str())).then_some(()),
+        || format!("{:?}\n{}", image_now(), explain_packages()),
+    );
+    let took = edited.elapsed();
+    assert!(took <= Duration::from_secs(5), "{took:?}");
+    wait_blocking(
+        Duration::from_secs(60),
+        "the runtime pod Running the newly rewritten image",
+        || running_pod(&rewritten(2)),
+        explain_packages,
+    );
+
+    // The pull Secret deleted: a Provider of the mirror names it and the
+    // ImageConfig that names it.
+    kubectl(&["delete", "secret", &secret, "-n", NS]);
+    let c = format!("{unique}-c");
+    apply(&provider_yaml(&c, &format!("{public}/acme/b:v1.0.0"), ""));
+    wait_provider_condition(
+        &c,
+        "Healthy",
+        "False",
+        &[&format!(
+            "pull Secret {secret} of ImageConfig {credentials_ic} does not exist in namespace {NS}"
+        )],
+        Duration::from_secs(30),
+    );
+
+    delete_provider(&c);
+    delete_provider(&a);
+    wait_provider_gone(&a);
+    wait_provider_gone(&b);
+    wait_provider_gone(&c);
+    for ic in [&packages_ic, &runtime_ic, &credentials_ic] {
+        kubectl(&["delete", "imageconfig.pkg.crossplane.io", ic]);
+    }
+}

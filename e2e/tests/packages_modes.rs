@@ -48,8 +48,19 @@ fn runtime_objects(provider: &str, revision: &str) -> Vec<&'static str> {
     .collect()
 }
 
+/// The package-manager's write counters are the whole pod's: the two tests
+/// of this binary run one after the other.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn untrusted_registry_external_runtime_and_controller_config() {
+    let _alone = alone();
     let e = env();
     let trusted = operator_flags();
 
@@ -256,16 +267,16 @@ fn e2e_wait_event(involved: &str, reason: &str) {
 /// An installed stack (requested by package and by CRD, both held) is
 /// reconciled again and again without a write: no CRD, Extension, status
 /// or label patch, no create. The counters are the package-manager pod's,
-/// while this test alone holds its flags.
+/// while this test alone runs ([`alone`]).
 #[test]
 fn an_installed_stack_writes_nothing_when_reconciled_again() {
+    let _alone = alone();
     let e = env();
-    let mut args = operator_flags();
-    args.extend([
-        "--registry-rewrite".to_owned(),
-        format!("registry.crossplane.io={}", e.registry.address),
-    ]);
-    let pm = package_manager_flags(&args);
+    let pm = package_manager_flags(&operator_flags());
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata: {{name: steady-registry}}\nspec:\n  matchImages:\n  - prefix: registry.crossplane.io\n  rewriteImage: {{prefix: \"{}\"}}\n",
+        e.registry.address
+    ));
     let g = format!("{}.example.org", testenv::unique_name("steady"));
     let dir = e.work.join(testenv::unique_name("steady-stack"));
     let res = dir.join(".registry/resources").join(&g);

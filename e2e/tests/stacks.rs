@@ -4,9 +4,8 @@
 //! its CRD), installed through ExtensionRequests by package and by CRD, by
 //! the six controllers running as pods from `deploy/` (the shipped
 //! installation). The seed's requests name `registry.crossplane.io`; the
-//! operator configures the package-manager to read that name from the test
-//! registry (`--registry-rewrite`, held by each test), so they apply
-//! verbatim.
+//! operator's ImageConfigs read that name from the test registry, so they
+//! apply verbatim.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -23,7 +22,7 @@ struct Stacks {
     controller_image: String,
     /// A registry that wants credentials, read as `private.crossplane.io`.
     private: testenv::registry::Registry,
-    /// The package-manager's flags: the operator's, and the rewrites.
+    /// The package-manager's flags: the operator's.
     flags: Vec<String>,
 }
 
@@ -34,8 +33,9 @@ const MIRROR_USER: (&str, &str) = ("mirror", "m1rror-pass");
 static STACKS: OnceLock<Stacks> = OnceLock::new();
 
 /// The registry, a private one, the stack-controller image, and the
-/// package-manager's flags (reading registry.crossplane.io from the test
-/// registry, private.crossplane.io from the private one).
+/// ImageConfigs reading registry.crossplane.io from the test registry,
+/// private.crossplane.io from the private one (with the credentials of
+/// [`MIRROR_SECRET`], named by an ImageConfig of the mirror's name).
 fn stacks() -> &'static Stacks {
     STACKS.get_or_init(|| {
         let e = env();
@@ -52,15 +52,27 @@ fn stacks() -> &'static Stacks {
             "stack-controller",
             "stacks-test/stack-controller:dev",
         );
-        let mut flags = operator_flags();
-        flags.extend([
-            "--registry-rewrite".to_owned(),
-            format!("registry.crossplane.io={}", e.registry.address),
-            "--registry-rewrite".to_owned(),
-            format!("private.crossplane.io={}/mirror", private.address),
-            "--registry-pull-secret".to_owned(),
-            MIRROR_SECRET.to_owned(),
-        ]);
+        let flags = operator_flags();
+        let image_config = |name: &str, prefix: &str, rest: &str| {
+            format!(
+                "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata: {{name: {name}}}\nspec:\n  matchImages:\n  - prefix: {prefix}\n{rest}"
+            )
+        };
+        apply(&image_config(
+            "stacks-registry",
+            "registry.crossplane.io",
+            &format!("  rewriteImage: {{prefix: \"{}\"}}\n", e.registry.address),
+        ));
+        apply(&image_config(
+            "stacks-private",
+            "private.crossplane.io",
+            &format!("  rewriteImage: {{prefix: \"{}/mirror\"}}\n", private.address),
+        ));
+        apply(&image_config(
+            "stacks-private-credentials",
+            &format!("\"{}/mirror\"", private.address),
+            &format!("  registry: {{authentication: {{pullSecretRef: {{name: {MIRROR_SECRET}}}}}}}\n"),
+        ));
         Stacks {
             controller_image,
             private,
@@ -927,10 +939,10 @@ fn the_seeds_extension_applied_directly_gets_its_controller_and_roles() {
     wait_gone("the Extension", || extension(&ns, "redis").is_some(), &ns);
 }
 
-/// `--registry-rewrite` reads a private mirror for `private.crossplane.io`
-/// with `--registry-pull-secret`'s credentials: refused (and said) without
-/// the Secret, installed once it exists. Provider packages go through the
-/// same rewrite.
+/// An ImageConfig reads a private mirror for `private.crossplane.io`, and
+/// another gives the mirror its pull Secret: refused without the Secret
+/// (the message names it and its ImageConfig), installed once it exists.
+/// Provider packages go through the same rewrite.
 #[test]
 fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
     let _pm = rewriting();
@@ -962,7 +974,9 @@ fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
         &ns,
         "mirrored",
         "False",
-        &["requires credentials"],
+        &[&format!(
+            "pull Secret {MIRROR_SECRET} of ImageConfig stacks-private-credentials does not exist in namespace {NS}"
+        )],
         Duration::from_secs(60),
     );
     let config = serde_json::json!({"auths": {st.private.address.clone(): {"username": MIRROR_USER.0, "password": MIRROR_USER.1}}});

@@ -28,7 +28,9 @@ pub struct Args {
     pub enable_runtime_config: bool,
 
     /// A PEM bundle of CA certificates trusted for registries, besides the
-    /// system's roots.
+    /// system's roots. (Where packages are read from and with which
+    /// credentials is said by ImageConfigs, which take effect without a
+    /// restart; trust stays the operator's, as upstream.)
     #[arg(long, env = "CA_BUNDLE_PATH")]
     pub ca_bundle_path: Option<PathBuf>,
 
@@ -54,20 +56,6 @@ pub struct Args {
         default_value = "registry.crossplane.io"
     )]
     pub default_registry: String,
-
-    /// FROM=TO: read packages whose reference starts with FROM (a
-    /// host[:port][/path] prefix) from TO instead, e.g.
-    /// registry.crossplane.io=registry.internal:5000/mirror. Repeatable;
-    /// the longest prefix wins. Applies to Providers and stacks alike; the
-    /// CA is --ca-bundle-path's, the credentials --registry-pull-secret's.
-    #[arg(long, env = "REGISTRY_REWRITE", value_delimiter = ',')]
-    pub registry_rewrite: Vec<String>,
-
-    /// A kubernetes.io/dockerconfigjson Secret in the package manager's
-    /// namespace whose credentials are used for any registry a package's
-    /// own pull secrets do not cover (stacks have none of their own).
-    #[arg(long, env = "REGISTRY_PULL_SECRET")]
-    pub registry_pull_secret: Option<String>,
 
     /// Hosts (`host` or `host:port`) that may serve a registry's token
     /// service on another host than the registry's own, and so receive

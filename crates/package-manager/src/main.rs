@@ -20,6 +20,7 @@ mod args;
 mod convert;
 mod crds;
 mod deps;
+mod image_configs;
 mod labels;
 mod manager;
 mod packages;
@@ -45,7 +46,7 @@ use types::extensions::v1alpha1::ExtensionRequest;
 use types::pkg::v1::Provider;
 use types::pkg::v1::ProviderRevision;
 use types::pkg::v1alpha1::ControllerConfig;
-use types::pkg::v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec};
+use types::pkg::v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec, ImageConfig};
 
 use args::{Args, BINARY, Command, Convert, PackageRuntime};
 
@@ -78,11 +79,15 @@ async fn main() -> anyhow::Result<()> {
                 realm_hosts: args.registry_token_realm_hosts.clone(),
                 plain_http: args.registry_plain_http.clone(),
             });
-    let rewrites = packages::Rewrites::parse(&args.registry_rewrite).map_err(anyhow::Error::msg)?;
     let rt = Runtime::new(BINARY, args.common).await?;
-    let packages =
-        packages::Packages::new(fetcher, tls, Api::namespaced(rt.client.clone(), &namespace))
-            .with_registry_settings(rewrites, args.registry_pull_secret.clone());
+    let (image_configs, image_configs_watch) =
+        image_configs::ImageConfigs::watch(rt.client.clone());
+    let packages = packages::Packages::new(
+        fetcher,
+        tls,
+        Api::namespaced(rt.client.clone(), &namespace),
+        image_configs.clone(),
+    );
     let (crds, crd_writer) = kube::runtime::reflector::store::<CustomResourceDefinition>();
     let crd_changes = kube::runtime::watcher(
         Api::<CustomResourceDefinition>::all(rt.client.clone()),
@@ -91,12 +96,18 @@ async fn main() -> anyhow::Result<()> {
     .default_backoff()
     .reflect(crd_writer)
     .touched_objects();
-    let extensions =
-        stacks::extensions::controller(&rt, crds.clone(), crd_changes, rt.args.sync_interval);
+    let extensions = stacks::extensions::controller(
+        &rt,
+        crds.clone(),
+        crd_changes,
+        &image_configs,
+        rt.args.sync_interval,
+    );
     let requests = stacks::requests::controller(
         &rt,
         stacks::index::Index::new(packages.clone()),
         args.default_registry.clone(),
+        &image_configs,
         crds,
         rt.args.sync_interval,
     );
@@ -107,10 +118,12 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<ProviderRevision>(),
         api_resource::<DeploymentRuntimeConfig>(),
         api_resource::<ControllerConfig>(),
+        api_resource::<ImageConfig>(),
     ];
     let providers = manager::controller(
         &rt,
         packages.clone(),
+        &image_configs,
         manager::Settings {
             pull_interval: args.package_pull_interval,
             resync: rt.args.sync_interval,
@@ -120,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
     let revisions = revision::controller(
         &rt,
         packages,
+        &image_configs,
         revision::Settings {
             namespace,
             mode: args.package_runtime,
@@ -139,6 +153,7 @@ async fn main() -> anyhow::Result<()> {
                 revisions,
                 requests,
                 extensions,
+                image_configs_watch,
                 observe::<ControllerConfig>(rt.clone(), "controllerconfig"),
             );
         }

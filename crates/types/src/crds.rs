@@ -32,6 +32,7 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
             serde_json::json!({"desiredState": "Inactive", "package": "", "revision": 0}),
         ),
         drc,
+        pkg::v1beta1::ImageConfig::crd(),
         pkg::v1alpha1::ControllerConfig::crd(),
     ])
 }

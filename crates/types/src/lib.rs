@@ -27,10 +27,16 @@ pub mod extensions {
 /// `pkg.crossplane.io`
 pub mod pkg {
     pub mod contract;
+    mod image_config;
     mod runtime_config;
     pub mod v1;
     pub mod v1alpha1;
-    pub use runtime_config::v1beta1;
+    /// `pkg.crossplane.io/v1beta1`: DeploymentRuntimeConfig (stored) and
+    /// ImageConfig.
+    pub mod v1beta1 {
+        pub use super::image_config::*;
+        pub use super::runtime_config::v1beta1::*;
+    }
 }
 
 pub mod crds;

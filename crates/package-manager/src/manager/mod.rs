@@ -18,7 +18,12 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams, PostParams},
-    runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use oci::Digest;
 use runtime::{
@@ -43,7 +48,12 @@ use error::DELETE_POLL;
 use report::{report, report_failure};
 use revisions::{manual, pinned_digest, pull_policy, spec_from};
 
-use crate::{labels, packages::Packages, usage};
+use crate::{
+    image_configs::{self, ImageConfigs},
+    labels,
+    packages::Packages,
+    usage,
+};
 
 /// The Provider controller's reconciler.
 pub struct Providers {
@@ -52,6 +62,8 @@ pub struct Providers {
     packages: Packages,
     settings: Settings,
     /// The last resolution of a tag: (Provider name) → (package, digest).
+    /// Per Provider: the digest its tag had where it was read from (the
+    /// location after the ImageConfigs), and when.
     resolved: Expiring<String, (String, Digest, std::time::Instant)>,
 }
 
@@ -76,6 +88,10 @@ impl Reconciler for Providers {
         p: &Arc<Provider>,
         status: &mut Draft<Provider>,
     ) -> Result<Action, Error> {
+        // Where the package is read from, said before anything may fail.
+        let resolved = self.packages.resolved(&p.spec.package).await;
+        status.resolved_package = Some(resolved.image);
+        status.applied_image_config_refs = resolved.applied;
         let revisions = self.revisions_of(p);
         let serving = revisions
             .iter()
@@ -281,10 +297,11 @@ impl Providers {
                 return Err(Error::NeverPulled(package.clone()));
             }
         }
-        // A tag is resolved once; with Always, again once the pull
-        // interval has passed.
+        // A tag is resolved once (where the ImageConfigs say it is read
+        // from); with Always, again once the pull interval has passed.
+        let location = self.packages.resolved(package).await.image;
         if let Some((pkg, d, when)) = self.resolved.get(&p.name_any())
-            && &pkg == package
+            && pkg == location
             && (policy != "Always" || when.elapsed() < self.settings.pull_interval)
         {
             return Ok(d);
@@ -299,7 +316,7 @@ impl Providers {
             })?;
         self.resolved.insert(
             p.name_any(),
-            (package.clone(), d.clone(), std::time::Instant::now()),
+            (location, d.clone(), std::time::Instant::now()),
         );
         Ok(d)
     }
@@ -436,6 +453,7 @@ impl Providers {
 pub fn controller(
     rt: &Runtime,
     packages: Packages,
+    image_configs: &ImageConfigs,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (reader, writer) = kube::runtime::reflector::store();
@@ -456,9 +474,30 @@ pub fn controller(
     let ctrl = Controller::new(
         Api::<Provider>::all(rt.client.clone()),
         watcher::Config::default(),
-    )
-    .owns_stream(revisions)
-    .with_config(rt.controller_config())
-    .graceful_shutdown_on(rt.shutdown());
+    );
+    let by_config = ctrl.store();
+    let ctrl = ctrl
+        .owns_stream(revisions)
+        .watches_shared_stream(image_configs.changes(), move |config| {
+            by_config
+                .state()
+                .iter()
+                .filter(|p| {
+                    let status = p.status.as_ref();
+                    let images = [
+                        Some(p.spec.package.as_str()),
+                        status.and_then(|s| s.resolved_package.as_deref()),
+                    ];
+                    let applied = status
+                        .iter()
+                        .flat_map(|s| &s.applied_image_config_refs)
+                        .map(|r| r.name.as_str());
+                    image_configs::wakes(&config, images.into_iter().flatten(), applied)
+                })
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown());
     reconciler::run(ctrl, providers)
 }

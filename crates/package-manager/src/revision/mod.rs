@@ -51,7 +51,14 @@ pub use context::{
 };
 pub use error::Error;
 
-use crate::{args::PackageRuntime, deps, labels, packages::Packages, usage};
+use crate::{
+    args::PackageRuntime,
+    deps,
+    image_configs::{self, ImageConfigs},
+    labels,
+    packages::Packages,
+    usage,
+};
 use context::{WAIT_POLL, condition_true, provider_owner, set, unhealthy};
 
 impl Reconciler for ProviderRevisions {
@@ -88,6 +95,7 @@ impl Reconciler for ProviderRevisions {
             );
             return Ok(Action::requeue(self.settings.resync));
         }
+        self.resolve_images(r, status).await;
         let contents = match self.package(r).await {
             Ok(c) => c,
             Err(e) => {
@@ -306,6 +314,7 @@ fn permission_requests(
 pub fn controller(
     rt: &Runtime,
     packages: Packages,
+    image_configs: &ImageConfigs,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (deployments, writer) = kube::runtime::reflector::store();
@@ -330,8 +339,30 @@ pub fn controller(
     );
     let revisions = ctrl.store();
     let by_config = revisions.clone();
+    let by_image_config = revisions.clone();
     let ctrl = ctrl
         .owns_stream(owned)
+        .watches_shared_stream(image_configs.changes(), move |config| {
+            by_image_config
+                .state()
+                .iter()
+                .filter(|r| {
+                    let status = r.status.as_ref();
+                    let images = [
+                        Some(r.spec.package.as_str()),
+                        r.spec.image.as_deref(),
+                        status.and_then(|s| s.resolved_package.as_deref()),
+                        status.and_then(|s| s.resolved_image.as_deref()),
+                    ];
+                    let applied = status
+                        .iter()
+                        .flat_map(|s| &s.applied_image_config_refs)
+                        .map(|a| a.name.as_str());
+                    image_configs::wakes(&config, images.into_iter().flatten(), applied)
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .watches(
             Api::<DeploymentRuntimeConfig>::all(rt.client.clone()),
             watcher::Config::default(),

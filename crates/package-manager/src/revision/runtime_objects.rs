@@ -29,6 +29,29 @@ impl From<ApplyError> for Error {
 }
 
 impl ProviderRevisions {
+    /// Records where the revision's package and runtime image are read
+    /// from, and the ImageConfigs that said so.
+    pub(super) async fn resolve_images(
+        &self,
+        r: &ProviderRevision,
+        status: &mut Draft<ProviderRevision>,
+    ) {
+        let package = self.packages.resolved(&r.spec.package).await;
+        let mut applied = package.applied;
+        status.resolved_package = Some(package.image);
+        status.resolved_image = None;
+        if let Some(image) = &r.spec.image {
+            let runtime = self.packages.resolved(image).await;
+            for a in runtime.applied {
+                if !applied.contains(&a) {
+                    applied.push(a);
+                }
+            }
+            status.resolved_image = Some(runtime.image);
+        }
+        status.applied_image_config_refs = applied;
+    }
+
     /// Renders and applies the runtime, then reports its health.
     pub(super) async fn run_runtime(
         &self,
@@ -52,12 +75,21 @@ impl ProviderRevisions {
             None => self.runtime_config(r).await?,
         };
         let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
-        let secrets: Vec<String> = r
+        // The node pulls the image where the ImageConfigs say, with their
+        // pull secret besides the package's own.
+        let runtime = self.packages.resolved(image).await;
+        let image = runtime.image.as_str();
+        let mut secrets: Vec<String> = r
             .spec
             .package_pull_secrets
             .iter()
             .map(|s| s.name.clone())
             .collect();
+        if let Some((_, secret)) = &runtime.pull_secret
+            && !secrets.contains(secret)
+        {
+            secrets.push(secret.clone());
+        }
         let uid = r.uid().unwrap_or_default();
         let name = r.name_any();
         let provider_owner = provider_owner(r).and_then(|o| serde_json::to_value(o).ok());

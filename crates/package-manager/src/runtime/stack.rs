@@ -71,6 +71,48 @@ pub fn render(
     }
 }
 
+/// The images the pod of `spec` (a DeploymentSpec) runs: its containers'
+/// and init containers'.
+pub fn images(spec: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for list in ["/template/spec/containers", "/template/spec/initContainers"] {
+        for c in spec
+            .pointer(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(image) = c.get("image").and_then(Value::as_str)
+                && !out.iter().any(|i| i == image)
+            {
+                out.push(image.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Replaces every image of the rendered `deployment` that `rewritten` has
+/// another name for (where the ImageConfigs say it is pulled from).
+pub fn rewrite_images(deployment: &mut Value, rewritten: &[(String, String)]) {
+    for list in [
+        "/spec/template/spec/containers",
+        "/spec/template/spec/initContainers",
+    ] {
+        let Some(containers) = deployment.pointer_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            let Some(image) = c.get("image").and_then(Value::as_str) else {
+                continue;
+            };
+            if let Some((_, to)) = rewritten.iter().find(|(from, _)| from == image) {
+                c.insert("image".into(), Value::String(to.clone()));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -122,6 +164,48 @@ mod tests {
         assert!(
             refusals(&json!({"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}))
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn images_are_read_and_rewritten_in_containers_and_init_containers() {
+        let spec = json!({"template": {"spec": {
+            "initContainers": [{"name": "i", "image": "registry.crossplane.io/init:1"}],
+            "containers": [{"name": "c", "image": "registry.crossplane.io/c:1"}, {"name": "d", "image": "other/d:1"}, {"name": "e"}],
+        }}});
+        assert_eq!(
+            images(&spec),
+            [
+                "registry.crossplane.io/c:1",
+                "other/d:1",
+                "registry.crossplane.io/init:1"
+            ]
+        );
+        let mut d = json!({"spec": spec});
+        rewrite_images(
+            &mut d,
+            &[
+                (
+                    "registry.crossplane.io/c:1".into(),
+                    "10.0.0.1:5000/c:1".into(),
+                ),
+                (
+                    "registry.crossplane.io/init:1".into(),
+                    "10.0.0.1:5000/init:1".into(),
+                ),
+            ],
+        );
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["image"],
+            "10.0.0.1:5000/c:1"
+        );
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][1]["image"],
+            "other/d:1"
+        );
+        assert_eq!(
+            d["spec"]["template"]["spec"]["initContainers"][0]["image"],
+            "10.0.0.1:5000/init:1"
         );
     }
 }

@@ -40,7 +40,10 @@ use super::{
     },
     status::set_ready,
 };
-use crate::runtime::{apply::Runtimes, stack};
+use crate::{
+    image_configs::ImageConfigs,
+    runtime::{apply::Runtimes, stack},
+};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "extension";
@@ -54,6 +57,7 @@ const WAIT_POLL: Duration = Duration::from_secs(5);
 /// The reconciler.
 pub struct Extensions {
     sk: Skeleton,
+    image_configs: Arc<ImageConfigs>,
     crds: Store<CustomResourceDefinition>,
     /// Applies the controllers (per Extension UID: an unchanged one is not
     /// written again).
@@ -396,7 +400,18 @@ impl Extensions {
                 refused.join("; ")
             )));
         }
-        let rendered = stack::render(&ns, &name, (&d.name, &d.spec), &service_account, &owner);
+        let mut rendered = stack::render(&ns, &name, (&d.name, &d.spec), &service_account, &owner);
+        // The node pulls each image where the ImageConfigs say (their pull
+        // secrets live in the package manager's namespace, out of reach of
+        // a pod in this one).
+        let mut rewritten = Vec::new();
+        for image in stack::images(&d.spec) {
+            let resolved = self.image_configs.resolve(&image).await;
+            if resolved.image != image {
+                rewritten.push((image, resolved.image));
+            }
+        }
+        stack::rewrite_images(&mut rendered.deployment, &rewritten);
         let applied = self
             .runtimes
             .apply_controller(
@@ -443,6 +458,7 @@ pub fn controller<S>(
     rt: &Runtime,
     crds: Store<CustomResourceDefinition>,
     crd_changes: S,
+    image_configs: &Arc<ImageConfigs>,
     resync: Duration,
 ) -> impl Future<Output = ()> + Send + 'static + use<S>
 where
@@ -465,8 +481,17 @@ where
         watcher::Config::default(),
     );
     let extensions = ctrl.store();
+    let every = extensions.clone();
     let ctrl = ctrl
         .owns_stream(owned)
+        // Stack controllers are few: an ImageConfig change wakes them all.
+        .watches_shared_stream(image_configs.changes(), move |_| {
+            every
+                .state()
+                .iter()
+                .map(|e| ObjectRef::from_obj(e.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .watches_stream(crd_changes, move |crd: CustomResourceDefinition| {
             let (group, kind) = (crd.spec.group.clone(), crd.spec.names.kind.clone());
             extensions
@@ -490,6 +515,7 @@ where
         .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Extensions {
         sk: Skeleton::new(rt, CONTROLLER),
+        image_configs: Arc::clone(image_configs),
         crds,
         runtimes: Runtimes::new(rt.client.clone(), &rt.field_manager()),
         resync,

@@ -10,7 +10,7 @@
 //! owns never changes, so it is kept per digest (the [`MAX_INDEXED`] most
 //! recently used digests). A scan of the registry (the catalog, one tag
 //! list and one manifest read per repository) is kept per source for
-//! [`SCAN_TTL`]: a search that finds nothing, retried every 15 s, asks the
+//! [`SCAN_TTL`] (per source and where the ImageConfigs send it): a search that finds nothing, retried every 15 s, asks the
 //! registry again only once that has passed, so a stack pushed later is
 //! found within about [`SCAN_TTL`] plus one retry.
 
@@ -171,7 +171,10 @@ impl Index {
     /// again); a repository whose tags or digest cannot be read for another
     /// reason is left out.
     async fn scan(&self, source: &str) -> Result<Arc<Vec<Candidate>>, Error> {
-        if let Some(hit) = self.scans.get(&source.to_owned()) {
+        // Kept per place read (an ImageConfig that moves the source starts
+        // afresh), under the names the source gives them.
+        let key = format!("{source}={}", self.packages.resolved(source).await.image);
+        if let Some(hit) = self.scans.get(&key) {
             return Ok(hit);
         }
         let mut found = Vec::new();
@@ -199,7 +202,7 @@ impl Index {
             found.push(Candidate { reference, digest });
         }
         let found = Arc::new(found);
-        self.scans.insert(source.to_owned(), found.clone());
+        self.scans.insert(key, found.clone());
         Ok(found)
     }
 

@@ -1,7 +1,7 @@
 //! The ExtensionRequest controller (seed 001 "Installation Flow"): the
 //! request names a package (`spec.package`) or a CRD (`spec.crd`) in a
 //! registry (`spec.source`, else `--default-registry`, both read through
-//! `--registry-rewrite`). The stack that owns the CRD is found by searching
+//! read where the ImageConfigs say). The stack that owns the CRD is found by searching
 //! the registry ([`super::index`]); its `dependsOn` CRDs that are not
 //! installed are resolved the same way; then, dependencies first, each
 //! stack's Extension record is made in the request's namespace and its CRDs
@@ -39,6 +39,8 @@ use types::{
     common::TypedReference,
     extensions::v1alpha1::{CrdRef, Extension, ExtensionRequest},
 };
+
+use crate::image_configs::ImageConfigs;
 
 use super::{
     error::Error,
@@ -512,6 +514,7 @@ pub fn controller(
     rt: &Runtime,
     index: Index,
     default_source: String,
+    image_configs: &ImageConfigs,
     crds: Store<CustomResourceDefinition>,
     resync: Duration,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
@@ -528,7 +531,22 @@ pub fn controller(
         watcher::Config::default(),
     );
     let requests = ctrl.store();
+    let every = requests.clone();
     let ctrl = ctrl
+        // Requests are few: an ImageConfig change wakes every one not Ready
+        // (where a stack is read from, and with which credentials, may
+        // have changed).
+        .watches_shared_stream(image_configs.changes(), move |_| {
+            every
+                .state()
+                .iter()
+                .filter(|r| {
+                    conditions::get(conditions::of(r.as_ref()), conditions::TYPE_READY)
+                        .is_none_or(|c| c.status != "True")
+                })
+                .map(|r| ObjectRef::from_obj(r.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .watches_stream(extension_stream, move |e: Extension| {
             // The requests that hold it, and the requests waiting on it (any
             // in its namespace that is not Ready yet).

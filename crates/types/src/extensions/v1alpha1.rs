@@ -35,8 +35,8 @@ use crate::common::{Condition, TypedReference, conditions_schema, opaque_object_
 pub struct ExtensionRequestSpec {
     /// Source is the registry (host[:port][/path]) to find the package in,
     /// e.g. registry.crossplane.io. Defaults to the package manager's
-    /// --default-registry; its --registry-rewrite settings may read it from
-    /// a mirror.
+    /// --default-registry. An ImageConfig whose prefix matches it may read
+    /// it from a mirror, with a pull Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// Package to install, as a repository under the source and a tag (for

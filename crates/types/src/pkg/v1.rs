@@ -103,6 +103,14 @@ pub struct ProviderStatus {
     /// CurrentIdentifier is the package reference of the active revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_identifier: Option<String>,
+    /// ResolvedPackage is where the package is read from: spec.package
+    /// after the ImageConfigs' rewrites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_package: Option<String>,
+    /// AppliedImageConfigRefs are the ImageConfigs applied to the package,
+    /// and what each did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_image_config_refs: Vec<super::v1beta1::ImageConfigRef>,
 }
 
 /// Desired state of a ProviderRevision.
@@ -203,6 +211,18 @@ pub struct ProviderRevisionStatus {
     /// InvalidDependencies is how many dependencies are invalid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid_dependencies: Option<i64>,
+    /// ResolvedPackage is where the package is read from: spec.package
+    /// after the ImageConfigs' rewrites.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_package: Option<String>,
+    /// ResolvedImage is the runtime image the Deployment runs, after the
+    /// ImageConfigs' rewrites (spec.image as written otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_image: Option<String>,
+    /// AppliedImageConfigRefs are the ImageConfigs applied to the package
+    /// and to the runtime image, and what each did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_image_config_refs: Vec<super::v1beta1::ImageConfigRef>,
 }
 
 crate::conditioned!(Provider => ProviderStatus, ProviderRevision => ProviderRevisionStatus);
