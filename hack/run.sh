@@ -73,14 +73,12 @@ if [[ "$mode" == pods ]]; then
     target/debug/oci-image "$ref" --binary "$bin" --bin-dir target/debug "${envs[@]}" \
       --ca-file "$ca" 2>&1 | sed 's/^/    /' >&2
   }
-  # Seed 004's provider-example: the object-provider as a Provider package
-  # (its CRDs), its runtime image the object-provider binary alone, a standby
-  # of deploy/'s object-provider (the same Lease).
-  push_image "$registry/crossplane-contrib/provider-example-controller:v1.0.0" object-provider LEADER_ELECT=true
-  rm -rf "$dir/provider-example" && mkdir -p "$dir/provider-example/crds"
-  cp examples/demo/provider-example/package.yaml "$dir/provider-example/"
-  cp crds/kubernetes.crossplane.io_*.yaml "$dir/provider-example/crds/"
-  target/debug/xpkg push "$dir/provider-example" "$registry/crossplane-contrib/provider-example:v1.0.0" \
+  # Seed 004's provider-example: a Provider package serving a Widget kind,
+  # its runtime image the sample controller alone, told by the image's
+  # environment to act on Widgets.
+  push_image "$registry/crossplane-contrib/provider-example-controller:v1.0.0" stack-controller \
+    STACK_GROUP=example.crossplane.io STACK_VERSION=v1alpha1 STACK_KIND=Widget STACK_PLURAL=widgets
+  target/debug/xpkg push examples/demo/provider-example "$registry/crossplane-contrib/provider-example:v1.0.0" \
     --runtime-image xpkg.upbound.io/crossplane-contrib/provider-example-controller:v1.0.0 \
     --ca-file "$ca" | sed 's/^/    /' >&2
   # Seed 001: the Redis stack its ExtensionRequests ask for, its controller,
@@ -159,7 +157,7 @@ for f in examples/seeds/*.yaml; do
 done
 
 source hack/verdicts.sh
-say "checking each seed (up to ${VERDICT_TIMEOUT:-240}s each)"
+say "checking each seed (waiting up to ${VERDICT_TIMEOUT:-240}s in all)"
 verdicts
 
 say "kubectl get (control cluster)"

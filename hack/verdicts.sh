@@ -47,6 +47,14 @@ reason() {
   jget "$@" "{.status.conditions[?(@.type==\"$type\")].reason}: {.status.conditions[?(@.type==\"$type\")].message}"
 }
 
+# joined ITEMS...: the items, separated by "; ".
+joined() {
+  local out=$1
+  shift
+  for i in "$@"; do out+="; $i"; done
+  printf '%s' "$out"
+}
+
 verdict() { # SEED ok|FAILED|skipped TEXT
   verdict_lines+=("seed $1: $2 — $3")
   [[ "$2" == FAILED ]] && failed=1
@@ -83,8 +91,8 @@ verdict_001() {
     until_ok is True cond Ready -n stacks extensionrequest "$r" ||
       bad+=("ExtensionRequest $r not Ready ($(reason Ready -n stacks extensionrequest "$r"))")
   done
-  until_ok is True cond Ready -n stacks extension redis ||
-    bad+=("the stack's Extension stacks/redis not Ready ($(reason Ready -n stacks extension redis))")
+  until_ok is True cond Ready -n stacks extensions.extensions.crossplane.io redis ||
+    bad+=("the stack's Extension stacks/redis not Ready ($(reason Ready -n stacks extensions.extensions.crossplane.io redis))")
   if ((${#bad[@]} == 0)); then
     kubectl apply -n stacks -f - >/dev/null <<'YAML' || bad+=("RedisCluster demo-cache could not be applied")
 apiVersion: cache.crossplane.io/v1alpha1
@@ -100,7 +108,7 @@ YAML
   # The seed's own Extension record (namespace default): its controller
   # runs, from the image the ImageConfig maps; it owns
   # redisclusters.crossplane.redislabs.com, which only a stack can install.
-  local ext=(-n default extension redis) seed_ext
+  local ext=(-n default extensions.extensions.crossplane.io redis) seed_ext
   until_ok is True jget -n default deployment redis-controller \
     '{.status.conditions[?(@.type=="Available")].status}' ||
     bad+=("the seed Extension's controller default/redis-controller is not Available ($(jget -n default pods -l core.crossplane.io/name=redis '{.items[*].status.containerStatuses[*].state}'))")
@@ -116,12 +124,12 @@ YAML
   if ((${#bad[@]} == 0)); then
     verdict 001 ok "redis-from-package and redis-from-crd Ready (Extension stacks/redis Ready), RedisCluster demo-cache acted on by the stack controller (ConfigMap demo-cache); $seed_ext"
   else
-    verdict 001 FAILED "$(IFS=';'; echo "${bad[*]}")"
+    verdict 001 FAILED "$(joined "${bad[@]}")"
   fi
 }
 
 verdict_002_003() {
-  local obj=(object sample-namespace) ok=1
+  local obj=(objects.kubernetes.crossplane.io sample-namespace) ok=1
   until_ok is True cond Ready "${obj[@]}" || ok=
   until_ok is True cond Synced "${obj[@]}" || ok=
   local labels olm
@@ -150,7 +158,7 @@ verdict_004() {
     verdict 004 skipped "a Provider's runtime runs as a pod: run without --processes"
     return
   fi
-  local p=(provider provider-example) bad=()
+  local p=(providers.pkg.crossplane.io provider-example) bad=()
   until_ok is True cond Installed "${p[@]}" ||
     bad+=("Provider provider-example not Installed ($(reason Installed "${p[@]}"))")
   until_ok is True cond Healthy "${p[@]}" ||
@@ -166,9 +174,22 @@ verdict_004() {
   [[ "$ref" == DeploymentRuntimeConfig/default && "$label" == label ]] ||
     bad+=("runtimeConfigRef $ref; its Deployment's label example=${label:-none} (want the default DeploymentRuntimeConfig's example=label)")
   if ((${#bad[@]} == 0)); then
-    verdict 004 ok "provider-example Installed and Healthy, its runtime pod Running ($image) under DeploymentRuntimeConfig default (its label example=label)"
+    # The runtime acts on the kind the package installed.
+    kubectl apply -n default -f - >/dev/null <<'YAML' || bad+=("Widget demo-widget could not be applied")
+apiVersion: example.crossplane.io/v1alpha1
+kind: Widget
+metadata:
+  name: demo-widget
+spec:
+  color: blue
+YAML
+    until_ok is '{"color":"blue"}' jget -n default configmap demo-widget '{.data.spec}' ||
+      bad+=("no ConfigMap default/demo-widget from the provider's runtime for Widget demo-widget")
+  fi
+  if ((${#bad[@]} == 0)); then
+    verdict 004 ok "provider-example Installed and Healthy, its runtime pod Running ($image) under DeploymentRuntimeConfig default (its label example=label), Widget demo-widget acted on by it (ConfigMap demo-widget)"
   else
-    verdict 004 FAILED "$(IFS=';'; echo "${bad[*]}")"
+    verdict 004 FAILED "$(joined "${bad[@]}")"
   fi
 }
 
