@@ -1647,7 +1647,7 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
     let b_dir = package_dir("b", "v1.0.0", &crds_of(&[test_crd(&gb, "Beam")]));
     xpkg_push_as(
         &b_dir,
-        &format!("{packages_at}/b:v1.0.0"),
+        &format!("{packages_at}/{unique}-b:v1.0.0"),
         None,
         Some((user, password)),
     );
@@ -1655,11 +1655,11 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
         "a",
         "v1.0.0",
         &crds_of(&[test_crd(&ga, "Arch")]),
-        &meta_with_dependency("a", &format!("{public}/acme/b"), ">=v1.0.0"),
+        &meta_with_dependency("a", &format!("{public}/acme/{unique}-b"), ">=v1.0.0"),
     );
     xpkg_push_as(
         &a_dir,
-        &format!("{packages_at}/a:v1.0.0"),
+        &format!("{packages_at}/{unique}-a:v1.0.0"),
         Some(&format!("{public}/runtime/pause:v1")),
         Some((user, password)),
     );
@@ -1700,17 +1700,24 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
 
     // Applied by their public names: both install, from the mirror.
     let (a, b) = (format!("{unique}-a"), format!("{unique}-b"));
-    apply(&provider_yaml(&a, &format!("{public}/acme/a:v1.0.0"), ""));
+    apply(&provider_yaml(
+        &a,
+        &format!("{public}/acme/{unique}-a:v1.0.0"),
+        "",
+    ));
     let ap = wait_provider_healthy(&a, Duration::from_secs(120));
     let bp = wait_provider_healthy(&b, Duration::from_secs(60));
-    assert_eq!(bp["spec"]["package"], format!("{public}/acme/b:v1.0.0"));
+    assert_eq!(
+        bp["spec"]["package"],
+        format!("{public}/acme/{unique}-b:v1.0.0")
+    );
     assert_eq!(
         ap["status"]["resolvedPackage"],
-        format!("{packages_at}/a:v1.0.0")
+        format!("{packages_at}/{unique}-a:v1.0.0")
     );
     assert_eq!(
         bp["status"]["resolvedPackage"],
-        format!("{packages_at}/b:v1.0.0")
+        format!("{packages_at}/{unique}-b:v1.0.0")
     );
     let applied = |p: &Value| -> Vec<(String, String)> {
         p["status"]["appliedImageConfigRefs"]
@@ -1797,7 +1804,11 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
     // ImageConfig that names it.
     kubectl(&["delete", "secret", &secret, "-n", NS]);
     let c = format!("{unique}-c");
-    apply(&provider_yaml(&c, &format!("{public}/acme/b:v1.0.0"), ""));
+    apply(&provider_yaml(
+        &c,
+        &format!("{public}/acme/{unique}-b:v1.0.0"),
+        "",
+    ));
     wait_provider_condition(
         &c,
         "Healthy",

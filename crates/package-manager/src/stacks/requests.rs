@@ -150,8 +150,27 @@ impl Reconciler for ExtensionRequests {
                     return Ok(Action::requeue(WAIT_POLL));
                 }
             }
-            self.install(r, &ns, &name, p, &owner).await?;
             let key = format!("{ns}/{name}");
+            // An Extension being deleted has deleted, or is deleting, its
+            // CRDs: installing them now would leave them behind it (as when
+            // its namespace goes). Its deletion wakes this request.
+            if self
+                .extensions
+                .get(&ObjectRef::new(&name).within(&ns))
+                .is_some_and(|e| e.meta().deletion_timestamp.is_some())
+            {
+                set_ready(
+                    &mut status.conditions,
+                    false,
+                    conditions::reason::CREATING,
+                    format!(
+                        "installing {}: Extension {key} is being deleted; it is installed again once it is gone",
+                        p.reference
+                    ),
+                );
+                return Ok(Action::requeue(WAIT_POLL));
+            }
+            self.install(r, &ns, &name, p, &owner).await?;
             if let Some(why) = self.not_ready(&key) {
                 set_ready(
                     &mut status.conditions,
