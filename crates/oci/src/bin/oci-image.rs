@@ -1,7 +1,10 @@
 //! `oci-image`: builds the crossplane-rs image (a Debian base layer and the
 //! six binaries) without a Docker daemon and pushes it to a registry, or
 //! writes it as an OCI archive. `hack/image.sh` runs it after building the
-//! release binaries.
+//! release binaries. With `--binary NAME` it builds an image of that one
+//! binary instead (the same base layer; the binary is the entrypoint), e.g.
+//! a Provider package's runtime image; `--env NAME=VALUE` sets the image's
+//! environment (what a container that sets none runs with).
 
 use std::{path::PathBuf, time::Instant};
 
@@ -24,6 +27,16 @@ struct Args {
     /// package-manager, rbac-manager).
     #[arg(long, env = "OCI_IMAGE_BIN_DIR", default_value = "target/release")]
     bin_dir: PathBuf,
+
+    /// Build an image of this one binary from --bin-dir (any workspace
+    /// binary, e.g. object-provider), at /usr/local/bin/NAME and run as the
+    /// image's entrypoint, instead of the six-binary image.
+    #[arg(long, env = "OCI_IMAGE_BINARY", value_name = "NAME")]
+    binary: Option<String>,
+
+    /// `NAME=VALUE` added to the image's environment. Repeatable.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
 
     /// Where downloaded Debian packages (libc6, libgcc-s1, ca-certificates)
     /// are kept between builds. Default:
@@ -87,7 +100,21 @@ async fn main() -> anyhow::Result<()> {
     };
     let debs = debian::download(&debian::BASE_PACKAGES, &cache)?;
     let base = debian::base_layer(&debs)?;
-    let image = project::image(base, &args.bin_dir).with_context(|| {
+    for e in &args.env {
+        if e.split_once('=').is_none_or(|(name, _)| name.is_empty()) {
+            bail!("--env {e:?}: write NAME=VALUE");
+        }
+    }
+    let built = match &args.binary {
+        Some(name) => one_binary(base, &args.bin_dir, name, &args.env),
+        None => project::image(base, &args.bin_dir)
+            .map(|mut image| {
+                image.config.env.extend(args.env.iter().cloned());
+                image
+            })
+            .map_err(anyhow::Error::from),
+    };
+    let image = built.with_context(|| {
         format!(
             "building the image from {} (build the release binaries first: cargo build --release --bins)",
             args.bin_dir.display()
@@ -134,6 +161,29 @@ async fn main() -> anyhow::Result<()> {
     // The one line scripts read.
     println!("{}@{}", args.reference, serialized.digest);
     Ok(())
+}
+
+/// The image of binary `name` from `bin_dir` alone on `base`: the
+/// project's configuration (nonroot, CA bundle), `name` as the entrypoint.
+fn one_binary(
+    base: oci::Layer,
+    bin_dir: &std::path::Path,
+    name: &str,
+    env: &[String],
+) -> anyhow::Result<oci::Image> {
+    let file = bin_dir.join(name);
+    let program = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+    let path = format!("usr/local/bin/{name}");
+    let layer = oci::LayerBuilder::new()
+        .file(path.clone(), 0o755, program)
+        .build()?;
+    let mut config = project::config();
+    config.entrypoint = vec![format!("/{path}")];
+    config.env.extend(env.iter().cloned());
+    config
+        .labels
+        .insert("org.opencontainers.image.title".to_owned(), name.to_owned());
+    Ok(oci::Image::new(config).layer(base).layer(layer))
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -10,7 +10,12 @@
 //! image from the six binaries in DIR (crates/oci: a Debian base layer and
 //! the binaries) and loads it into the node's containerd as
 //! `registry.crossplane-rs.test/crossplane-rs:dev`, the name
-//! deploy/overlays/local-node runs.
+//! deploy/overlays/local-node runs. `--registry` (with `--node`) also starts
+//! an OCI registry (testenv's: HTTPS with testenv's CA, on the node's host
+//! address) that the node's containerd trusts by its address (and as
+//! `registry.demo.crossplane-rs.test`), and writes its address
+//! (`registry.address`, `host:port`) and CA (`registry-ca.pem`) into
+//! `--dir` before `ready`.
 
 use std::path::{Path, PathBuf};
 
@@ -19,16 +24,21 @@ use anyhow::{Context as _, bail};
 /// The image name deploy/overlays/local-node gives the controllers.
 const LOCAL_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";
 
-const USAGE: &str = "usage: controlplane --dir DIR [--node [--load-image BIN_DIR]]";
+/// The host name the node's containerd also maps to `--registry`'s registry.
+const REGISTRY_HOST: &str = "registry.demo.crossplane-rs.test";
+
+const USAGE: &str = "usage: controlplane --dir DIR [--node [--load-image BIN_DIR] [--registry]]";
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut dir, mut node, mut image): (Option<PathBuf>, bool, Option<PathBuf>) =
         (None, false, None);
+    let mut registry = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--dir" => dir = Some(args.next().context("--dir needs a directory")?.into()),
             "--node" => node = true,
+            "--registry" => registry = true,
             "--load-image" => {
                 image = Some(
                     args.next()
@@ -43,6 +53,11 @@ fn main() -> anyhow::Result<()> {
     if image.is_some() && !node {
         bail!("--load-image needs --node; {USAGE}");
     }
+    if registry && !node {
+        bail!(
+            "--registry needs --node (the registry is trusted by the node's containerd); {USAGE}"
+        );
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let (plane, data) = testenv::start_local_with(testenv::Options {
         node,
@@ -53,6 +68,8 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(&path, &cluster.kubeconfig)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    // Dropped (stopped, its data removed) before the plane.
+    let mut started_registry = None;
     if let Some(n) = &plane.node {
         let pod = plane
             .remote
@@ -62,6 +79,17 @@ fn main() -> anyhow::Result<()> {
         println!("node {} Ready after {:?}", n.name, n.startup);
         if let Some(bins) = &image {
             load_image(n, bins, &data)?;
+        }
+        if registry {
+            let r = testenv::registry::Registry::start(&plane, n, REGISTRY_HOST, None)?;
+            std::fs::write(dir.join("registry-ca.pem"), &r.ca_pem)?;
+            std::fs::write(dir.join("registry.address"), format!("{}\n", r.address))?;
+            println!(
+                "registry {} (pid {}, also {REGISTRY_HOST} on the node), trusted by the node's containerd",
+                r.address,
+                r.pid()
+            );
+            started_registry = Some(r);
         }
     }
     std::fs::write(dir.join("ready"), format!("{}\n", data.display()))?;
@@ -82,6 +110,10 @@ fn main() -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     let _ = std::fs::remove_file(dir.join("ready"));
+    for f in ["registry.address", "registry-ca.pem"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    drop(started_registry);
     println!("control plane stopped");
     drop(plane);
     Ok(())
