@@ -414,15 +414,20 @@ async fn no_matching_cluster_is_pending_until_a_ready_one_appears() {
     )
     .await;
 
+    // Until the cluster controller has looked at both clusters, the message
+    // says their readiness is not yet known: wait for what it found.
     let pending = wait(
         WAIT,
-        "the Pending message to name both unready clusters",
+        "the Pending message to name both unready clusters and why",
         || async {
             let a = get_app(&client, &ns, "web").await?;
             let msg = condition(&a.status.as_ref()?.conditions, "Scheduled")?
                 .message
                 .clone()?;
-            (state_of_app(&a) == "Pending" && msg.contains("not Ready")).then_some(msg)
+            (state_of_app(&a) == "Pending"
+                && msg.contains("not Ready")
+                && !msg.contains("not yet known"))
+            .then_some(msg)
         },
     )
     .await;

@@ -16,8 +16,10 @@ pub struct Fake {
 impl Fake {
     /// Holds `obj` as an object of `kind` in `api_version`.
     pub fn put(&mut self, api_version: &str, kind: &str, mut obj: Value) {
-        obj["apiVersion"] = Value::String(api_version.to_owned());
-        obj["kind"] = Value::String(kind.to_owned());
+        if let Some(o) = obj.as_object_mut() {
+            o.insert("apiVersion".into(), Value::String(api_version.to_owned()));
+            o.insert("kind".into(), Value::String(kind.to_owned()));
+        }
         self.objects
             .entry((api_version.to_owned(), kind.to_owned()))
             .or_default()

@@ -180,15 +180,21 @@ impl Node {
             "name": self.name,
             "status": status,
             "conditions": self.conditions.iter().map(|c| {
-                let mut o = json!({"type": c.type_, "status": c.status});
-                if let Some(r) = &c.reason { o["reason"] = json!(r); }
-                if let Some(m) = &c.message { o["message"] = json!(m); }
-                o
+                let mut o = serde_json::Map::new();
+                o.insert("type".into(), json!(c.type_));
+                o.insert("status".into(), json!(c.status));
+                if let Some(r) = &c.reason {
+                    o.insert("reason".into(), json!(r));
+                }
+                if let Some(m) = &c.message {
+                    o.insert("message".into(), json!(m));
+                }
+                Value::Object(o)
             }).collect::<Vec<_>>(),
             "children": self.children.iter().map(Self::to_json).collect::<Vec<_>>(),
         });
-        if let Some(ns) = &self.namespace {
-            out["namespace"] = json!(ns);
+        if let (Some(ns), Some(o)) = (&self.namespace, out.as_object_mut()) {
+            o.insert("namespace".into(), json!(ns));
         }
         out
     }

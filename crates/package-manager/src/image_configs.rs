@@ -90,3 +90,23 @@ pub fn wakes<'a>(
             .into_iter()
             .any(|i| types::pkg::v1beta1::may_apply(config, i))
 }
+
+/// A mapper for `Controller::watches_shared_stream(changes(), …)` that
+/// wakes every object of `store` that `keep` accepts, whichever ImageConfig
+/// changed: for kinds that are few (stack requests and Extensions).
+pub fn wake_all<K>(
+    store: kube::runtime::reflector::Store<K>,
+    keep: impl Fn(&K) -> bool + Send + Sync + 'static,
+) -> impl Fn(Arc<ImageConfig>) -> Vec<kube::runtime::reflector::ObjectRef<K>> + Send + Sync + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    move |_| {
+        store
+            .state()
+            .iter()
+            .filter(|o| keep(o))
+            .map(|o| kube::runtime::reflector::ObjectRef::from_obj(o.as_ref()))
+            .collect()
+    }
+}

@@ -481,17 +481,11 @@ where
         watcher::Config::default(),
     );
     let extensions = ctrl.store();
-    let every = extensions.clone();
+    let every = crate::image_configs::wake_all(extensions.clone(), |_| true);
     let ctrl = ctrl
         .owns_stream(owned)
         // Stack controllers are few: an ImageConfig change wakes them all.
-        .watches_shared_stream(image_configs.changes(), move |_| {
-            every
-                .state()
-                .iter()
-                .map(|e| ObjectRef::from_obj(e.as_ref()))
-                .collect::<Vec<_>>()
-        })
+        .watches_shared_stream(image_configs.changes(), every)
         .watches_stream(crd_changes, move |crd: CustomResourceDefinition| {
             let (group, kind) = (crd.spec.group.clone(), crd.spec.names.kind.clone());
             extensions

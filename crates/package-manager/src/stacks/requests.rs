@@ -40,7 +40,7 @@ use types::{
     extensions::v1alpha1::{CrdRef, Extension, ExtensionRequest},
 };
 
-use crate::image_configs::ImageConfigs;
+use crate::image_configs::{self, ImageConfigs};
 
 use super::{
     error::Error,
@@ -151,9 +151,8 @@ impl Reconciler for ExtensionRequests {
                 }
             }
             let key = format!("{ns}/{name}");
-            // An Extension being deleted has deleted, or is deleting, its
-            // CRDs: installing them now would leave them behind it (as when
-            // its namespace goes). Its deletion wakes this request.
+            // An Extension being deleted deletes its CRDs: installing them
+            // now would leave them behind it. Its deletion wakes this request.
             if self
                 .extensions
                 .get(&ObjectRef::new(&name).within(&ns))
@@ -550,22 +549,14 @@ pub fn controller(
         watcher::Config::default(),
     );
     let requests = ctrl.store();
-    let every = requests.clone();
+    // An ImageConfig change wakes every request not Ready: where a stack is
+    // read from, and with which credentials, may have changed.
+    let not_ready = image_configs::wake_all(requests.clone(), |r: &ExtensionRequest| {
+        conditions::get(conditions::of(r), conditions::TYPE_READY)
+            .is_none_or(|c| c.status != "True")
+    });
     let ctrl = ctrl
-        // Requests are few: an ImageConfig change wakes every one not Ready
-        // (where a stack is read from, and with which credentials, may
-        // have changed).
-        .watches_shared_stream(image_configs.changes(), move |_| {
-            every
-                .state()
-                .iter()
-                .filter(|r| {
-                    conditions::get(conditions::of(r.as_ref()), conditions::TYPE_READY)
-                        .is_none_or(|c| c.status != "True")
-                })
-                .map(|r| ObjectRef::from_obj(r.as_ref()))
-                .collect::<Vec<_>>()
-        })
+        .watches_shared_stream(image_configs.changes(), not_ready)
         .watches_stream(extension_stream, move |e: Extension| {
             // The requests that hold it, and the requests waiting on it (any
             // in its namespace that is not Ready yet).
