@@ -1814,8 +1814,19 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
     let packages_at = format!("{}/acme-{unique}", mirror.address);
     let runtime_at = |n: u32| format!("{}/{unique}-runtime{n}", e.registry.address);
 
-    // The runtime image, under two mirror paths of the open registry.
-    let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause")).unwrap();
+    // The runtime image, under two mirror paths of the open registry. It
+    // carries a file of its own: the node's kubelet records the images it
+    // pulls by image ID, and a pull of the preloaded pause image's ID under
+    // another name would make it verify (pull) that image for every later
+    // pod that runs it by its preloaded name (there is no registry for it).
+    let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause"))
+        .unwrap()
+        .layer(
+            oci::LayerBuilder::new()
+                .file("etc/runtime-of", 0o644, unique.as_bytes().to_vec())
+                .build()
+                .unwrap(),
+        );
     for n in [1, 2] {
         e2e::artifacts::push_image(e.registry, &format!("{}/pause:v1", runtime_at(n)), &pause);
     }

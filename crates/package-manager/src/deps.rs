@@ -170,12 +170,7 @@ pub fn declared(r: &ProviderRevision, depends_on: &[xpkg::Dependency]) -> Vec<xp
 pub fn dependencies_of(r: &ProviderRevision) -> Vec<String> {
     r.annotations()
         .get(labels::DEPENDENCIES)
-        .map(|d| {
-            d.split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
+        .map(|d| types::pkg::contract::annotations::entries(d))
         .unwrap_or_default()
 }
 

@@ -72,12 +72,7 @@ fn ordered(mut revisions: Vec<Value>) -> Vec<Value> {
 fn dependencies(n: &Node) -> Vec<String> {
     n.details
         .get("dependencies")
-        .map(|d| {
-            d.split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
+        .map(|d| annotations::entries(d))
         .unwrap_or_default()
 }
 

@@ -9,7 +9,10 @@ use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
-use kube::{ResourceExt as _, runtime::reflector::Store};
+use kube::{
+    ResourceExt as _,
+    runtime::reflector::{ObjectRef, Store},
+};
 use oci::{Digest, stack::Stack};
 use serde_json::json;
 use types::extensions::v1alpha1::{
@@ -43,6 +46,32 @@ pub struct Planned {
     /// Extensions (`namespace/name`) that own CRDs this stack depends on
     /// and were installed before: it waits until they are Ready.
     pub waits_on: Vec<String>,
+}
+
+impl Planned {
+    /// What is being deleted that installing this stack as Extension
+    /// `ns/name` would write: the record itself or one of its CRDs (a
+    /// finalizer deleting a stack's CRDs, or a CRD on its way out).
+    /// Writing now would leave it behind the deletion; the stack is
+    /// installed once it is gone.
+    pub fn deleting(
+        &self,
+        extensions: &Store<Extension>,
+        crds: &Store<CustomResourceDefinition>,
+        (ns, name): (&str, &str),
+    ) -> Option<String> {
+        let deleting = |m: &kube::core::ObjectMeta| m.deletion_timestamp.is_some();
+        if let Some(e) = extensions.get(&ObjectRef::new(name).within(ns))
+            && deleting(&e.metadata)
+        {
+            return Some(format!("Extension {ns}/{name} is being deleted"));
+        }
+        self.stack.crds.iter().find_map(|o| {
+            let crd = o.pointer("/metadata/name").and_then(|n| n.as_str())?;
+            let live = crds.get(&ObjectRef::new(crd))?;
+            deleting(&live.metadata).then(|| format!("CRD {crd} is being deleted"))
+        })
+    }
 }
 
 /// The order to install packages in: every package after the packages it

@@ -151,21 +151,16 @@ impl Reconciler for ExtensionRequests {
                 }
             }
             let key = format!("{ns}/{name}");
-            // An Extension being deleted deletes its CRDs: installing them
-            // now would leave them behind it. Its deletion wakes this request.
-            if self
-                .extensions
-                .get(&ObjectRef::new(&name).within(&ns))
-                .is_some_and(|e| e.meta().deletion_timestamp.is_some())
-            {
+            if let Some(why) = p.deleting(&self.extensions, &self.crds, (&ns, &name)) {
+                let message = format!(
+                    "installing {}: {why}; it is installed once that is gone",
+                    p.reference
+                );
                 set_ready(
                     &mut status.conditions,
                     false,
                     conditions::reason::CREATING,
-                    format!(
-                        "installing {}: Extension {key} is being deleted; it is installed again once it is gone",
-                        p.reference
-                    ),
+                    message,
                 );
                 return Ok(Action::requeue(WAIT_POLL));
             }

@@ -43,6 +43,16 @@ pub mod annotations {
     /// The capabilities its package declares (`spec.capabilities`),
     /// comma-separated.
     pub const CAPABILITIES: &str = "pkg.crossplane.io/capabilities";
+
+    /// The entries of a comma-separated record ([`DEPENDENCIES`],
+    /// [`CAPABILITIES`]), empty ones left out.
+    pub fn entries(record: &str) -> Vec<String> {
+        record
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 /// The package-manager's finalizers.
