@@ -1544,8 +1544,16 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
         explain_packages,
     );
     assert!(role["rules"].to_string().contains("nodes"), "{role}");
-    let r = get_json(&["providerrevisions.pkg.crossplane.io", &rev]).unwrap();
-    assert_eq!(condition(&r, "RBACReady").unwrap().0, "True");
+    // The rbac-manager writes the roles, then the revision's status.
+    wait_blocking(
+        Duration::from_secs(30),
+        "RBACReady=True once the role is rendered",
+        || {
+            let r = get_json(&["providerrevisions.pkg.crossplane.io", &rev])?;
+            (condition(&r, "RBACReady")?.0 == "True").then_some(())
+        },
+        explain_packages,
+    );
     // Put the allow-list back as shipped.
     let patch = serde_json::json!({"rules": allowed["rules"]}).to_string();
     kubectl(&[
