@@ -66,6 +66,12 @@ impl ImageConfigs {
         rx
     }
 
+    /// Whether the ImageConfigs have been listed: a reconcile that reads
+    /// packages waits for it (they may say where a package is read from).
+    pub async fn ready(&self) -> bool {
+        runtime::controller::cache_ready(&self.store).await
+    }
+
     /// What the ImageConfigs make of `image`, once they have been listed.
     pub async fn resolve(&self, image: &str) -> Resolved {
         // Ready once the first list is in; never fails but when the

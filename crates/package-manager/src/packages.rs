@@ -89,6 +89,11 @@ impl Packages {
         }
     }
 
+    /// Whether the ImageConfigs have been listed.
+    pub async fn ready(&self) -> bool {
+        self.image_configs.ready().await
+    }
+
     /// What the ImageConfigs make of `reference`: where it is read from,
     /// the pull secret they give it, and which applied.
     pub async fn resolved(&self, reference: &str) -> Resolved {

@@ -80,7 +80,7 @@ impl Reconciler for Providers {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.revisions).await
+        cache_ready(&self.revisions).await && self.packages.ready().await
     }
 
     async fn apply(

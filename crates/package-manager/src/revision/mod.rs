@@ -77,6 +77,7 @@ impl Reconciler for ProviderRevisions {
         cache_ready(&self.revisions).await
             && cache_ready(&self.deployments).await
             && cache_ready(&self.providers).await
+            && self.packages.ready().await
     }
 
     async fn apply(

@@ -94,7 +94,7 @@ impl Reconciler for Extensions {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.crds).await
+        cache_ready(&self.crds).await && self.image_configs.ready().await
     }
 
     async fn apply(

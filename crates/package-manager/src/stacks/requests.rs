@@ -84,7 +84,8 @@ impl Reconciler for ExtensionRequests {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.crds).await && cache_ready(&self.extensions).await
+        let packages = self.index.packages().ready();
+        cache_ready(&self.crds).await && cache_ready(&self.extensions).await && packages.await
     }
 
     async fn apply(
