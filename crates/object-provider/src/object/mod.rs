@@ -103,7 +103,12 @@ impl Objects {
             .iter()
             .filter_map(references::object_target)
             .collect();
-        references::release(self, obj, Some(&wanted)).await?;
+        // Only a spec change drops a reference: an Object last Synced at
+        // this generation holds only what it references, and finding the
+        // holders reads every cached Object.
+        if !synced_at_generation(obj) {
+            references::release(self, obj, Some(&wanted)).await?;
+        }
         let cluster = connect(self, obj).await?;
         let resolved = references::resolve(self, obj, true, session, secrets).await?;
         let managed = external::locate(self, obj, &cluster, &resolved, session).await?;
@@ -400,6 +405,18 @@ async fn count_periodically(ctx: Arc<Objects>) {
             ctx.applied.retain(|uid| live.contains(uid));
         }
     }
+}
+
+/// Whether `obj` was last reconciled successfully at its current generation.
+fn synced_at_generation(obj: &Object) -> bool {
+    obj.status
+        .as_ref()
+        .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_SYNCED))
+        .is_some_and(|c| {
+            c.status == "True"
+                && c.observed_generation.is_some()
+                && c.observed_generation == obj.metadata.generation
+        })
 }
 
 #[cfg(test)]

@@ -174,8 +174,20 @@ fn paths<'a>(index: usize, r: &'a Reference, n: &Named<'a>) -> Result<Option<Pat
     }))
 }
 
-/// The edges of the reference graph: each Object's referenced Objects.
+/// The edges of the reference graph reachable from `obj`: each Object's
+/// referenced Objects, looked up by name in the cache. Only what a cycle
+/// through `obj` could pass is read, so the cost follows the references,
+/// not the number of Objects.
 fn edges(ctx: &Objects, obj: &Object) -> BTreeMap<String, Vec<String>> {
+    reachable(obj, |name| ctx.objects.get(&ObjectRef::new(name)))
+}
+
+/// The edges reachable from `obj`, reading each referenced Object with
+/// `get` (`None`: not there, no edges).
+fn reachable<O: std::ops::Deref<Target = Object>>(
+    obj: &Object,
+    get: impl Fn(&str) -> Option<O>,
+) -> BTreeMap<String, Vec<String>> {
     let targets = |o: &Object| -> Vec<String> {
         o.spec
             .references
@@ -184,13 +196,17 @@ fn edges(ctx: &Objects, obj: &Object) -> BTreeMap<String, Vec<String>> {
             .map(str::to_owned)
             .collect()
     };
-    let mut edges: BTreeMap<String, Vec<String>> = ctx
-        .objects
-        .state()
-        .iter()
-        .map(|o| (o.name_any(), targets(o)))
-        .collect();
-    edges.insert(obj.name_any(), targets(obj));
+    let mut edges = BTreeMap::new();
+    let mut todo = targets(obj);
+    edges.insert(obj.name_any(), todo.clone());
+    while let Some(name) = todo.pop() {
+        if edges.contains_key(&name) {
+            continue;
+        }
+        let next = get(&name).map(|o| targets(&o)).unwrap_or_default();
+        todo.extend(next.iter().cloned());
+        edges.insert(name, next);
+    }
     edges
 }
 
@@ -381,6 +397,47 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// An Object named `name` that depends on the Objects `on`.
+    fn object(name: &str, on: &[&str]) -> Object {
+        let refs: Vec<Value> = on
+            .iter()
+            .map(|n| serde_json::json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": n}}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "metadata": {"name": name},
+            "spec": {"forProvider": {"manifest": {}}, "references": refs},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn only_the_objects_a_reference_reaches_are_read() {
+        let cache: BTreeMap<String, Object> = [
+            object("a", &["b"]),
+            object("b", &["c"]),
+            object("c", &["a"]),
+            object("x", &["a"]),
+            object("y", &[]),
+        ]
+        .into_iter()
+        .map(|o| (o.name_any(), o))
+        .collect();
+        let read = std::cell::RefCell::new(Vec::new());
+        let get = |n: &str| {
+            read.borrow_mut().push(n.to_owned());
+            cache.get(n).cloned().map(Box::new)
+        };
+        // "a" as it is being reconciled now: it no longer references "b".
+        let edges = reachable(&object("a", &["y"]), get);
+        assert_eq!(read.borrow().as_slice(), ["y"]);
+        assert_eq!(cycle_through("a", &edges), None);
+        read.borrow_mut().clear();
+        let edges = reachable(&object("a", &["b"]), get);
+        assert_eq!(read.borrow().as_slice(), ["b", "c"]);
+        assert_eq!(cycle_through("a", &edges).unwrap(), ["a", "b", "c", "a"]);
     }
 
     #[test]
