@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::discovery::ApiResource;
 use serde_json::Value;
 
-use crate::source::{Got, Refused, Source};
+use crate::source::{Got, Refused, Source, what};
 
 #[derive(Default)]
 pub struct Fake {
@@ -36,18 +36,6 @@ impl Fake {
         (r.api_version.clone(), r.kind.clone())
     }
 
-    fn what(r: &ApiResource, ns: Option<&str>) -> String {
-        let plural = if r.group.is_empty() {
-            r.plural.clone()
-        } else {
-            format!("{}.{}", r.plural, r.group)
-        };
-        match ns {
-            Some(ns) => format!("{plural} in {ns}"),
-            None => plural,
-        }
-    }
-
     fn matches(o: &Value, ns: Option<&str>, selector: Option<&str>) -> bool {
         let in_ns = ns
             .is_none_or(|ns| o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns));
@@ -67,7 +55,7 @@ impl Fake {
 impl Source for Fake {
     async fn get(&self, r: &ApiResource, ns: Option<&str>, name: &str) -> Got {
         if self.forbidden.contains(&Self::key(r)) {
-            return Got::Forbidden(Self::what(r, ns));
+            return Got::Forbidden(what(r, ns));
         }
         self.objects
             .get(&Self::key(r))
@@ -87,7 +75,7 @@ impl Source for Fake {
         selector: Option<&str>,
     ) -> Result<Vec<Value>, Refused> {
         if self.forbidden.contains(&Self::key(r)) {
-            return Err(Refused::Forbidden(Self::what(r, ns)));
+            return Err(Refused::Forbidden(what(r, ns)));
         }
         Ok(self
             .objects

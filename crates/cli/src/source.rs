@@ -196,7 +196,7 @@ impl Kube {
 }
 
 /// `<plural> [in <ns>]`, as a forbidden message names it.
-fn what(r: &ApiResource, ns: Option<&str>) -> String {
+pub fn what(r: &ApiResource, ns: Option<&str>) -> String {
     let plural = if r.group.is_empty() {
         r.plural.clone()
     } else {
