@@ -97,7 +97,7 @@ impl<'a> Remote<'a> {
         let located = ctx
             .rt
             .clusters
-            .call(&breaker, async {
+            .call(&breaker, &remote, async {
                 managed::locate(
                     &remote,
                     &described,
@@ -431,23 +431,31 @@ impl External for Remote<'_> {
         self.ctx
             .rt
             .clusters
-            .call(&self.breaker, self.observe_all())
+            .call(&self.breaker, &self.cluster, self.observe_all())
             .await
     }
 
     async fn create(&self) -> Result<Value, Error> {
-        self.ctx.rt.clusters.call(&self.breaker, self.write()).await
+        self.ctx
+            .rt
+            .clusters
+            .call(&self.breaker, &self.cluster, self.write())
+            .await
     }
 
     async fn update(&self) -> Result<Value, Error> {
-        self.ctx.rt.clusters.call(&self.breaker, self.write()).await
+        self.ctx
+            .rt
+            .clusters
+            .call(&self.breaker, &self.cluster, self.write())
+            .await
     }
 
     async fn delete(&self) -> Result<Deletion, Error> {
         self.ctx
             .rt
             .clusters
-            .call(&self.breaker, self.delete_all())
+            .call(&self.breaker, &self.cluster, self.delete_all())
             .await
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! - [`Clusters`]: a deadline on the work a reconcile does against one remote
 //!   cluster, and a circuit breaker per cluster. A cluster that does not
-//!   answer within the deadline is not contacted again until a single probe
+//!   answer within the deadline (nothing comes back to any of this binary's
+//!   requests to it: slow work while it answers is not counted against it)
+//!   is not contacted again until a single probe
 //!   (the next reconcile that needs it after a pause) finds it answering;
 //!   meanwhile every other reconcile that needs it fails at once with a
 //!   message saying so. A stalled cluster therefore holds at most one worker
@@ -17,6 +19,8 @@ use std::{
 
 use prometheus::IntGauge;
 
+use crate::remote::{Answers, RemoteCluster};
+
 /// First pause before a cluster that did not answer is probed again.
 pub const PROBE_BASE: Duration = Duration::from_secs(5);
 /// Longest pause between probes of a cluster that keeps not answering: a
@@ -25,6 +29,37 @@ pub const PROBE_CAP: Duration = Duration::from_secs(60);
 /// How long a cluster that did not answer is remembered once nothing asks
 /// for it any more (its probe would have been due this long ago).
 pub const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// Slow work against a cluster that answers is cut short at this many
+/// times the deadline.
+pub const SLOW_CAP: u32 = 3;
+
+/// Work against a cluster that answers did not finish within [`SLOW_CAP`]
+/// times the deadline (e.g. this controller is very busy). It is not the
+/// cluster's fault: the breaker stays closed. The message is the same from
+/// one attempt to the next.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{cluster} answers, but the work against it did not finish within {}; it is retried",
+    humantime::format_duration(*after)
+)]
+pub struct TooSlow {
+    /// The cluster, as the caller names it.
+    pub cluster: String,
+    /// How long the work was given.
+    pub after: Duration,
+}
+
+/// Why [`Clusters::run`] did not return the work's own outcome.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unfinished {
+    /// The cluster did not answer (or its breaker is open).
+    #[error(transparent)]
+    NotAnswering(#[from] NotAnswering),
+    /// The cluster answers, but the work took too long.
+    #[error(transparent)]
+    TooSlow(#[from] TooSlow),
+}
 
 /// Work against a cluster was cut short at the deadline, or not started
 /// because the cluster did not answer recently. The message is the same
@@ -91,58 +126,101 @@ impl Clusters {
     }
 
     /// Runs `work` against `cluster` (a name for messages and the breaker's
-    /// key, e.g. "KubernetesCluster ns/name") within the deadline.
+    /// key, e.g. "KubernetesCluster ns/name"), reached through `remote`.
     ///
-    /// Err when the cluster did not answer: the work hit the deadline, or
-    /// the cluster's breaker is open and this attempt is not its probe. An
-    /// attempt that fails after half the deadline or more also opens the
-    /// breaker (a connect timeout looks like that), though its own error is
-    /// returned. Any other outcome means the cluster answered and closes it.
+    /// The deadline is one of liveness: when it passes, the work is cut
+    /// short with [`NotAnswering`] only if the cluster itself is silent (a
+    /// request to it has waited `timeout` with nothing at all coming back,
+    /// see [`Answers::silent_for`]). Work that is slow while the cluster
+    /// answers (this binary's requests queued behind each other, waits on
+    /// its own watches, a busy machine) keeps going, and the breaker stays
+    /// closed; it is cut short at [`SLOW_CAP`] times the deadline with
+    /// [`TooSlow`], which does not say the cluster did not answer.
+    ///
+    /// Err([`NotAnswering`]) also when the cluster's breaker is open and
+    /// this attempt is not its probe. Work that fails after one of its
+    /// requests waited half the deadline or more for nothing (a connect
+    /// timeout) opens the breaker too, though its own error is returned.
+    /// Any other outcome means the cluster answered and closes it.
     pub async fn run<T, E>(
         &self,
         cluster: &str,
+        remote: &RemoteCluster,
         work: impl Future<Output = Result<T, E>>,
-    ) -> Result<Result<T, E>, NotAnswering> {
+    ) -> Result<Result<T, E>, Unfinished> {
+        self.run_answered_by(cluster, remote.answers(), work).await
+    }
+
+    async fn run_answered_by<T, E>(
+        &self,
+        cluster: &str,
+        answers: &Answers,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<Result<T, E>, Unfinished> {
         let mut attempt = self.admit(cluster, Instant::now())?;
         let start = Instant::now();
-        match tokio::time::timeout(self.timeout, work).await {
-            Err(_) => {
+        let cap = start + self.timeout.saturating_mul(SLOW_CAP);
+        let mut check = start + self.timeout;
+        let mut work = std::pin::pin!(work);
+        let result = loop {
+            if let Ok(result) = tokio::time::timeout_at(check.into(), &mut work).await {
+                break result;
+            }
+            let now = Instant::now();
+            let silent = answers.silent_for(now);
+            if silent >= self.timeout {
                 let why = format!(
                     "nothing came back within {}",
                     humantime::format_duration(self.timeout)
                 );
-                attempt.finish(Some(why.clone()), Instant::now());
-                Err(NotAnswering {
+                attempt.finish(Some(why.clone()), now);
+                return Err(NotAnswering {
                     cluster: cluster.to_owned(),
                     why,
                     skipped: false,
-                })
+                }
+                .into());
             }
-            Ok(result) => {
-                let took = start.elapsed();
-                let slow_failure = (result.is_err() && took >= self.timeout / 2).then(|| {
-                    format!(
-                        "a request failed after {} or more",
-                        humantime::format_duration(self.timeout / 2)
-                    )
-                });
-                attempt.finish(slow_failure, Instant::now());
-                Ok(result)
+            if now >= cap {
+                // The cluster answered meanwhile: it is not the reason.
+                attempt.finish(None, now);
+                return Err(TooSlow {
+                    cluster: cluster.to_owned(),
+                    after: self.timeout.saturating_mul(SLOW_CAP),
+                }
+                .into());
             }
-        }
+            // The earliest the cluster can have been silent for the whole
+            // deadline.
+            check = (now + (self.timeout - silent)).min(cap);
+        };
+        let slow_failure =
+            (result.is_err() && answers.failed_silent_since(start, self.timeout / 2)).then(|| {
+                format!(
+                    "a request failed after {} or more",
+                    humantime::format_duration(self.timeout / 2)
+                )
+            });
+        attempt.finish(slow_failure, Instant::now());
+        Ok(result)
     }
 
     /// [`Clusters::run`] for work whose error type can say that the
-    /// cluster did not answer.
+    /// cluster did not answer, or that the work was too slow.
     pub async fn call<T, E>(
         &self,
         cluster: &str,
+        remote: &RemoteCluster,
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E>
     where
-        E: From<NotAnswering>,
+        E: From<NotAnswering> + From<TooSlow>,
     {
-        self.run(cluster, work).await?
+        match self.run(cluster, remote, work).await {
+            Ok(result) => result,
+            Err(Unfinished::NotAnswering(e)) => Err(e.into()),
+            Err(Unfinished::TooSlow(e)) => Err(e.into()),
+        }
     }
 
     fn admit(&self, cluster: &str, now: Instant) -> Result<Attempt, NotAnswering> {
@@ -317,11 +395,34 @@ mod tests {
         assert_eq!(probe_delay(u32::MAX), PROBE_CAP);
     }
 
+    /// A cluster with a request waiting on it that never comes back.
+    fn silent() -> (Arc<Answers>, impl Sized) {
+        let answers = Arc::new(Answers::default());
+        let stuck = answers.ask(Instant::now());
+        (answers, stuck)
+    }
+
+    /// A cluster that answers a request every few milliseconds until the
+    /// returned task is aborted.
+    fn answering() -> (Arc<Answers>, tokio::task::JoinHandle<()>) {
+        let answers = Arc::new(Answers::default());
+        let a = answers.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let asking = a.ask(Instant::now());
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                asking.answered(Instant::now());
+            }
+        });
+        (answers, task)
+    }
+
     #[tokio::test]
     async fn work_that_hits_the_deadline_says_the_cluster_did_not_answer() {
         let c = clusters(Duration::from_millis(50));
+        let (answers, _stuck) = silent();
         let out = c
-            .run("KubernetesCluster a/b", async {
+            .run_answered_by("KubernetesCluster a/b", &answers, async {
                 tokio::time::sleep(Duration::from_secs(60)).await;
                 Ok::<(), ()>(())
             })
@@ -338,28 +439,100 @@ mod tests {
     #[tokio::test]
     async fn after_a_timeout_other_attempts_fail_at_once_without_running() {
         let c = clusters(Duration::from_millis(20));
+        let (answers, _stuck) = silent();
         let first = c
-            .run("x", std::future::pending::<Result<(), ()>>())
+            .run_answered_by("x", &answers, std::future::pending::<Result<(), ()>>())
             .await
             .err()
             .map(|e| e.to_string());
         let ran = std::sync::atomic::AtomicBool::new(false);
         let out = c
-            .run("x", async {
+            .run_answered_by("x", &answers, async {
                 ran.store(true, std::sync::atomic::Ordering::SeqCst);
                 Ok::<(), ()>(())
             })
             .await;
-        assert!(matches!(&out, Err(NotAnswering { skipped: true, .. })));
+        assert!(matches!(
+            &out,
+            Err(Unfinished::NotAnswering(NotAnswering { skipped: true, .. }))
+        ));
         // Same words as the attempt that timed out: a condition showing it
         // is not rewritten on every retry.
         assert_eq!(out.err().map(|e| e.to_string()), first);
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
         // Other clusters are not affected.
         assert!(matches!(
-            c.run("y", async { Ok::<(), ()>(()) }).await,
+            c.run_answered_by("y", &answers, async { Ok::<(), ()>(()) })
+                .await,
             Ok(Ok(()))
         ));
+        assert_eq!(c.not_answering.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn slow_work_against_a_cluster_that_answers_goes_on_and_does_not_open_the_breaker() {
+        let c = clusters(Duration::from_millis(40));
+        let (answers, task) = answering();
+        // Twice the deadline: e.g. queued behind this binary's own requests.
+        let out = c
+            .run_answered_by("x", &answers, async {
+                tokio::time::sleep(Duration::from_millis(80)).await;
+                Ok::<_, ()>("done")
+            })
+            .await;
+        assert!(matches!(out, Ok(Ok("done"))), "{out:?}");
+        // A failure after waiting as long is the work's own, too.
+        let out = c
+            .run_answered_by("x", &answers, async {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                Err::<(), _>("conflict")
+            })
+            .await;
+        assert!(matches!(out, Ok(Err("conflict"))));
+        task.abort();
+        assert!(c.breakers.lock().unwrap().is_empty());
+        assert_eq!(c.not_answering.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn work_waiting_on_nothing_from_the_cluster_is_cut_at_the_cap_as_too_slow() {
+        let c = clusters(Duration::from_millis(30));
+        // Nothing is asked of the cluster: the work waits inside this binary.
+        let answers = Arc::new(Answers::default());
+        let started = Instant::now();
+        let out = c
+            .run_answered_by("x", &answers, std::future::pending::<Result<(), ()>>())
+            .await;
+        assert!(started.elapsed() >= Duration::from_millis(90));
+        let Err(Unfinished::TooSlow(e)) = out else {
+            panic!("{out:?}");
+        };
+        let msg = e.to_string();
+        assert!(!msg.contains("did not answer"), "{msg}");
+        assert!(msg.contains("within 90ms"), "{msg}");
+        assert!(c.breakers.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_cluster_that_falls_silent_during_slow_work_opens_the_breaker() {
+        let c = clusters(Duration::from_millis(40));
+        let (answers, task) = answering();
+        let started = Instant::now();
+        let out = c
+            .run_answered_by("x", &answers, async {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                // From here on nothing comes back.
+                task.abort();
+                let _stuck = answers.ask(Instant::now());
+                std::future::pending::<Result<(), ()>>().await
+            })
+            .await;
+        assert!(matches!(out, Err(Unfinished::NotAnswering(_))), "{out:?}");
+        // Cut when the silence (from the last answer, at about 60 ms), not
+        // the work, reached the deadline.
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(90), "{took:?}");
+        assert!(took < Duration::from_millis(160), "{took:?}");
         assert_eq!(c.not_answering.get(), 1);
     }
 
@@ -425,21 +598,38 @@ mod tests {
     #[tokio::test]
     async fn a_slow_failure_opens_the_breaker_but_keeps_its_own_error() {
         let c = clusters(Duration::from_millis(40));
+        let answers = Arc::new(Answers::default());
         let out = c
-            .run("x", async {
+            .run_answered_by("x", &answers, async {
+                let connecting = answers.ask(Instant::now());
                 tokio::time::sleep(Duration::from_millis(25)).await;
+                connecting.failed(Instant::now());
                 Err::<(), &str>("connect timed out")
             })
             .await;
         assert!(matches!(out, Ok(Err("connect timed out"))));
-        assert!(c.run("x", async { Ok::<(), ()>(()) }).await.is_err());
+        assert!(
+            c.run_answered_by("x", &answers, async { Ok::<(), ()>(()) })
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]
     async fn a_quick_failure_is_an_answer() {
         let c = clusters(Duration::from_secs(10));
-        let _ = c.run("x", async { Err::<(), _>("403 forbidden") }).await;
-        assert!(c.run("x", async { Ok::<(), ()>(()) }).await.is_ok());
+        let answers = Arc::new(Answers::default());
+        let _ = c
+            .run_answered_by("x", &answers, async {
+                answers.ask(Instant::now()).failed(Instant::now());
+                Err::<(), _>("connection refused")
+            })
+            .await;
+        assert!(
+            c.run_answered_by("x", &answers, async { Ok::<(), ()>(()) })
+                .await
+                .is_ok()
+        );
     }
 
     #[test]

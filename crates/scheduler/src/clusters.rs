@@ -85,7 +85,7 @@ async fn probe(
     let label = format!("KubernetesCluster {name}");
     match ctx
         .limits
-        .run(&label, remote.client.apiserver_version())
+        .run(&label, &remote, remote.client.apiserver_version())
         .await
     {
         Ok(Ok(_)) => Ok(None),

@@ -232,7 +232,11 @@ impl External for ManagedObject<'_> {
                 Err(e) => Err(self.failed("deleting", e)),
             }
         };
-        self.ctx.rt.clusters.call(&self.cluster, call).await
+        self.ctx
+            .rt
+            .clusters
+            .call(&self.cluster, &self.target.cluster, call)
+            .await
     }
 }
 

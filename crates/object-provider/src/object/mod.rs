@@ -88,15 +88,10 @@ fn is_ready(status: &ObjectStatus) -> bool {
 }
 
 impl Objects {
-    /// Observes, then creates or updates the managed object; shows it in
-    /// `status`; publishes connection details.
-    async fn sync(
-        &self,
-        obj: &Object,
-        status: &mut ObjectStatus,
-        session: &mut Session<Object>,
-        secrets: &mut policy::Redactions,
-    ) -> Result<(), Error> {
+    /// Drops the references the spec no longer makes, then connects to the
+    /// target: work in the control cluster, done before the target's
+    /// deadline starts.
+    async fn prepare(&self, obj: &Object) -> Result<RemoteCluster, Error> {
         let wanted: BTreeSet<&str> = obj
             .spec
             .references
@@ -109,9 +104,21 @@ impl Objects {
         if !synced_at_generation(obj) {
             references::release(self, obj, Some(&wanted)).await?;
         }
-        let cluster = connect(self, obj).await?;
+        connect(self, obj).await
+    }
+
+    /// Observes, then creates or updates the managed object in `cluster`;
+    /// shows it in `status`; publishes connection details.
+    async fn sync(
+        &self,
+        obj: &Object,
+        cluster: &RemoteCluster,
+        status: &mut ObjectStatus,
+        session: &mut Session<Object>,
+        secrets: &mut policy::Redactions,
+    ) -> Result<(), Error> {
         let resolved = references::resolve(self, obj, true, session, secrets).await?;
-        let managed = external::locate(self, obj, &cluster, &resolved, session).await?;
+        let managed = external::locate(self, obj, cluster, &resolved, session).await?;
         references::hold(self, obj, &resolved.referenced).await?;
         let synced = managed::sync(&managed, allowed(obj)).await?;
         let Some(live) = synced.live().cloned() else {
@@ -127,7 +134,7 @@ impl Objects {
         manifest::observe_into(status, &live, secrets);
         let ready = readiness(obj, &live, secrets);
         conditions::set(&mut status.conditions, ready, &conditions::now());
-        connection::publish(self, obj, &cluster, session).await?;
+        connection::publish(self, obj, cluster, session).await?;
         if is_ready(status) && !was_ready {
             self.first_ready(obj);
         }
@@ -162,17 +169,17 @@ impl Objects {
     async fn to_delete<'a>(
         &'a self,
         obj: &Object,
+        cluster: &RemoteCluster,
         session: &mut Session<Object>,
         secrets: &mut policy::Redactions,
     ) -> Result<ManagedObject<'a>, Error> {
-        let cluster = connect(self, obj).await?;
         let located = match references::resolve(self, obj, false, session, secrets).await {
-            Ok(resolved) => external::locate(self, obj, &cluster, &resolved, session).await,
+            Ok(resolved) => external::locate(self, obj, cluster, &resolved, session).await,
             Err(e) => Err(e),
         };
         match located {
             Err(e) if e.unresolvable() => {
-                let Some(recorded) = external::recorded(self, obj, &cluster, session).await else {
+                let Some(recorded) = external::recorded(self, obj, cluster, session).await else {
                     return Err(e);
                 };
                 tracing::info!(reason = %secrets.text(&error_chain(&e)), "deleting the recorded managed object");
@@ -202,12 +209,14 @@ impl Reconciler for Objects {
     async fn apply(&self, obj: &Arc<Object>, status: &mut ObjectStatus) -> Result<Action, Error> {
         let mut secrets = policy::Redactions::default();
         let mut session = self.watches.session(ObjectRef::from_obj(obj.as_ref()));
+        let cluster = self.prepare(obj).await?;
         let synced = self
             .rt
             .clusters
             .call(
                 &target_of(obj),
-                self.sync(obj, status, &mut session, &mut secrets),
+                &cluster,
+                self.sync(obj, &cluster, status, &mut session, &mut secrets),
             )
             .await;
         synced.map_err(|e| e.redacted(&secrets))?;
@@ -234,8 +243,14 @@ impl Reconciler for Objects {
         let mut session = self.watches.session(ObjectRef::from_obj(obj.as_ref()));
         let allowed = allowed(obj);
         let external = if allowed.delete {
-            let locating = self.to_delete(obj, &mut session, &mut secrets);
-            self.rt.clusters.call(&target_of(obj), locating).await
+            match connect(self, obj).await {
+                Ok(cluster) => {
+                    let locating = self.to_delete(obj, &cluster, &mut session, &mut secrets);
+                    let target = target_of(obj);
+                    self.rt.clusters.call(&target, &cluster, locating).await
+                }
+                Err(e) => Err(e),
+            }
         } else {
             Err(Error::NotAllowed(String::new()))
         };

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Config, client::ClientBuilder};
 use prometheus::IntCounterVec;
 
+use super::answers::Answers;
 use super::cluster::RemoteCluster;
 use super::counting::{ClusterLabels, CountingLayer};
 use super::error::RemoteError;
@@ -127,9 +128,11 @@ impl RemoteClients {
         config.read_timeout = Some(READ_TIMEOUT);
         let mut watch_config = config.clone();
         watch_config.read_timeout = Some(WATCH_READ_TIMEOUT);
+        let answers = Arc::new(Answers::default());
         let layer = CountingLayer {
             counter: self.labels.counter.clone(),
             label: self.labels.acquire(owner),
+            answers: answers.clone(),
         };
         let label = layer.label.value.clone();
         let build = |config: Config| {
@@ -144,6 +147,7 @@ impl RemoteClients {
         let watch_client = build(watch_config)?;
         let mut cluster = RemoteCluster::with_watch_client(client, watch_client, owner);
         cluster.label = label;
+        cluster.answers = answers;
         self.insert(owner, credential, cluster.clone());
         Ok(cluster)
     }

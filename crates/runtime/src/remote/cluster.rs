@@ -9,6 +9,7 @@ use std::{
     },
 };
 
+use super::answers::Answers;
 use kube::{
     Client,
     api::GroupVersionKind,
@@ -31,22 +32,26 @@ pub struct RemoteCluster {
     pub(super) label: String,
     id: u64,
     pub(super) discovery: Arc<DiscoveryCache>,
+    /// How the cluster has been answering, recorded by both clients.
+    pub(super) answers: Arc<Answers>,
 }
 
 /// The source of [`RemoteCluster::id`].
 static NEXT_CLUSTER_ID: AtomicU64 = AtomicU64::new(1);
 
 impl RemoteCluster {
-    /// A cluster reached with an existing client (e.g. the control cluster
-    /// itself), with its own discovery cache. The one client serves requests
-    /// and watches alike.
+    /// The control cluster, reached with the client of
+    /// [`super::counted_client`], with its own discovery cache. The one
+    /// client serves requests and watches alike; its answers are
+    /// [`Answers::control`].
     pub fn new(client: Client, name: &str) -> Self {
         Self::with_watch_client(client.clone(), client, name)
     }
 
     /// A cluster with a separate client for watches (see
-    /// [`Self::watch_client`]).
-    pub fn with_watch_client(client: Client, watch_client: Client, name: &str) -> Self {
+    /// [`Self::watch_client`]), whose answers are those of the control
+    /// cluster until [`super::RemoteClients`] gives it its own.
+    pub(super) fn with_watch_client(client: Client, watch_client: Client, name: &str) -> Self {
         Self {
             client,
             watch_client,
@@ -54,7 +59,14 @@ impl RemoteCluster {
             label: name.to_owned(),
             id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
             discovery: Arc::default(),
+            answers: Answers::control(),
         }
+    }
+
+    /// How the cluster has been answering its clients' requests: what
+    /// [`crate::limits::Clusters`] tells a silent cluster from slow work by.
+    pub fn answers(&self) -> &Answers {
+        &self.answers
     }
 
     /// The `cluster` label this client's requests are counted under in

@@ -1,18 +1,22 @@
-//! Requests counted by cluster and verb: the tower layer every client
-//! carries, and the bounded set of `cluster` label values.
+//! Requests counted by cluster and verb, and their answers recorded (see
+//! [`Answers`]): the tower layer every client carries, and the bounded set
+//! of `cluster` label values.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
     task::{Context, Poll},
+    time::Instant,
 };
+
+use futures::{FutureExt as _, future::BoxFuture};
 
 use http::Request;
 use kube::{Client, Config, client::ClientBuilder};
 use prometheus::IntCounterVec;
 use tower::{Layer, Service};
 
-use super::{CONTROL_LABEL, OTHER_LABEL};
+use super::{CONTROL_LABEL, OTHER_LABEL, answers::Answers};
 use crate::metrics::Metrics;
 
 /// The `cluster` label values given to remote clusters: at most `max`
@@ -99,7 +103,8 @@ impl Drop for ClusterLabel {
 }
 
 /// Builds a client for the control cluster from `config`, its requests
-/// counted by verb under the cluster label `control`.
+/// counted by verb under the cluster label `control` and its answers
+/// recorded in [`Answers::control`].
 pub fn counted_client(config: Config, metrics: &Metrics) -> Result<Client, kube::Error> {
     let layer = CountingLayer {
         counter: metrics.api_requests.clone(),
@@ -107,16 +112,19 @@ pub fn counted_client(config: Config, metrics: &Metrics) -> Result<Client, kube:
             value: CONTROL_LABEL.to_owned(),
             release: None,
         }),
+        answers: Answers::control(),
     };
     Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
 }
 
-/// A tower layer that counts requests by cluster and verb. The cluster's
-/// label value is held as long as a client carrying the layer lives.
+/// A tower layer that counts requests by cluster and verb, and records
+/// their answers in the cluster's [`Answers`]. The cluster's label value is
+/// held as long as a client carrying the layer lives.
 #[derive(Clone)]
 pub struct CountingLayer {
     pub(super) counter: IntCounterVec,
     pub(super) label: Arc<ClusterLabel>,
+    pub(super) answers: Arc<Answers>,
 }
 
 impl<S> Layer<S> for CountingLayer {
@@ -127,6 +135,7 @@ impl<S> Layer<S> for CountingLayer {
             inner,
             counter: self.counter.clone(),
             label: self.label.clone(),
+            answers: self.answers.clone(),
         }
     }
 }
@@ -137,15 +146,17 @@ pub struct Counting<S> {
     inner: S,
     counter: IntCounterVec,
     label: Arc<ClusterLabel>,
+    answers: Arc<Answers>,
 }
 
 impl<S, B> Service<Request<B>> for Counting<S>
 where
     S: Service<Request<B>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -160,7 +171,19 @@ where
         self.counter
             .with_label_values(&[self.label.value.as_str(), verb])
             .inc();
-        self.inner.call(req)
+        let asking = self.answers.ask(Instant::now());
+        // Resolves when the response headers arrive (a watch's or a list's
+        // body follows later): that is the cluster answering.
+        self.inner
+            .call(req)
+            .map(move |out| {
+                match &out {
+                    Ok(_) => asking.answered(Instant::now()),
+                    Err(_) => asking.failed(Instant::now()),
+                }
+                out
+            })
+            .boxed()
     }
 }
 

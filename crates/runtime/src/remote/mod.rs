@@ -15,11 +15,13 @@
 //! client: templated kinds are resolved in the cluster that serves them,
 //! never from a compiled-in list.
 
+mod answers;
 mod clients;
 mod cluster;
 mod counting;
 mod error;
 
+pub use answers::Answers;
 pub use clients::RemoteClients;
 pub use cluster::{DiscoveryCache, RemoteCluster, ResolveError};
 pub use counting::{Counting, CountingLayer, VERBS, counted_client, verb};
