@@ -1,0 +1,317 @@
+//! Slow is not down: a controller restarted with many objects in flight
+//! starts up (its own burst of requests, queued behind each other on a busy
+//! machine) without taking that burst for its remote cluster not answering.
+//! No object leaves Ready, and no cluster-not-answering warning is emitted.
+
+// Test helpers fail the test loudly, with what went wrong.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use e2e::{
+    Running, metric_sum,
+    objects::{apply_object, configmap, object, own_config},
+    wait,
+    workloads::{clients, impersonating_kubeconfig, remote_ns},
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::json;
+use types::kubernetes::v1alpha1::Object;
+
+/// Objects in flight when the provider restarts.
+const OBJECTS: usize = 1000;
+/// Of those, how many are changed while the new provider starts.
+const CHURNED: usize = 200;
+/// Requests the test makes at once.
+const PARALLEL: usize = 32;
+/// How long the Objects may take to become Ready, or to follow a change.
+const WAIT: Duration = Duration::from_secs(240);
+/// The label that marks this test's Objects.
+const LABEL: &str = "e2e.crossplane-rs.io/restart";
+
+/// Prints a binary's log when the test it lives in fails.
+struct DumpLog<'a>(&'a Running);
+
+impl Drop for DumpLog<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.0.log();
+            let tail: Vec<&str> = log.lines().rev().take(200).collect();
+            eprintln!("----- {} log (last 200 lines) -----", self.0.name);
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+fn is_true(o: &Object, t: &str) -> bool {
+    o.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// What an Object's Synced and Ready say, when one is not True.
+fn not_ready(o: &Object) -> Option<String> {
+    if is_true(o, "Synced") && is_true(o, "Ready") {
+        return None;
+    }
+    let conds = o
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    Some(
+        conds
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={} {} {}",
+                    c.type_,
+                    c.status,
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+/// Applies Objects `first..last` of this test, each managing the remote
+/// ConfigMap `cm-<i>` with data.v = `v`.
+async fn apply_range(
+    client: &Client,
+    id: &str,
+    pc: &str,
+    rns: &str,
+    range: std::ops::Range<usize>,
+    v: &str,
+) {
+    futures::stream::iter(range)
+        .map(|i| {
+            let mut body = object(
+                &format!("{id}-{i}"),
+                pc,
+                configmap(&format!("cm-{i}"), rns, json!({"v": v})),
+                json!({}),
+            );
+            if let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                meta.insert("labels".to_owned(), json!({LABEL: id}));
+            }
+            let client = client.clone();
+            async move { apply_object(&client, body).await }
+        })
+        .buffer_unordered(PARALLEL)
+        .collect::<()>()
+        .await;
+}
+
+/// Counts this test's Objects that are Synced and Ready.
+async fn ready(objects: &Api<Object>, id: &str) -> usize {
+    objects
+        .list(&ListParams::default().labels(&format!("{LABEL}={id}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|o| not_ready(o).is_none())
+        .count()
+}
+
+/// Remote ConfigMaps of this test whose data.v is `v`.
+async fn configmaps_with(remote: &Client, rns: &str, v: &str) -> usize {
+    Api::<ConfigMap>::namespaced(remote.clone(), rns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|cm| {
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .map(String::as_str)
+                == Some(v)
+        })
+        .count()
+}
+
+/// Warning events about this test's Objects, by reason.
+async fn warnings(client: &Client, id: &str) -> BTreeMap<String, usize> {
+    let events = Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields("type=Warning"))
+        .await
+        .unwrap();
+    let mut by_reason = BTreeMap::new();
+    for e in events.items {
+        let ours = e.involved_object.kind.as_deref() == Some("Object")
+            && e.involved_object
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("{id}-")));
+        if ours {
+            *by_reason.entry(e.reason.unwrap_or_default()).or_insert(0) +=
+                e.count.unwrap_or(1).max(1) as usize;
+        }
+    }
+    by_reason
+}
+
+#[tokio::test]
+async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
+    let (client, remote) = clients().await;
+    let rns = remote_ns(&remote, "restart").await;
+    let pc = own_config(&client, "restart").await;
+    let id = testenv::unique_name("restart");
+    let kubeconfig = impersonating_kubeconfig("object-provider");
+    let objects = Api::<Object>::all(client.clone());
+
+    let mut first = Running::start("object-provider", &kubeconfig, &[]);
+    first.wait_healthy(Duration::from_secs(30)).await;
+    let started = Instant::now();
+    apply_range(&client, &id, &pc, &rns, 0..OBJECTS, "1").await;
+    {
+        let _dump = DumpLog(&first);
+        wait(WAIT, &format!("{OBJECTS} Objects Ready"), || async {
+            let n = ready(&objects, &id).await;
+            (n == OBJECTS).then_some(()).ok_or(format!("{n} Ready"))
+        })
+        .await;
+    }
+    eprintln!("{OBJECTS} Objects Ready in {:?}", started.elapsed());
+
+    // From here on, every change of a Synced or Ready condition away from
+    // True is recorded.
+    let left: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (listed, is_listed) = tokio::sync::oneshot::channel();
+    let watching = tokio::spawn({
+        let left = left.clone();
+        let config = watcher::Config::default().labels(&format!("{LABEL}={id}"));
+        let api = objects.clone();
+        async move {
+            let mut listed = Some(listed);
+            let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+            while let Some(event) = events.try_next().await.unwrap() {
+                match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        if let Some(why) = not_ready(&o) {
+                            left.lock()
+                                .unwrap()
+                                .push(format!("{}: {why}", o.name_any()));
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        if let Some(l) = listed.take() {
+                            let _ = l.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(60), is_listed)
+        .await
+        .unwrap()
+        .unwrap();
+    let warned_before = warnings(&client, &id).await;
+
+    // The restart, with a change to some Objects made while the new
+    // provider starts.
+    drop(first);
+    let restarted = Instant::now();
+    let mut second = Running::start("object-provider", &kubeconfig, &[]);
+    apply_range(&client, &id, &pc, &rns, 0..CHURNED, "2").await;
+    second.wait_healthy(Duration::from_secs(60)).await;
+    let dump = DumpLog(&second);
+    wait(WAIT, &format!("{CHURNED} changed ConfigMaps"), || async {
+        let n = configmaps_with(&remote, &rns, "2").await;
+        (n == CHURNED).then_some(()).ok_or(format!("{n} changed"))
+    })
+    .await;
+    // Every Object was reconciled by the new provider (its start-up burst,
+    // one reconcile per Object listed, is over).
+    wait(
+        WAIT,
+        "the new provider to reconcile every Object",
+        || async {
+            let n = metric_sum(
+                &second.metrics(),
+                "crossplane_rs_reconcile_total",
+                &[("controller", "object")],
+            );
+            (n >= OBJECTS as f64)
+                .then_some(())
+                .ok_or(format!("{n} reconciles"))
+        },
+    )
+    .await;
+    eprintln!(
+        "restarted: {CHURNED} changes applied and every Object reconciled in {:?}",
+        restarted.elapsed()
+    );
+
+    let metrics = second.metrics();
+    let errors = |category: &str| {
+        metric_sum(
+            &metrics,
+            "crossplane_rs_reconcile_errors_total",
+            &[("controller", "object"), ("category", category)],
+        )
+    };
+    let all_errors = metric_sum(
+        &metrics,
+        "crossplane_rs_reconcile_errors_total",
+        &[("controller", "object")],
+    );
+    let warned = warnings(&client, &id).await;
+    let left = left.lock().unwrap().clone();
+    eprintln!(
+        "after the restart: reconcile errors {all_errors}, warnings {warned:?} (before {warned_before:?}), {} Objects left Ready",
+        left.len()
+    );
+    assert_eq!(errors("TargetNotAnswering"), 0.0, "{metrics}");
+    assert_eq!(errors("TargetTooSlow"), 0.0);
+    assert!(
+        !warned.contains_key("TargetNotAnswering") && !warned.contains_key("TargetTooSlow"),
+        "{warned:?}"
+    );
+    assert!(
+        left.is_empty(),
+        "Objects left Ready: {:?}",
+        &left[..left.len().min(20)]
+    );
+    watching.abort();
+
+    // Clean up: the Objects go, with their ConfigMaps.
+    objects
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("{LABEL}={id}")),
+        )
+        .await
+        .unwrap();
+    wait(WAIT, "this test's Objects gone", || async {
+        let n = objects
+            .list(&ListParams::default().labels(&format!("{LABEL}={id}")))
+            .await
+            .unwrap()
+            .items
+            .len();
+        (n == 0).then_some(()).ok_or(format!("{n} left"))
+    })
+    .await;
+    drop(dump);
+}
