@@ -171,6 +171,25 @@ pub fn configmap_template(
     })
 }
 
+/// Remote ConfigMaps in `ns` whose data.v is `v`, among `names`.
+pub async fn configmaps_with(remote: &Client, ns: &str, names: &[String], v: &str) -> usize {
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(remote.clone(), ns)
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap();
+    cms.items
+        .iter()
+        .filter(|cm| names.contains(&kube::ResourceExt::name_any(*cm)))
+        .filter(|cm| {
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("v"))
+                .map(String::as_str)
+                == Some(v)
+        })
+        .count()
+}
+
 /// Reads a KubernetesApplication.
 pub async fn get_app(client: &Client, ns: &str, name: &str) -> Option<KubernetesApplication> {
     Api::<KubernetesApplication>::namespaced(client.clone(), ns)

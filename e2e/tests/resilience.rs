@@ -19,7 +19,7 @@ use e2e::{
     wait::{EVERY, poll, wait_every},
     workloads::*,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch},
@@ -61,25 +61,6 @@ where
         }
     })
     .await;
-}
-
-/// Remote ConfigMaps in `ns` whose data.v is `v`, among `names`.
-async fn configmaps_with(remote: &Client, ns: &str, names: &[String], v: &str) -> usize {
-    let cms = Api::<ConfigMap>::namespaced(remote.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    cms.items
-        .iter()
-        .filter(|cm| names.contains(&cm.name_any()))
-        .filter(|cm| {
-            cm.data
-                .as_ref()
-                .and_then(|d| d.get("v"))
-                .map(String::as_str)
-                == Some(v)
-        })
-        .count()
 }
 
 async fn put_secret(client: &Client, ns: &str, name: &str, kubeconfig: &str) {

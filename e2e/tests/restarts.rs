@@ -19,12 +19,12 @@ use e2e::{
     objects::{apply_object, configmap, object, own_config},
     wait,
     workloads::{
-        app, apply_app, clients, cluster, configmap_template, impersonating_kubeconfig, remote_ns,
-        start, state_of_res,
+        app, apply_app, clients, cluster, configmap_template, configmaps_with,
+        impersonating_kubeconfig, remote_ns, start, state_of_res,
     },
 };
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::Event;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams},
@@ -145,24 +145,6 @@ async fn ready(objects: &Api<Object>, id: &str) -> usize {
         .count()
 }
 
-/// Remote ConfigMaps of this test whose data.v is `v`.
-async fn configmaps_with(remote: &Client, rns: &str, v: &str) -> usize {
-    Api::<ConfigMap>::namespaced(remote.clone(), rns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|cm| {
-            cm.data
-                .as_ref()
-                .and_then(|d| d.get("v"))
-                .map(String::as_str)
-                == Some(v)
-        })
-        .count()
-}
-
 /// Warning events about this test's objects of `kind` (whose names start
 /// with `<id>-`), by reason.
 async fn warnings(client: &Client, kind: &str, id: &str) -> BTreeMap<String, usize> {
@@ -183,6 +165,123 @@ async fn warnings(client: &Client, kind: &str, id: &str) -> BTreeMap<String, usi
         }
     }
     by_reason
+}
+
+/// Objects found in a wrong state by a watch, until dropped.
+struct Wrong {
+    found: Arc<Mutex<Vec<String>>>,
+    watching: tokio::task::JoinHandle<()>,
+}
+
+impl Wrong {
+    /// Watches `api` from now on (returns once the watch has listed),
+    /// recording every object `wrong` says something about.
+    async fn record<K>(
+        api: Api<K>,
+        config: watcher::Config,
+        wrong: fn(&K) -> Option<String>,
+    ) -> Self
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let found: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (listed, is_listed) = tokio::sync::oneshot::channel();
+        let watching = tokio::spawn({
+            let found = found.clone();
+            async move {
+                let mut listed = Some(listed);
+                let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+                while let Some(event) = events.try_next().await.unwrap() {
+                    match event {
+                        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                            if let Some(why) = wrong(&o) {
+                                found
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("{}: {why}", o.name_any()));
+                            }
+                        }
+                        watcher::Event::InitDone => {
+                            if let Some(l) = listed.take() {
+                                let _ = l.send(());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), is_listed)
+            .await
+            .unwrap()
+            .unwrap();
+        Self { found, watching }
+    }
+
+    fn found(&self) -> Vec<String> {
+        self.found.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Wrong {
+    fn drop(&mut self) {
+        self.watching.abort();
+    }
+}
+
+/// Waits until `controller` in `binary` has reconciled `n` times.
+async fn wait_reconciled(binary: &Running, controller: &str, n: usize) {
+    wait(WAIT, &format!("{n} reconciles of {controller}"), || async {
+        let done = metric_sum(
+            &binary.metrics(),
+            "crossplane_rs_reconcile_total",
+            &[("controller", controller)],
+        );
+        (done >= n as f64)
+            .then_some(())
+            .ok_or(format!("{done} reconciles"))
+    })
+    .await;
+}
+
+/// Asserts that since `binary` started no reconcile of `controller` failed
+/// with <prefix>NotAnswering or <prefix>TooSlow, that no such warning was
+/// emitted (`warned`, by reason), and that `left` found nothing.
+fn nothing_failed(
+    binary: &Running,
+    controller: &str,
+    prefix: &str,
+    warned: &BTreeMap<String, usize>,
+    warned_before: &BTreeMap<String, usize>,
+    left: Wrong,
+) {
+    let metrics = binary.metrics();
+    let errors = |category: &str| {
+        metric_sum(
+            &metrics,
+            "crossplane_rs_reconcile_errors_total",
+            &[("controller", controller), ("category", category)],
+        )
+    };
+    let all_errors = metric_sum(
+        &metrics,
+        "crossplane_rs_reconcile_errors_total",
+        &[("controller", controller)],
+    );
+    let left = left.found();
+    eprintln!(
+        "after the restart: reconcile errors {all_errors}, warnings {warned:?} (before the restart {warned_before:?}), {} left their state",
+        left.len()
+    );
+    for reason in ["NotAnswering", "TooSlow"].map(|r| format!("{prefix}{r}")) {
+        assert_eq!(errors(&reason), 0.0, "{reason}: {metrics}");
+        assert!(!warned.contains_key(&reason), "{warned:?}");
+    }
+    assert!(
+        left.is_empty(),
+        "left their state: {:?}",
+        &left[..left.len().min(20)]
+    );
 }
 
 #[tokio::test]
@@ -210,38 +309,8 @@ async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
 
     // From here on, every change of a Synced or Ready condition away from
     // True is recorded.
-    let left: Arc<Mutex<Vec<String>>> = Arc::default();
-    let (listed, is_listed) = tokio::sync::oneshot::channel();
-    let watching = tokio::spawn({
-        let left = left.clone();
-        let config = watcher::Config::default().labels(&format!("{LABEL}={id}"));
-        let api = objects.clone();
-        async move {
-            let mut listed = Some(listed);
-            let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-            while let Some(event) = events.try_next().await.unwrap() {
-                match event {
-                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                        if let Some(why) = not_ready(&o) {
-                            left.lock()
-                                .unwrap()
-                                .push(format!("{}: {why}", o.name_any()));
-                        }
-                    }
-                    watcher::Event::InitDone => {
-                        if let Some(l) = listed.take() {
-                            let _ = l.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), is_listed)
-        .await
-        .unwrap()
-        .unwrap();
+    let config = watcher::Config::default().labels(&format!("{LABEL}={id}"));
+    let left = Wrong::record(objects.clone(), config, not_ready).await;
     let warned_before = warnings(&client, "Object", &id).await;
 
     // The restart, with a change to some Objects made while the new
@@ -252,64 +321,21 @@ async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
     apply_range(&client, &id, &pc, &rns, 0..CHURNED, "2").await;
     second.wait_healthy(Duration::from_secs(60)).await;
     let dump = DumpLog(&second);
+    let names: Vec<String> = (0..CHURNED).map(|i| format!("cm-{i}")).collect();
     wait(WAIT, &format!("{CHURNED} changed ConfigMaps"), || async {
-        let n = configmaps_with(&remote, &rns, "2").await;
+        let n = configmaps_with(&remote, &rns, &names, "2").await;
         (n == CHURNED).then_some(()).ok_or(format!("{n} changed"))
     })
     .await;
     // Every Object was reconciled by the new provider (its start-up burst,
     // one reconcile per Object listed, is over).
-    wait(
-        WAIT,
-        "the new provider to reconcile every Object",
-        || async {
-            let n = metric_sum(
-                &second.metrics(),
-                "crossplane_rs_reconcile_total",
-                &[("controller", "object")],
-            );
-            (n >= OBJECTS as f64)
-                .then_some(())
-                .ok_or(format!("{n} reconciles"))
-        },
-    )
-    .await;
+    wait_reconciled(&second, "object", OBJECTS).await;
     eprintln!(
         "restarted: {CHURNED} changes applied and every Object reconciled in {:?}",
         restarted.elapsed()
     );
-
-    let metrics = second.metrics();
-    let errors = |category: &str| {
-        metric_sum(
-            &metrics,
-            "crossplane_rs_reconcile_errors_total",
-            &[("controller", "object"), ("category", category)],
-        )
-    };
-    let all_errors = metric_sum(
-        &metrics,
-        "crossplane_rs_reconcile_errors_total",
-        &[("controller", "object")],
-    );
     let warned = warnings(&client, "Object", &id).await;
-    let left = left.lock().unwrap().clone();
-    eprintln!(
-        "after the restart: reconcile errors {all_errors}, warnings {warned:?} (before {warned_before:?}), {} Objects left Ready",
-        left.len()
-    );
-    assert_eq!(errors("TargetNotAnswering"), 0.0, "{metrics}");
-    assert_eq!(errors("TargetTooSlow"), 0.0);
-    assert!(
-        !warned.contains_key("TargetNotAnswering") && !warned.contains_key("TargetTooSlow"),
-        "{warned:?}"
-    );
-    assert!(
-        left.is_empty(),
-        "Objects left Ready: {:?}",
-        &left[..left.len().min(20)]
-    );
-    watching.abort();
+    nothing_failed(&second, "object", "Target", &warned, &warned_before, left);
 
     // Clean up: the Objects go, with their ConfigMaps.
     objects
@@ -432,39 +458,11 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
     );
 
     // From here on, every resource leaving Submitted is recorded.
-    let left: Arc<Mutex<Vec<String>>> = Arc::default();
-    let (listed, is_listed) = tokio::sync::oneshot::channel();
-    let watching = tokio::spawn({
-        let left = left.clone();
-        let api = resources.clone();
-        async move {
-            let mut listed = Some(listed);
-            let mut events =
-                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
-            while let Some(event) = events.try_next().await.unwrap() {
-                match event {
-                    watcher::Event::Apply(r) | watcher::Event::InitApply(r) => {
-                        let state = state_of_res(&r);
-                        if state != "Submitted" {
-                            left.lock()
-                                .unwrap()
-                                .push(format!("{}: {state:?}", r.name_any()));
-                        }
-                    }
-                    watcher::Event::InitDone => {
-                        if let Some(l) = listed.take() {
-                            let _ = l.send(());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), is_listed)
-        .await
-        .unwrap()
-        .unwrap();
+    let left = Wrong::record(resources.clone(), watcher::Config::default(), |r| {
+        let state = state_of_res(r);
+        (state != "Submitted").then(|| format!("state {state:?}"))
+    })
+    .await;
     let warned_before = warnings(&client, "KubernetesApplicationResource", &id).await;
 
     // The restart, with some applications changed while it starts.
@@ -475,65 +473,28 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
     second.wait_healthy(Duration::from_secs(60)).await;
     let dump = DumpLog(&second);
     let changed = CHURNED_APPS * TEMPLATES;
+    let names: Vec<String> = (0..CHURNED_APPS)
+        .flat_map(|i| (0..TEMPLATES).map(move |t| format!("cm-{i}-{t}")))
+        .collect();
     wait(WAIT, &format!("{changed} changed ConfigMaps"), || async {
-        let n = configmaps_with(&remote, &rns, "2").await;
+        let n = configmaps_with(&remote, &rns, &names, "2").await;
         (n == changed).then_some(()).ok_or(format!("{n} changed"))
     })
     .await;
-    wait(
-        WAIT,
-        "the new resource-controller to reconcile every resource",
-        || async {
-            let n = metric_sum(
-                &second.metrics(),
-                "crossplane_rs_reconcile_total",
-                &[("controller", "kubernetesapplicationresource")],
-            );
-            (n >= all as f64)
-                .then_some(())
-                .ok_or(format!("{n} reconciles"))
-        },
-    )
-    .await;
+    wait_reconciled(&second, "kubernetesapplicationresource", all).await;
     eprintln!(
         "restarted: {changed} changes applied and every resource reconciled in {:?}",
         restarted.elapsed()
     );
-
-    let metrics = second.metrics();
-    let errors = |category: &str| {
-        metric_sum(
-            &metrics,
-            "crossplane_rs_reconcile_errors_total",
-            &[
-                ("controller", "kubernetesapplicationresource"),
-                ("category", category),
-            ],
-        )
-    };
-    let all_errors = metric_sum(
-        &metrics,
-        "crossplane_rs_reconcile_errors_total",
-        &[("controller", "kubernetesapplicationresource")],
-    );
     let warned = warnings(&client, "KubernetesApplicationResource", &id).await;
-    let left = left.lock().unwrap().clone();
-    eprintln!(
-        "after the restart: reconcile errors {all_errors}, warnings {warned:?} (before {warned_before:?}), {} resources left Submitted",
-        left.len()
+    nothing_failed(
+        &second,
+        "kubernetesapplicationresource",
+        "Cluster",
+        &warned,
+        &warned_before,
+        left,
     );
-    assert_eq!(errors("ClusterNotAnswering"), 0.0, "{metrics}");
-    assert_eq!(errors("ClusterTooSlow"), 0.0);
-    assert!(
-        !warned.contains_key("ClusterNotAnswering") && !warned.contains_key("ClusterTooSlow"),
-        "{warned:?}"
-    );
-    assert!(
-        left.is_empty(),
-        "resources left Submitted: {:?}",
-        &left[..left.len().min(20)]
-    );
-    watching.abort();
 
     // Clean up: the applications go, with their remote ConfigMaps.
     let apps = Api::<KubernetesApplication>::namespaced(client.clone(), &ns);
