@@ -138,9 +138,10 @@ impl Clusters {
     /// [`TooSlow`], which does not say the cluster did not answer.
     ///
     /// Err([`NotAnswering`]) also when the cluster's breaker is open and
-    /// this attempt is not its probe. Work that fails after one of its
-    /// requests waited half the deadline or more for nothing (a connect
-    /// timeout) opens the breaker too, though its own error is returned.
+    /// this attempt is not its probe. Work that fails after half the
+    /// deadline or more, with nothing from the cluster meanwhile and a
+    /// request to it failing unanswered (a connect timeout), opens the
+    /// breaker too, though its own error is returned.
     /// Any other outcome means the cluster answered and closes it.
     pub async fn run<T, E>(
         &self,
@@ -194,13 +195,19 @@ impl Clusters {
             // deadline.
             check = (now + (self.timeout - silent)).min(cap);
         };
-        let slow_failure =
-            (result.is_err() && answers.failed_silent_since(start, self.timeout / 2)).then(|| {
-                format!(
-                    "a request failed after {} or more",
-                    humantime::format_duration(self.timeout / 2)
-                )
-            });
+        // A failure after half the deadline with nothing from the cluster
+        // meanwhile and one of its requests failing unanswered: a connect
+        // timeout. A slow failure while the cluster answers is the work's.
+        let slow_failure = (result.is_err()
+            && start.elapsed() >= self.timeout / 2
+            && answers.failed_since(start)
+            && !answers.answered_since(start))
+        .then(|| {
+            format!(
+                "a request failed after {} or more",
+                humantime::format_duration(self.timeout / 2)
+            )
+        });
         attempt.finish(slow_failure, Instant::now());
         Ok(result)
     }

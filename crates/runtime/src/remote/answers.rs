@@ -51,9 +51,6 @@ pub struct Answers {
     asked: AtomicU64,
     /// When a request last failed without an answer.
     failed: AtomicU64,
-    /// How long that request had waited with nothing at all coming back
-    /// from the cluster.
-    failed_waited: AtomicU64,
 }
 
 impl Answers {
@@ -71,7 +68,6 @@ impl Answers {
         }
         Asking {
             answers: self.clone(),
-            sent: now,
             done: false,
         }
     }
@@ -90,14 +86,11 @@ impl Answers {
         since(last, now)
     }
 
-    /// Whether a request that failed at or after `start` had waited at
-    /// least `window` with nothing coming back from the cluster (a connect
-    /// or read timeout), as opposed to an error that came quickly.
-    pub fn failed_silent_since(&self, start: Instant, window: Duration) -> bool {
+    /// Whether a request failed with nothing from the cluster (refused,
+    /// TLS, a connect or read timeout) at or after `start`.
+    pub fn failed_since(&self, start: Instant) -> bool {
         let failed = self.failed.load(Ordering::Acquire);
-        failed != 0
-            && failed >= stamp(start)
-            && Duration::from_millis(self.failed_waited.load(Ordering::Acquire)) >= window
+        failed != 0 && failed >= stamp(start)
     }
 
     /// Whether anything came back from the cluster at or after `start`.
@@ -111,7 +104,6 @@ impl Answers {
 /// counting as waiting.
 pub(crate) struct Asking {
     answers: Arc<Answers>,
-    sent: Instant,
     done: bool,
 }
 
@@ -126,10 +118,7 @@ impl Asking {
 
     /// The request failed with nothing from the cluster.
     pub(crate) fn failed(mut self, now: Instant) {
-        let from = stamp(self.sent).max(self.answers.answered.load(Ordering::Acquire));
-        let waited = stamp(now).saturating_sub(from);
-        self.answers.failed_waited.store(waited, Ordering::Release);
-        self.answers.failed.store(stamp(now), Ordering::Release);
+        self.answers.failed.fetch_max(stamp(now), Ordering::AcqRel);
         self.end();
     }
 
@@ -182,15 +171,13 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_remembers_how_long_it_waited_for_nothing() {
+    fn a_failure_is_remembered_apart_from_answers() {
         let a = Arc::new(Answers::default());
         let t0 = Instant::now();
         a.ask(t0).failed(t0 + Duration::from_secs(5));
-        assert!(a.failed_silent_since(t0, Duration::from_secs(5)));
-        assert!(!a.failed_silent_since(t0 + Duration::from_secs(6), Duration::from_secs(5)));
-        a.ask(t0 + Duration::from_secs(6))
-            .failed(t0 + Duration::from_millis(6010));
-        assert!(!a.failed_silent_since(t0, Duration::from_secs(5)));
+        assert!(a.failed_since(t0));
+        assert!(!a.failed_since(t0 + Duration::from_secs(6)));
         assert!(!a.answered_since(t0));
+        assert_eq!(a.silent_for(t0 + Duration::from_secs(60)), Duration::ZERO);
     }
 }
