@@ -65,13 +65,15 @@ pub struct CommonArgs {
     #[arg(long, env = "MAX_RECONCILE_RATE", default_value_t = 200)]
     pub max_reconcile_rate: u32,
 
-    /// How long one reconcile may wait on a remote cluster (connecting,
-    /// discovery and requests together) before it gives up and reports, in
-    /// the object's condition, that the cluster did not answer. Such a
-    /// cluster is then only probed (one reconcile at a time, after a pause of
-    /// 5s doubling to 1m) until it answers again; its other objects fail at
-    /// once with the same message, so a stalled cluster holds no workers that
-    /// other clusters need.
+    /// How long a remote cluster may be silent (a request to it waiting
+    /// with nothing at all coming back) before a reconcile working against
+    /// it gives up and reports, in the object's condition, that the cluster
+    /// did not answer. Work that is slow while the cluster answers goes on,
+    /// up to three times this. A cluster that did not answer is then only
+    /// probed (one reconcile at a time, after a pause of 5s doubling to 1m)
+    /// until it answers again; its other objects fail at once with the same
+    /// message, so a stalled cluster holds no workers that other clusters
+    /// need.
     #[arg(long, env = "REMOTE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub remote_timeout: Duration,
 
