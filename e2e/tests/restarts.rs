@@ -229,6 +229,17 @@ impl Drop for Wrong {
     }
 }
 
+/// The reconcile errors of `controller` in `binary` so far, by category.
+fn errors_by_category(binary: &Running, controller: &str) -> String {
+    let metrics = binary.metrics();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("crossplane_rs_reconcile_errors_total{"))
+        .filter(|l| l.contains(&format!("controller=\"{controller}\"")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Waits until `controller` in `binary` has reconciled `n` times.
 async fn wait_reconciled(binary: &Running, controller: &str, n: usize) {
     wait(WAIT, &format!("{n} reconciles of {controller}"), || async {
@@ -305,7 +316,11 @@ async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
         })
         .await;
     }
-    eprintln!("{OBJECTS} Objects Ready in {:?}", started.elapsed());
+    eprintln!(
+        "{OBJECTS} Objects Ready in {:?}; errors on the way: {}",
+        started.elapsed(),
+        errors_by_category(&first, "object")
+    );
 
     // From here on, every change of a Synced or Ready condition away from
     // True is recorded.
@@ -453,8 +468,9 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
         .await;
     }
     eprintln!(
-        "{APPS} applications ({all} resources) Submitted in {:?}",
-        started.elapsed()
+        "{APPS} applications ({all} resources) Submitted in {:?}; errors on the way: {}",
+        started.elapsed(),
+        errors_by_category(&first, "kubernetesapplicationresource")
     );
 
     // From here on, every resource leaving Submitted is recorded.
