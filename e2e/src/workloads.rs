@@ -258,7 +258,7 @@ pub async fn wait_app_state(
 
 /// The statuses of the applications and resources in `ns`, for a timeout's
 /// message.
-async fn explain(client: &Client, ns: &str) -> String {
+pub async fn explain(client: &Client, ns: &str) -> String {
     let lp = kube::api::ListParams::default();
     let apps = Api::<KubernetesApplication>::namespaced(client.clone(), ns)
         .list(&lp)

@@ -6,12 +6,14 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use futures::StreamExt as _;
+
 use kube::{
     Api, ResourceExt,
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
-    conditions,
+    coalesce, conditions,
     controller::{Runtime, cache_ready},
     events::ReconcileError,
     finalizers,
@@ -32,6 +34,10 @@ pub const CONTROLLER: &str = "kubernetesapplication";
 pub const FINALIZER: &str = "workload.crossplane.io/application-controller";
 /// How often a deleting application looks at its remaining resources.
 const DELETE_POLL: Duration = Duration::from_secs(2);
+/// How long a change of the counts or of Ready alone may wait for more.
+const COALESCE: Duration = Duration::from_secs(1);
+/// How many of an application's resources are applied at once.
+pub const APPLY_AT_ONCE: usize = 8;
 
 /// Why reconciling an application failed.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +89,21 @@ impl Reconciler for KubernetesApplications {
 
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
+    }
+
+    /// Within a state, a change of the counts or of Ready (which follow the
+    /// resources one by one) waits for the burst of resource changes to
+    /// settle: one status write per window, not one per resource. A new
+    /// state (Submitted, Failed) is written at once.
+    fn may_wait(
+        &self,
+        before: &Draft<KubernetesApplication>,
+        after: &Draft<KubernetesApplication>,
+    ) -> bool {
+        before.state == after.state
+            && before.observed_generation == after.observed_generation
+            && before.cluster_ref == after.cluster_ref
+            && coalesce::same_but_ready(&before.conditions, &after.conditions)
     }
 
     /// Unscheduled applications belong to the scheduler.
@@ -194,8 +215,11 @@ impl KubernetesApplications {
             .filter(move |r| r.namespace() == ns && desired::controlled_by(r, app))
     }
 
-    /// Applies one resource per template unless it is up to date; returns
-    /// the names the templates ask for and what stood in the way.
+    /// Applies one resource per template unless it is up to date (up to
+    /// [`APPLY_AT_ONCE`] at a time: an application's resources are
+    /// independent, and the first reconcile of a large one would otherwise
+    /// wait for each answer in turn); returns the names the templates ask
+    /// for and what stood in the way.
     async fn submit(
         &self,
         app: &KubernetesApplication,
@@ -205,6 +229,7 @@ impl KubernetesApplications {
         let resources = self.resources_api(app);
         let mut problems: Vec<String> = Vec::new();
         let mut wanted = BTreeSet::new();
+        let mut writes = Vec::new();
         for index in 0..app.spec.resource_templates.len() {
             let (name, body) = match desired::resource_for(app, index, cluster) {
                 Ok(r) => r,
@@ -225,13 +250,24 @@ impl KubernetesApplications {
                 Some(Ok(true)) => continue,
                 Some(Ok(false)) | None => {}
             }
-            if let Err(e) = ssa::apply(&resources, &name, &body, &self.field_manager).await {
-                problems.push(format!(
+            writes.push((name, body));
+        }
+        let (resources, ns) = (&resources, &ns);
+        let failed: Vec<String> = futures::stream::iter(writes)
+            .map(|(name, body)| async move {
+                let e = ssa::apply(resources, &name, &body, &self.field_manager)
+                    .await
+                    .err()?;
+                Some(format!(
                     "cannot apply KubernetesApplicationResource {ns}/{name}: {}",
                     runtime::events::error_chain(&e)
-                ));
-            }
-        }
+                ))
+            })
+            .buffered(APPLY_AT_ONCE)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        problems.extend(failed);
         (wanted, problems)
     }
 
@@ -366,7 +402,7 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
     .reflect(writer)
     .touched_objects();
     let applications = Arc::new(KubernetesApplications {
-        sk: Skeleton::new(rt, CONTROLLER),
+        sk: Skeleton::new(rt, CONTROLLER).coalescing(COALESCE),
         field_manager: rt.field_manager(),
         resources: reader,
         resync: rt.args.sync_interval,

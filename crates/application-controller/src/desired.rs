@@ -8,7 +8,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use types::workload::v1alpha1::{
     KubernetesApplication, KubernetesApplicationResource, KubernetesApplicationResourceState,
-    KubernetesApplicationState,
+    KubernetesApplicationState, RESOURCE_FINALIZER,
 };
 
 /// The KubernetesApplicationResource one template asks for, as a
@@ -44,6 +44,10 @@ pub fn resource_for(
         json!(app.namespace().unwrap_or_default()),
     );
     metadata.insert("ownerReferences".to_owned(), json!([owner]));
+    // The resource-controller's finalizer from the start: one request less
+    // per resource than it adding it (it removes it once the remote
+    // objects are gone).
+    metadata.insert("finalizers".to_owned(), json!([RESOURCE_FINALIZER]));
     if let Some(labels) = &template.metadata.labels {
         metadata.insert("labels".to_owned(), json!(labels));
     }
@@ -181,6 +185,9 @@ mod tests {
         assert_eq!(body["spec"]["clusterRef"]["name"], "c1");
         assert_eq!(body["spec"]["secrets"][0]["name"], "sql");
         assert_eq!(body["spec"]["template"]["kind"], "Deployment");
+        // Created with the resource-controller's finalizer: it need not
+        // add it with a request of its own.
+        assert_eq!(body["metadata"]["finalizers"], json!([RESOURCE_FINALIZER]));
     }
 
     #[test]

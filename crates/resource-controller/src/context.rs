@@ -34,7 +34,7 @@ use crate::remote_object;
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "kubernetesapplicationresource";
 /// Finalizer that holds a resource until its remote objects are gone.
-pub const FINALIZER: &str = "workload.crossplane.io/resource-controller";
+pub const FINALIZER: &str = types::workload::v1alpha1::RESOURCE_FINALIZER;
 
 /// How this controller's messages and reasons name a cluster's credentials.
 pub static WORDING: Wording = Wording {

@@ -41,7 +41,7 @@ use kube::{
 };
 use prometheus::Histogram;
 use runtime::{
-    conditions,
+    coalesce, conditions,
     controller::{CACHE_NOT_READY_RETRY, Runtime},
     managed::{self, Allowed, AppliedMemory, Connector, Lifecycle},
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
@@ -59,6 +59,10 @@ use crate::external::Remote;
 
 type Res = KubernetesApplicationResource;
 
+/// How long a change of a remote object's status alone may wait for more
+/// (one write per window; the last state at most this late).
+pub const COALESCE: Duration = Duration::from_secs(1);
+
 fn cluster_of(res: &Res) -> Option<String> {
     res.spec.cluster_ref.as_ref().map(|c| c.name.clone())
 }
@@ -73,6 +77,15 @@ impl Reconciler for ApplicationResources {
 
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
+    }
+
+    /// A change of the remote object's status alone (status.remote and the
+    /// Ready it decides) waits for the remote object's burst to settle: a
+    /// Deployment rolling out rewrites its status several times a second.
+    fn may_wait(&self, before: &Draft<Res>, after: &Draft<Res>) -> bool {
+        before.state == after.state
+            && before.observed_generation == after.observed_generation
+            && coalesce::same_but_ready(&before.conditions, &after.conditions)
     }
 
     /// A resource that is not scheduled yet is left alone until it is.
@@ -231,7 +244,7 @@ pub fn controller(
     let clusters_for_secrets = clusters.clone();
     let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
     let ctx = Arc::new(ApplicationResources {
-        skeleton: Skeleton::new(rt, CONTROLLER),
+        skeleton: Skeleton::new(rt, CONTROLLER).coalescing(COALESCE),
         rt: rt.clone(),
         // A Secret is known by its metadata (watched), never by a timer.
         connector: Connector::new(clients, rt.client.clone(), &WORDING, Duration::ZERO),

@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod backoff;
+pub mod coalesce;
 pub mod conditions;
 pub mod controller;
 pub mod crds;

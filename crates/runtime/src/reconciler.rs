@@ -16,7 +16,9 @@
 //!    status is written once, only when it changed ([`StatusWriter`]); the
 //!    controller hears of a write ([`Reconciler::written`]). A controller
 //!    that shares its kind's status with another writes its own fields and
-//!    opts out of this step ([`Reconciler::writes_status`]);
+//!    opts out of this step ([`Reconciler::writes_status`]). A change the
+//!    controller marks as following a burst elsewhere waits for it to
+//!    settle ([`Reconciler::may_wait`], [`crate::coalesce`]);
 //! 5. the result is reported by [`Reporting::reconcile`]: a log line with
 //!    the object's key, a Warning event, the error metric and the backoff;
 //!    all inside a `tracing` span carrying the controller and the key.
@@ -41,11 +43,15 @@ use serde::{Serialize, de::DeserializeOwned};
 use types::common::{ANNOTATION_PAUSED, Conditioned};
 
 use crate::{
+    coalesce::Coalesce,
     conditions,
     controller::{CACHE_NOT_READY_RETRY, Reporting, Runtime},
     events::ReconcileError,
-    finalizers, ssa,
+    finalizers,
 };
+
+mod status;
+pub use status::{StatusWriter, WRITTEN_TTL, older};
 
 /// A request to the control cluster made by the skeleton (finalizer,
 /// status) failed. Controllers' error types convert from it.
@@ -196,6 +202,13 @@ pub trait Reconciler: Send + Sync + 'static {
         status: &mut Draft<Self::Object>,
     ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
+    /// Whether the change from `before` to `after` (Synced set) only
+    /// follows a burst elsewhere and may wait for it to settle (see
+    /// [`crate::coalesce`]; only with [`Skeleton::coalescing`]).
+    fn may_wait(&self, _before: &Draft<Self::Object>, _after: &Draft<Self::Object>) -> bool {
+        false
+    }
+
     /// Removes what the object made.
     fn cleanup(
         &self,
@@ -231,6 +244,8 @@ pub struct Skeleton {
     pub reporting: Reporting,
     /// The status writer.
     pub status: StatusWriter,
+    /// Holds back the status changes [`Reconciler::may_wait`] marks.
+    pub coalesce: Option<Coalesce>,
     client: kube::Client,
 }
 
@@ -240,8 +255,15 @@ impl Skeleton {
         Self {
             reporting: Reporting::new(rt, controller),
             status: StatusWriter::new(rt.field_manager()),
+            coalesce: None,
             client: rt.client.clone(),
         }
+    }
+
+    /// Marked status changes wait up to `window` for their burst to settle.
+    pub fn coalescing(self, window: Duration) -> Self {
+        let coalesce = Some(Coalesce::new(window));
+        Self { coalesce, ..self }
     }
 
     /// The control-cluster client.
@@ -277,6 +299,12 @@ pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let sk = r.skeleton();
+    // A held status change: nothing new to do before its window ends.
+    if let (false, Some(c), Some(uid)) = (deleting, &sk.coalesce, obj.meta().uid.as_deref())
+        && let Some(wait) = c.waiting(uid, obj.meta().generation)
+    {
+        return Ok(Action::requeue(wait));
+    }
     sk.reporting
         .reconcile(obj.as_ref(), steps(r, &obj, deleting))
         .await
@@ -290,6 +318,7 @@ async fn steps<R: Reconciler>(
     let sk = r.skeleton();
     let api = r.api(obj.as_ref());
     let mut status = sk.status.base(obj.as_ref());
+    let before = sk.coalesce.as_ref().map(|_| status.clone());
     if paused(obj.as_ref()) {
         return pause(r, &api, obj, status).await;
     }
@@ -306,10 +335,7 @@ async fn steps<R: Reconciler>(
                 sk.status.forget(obj.as_ref());
                 Ok(Action::await_change())
             }
-            Ok(Cleanup::Wait(action)) => {
-                succeeded(r, &api, obj, status).await?;
-                Ok(action)
-            }
+            Ok(Cleanup::Wait(action)) => Ok(succeeded(r, &api, obj, before, status, action).await?),
             Err(e) => Err(fail(r, &api, obj, status, e).await),
         };
     }
@@ -319,30 +345,42 @@ async fn steps<R: Reconciler>(
             .map_err(|e| ControlError::new("add the finalizer", e))?;
     }
     match r.apply(obj, &mut status).await {
-        Ok(action) => {
-            succeeded(r, &api, obj, status).await?;
-            Ok(action)
-        }
+        Ok(action) => Ok(succeeded(r, &api, obj, before, status, action).await?),
         Err(e) => Err(fail(r, &api, obj, status, e).await),
     }
 }
 
-/// Sets Synced=True and writes the status once it changed; tells the
-/// controller when it was written.
+/// Sets Synced=True and writes the status once it changed (a change
+/// [`Reconciler::may_wait`] marks waits for its window: the object is
+/// looked at again then); tells the controller when it was written.
 async fn succeeded<R: Reconciler>(
     r: &R,
     api: &Api<R::Object>,
     obj: &R::Object,
+    before: Option<Draft<R::Object>>,
     mut status: Draft<R::Object>,
-) -> Result<(), ControlError> {
+    action: Action,
+) -> Result<Action, ControlError> {
     if !r.writes_status() {
-        return Ok(());
+        return Ok(action);
     }
     synced(obj, &mut status, conditions::reconcile_success());
-    if r.skeleton().status.write(api, obj, &status).await? {
+    let sk = r.skeleton();
+    let uid = obj.meta().uid.as_deref().unwrap_or_default();
+    if let (Some(c), Some(before)) = (&sk.coalesce, &before)
+        && r.may_wait(before, &status)
+        && sk.status.differs(obj, &status)
+        && let Some(wait) = c.hold(uid, obj.meta().generation)
+    {
+        return Ok(Action::requeue(wait));
+    }
+    if sk.status.write(api, obj, &status).await? {
         r.written(obj, &status).await;
     }
-    Ok(())
+    if let Some(c) = &sk.coalesce {
+        c.release(uid);
+    }
+    Ok(action)
 }
 
 /// Records a failure in the status (unless it is a lost race, which is
@@ -367,6 +405,8 @@ async fn fail<R: Reconciler>(
     if let Err(e) = r.skeleton().status.write(api, obj, &status).await {
         let error = crate::events::error_chain(&e);
         tracing::warn!(%error, "failed to record the error in the status");
+    } else if let (Some(c), Some(uid)) = (&r.skeleton().coalesce, obj.meta().uid.as_deref()) {
+        c.release(uid);
     }
     error
 }
@@ -473,107 +513,6 @@ fn machinery_failed<E: std::error::Error + 'static>(
     }
 }
 
-/// Writes an object's status only when it changed.
-///
-/// "Changed" is judged against the object as the cache shows it, and
-/// against what this writer last wrote: a reconcile that runs before the
-/// watch delivered our own previous write sees the old status. So what was
-/// written is kept for a short while ([`WRITTEN_TTL`]) with the
-/// resourceVersion the write produced, and while the cache is older than
-/// that write the next reconcile drafts from it ([`StatusWriter::base`]):
-/// it neither writes the same status again nor works from a stale one
-/// (whose conditions would get new transition times).
-#[derive(Clone)]
-pub struct StatusWriter {
-    field_manager: String,
-    written: crate::expiring::Expiring<String, (serde_json::Value, String)>,
-}
-
-/// How long a written status is trusted over a cache that has not shown it
-/// yet. Watch events follow a write within milliseconds; the bound keeps the
-/// memory to the writes of the last moments.
-pub const WRITTEN_TTL: Duration = Duration::from_secs(30);
-
-impl StatusWriter {
-    /// A writer applying with `field_manager`.
-    pub fn new(field_manager: String) -> Self {
-        Self {
-            field_manager,
-            written: crate::expiring::Expiring::new(WRITTEN_TTL),
-        }
-    }
-
-    /// What this writer last wrote for `obj`, while the cache is older than
-    /// that write; None once the cache shows it (or something newer).
-    fn fresher<K: Resource>(&self, obj: &K) -> Option<serde_json::Value> {
-        let uid = obj.meta().uid.as_deref().unwrap_or_default();
-        let cached_rv = obj.meta().resource_version.as_deref().unwrap_or_default();
-        let (value, rv) = self.written.get(&uid.to_owned())?;
-        older(cached_rv, &rv).then_some(value)
-    }
-
-    /// The status a reconcile starts from: the object's, or what this
-    /// writer wrote after the version the cache shows.
-    pub fn base<K>(&self, obj: &K) -> K::Status
-    where
-        K: Resource + Conditioned,
-    {
-        self.fresher(obj)
-            .and_then(|v| serde_json::from_value(v).ok())
-            .or_else(|| obj.status().cloned())
-            .unwrap_or_default()
-    }
-
-    /// Writes `status` unless the object already has it (or this writer
-    /// just wrote it and the cache is behind). The whole status is applied,
-    /// so a field that went away is removed. Ok(true) when written.
-    pub async fn write<K>(
-        &self,
-        api: &Api<K>,
-        obj: &K,
-        status: &K::Status,
-    ) -> Result<bool, ControlError>
-    where
-        K: Resource<DynamicType = ()> + Conditioned + Clone + DeserializeOwned + Debug,
-    {
-        if obj.status() == Some(status) {
-            return Ok(false);
-        }
-        let value = serde_json::to_value(status)
-            .map_err(|e| ControlError::new("serialize the status", kube::Error::SerdeError(e)))?;
-        if self.fresher(obj).as_ref() == Some(&value) {
-            return Ok(false);
-        }
-        let written = ssa::apply_status(api, &obj.name_any(), value.clone(), &self.field_manager)
-            .await
-            .map_err(|e| ControlError::new("write the status", e))?;
-        if let (Some(uid), Some(rv)) = (
-            obj.meta().uid.clone(),
-            written.meta().resource_version.clone(),
-        ) {
-            self.written.insert(uid, (value, rv));
-        }
-        Ok(true)
-    }
-
-    /// Forgets what was written for an object that is gone.
-    pub fn forget<K: Resource>(&self, obj: &K) {
-        if let Some(uid) = obj.meta().uid.as_ref() {
-            self.written.remove(uid);
-        }
-    }
-}
-
-/// Whether resourceVersion `a` is older than `b`. The API server's
-/// resourceVersions are etcd revisions, which only grow; when either is not
-/// a number nothing is assumed (false).
-pub fn older(a: &str, b: &str) -> bool {
-    match (a.parse::<u64>(), b.parse::<u64>()) {
-        (Ok(a), Ok(b)) => a < b,
-        _ => false,
-    }
-}
-
 /// A hash of a JSON value, to tell whether it changed without keeping it.
 pub fn value_hash(value: &serde_json::Value) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -598,15 +537,6 @@ pub fn jittered<K: Resource>(d: Duration, obj: &K) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resource_versions_compare_as_numbers_and_assume_nothing_otherwise() {
-        assert!(older("9", "10"));
-        assert!(!older("10", "9"));
-        assert!(!older("10", "10"));
-        assert!(!older("abc", "10"));
-        assert!(!older("10", ""));
-    }
 
     #[test]
     fn jitter_stays_within_ten_percent_and_is_stable() {

@@ -51,6 +51,15 @@ impl ControlPlane {
         }
     }
 
+    /// The servers this plane started, by name ("etcd",
+    /// "kube-apiserver-control", "kube-apiserver-remote",
+    /// "kube-controller-manager-control", the node's ...) with their pids,
+    /// e.g. for a benchmark to read their CPU time; empty for clusters the
+    /// tests were pointed at.
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        self._guard.as_ref().map(|g| g.pids()).unwrap_or_default()
+    }
+
     /// Every remote cluster: `remote`, then `more_remotes`.
     pub fn remotes(&self) -> impl Iterator<Item = &Cluster> {
         std::iter::once(&self.remote).chain(&self.more_remotes)

@@ -75,6 +75,15 @@ impl Processes {
         Ok(())
     }
 
+    /// The processes started, by name ("etcd", "kube-apiserver-control",
+    /// ...), with their pids.
+    pub(crate) fn pids(&self) -> Vec<(String, u32)> {
+        self.children
+            .iter()
+            .map(|(name, child)| (name.clone(), child.id()))
+            .collect()
+    }
+
     /// Fails naming the process and the end of its log when one has exited.
     pub(crate) fn check_alive(&mut self) -> anyhow::Result<()> {
         for (name, child) in &mut self.children {

@@ -19,6 +19,13 @@ use crate::common::{
 pub const ANNOTATION_RESOURCE_UID: &str =
     "kubernetesapplicationresource.workload.crossplane.io/uid";
 
+/// The finalizer that holds a KubernetesApplicationResource until the
+/// resource-controller removed its remote objects. The application-controller
+/// creates each resource with it already, so that the resource-controller
+/// need not add it with a request of its own per resource (it still adds it
+/// to a resource created without it).
+pub const RESOURCE_FINALIZER: &str = "workload.crossplane.io/resource-controller";
+
 /// Desired state of a KubernetesApplication.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

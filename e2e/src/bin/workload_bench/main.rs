@@ -24,6 +24,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod gitlab;
+mod null;
 mod phase;
 mod setup;
 
@@ -97,10 +98,13 @@ async fn main() {
     let args = args();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut run = setup::set_up(&args).await;
+    // The ceiling first, while the binaries hold no remote watch yet.
+    let null_writer = null::null_writer(&run.bench, &run.placement[1..], args.concurrency).await;
     let start = run.bench.mark();
     let one = one(&run, &args).await;
-    let many = many(&run, &args).await;
-    write_result(&mut run, &args, &start, one, many);
+    let mut many = many(&run, &args).await;
+    compare(&mut many, &null_writer);
+    write_result(&mut run, &args, &start, one, many, null_writer);
 }
 
 /// A single application alone: time from apply to Submitted.
@@ -153,8 +157,42 @@ async fn many(run: &Run, args: &Args) -> Value {
     many
 }
 
+/// Ours against the null writer's ceiling: templates per second as a
+/// fraction of its, and the API servers' (and etcd's) CPU seconds per
+/// template, ours and its.
+fn compare(many: &mut Value, null: &Value) {
+    let per_s = |v: &Value| {
+        v["templates"].as_f64().unwrap_or(f64::NAN) / v["duration_s"].as_f64().unwrap_or(f64::NAN)
+    };
+    let cpu = |v: &Value| v["servers"]["api_servers_and_etcd_cpu_s_per_template"].clone();
+    let figures = json!({
+        "templates_per_s": per_s(many),
+        "null_writer_templates_per_s": per_s(null),
+        "fraction_of_null_writer": per_s(many) / per_s(null),
+        "api_servers_and_etcd_cpu_s_per_template": {"ours": cpu(many), "null_writer": cpu(null)},
+    });
+    eprintln!(
+        "  many: {:.1} templates/s, {:.0}% of the null writer's {:.1}; API servers and etcd {:.3} CPU s per template (null writer {:.3})",
+        per_s(many),
+        100.0 * per_s(many) / per_s(null),
+        per_s(null),
+        cpu(many).as_f64().unwrap_or(f64::NAN),
+        cpu(null).as_f64().unwrap_or(f64::NAN),
+    );
+    if let Some(m) = many.as_object_mut() {
+        m.insert("ceiling".to_owned(), figures);
+    }
+}
+
 /// Writes the run's JSON (`--out`).
-fn write_result(run: &mut Run, args: &Args, start: &Mark, one: Value, many: Value) {
+fn write_result(
+    run: &mut Run,
+    args: &Args,
+    start: &Mark,
+    one: Value,
+    many: Value,
+    null_writer: Value,
+) {
     let (bench, m, remote_count) = (&mut run.bench, args.applications, run.remote_count);
     let end = bench.mark();
     // A binary that died part way explains phases that did not finish.
@@ -192,6 +230,7 @@ fn write_result(run: &mut Run, args: &Args, start: &Mark, one: Value, many: Valu
         "exited": exited,
         "phase_order": ["one", "many"],
         "phases": {"one": one, "many": many},
+        "null_writer": null_writer,
     });
     e2e::bench::write_json(&args.out, &result);
     println!("workloads: written to {}", args.out.display());

@@ -32,6 +32,8 @@ pub struct Mark {
     pub metrics: Vec<BTreeMap<(String, String), f64>>,
     pub audit: AuditMark,
     pub usage: Vec<Usage>,
+    /// The plane's servers (API servers, etcd, controller managers).
+    pub servers: Vec<(String, Usage)>,
 }
 
 impl Bench {
@@ -44,10 +46,16 @@ impl Bench {
                 .iter()
                 .map(|b| Usage::of(b.child.id()))
                 .collect(),
+            servers: self
+                .plane
+                .processes()
+                .into_iter()
+                .map(|(name, pid)| (name, Usage::of(pid)))
+                .collect(),
         }
     }
 
-    fn between(&self, from: &Mark, to: &Mark, templates: f64) -> Value {
+    pub fn between(&self, from: &Mark, to: &Mark, templates: f64) -> Value {
         let mut metrics = serde_json::Map::new();
         let mut usage = serde_json::Map::new();
         for (i, b) in self.binaries.iter().enumerate() {
@@ -69,8 +77,34 @@ impl Bench {
                 "audit": from.audit.delta(&to.audit, &self.users, templates),
             },
             "binaries": usage,
+            "servers": servers_between(from, to, templates),
         })
     }
+}
+
+/// The CPU seconds each of the plane's servers spent from `from` to `to`,
+/// and those of the API servers and etcd (the machine's bottleneck) in all
+/// and per template.
+pub fn servers_between(from: &Mark, to: &Mark, templates: f64) -> Value {
+    let mut by = serde_json::Map::new();
+    let mut api = 0.0;
+    for (name, usage) in &to.servers {
+        let before = from
+            .servers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0.0, |(_, u)| u.cpu_s);
+        let cpu = usage.cpu_s - before;
+        if name.starts_with("kube-apiserver") || name == "etcd" {
+            api += cpu;
+        }
+        by.insert(name.clone(), json!(cpu));
+    }
+    json!({
+        "cpu_s": by,
+        "api_servers_and_etcd_cpu_s": api,
+        "api_servers_and_etcd_cpu_s_per_template": api / templates,
+    })
 }
 
 /// `a` with `b`'s fields added.

@@ -1,0 +1,132 @@
+//! The status writer of the skeleton: writes only a changed status, and
+//! trusts what it just wrote over a cache that has not shown it yet.
+
+use std::{fmt::Debug, time::Duration};
+
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use types::common::Conditioned;
+
+use super::ControlError;
+use crate::ssa;
+
+/// Writes an object's status only when it changed.
+///
+/// "Changed" is judged against the object as the cache shows it, and
+/// against what this writer last wrote: a reconcile that runs before the
+/// watch delivered our own previous write sees the old status. So what was
+/// written is kept for a short while ([`WRITTEN_TTL`]) with the
+/// resourceVersion the write produced, and while the cache is older than
+/// that write the next reconcile drafts from it ([`StatusWriter::base`]):
+/// it neither writes the same status again nor works from a stale one
+/// (whose conditions would get new transition times).
+#[derive(Clone)]
+pub struct StatusWriter {
+    field_manager: String,
+    written: crate::expiring::Expiring<String, (serde_json::Value, String)>,
+}
+
+/// How long a written status is trusted over a cache that has not shown it
+/// yet. Watch events follow a write within milliseconds; the bound keeps the
+/// memory to the writes of the last moments.
+pub const WRITTEN_TTL: Duration = Duration::from_secs(30);
+
+impl StatusWriter {
+    /// A writer applying with `field_manager`.
+    pub fn new(field_manager: String) -> Self {
+        Self {
+            field_manager,
+            written: crate::expiring::Expiring::new(WRITTEN_TTL),
+        }
+    }
+
+    /// What this writer last wrote for `obj`, while the cache is older than
+    /// that write; None once the cache shows it (or something newer).
+    fn fresher<K: Resource>(&self, obj: &K) -> Option<serde_json::Value> {
+        let uid = obj.meta().uid.as_deref().unwrap_or_default();
+        let cached_rv = obj.meta().resource_version.as_deref().unwrap_or_default();
+        let (value, rv) = self.written.get(&uid.to_owned())?;
+        older(cached_rv, &rv).then_some(value)
+    }
+
+    /// The status a reconcile starts from: the object's, or what this
+    /// writer wrote after the version the cache shows.
+    pub fn base<K>(&self, obj: &K) -> K::Status
+    where
+        K: Resource + Conditioned,
+    {
+        self.fresher(obj)
+            .and_then(|v| serde_json::from_value(v).ok())
+            .or_else(|| obj.status().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Whether `status` differs from what the object shows (or this writer
+    /// just wrote for it): whether [`StatusWriter::write`] would write.
+    pub fn differs<K: Resource + Conditioned>(&self, obj: &K, status: &K::Status) -> bool {
+        obj.status() != Some(status) && serde_json::to_value(status).ok() != self.fresher(obj)
+    }
+
+    /// Writes `status` unless the object already has it (or this writer
+    /// just wrote it and the cache is behind). The whole status is applied,
+    /// so a field that went away is removed. Ok(true) when written.
+    pub async fn write<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        status: &K::Status,
+    ) -> Result<bool, ControlError>
+    where
+        K: Resource<DynamicType = ()> + Conditioned + Clone + DeserializeOwned + Debug,
+    {
+        if obj.status() == Some(status) {
+            return Ok(false);
+        }
+        let value = serde_json::to_value(status)
+            .map_err(|e| ControlError::new("serialize the status", kube::Error::SerdeError(e)))?;
+        if self.fresher(obj).as_ref() == Some(&value) {
+            return Ok(false);
+        }
+        let written = ssa::apply_status(api, &obj.name_any(), value.clone(), &self.field_manager)
+            .await
+            .map_err(|e| ControlError::new("write the status", e))?;
+        if let (Some(uid), Some(rv)) = (
+            obj.meta().uid.clone(),
+            written.meta().resource_version.clone(),
+        ) {
+            self.written.insert(uid, (value, rv));
+        }
+        Ok(true)
+    }
+
+    /// Forgets what was written for an object that is gone.
+    pub fn forget<K: Resource>(&self, obj: &K) {
+        if let Some(uid) = obj.meta().uid.as_ref() {
+            self.written.remove(uid);
+        }
+    }
+}
+
+/// Whether resourceVersion `a` is older than `b`. The API server's
+/// resourceVersions are etcd revisions, which only grow; when either is not
+/// a number nothing is assumed (false).
+pub fn older(a: &str, b: &str) -> bool {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_versions_compare_as_numbers_and_assume_nothing_otherwise() {
+        assert!(older("9", "10"));
+        assert!(!older("10", "9"));
+        assert!(!older("10", "10"));
+        assert!(!older("abc", "10"));
+        assert!(!older("10", ""));
+    }
+}
