@@ -5,8 +5,10 @@
 //!
 //! Every client of a cluster (requests and watches alike) carries the
 //! [`super::CountingLayer`], which records here when a request is sent,
-//! when its response headers arrive (an answer, whatever its status), and
-//! when it fails without any (connection refused, TLS, timeout).
+//! when its response headers arrive (an answer, whatever its status), when
+//! bytes of a response body arrive (a long list, an open watch's events:
+//! the cluster is answering even while no request ends), and when a
+//! request fails without any answer (connection refused, TLS, timeout).
 
 use std::{
     sync::{
@@ -100,6 +102,14 @@ impl Answers {
     }
 }
 
+impl Answers {
+    /// Bytes of a response body (a list's items, a watch's events) arrived:
+    /// the cluster is answering, though no request ends.
+    pub(crate) fn heard(&self, now: Instant) {
+        self.answered.fetch_max(stamp(now), Ordering::AcqRel);
+    }
+}
+
 /// One request in flight; dropped unfinished (cancelled), it only stops
 /// counting as waiting.
 pub(crate) struct Asking {
@@ -168,6 +178,19 @@ mod tests {
         );
         drop(slow);
         assert_eq!(a.silent_for(t0 + Duration::from_secs(30)), Duration::ZERO);
+    }
+
+    #[test]
+    fn bytes_of_a_body_end_the_silence_though_no_request_ends() {
+        let a = Arc::new(Answers::default());
+        let t0 = Instant::now();
+        let waiting = a.ask(t0);
+        a.heard(t0 + Duration::from_secs(9));
+        assert_eq!(
+            a.silent_for(t0 + Duration::from_secs(10)),
+            Duration::from_secs(1)
+        );
+        drop(waiting);
     }
 
     #[test]

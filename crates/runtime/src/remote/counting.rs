@@ -4,6 +4,7 @@
 
 use std::{
     collections::HashMap,
+    pin::Pin,
     sync::{Arc, Mutex},
     task::{Context, Poll},
     time::Instant,
@@ -11,7 +12,7 @@ use std::{
 
 use futures::{FutureExt as _, future::BoxFuture};
 
-use http::Request;
+use http::{Request, Response};
 use kube::{Client, Config, client::ClientBuilder};
 use prometheus::IntCounterVec;
 use tower::{Layer, Service};
@@ -149,14 +150,14 @@ pub struct Counting<S> {
     answers: Arc<Answers>,
 }
 
-impl<S, B> Service<Request<B>> for Counting<S>
+impl<S, B, R> Service<Request<B>> for Counting<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = Response<R>>,
     S::Future: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = Response<Heard<R>>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+    type Future = BoxFuture<'static, Result<Self::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -172,18 +173,57 @@ where
             .with_label_values(&[self.label.value.as_str(), verb])
             .inc();
         let asking = self.answers.ask(Instant::now());
-        // Resolves when the response headers arrive (a watch's or a list's
-        // body follows later): that is the cluster answering.
+        let answers = self.answers.clone();
+        // Resolves when the response headers arrive: that is the cluster
+        // answering. The body (a list's items, a watch's events) follows,
+        // and each of its frames counts as an answer too.
         self.inner
             .call(req)
-            .map(move |out| {
-                match &out {
-                    Ok(_) => asking.answered(Instant::now()),
-                    Err(_) => asking.failed(Instant::now()),
+            .map(move |out| match out {
+                Ok(response) => {
+                    asking.answered(Instant::now());
+                    Ok(response.map(|inner| Heard { inner, answers }))
                 }
-                out
+                Err(e) => {
+                    asking.failed(Instant::now());
+                    Err(e)
+                }
             })
             .boxed()
+    }
+}
+
+/// A response body whose every frame is recorded as the cluster answering
+/// (see [`Answers`]).
+pub struct Heard<R> {
+    inner: R,
+    answers: Arc<Answers>,
+}
+
+impl<R> http_body::Body for Heard<R>
+where
+    R: http_body::Body + Unpin,
+{
+    type Data = R::Data;
+    type Error = R::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(_))) = &frame {
+            self.answers.heard(Instant::now());
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -24,7 +24,7 @@ mod error;
 pub use answers::Answers;
 pub use clients::RemoteClients;
 pub use cluster::{DiscoveryCache, RemoteCluster, ResolveError};
-pub use counting::{Counting, CountingLayer, VERBS, counted_client, verb};
+pub use counting::{Counting, CountingLayer, Heard, VERBS, counted_client, verb};
 pub use error::RemoteError;
 
 use std::time::Duration;
