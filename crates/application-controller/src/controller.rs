@@ -10,11 +10,11 @@ use futures::StreamExt as _;
 
 use kube::{
     Api, ResourceExt,
-    runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
+    runtime::{WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
     coalesce, conditions,
-    controller::{Runtime, cache_ready},
+    controller::{Runtime, cache_ready, trim},
     events::ReconcileError,
     finalizers,
     reconciler::{
@@ -393,23 +393,22 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
     // The resources are watched once: the reflector updates the store that
     // reconciles read *before* it wakes the owning application, so a
     // reconcile never sees a resource older than the change that woke it.
-    let (reader, writer) = kube::runtime::reflector::store();
-    let resources = watcher(
+    let (reader, resources) = trim::reflected(
         rt.api::<KubernetesApplicationResource>(),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
+        desired::cached,
+    );
+    let resources = resources.touched_objects();
     let applications = Arc::new(KubernetesApplications {
         sk: Skeleton::new(rt, CONTROLLER).coalescing(COALESCE),
         field_manager: rt.field_manager(),
         resources: reader,
         resync: rt.args.sync_interval,
     });
-    let ctrl = Controller::new(
+    let ctrl = trim::controller(
         rt.api::<KubernetesApplication>(),
         watcher::Config::default(),
+        trim::nothing_else,
     )
     .owns_stream(resources)
     .with_config(rt.controller_config())

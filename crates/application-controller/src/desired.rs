@@ -85,10 +85,52 @@ pub fn controller_of(
         .find(|o| o.controller == Some(true))
 }
 
-/// Whether the existing resource already is what `desired` asks for (so
-/// applying it would change nothing and can be skipped).
+/// What this controller keeps of a resource in its cache: its metadata,
+/// its spec with the template as a digest (all it needs of the template is
+/// whether it is the one a template asks for: [`up_to_date`]), and its
+/// status without `status.remote` (the remote object's status, which it
+/// never reads; the resource-controller holds it). A template is most of a
+/// resource, and the application already holds it.
+pub fn cached(res: &mut KubernetesApplicationResource) {
+    res.spec.template = digest(&res.spec.template);
+    if let Some(status) = res.status.as_mut() {
+        status.remote = None;
+    }
+}
+
+/// How a digest of a template begins. A template is an object (the CRD
+/// says so), never a string, so a digest is never taken for a template.
+const DIGEST: &str = "digest:";
+
+/// A template's digest; a digest is its own.
+fn digest(template: &Value) -> Value {
+    match template.as_str() {
+        Some(d) if d.starts_with(DIGEST) => template.clone(),
+        _ => Value::String(format!(
+            "{DIGEST}{:016x}",
+            runtime::reconciler::value_hash(template)
+        )),
+    }
+}
+
+/// A spec with its template as a digest.
+fn digested(spec: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    spec.iter()
+        .map(|(k, v)| match k.as_str() {
+            "template" => (k.clone(), digest(v)),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect()
+}
+
+/// Whether the existing resource (as cached, or whole) already is what
+/// `desired` asks for (so applying it would change nothing and can be
+/// skipped). Templates are compared by digest.
 pub fn up_to_date(existing: &KubernetesApplicationResource, desired: &Value) -> bool {
-    let Ok(spec) = serde_json::to_value(&existing.spec) else {
+    let Ok(Value::Object(spec)) = serde_json::to_value(&existing.spec) else {
+        return false;
+    };
+    let Some(want) = desired.get("spec").and_then(Value::as_object) else {
         return false;
     };
     let subset = |want: &Value, have: Option<&BTreeMap<String, String>>| match want.as_object() {
@@ -97,7 +139,7 @@ pub fn up_to_date(existing: &KubernetesApplicationResource, desired: &Value) -> 
             .iter()
             .all(|(k, v)| have.and_then(|h| h.get(k)).map(|s| json!(s)) == Some(v.clone())),
     };
-    spec == desired["spec"]
+    digested(&spec) == digested(want)
         && subset(
             &desired["metadata"]["labels"],
             existing.metadata.labels.as_ref(),
@@ -206,6 +248,51 @@ mod tests {
         assert!(up_to_date(&res, &body));
         res.spec.secrets.clear();
         assert!(!up_to_date(&res, &body));
+    }
+
+    #[test]
+    fn a_cached_resource_keeps_a_digest_of_its_template_and_no_remote_status() {
+        let (_, body) = resource_for(&app(), 1, "c1").unwrap();
+        let mut res: KubernetesApplicationResource = serde_json::from_value(body.clone()).unwrap();
+        res.status = serde_json::from_value(json!({
+            "state": "Submitted", "remote": {"replicas": 3},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Available",
+                            "lastTransitionTime": "2024-01-01T00:00:00Z"}],
+        }))
+        .unwrap();
+        let whole = res.clone();
+        cached(&mut res);
+        assert!(
+            res.spec
+                .template
+                .as_str()
+                .is_some_and(|d| d.starts_with(DIGEST))
+        );
+        assert_eq!(
+            (&res.spec.secrets, &res.spec.cluster_ref),
+            (&whole.spec.secrets, &whole.spec.cluster_ref)
+        );
+        assert_eq!(res.metadata, whole.metadata);
+        let (status, was) = (res.status.clone().unwrap(), whole.status.clone().unwrap());
+        assert_eq!(status.remote, None);
+        assert_eq!(
+            (&status.state, &status.conditions),
+            (&was.state, &was.conditions)
+        );
+        assert!(submitted(&res));
+        // Trimming twice changes nothing.
+        let once = res.spec.clone();
+        cached(&mut res);
+        assert_eq!(res.spec, once);
+        // It tells an up-to-date resource from a stale one as the whole did.
+        assert!(up_to_date(&res, &body));
+        let mut changed = body.clone();
+        changed["spec"]["template"]["spec"] = json!({"replicas": 2});
+        assert!(!up_to_date(&res, &changed));
+        assert!(!up_to_date(&whole, &changed));
+        let mut moved = body.clone();
+        moved["spec"]["clusterRef"]["name"] = json!("c2");
+        assert!(!up_to_date(&res, &moved));
     }
 
     #[test]

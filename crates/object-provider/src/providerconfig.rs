@@ -13,13 +13,13 @@ use kube::{
     runtime::{
         Controller, WatchStreamExt,
         controller::Action,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
 use runtime::{
     conditions,
-    controller::Runtime,
+    controller::{Runtime, trim},
     events::ReconcileError,
     reconciler::{self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Reconciler, Skeleton},
 };
@@ -135,24 +135,23 @@ pub struct ConfigWatch {
 
 /// Starts watching ProviderConfigs (lazily: with the controller).
 pub fn watch_configs(rt: &Runtime) -> ConfigWatch {
-    let (store, writer) = reflector::store();
     let (tx, changed) = mpsc::unbounded();
     let mut generations = usage::ConfigGenerations::default();
-    let events = watcher(
+    let (store, events) = trim::reflected(
         Api::<ProviderConfig>::all(rt.client.clone()),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .inspect(move |event| {
-        if let Ok(event) = event
-            && let Some(name) = generations.changed(event)
-        {
-            let _ = tx.unbounded_send(name);
-        }
-    })
-    .applied_objects()
-    .boxed();
+        trim::nothing_else,
+    );
+    let events = events
+        .inspect(move |event| {
+            if let Ok(event) = event
+                && let Some(name) = generations.changed(event)
+            {
+                let _ = tx.unbounded_send(name);
+            }
+        })
+        .applied_objects()
+        .boxed();
     ConfigWatch {
         store,
         changed,

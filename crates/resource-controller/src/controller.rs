@@ -33,16 +33,16 @@ use kube::{
     ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller, WatchStreamExt,
+        WatchStreamExt,
         controller::Action,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
 use prometheus::Histogram;
 use runtime::{
     coalesce, conditions,
-    controller::{CACHE_NOT_READY_RETRY, Runtime},
+    controller::{CACHE_NOT_READY_RETRY, Runtime, trim},
     managed::{self, Allowed, AppliedMemory, Connector, Lifecycle},
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     remote::RemoteClients,
@@ -225,21 +225,24 @@ pub fn controller(
     rt: &Runtime,
     deletion_timeout: Duration,
 ) -> Result<impl Future<Output = ()> + use<>, prometheus::Error> {
-    let (clusters, writer) = reflector::store();
-    let cluster_events = watcher(rt.api::<KubernetesCluster>(), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    let (secrets, writer) = reflector::store();
-    let secret_events = watcher(
+    let (clusters, cluster_events) = trim::reflected(
+        rt.api::<KubernetesCluster>(),
+        watcher::Config::default(),
+        trim::nothing_else,
+    );
+    let cluster_events = cluster_events.touched_objects();
+    let (secrets, secret_events) = trim::reflected(
         rt.api::<PartialObjectMeta<Secret>>(),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
+        trim::nothing_else,
+    );
+    let secret_events = secret_events.touched_objects();
     let (watches, woken) = Watches::new(CONTROLLER, &rt.metrics);
-    let ctrl = Controller::new(rt.api::<Res>(), watcher::Config::default());
+    let ctrl = trim::controller(
+        rt.api::<Res>(),
+        watcher::Config::default(),
+        trim::nothing_else,
+    );
     let (by_cluster, by_secret) = (ctrl.store(), ctrl.store());
     let clusters_for_secrets = clusters.clone();
     let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);

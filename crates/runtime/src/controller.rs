@@ -4,7 +4,8 @@
 //! - [`reporting`]: the [`Reporting`] of each reconcile (rate, deadline,
 //!   metrics, log line, Warning event, backoff);
 //! - [`cache`]: whether a reflector's cache is complete ([`cache_ready`]);
-//! - [`observer`]: the observe-only controller ([`observe`]).
+//! - [`observer`]: the observe-only controller ([`observe`]);
+//! - [`trim`]: caches that keep only what a controller reads.
 //!
 //! The reconcile skeleton itself is [`crate::reconciler`].
 
@@ -12,6 +13,7 @@ pub mod cache;
 pub mod harness;
 pub mod observer;
 pub mod reporting;
+pub mod trim;
 
 pub use cache::{CACHE_NOT_READY_RETRY, cache_ready};
 pub use harness::{RunError, Runtime, api_resource};

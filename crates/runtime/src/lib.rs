@@ -3,6 +3,7 @@
 //! remote-cluster clients, shared watches and server-side apply. No controller logic lives
 //! here: a controller's decisions belong to its own crate.
 
+mod alloc;
 pub mod args;
 pub mod backoff;
 pub mod coalesce;

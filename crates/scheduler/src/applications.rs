@@ -8,14 +8,13 @@ use std::{collections::HashMap, sync::Arc};
 use kube::{
     ResourceExt,
     runtime::{
-        Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, reflector::Store,
-        watcher,
+        WatchStreamExt, controller::Action, reflector::ObjectRef, reflector::Store, watcher,
     },
 };
 use prometheus::IntCounterVec;
 use runtime::{
     conditions,
-    controller::{Runtime, cache_ready},
+    controller::{Runtime, cache_ready, trim},
     events::ReconcileError,
     reconciler::{
         self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
@@ -258,20 +257,29 @@ fn scheduled_fields(
     Ok(serde_json::Value::Object(value))
 }
 
+/// What the scheduler keeps of an application: its metadata, selector and
+/// status (which it reads and writes), not its templates, which it never
+/// reads and which are most of an application.
+fn placement_only(app: &mut KubernetesApplication) {
+    app.spec.resource_templates = Vec::new();
+}
+
 /// The scheduling controller.
 pub fn controller(rt: &Runtime) -> Result<impl Future<Output = ()> + use<>, prometheus::Error> {
     let placements = placements(rt)?;
     // Clusters are watched through a reflector whose store the decisions
     // read: it is updated before the watch wakes an application, so a
     // decision never uses a cluster older than the change that woke it.
-    let (clusters, writer) = kube::runtime::reflector::store();
-    let cluster_events = watcher(rt.api::<KubernetesCluster>(), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
-    let ctrl = Controller::new(
+    let (clusters, cluster_events) = trim::reflected(
+        rt.api::<KubernetesCluster>(),
+        watcher::Config::default(),
+        trim::nothing_else,
+    );
+    let cluster_events = cluster_events.applied_objects();
+    let ctrl = trim::controller(
         rt.api::<KubernetesApplication>(),
         watcher::Config::default(),
+        placement_only,
     );
     let apps = ctrl.store();
     let pending = apps.clone();
@@ -315,4 +323,35 @@ fn placements(rt: &Runtime) -> Result<IntCounterVec, prometheus::Error> {
         placements.with_label_values(&[result]);
     }
     Ok(placements)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_what_placement_reads_and_drops_the_templates() {
+        let mut app: KubernetesApplication = serde_json::from_value(json!({
+            "apiVersion": "workload.crossplane.io/v1alpha1",
+            "kind": "KubernetesApplication",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                         "labels": {"app": "a"}},
+            "spec": {
+                "clusterSelector": {"matchLabels": {"region": "eu"}},
+                "resourceTemplates": [{"metadata": {"name": "t"},
+                                       "spec": {"template": {"kind": "ConfigMap"}}}],
+            },
+            "status": {"state": "Scheduled", "clusterRef": {"name": "c"}},
+        }))
+        .unwrap();
+        let before = app.clone();
+        placement_only(&mut app);
+        assert!(app.spec.resource_templates.is_empty());
+        assert_eq!(app.spec.cluster_selector, before.spec.cluster_selector);
+        assert_eq!(app.status, before.status);
+        assert_eq!(app.metadata, before.metadata);
+        assert_eq!(scheduled_to(&app), Some("c"));
+    }
 }

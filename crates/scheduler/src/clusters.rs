@@ -9,7 +9,6 @@ use kube::{
     Api, ResourceExt,
     core::PartialObjectMeta,
     runtime::{
-        Controller,
         controller::Action,
         reflector::{ObjectRef, Store},
         watcher,
@@ -17,7 +16,7 @@ use kube::{
 };
 use runtime::{
     conditions,
-    controller::Runtime,
+    controller::{Runtime, trim},
     events::{ReconcileError, error_chain},
     limits,
     reconciler::{
@@ -185,7 +184,11 @@ pub fn controller(
     remote: RemoteClients,
     probe_interval: std::time::Duration,
 ) -> impl Future<Output = ()> + use<> {
-    let ctrl = Controller::new(rt.api::<KubernetesCluster>(), watcher::Config::default());
+    let ctrl = trim::controller(
+        rt.api::<KubernetesCluster>(),
+        watcher::Config::default(),
+        trim::nothing_else,
+    );
     let by_secret = ctrl.store();
     let secrets = rt.api::<PartialObjectMeta<Secret>>();
     let readiness = Arc::new(KubernetesClusters {

@@ -42,13 +42,13 @@ use kube::{
     runtime::{
         Controller, WatchStreamExt,
         controller::Action,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
 use runtime::{
     conditions,
-    controller::Runtime,
+    controller::{Runtime, trim},
     events::error_chain,
     managed::{self, AppliedMemory, Connector, Lifecycle, Synced},
     reconciler::{self, Cleanup, Reconciler, Skeleton, jittered},
@@ -312,33 +312,32 @@ pub struct ObjectWatch {
 
 /// Starts watching Objects (lazily: the watch runs with the controller).
 pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
-    let (objects, writer) = reflector::store();
     let (config_tx, config_wakes) = mpsc::unbounded();
     let (referrer_tx, referrer_wakes) = mpsc::unbounded();
     let mut wakes = usage::Wakes::default();
-    let events = watcher(
+    let (objects, events) = trim::reflected(
         Api::<Object>::all(rt.client.clone()),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .inspect(move |event| {
-        if let Ok(event) = event {
-            let woken = wakes.event(event);
-            for c in woken.configs {
-                let _ = config_tx.unbounded_send(ObjectRef::new(&c));
+        trim::nothing_else,
+    );
+    let events = events
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                let woken = wakes.event(event);
+                for c in woken.configs {
+                    let _ = config_tx.unbounded_send(ObjectRef::new(&c));
+                }
+                for r in woken.referrers {
+                    let _ = referrer_tx.unbounded_send(ObjectRef::new(&r));
+                }
             }
-            for r in woken.referrers {
-                let _ = referrer_tx.unbounded_send(ObjectRef::new(&r));
-            }
-        }
-    })
-    .applied_objects()
-    .predicate_filter(
-        desired_state_hash,
-        kube::runtime::utils::PredicateConfig::default(),
-    )
-    .boxed();
+        })
+        .applied_objects()
+        .predicate_filter(
+            desired_state_hash,
+            kube::runtime::utils::PredicateConfig::default(),
+        )
+        .boxed();
     ObjectWatch {
         objects,
         config_wakes,

@@ -4,9 +4,10 @@
 use serde_json::Value;
 
 /// What this process last applied for each managed object, by the managed
-/// resource's UID: the desired object it applied (by hash), and the fields
-/// it set as the target stored them (normalised: `1000m` may come back as
-/// `1`, defaults filled in). A live object is up to date when those fields
+/// resource's UID: the desired object it applied, and the fields it set as
+/// the target stored them (normalised: `1000m` may come back as `1`,
+/// defaults filled in), both by hash: a copy of every applied object would
+/// double what the process holds, for a comparison a hash answers. A live object is up to date when those fields
 /// still read the same; when they do not although the desired object did
 /// not change, someone else changed them: drift. No managedFields are
 /// needed (watch caches drop them). Lost on restart, which costs at most
@@ -18,7 +19,7 @@ pub struct AppliedMemory {
 
 struct Applied {
     desired: u64,
-    stored: Value,
+    stored: u64,
 }
 
 impl AppliedMemory {
@@ -27,7 +28,7 @@ impl AppliedMemory {
     pub fn remember(&self, uid: &str, desired: &Value, answer: &Value) {
         let applied = Applied {
             desired: crate::reconciler::value_hash(desired),
-            stored: project(answer, desired),
+            stored: crate::reconciler::value_hash(&project(answer, desired)),
         };
         if let Ok(mut m) = self.by_uid.lock() {
             m.insert(uid.to_owned(), applied);
@@ -40,7 +41,7 @@ impl AppliedMemory {
         let remembered = self.by_uid.lock().ok().and_then(|m| {
             m.get(uid)
                 .filter(|a| a.desired == hash)
-                .map(|a| project(live, desired) == a.stored)
+                .map(|a| crate::reconciler::value_hash(&project(live, desired)) == a.stored)
         });
         match remembered {
             Some(same) => (same, !same),
