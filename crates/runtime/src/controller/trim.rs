@@ -34,7 +34,12 @@ where
 {
     let writer = reflector::store::Writer::<K>::default();
     let store = writer.as_reader();
-    let events = watch(api, config, trim).reflect(writer).applied_objects();
+    // Backed off as Controller::new's own watch is: a failing watch is
+    // retried after a growing pause, never in a hot loop.
+    let events = watch(api, config, trim)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
     Controller::for_stream(events, store)
 }
 
