@@ -32,14 +32,8 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync + Unpin,
 {
-    let writer = reflector::store::Writer::<K>::default();
-    let store = writer.as_reader();
-    // Backed off as Controller::new's own watch is: a failing watch is
-    // retried after a growing pause, never in a hot loop.
-    let events = watch(api, config, trim)
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
+    let (store, events) = reflected(api, config, trim);
+    let events = events.applied_objects();
     Controller::for_stream(events, store)
 }
 
