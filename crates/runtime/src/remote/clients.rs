@@ -145,9 +145,8 @@ impl RemoteClients {
         };
         let client = build(config)?;
         let watch_client = build(watch_config)?;
-        let mut cluster = RemoteCluster::with_watch_client(client, watch_client, owner);
+        let mut cluster = RemoteCluster::with_watch_client(client, watch_client, owner, answers);
         cluster.label = label;
-        cluster.answers = answers;
         self.insert(owner, credential, cluster.clone());
         Ok(cluster)
     }

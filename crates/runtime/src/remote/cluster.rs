@@ -33,7 +33,7 @@ pub struct RemoteCluster {
     id: u64,
     pub(super) discovery: Arc<DiscoveryCache>,
     /// How the cluster has been answering, recorded by both clients.
-    pub(super) answers: Arc<Answers>,
+    answers: Arc<Answers>,
 }
 
 /// The source of [`RemoteCluster::id`].
@@ -45,13 +45,17 @@ impl RemoteCluster {
     /// client serves requests and watches alike; its answers are
     /// [`Answers::control`].
     pub fn new(client: Client, name: &str) -> Self {
-        Self::with_watch_client(client.clone(), client, name)
+        Self::with_watch_client(client.clone(), client, name, Answers::control())
     }
 
     /// A cluster with a separate client for watches (see
-    /// [`Self::watch_client`]), whose answers are those of the control
-    /// cluster until [`super::RemoteClients`] gives it its own.
-    pub(super) fn with_watch_client(client: Client, watch_client: Client, name: &str) -> Self {
+    /// [`Self::watch_client`]); both record into `answers`.
+    pub(super) fn with_watch_client(
+        client: Client,
+        watch_client: Client,
+        name: &str,
+        answers: Arc<Answers>,
+    ) -> Self {
         Self {
             client,
             watch_client,
@@ -59,7 +63,7 @@ impl RemoteCluster {
             label: name.to_owned(),
             id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
             discovery: Arc::default(),
-            answers: Answers::control(),
+            answers,
         }
     }
 
