@@ -424,38 +424,33 @@ fn source_of(meta: &PartialObjectMeta<Secret>) -> String {
     )
 }
 
+impl Remote<'_> {
+    /// Runs `work` against this resource's cluster under its breaker.
+    async fn guarded<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        self.ctx
+            .rt
+            .clusters
+            .call(&self.breaker, &self.cluster, work)
+            .await
+    }
+}
+
 impl External for Remote<'_> {
     type Error = Error;
 
     async fn observe(&self) -> Result<Observation, Error> {
-        self.ctx
-            .rt
-            .clusters
-            .call(&self.breaker, &self.cluster, self.observe_all())
-            .await
+        self.guarded(self.observe_all()).await
     }
 
     async fn create(&self) -> Result<Value, Error> {
-        self.ctx
-            .rt
-            .clusters
-            .call(&self.breaker, &self.cluster, self.write())
-            .await
+        self.guarded(self.write()).await
     }
 
     async fn update(&self) -> Result<Value, Error> {
-        self.ctx
-            .rt
-            .clusters
-            .call(&self.breaker, &self.cluster, self.write())
-            .await
+        self.guarded(self.write()).await
     }
 
     async fn delete(&self) -> Result<Deletion, Error> {
-        self.ctx
-            .rt
-            .clusters
-            .call(&self.breaker, &self.cluster, self.delete_all())
-            .await
+        self.guarded(self.delete_all()).await
     }
 }
