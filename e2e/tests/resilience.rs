@@ -40,6 +40,12 @@ const HEALTHY: usize = 20;
 /// How soon healthy work must be done while a cluster stalls.
 const WITHIN: Duration = Duration::from_secs(30);
 
+/// Objects are cluster-scoped and an object-provider reconciles every one:
+/// two of this file's tests that each start their own provider (with
+/// different flags) would also reconcile each other's Objects and write
+/// each other's conditions. They take turns.
+static OWN_PROVIDER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn synced(conds: &[types::common::Condition]) -> Option<(String, String)> {
     condition(conds, "Synced").map(|c| (c.status.clone(), c.message.clone().unwrap_or_default()))
 }
@@ -273,6 +279,7 @@ fn object_ready(o: &Object) -> bool {
 
 #[tokio::test]
 async fn a_stalled_target_does_not_starve_the_other_objects() {
+    let _turn = OWN_PROVIDER.lock().await;
     let plane = testenv::control_plane();
     let (client, remote) = clients().await;
     let ns = plane.control.namespace(&client, "stall-objects").await;
@@ -379,6 +386,7 @@ async fn a_stalled_target_does_not_starve_the_other_objects() {
 
 #[tokio::test]
 async fn a_reconcile_that_outlives_reconcile_timeout_is_abandoned_and_says_so() {
+    let _turn = OWN_PROVIDER.lock().await;
     let plane = testenv::control_plane();
     let (client, remote) = clients().await;
     let ns = plane.control.namespace(&client, "deadline").await;
