@@ -425,7 +425,6 @@ fn resource_controller(ns: &str) -> Running {
 }
 
 #[tokio::test]
-#[ignore = "open bug (issue 22): at --concurrency 64, a few of the 300 resources are never reconciled before the restart (status null, nothing logged), on main's code too"]
 async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_fails_none() {
     let plane = testenv::control_plane();
     let (client, remote) = clients().await;

@@ -24,6 +24,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     /// Objects known to the controller's cache and waiting or being worked on.
     pub pending: IntGaugeVec,
+    /// Objects due for a reconcile that wait for a free worker.
+    pub waiting: IntGaugeVec,
     /// Reconcile errors by controller and category.
     pub errors: IntCounterVec,
     /// Objects whose reconciles are failing and retried with backoff, by
@@ -83,6 +85,13 @@ impl Metrics {
             ),
             &["controller"],
         )?;
+        let waiting = IntGaugeVec::new(
+            Opts::new(
+                format!("{PREFIX}_reconcile_waiting"),
+                "Objects due for a reconcile that wait for one of the controller's --concurrency workers (taken first come, first served), by controller.",
+            ),
+            &["controller"],
+        )?;
         let errors = IntCounterVec::new(
             Opts::new(
                 format!("{PREFIX}_reconcile_errors_total"),
@@ -132,6 +141,7 @@ impl Metrics {
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(waiting.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(backoff.clone()))?;
@@ -145,6 +155,7 @@ impl Metrics {
             reconciles,
             reconcile_duration,
             in_flight,
+            waiting,
             pending,
             errors,
             backoff,
@@ -177,6 +188,7 @@ impl Metrics {
         }
         self.reconcile_duration.with_label_values(&[controller]);
         self.in_flight.with_label_values(&[controller]);
+        self.waiting.with_label_values(&[controller]);
         self.pending.with_label_values(&[controller]);
         self.backoff.with_label_values(&[controller]);
     }

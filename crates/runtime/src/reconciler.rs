@@ -37,7 +37,7 @@ use std::{
 use futures::StreamExt;
 use kube::{
     Api, Resource, ResourceExt,
-    runtime::{Controller, controller::Action},
+    runtime::{Controller, controller::Action, reflector::ObjectRef},
 };
 use serde::{Serialize, de::DeserializeOwned};
 use types::common::{ANNOTATION_PAUSED, Conditioned};
@@ -467,6 +467,14 @@ pub async fn run<R: Reconciler>(controller: Controller<R::Object>, r: Arc<R>) {
 /// [`Reporting::reconcile`]. [`run`] drives the skeleton with it; a
 /// controller whose kind has no status for the skeleton to write (the
 /// observe-only one, [`crate::controller::observe`]) uses it directly.
+///
+/// Objects due for a reconcile take turns for the controller's workers
+/// (--concurrency) first come, first served ([`Reporting::admit`]), and a
+/// reconcile starts from the object as the cache shows it when its turn
+/// comes. The controller's own queue does not bound them (its runner
+/// takes whatever is due): held back there, objects due wait in a set
+/// taken in hash order, and while a busy controller always has more due
+/// than workers, an object whose hash comes late is never taken.
 pub async fn drive<K, C, E, F, Fut>(
     controller: Controller<K>,
     ctx: Arc<C>,
@@ -476,13 +484,27 @@ pub async fn drive<K, C, E, F, Fut>(
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     C: Send + Sync + 'static,
     E: std::error::Error + Send + 'static,
-    F: FnMut(Arc<K>, Arc<C>) -> Fut,
+    F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
     let name = reporting.controller;
+    let store = controller.store();
+    let turns = reporting.clone();
+    let reconcile = Arc::new(reconcile);
     controller
         .run(
-            reconcile,
+            move |obj, ctx| {
+                let (turns, store, reconcile) = (turns.clone(), store.clone(), reconcile.clone());
+                async move {
+                    let _turn = turns.admit().await;
+                    let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
+                        tracing::debug!(controller = name, object = %obj.name_any(), "object gone before its reconcile");
+                        return Ok(Action::await_change());
+                    };
+                    // Boxed: a reconcile waiting for its turn is small.
+                    Box::pin(reconcile(obj, ctx)).await
+                }
+            },
             move |obj, _e, _ctx| reporting.retry(obj.as_ref()),
             ctx,
         )

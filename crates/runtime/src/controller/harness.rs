@@ -156,9 +156,11 @@ impl Runtime {
         }
     }
 
-    /// Controller config from the flags.
+    /// Controller config from the flags. It does not bound how many
+    /// objects are reconciled at once: [`crate::reconciler::drive`] hands
+    /// the --concurrency workers out in turn.
     pub fn controller_config(&self) -> ControllerConfig {
-        ControllerConfig::default().concurrency(self.args.concurrency)
+        ControllerConfig::default()
     }
 }
 

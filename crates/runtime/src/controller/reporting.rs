@@ -27,6 +27,14 @@ async fn measured<O>(metrics: &Metrics, controller: &str, fut: impl Future<Outpu
     output
 }
 
+/// Permits for `concurrency` workers; 0 means no bound.
+fn workers(concurrency: u16) -> usize {
+    match concurrency {
+        0 => tokio::sync::Semaphore::MAX_PERMITS,
+        n => usize::from(n),
+    }
+}
+
 /// What every reconcile shares: the event reporter, the per-object
 /// backoff, the rate limit and the deadline.
 #[derive(Clone)]
@@ -40,6 +48,8 @@ pub struct Reporting {
     /// Metrics.
     pub metrics: Metrics,
     rate: limits::RateLimit,
+    /// The controller's workers (--concurrency), handed out in turn.
+    workers: std::sync::Arc<tokio::sync::Semaphore>,
     deadline: std::time::Duration,
     client: Client,
     field_manager: String,
@@ -64,10 +74,22 @@ impl Reporting {
             backoff: crate::backoff::Backoff::default(),
             metrics: rt.metrics.clone(),
             rate: limits::RateLimit::per_second(rt.args.max_reconcile_rate),
+            workers: std::sync::Arc::new(tokio::sync::Semaphore::new(workers(rt.args.concurrency))),
             deadline: rt.args.reconcile_timeout,
             client: rt.client.clone(),
             field_manager: rt.field_manager(),
         }
+    }
+
+    /// Waits for one of the controller's workers, first come, first
+    /// served (a fair semaphore), counted as waiting meanwhile; the worker
+    /// is free again when the returned turn is dropped.
+    pub async fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let waiting = self.metrics.waiting.with_label_values(&[self.controller]);
+        waiting.inc();
+        let turn = self.workers.clone().acquire_owned().await.ok();
+        waiting.dec();
+        turn
     }
 
     /// Runs one reconcile of `obj`, once the controller's rate limit
@@ -97,13 +119,14 @@ impl Reporting {
             object = %display_key(obj)
         );
         self.rate.acquire().await;
+        let began = std::time::Instant::now();
         let outcome = tracing::Instrument::instrument(
             measured(
                 &self.metrics,
                 self.controller,
                 tokio::time::timeout(self.deadline, fut),
             ),
-            span,
+            span.clone(),
         )
         .await;
         let (label, result) = match outcome {
@@ -137,6 +160,12 @@ impl Reporting {
                 ("error", Ok(Action::requeue(self.backoff.failed(&key))))
             }
         };
+        tracing::debug!(
+            parent: &span,
+            outcome = label,
+            took_ms = began.elapsed().as_millis(),
+            "reconciled"
+        );
         self.metrics
             .reconciles
             .with_label_values(&[self.controller, label])
