@@ -66,6 +66,53 @@ pub fn start(name: &str, ns: &str) -> Running {
     Running::start(name, &kubeconfig, &args)
 }
 
+/// A namespace in the control cluster (named from `prefix`) and one in the
+/// remote cluster, the resource-controller alone watching the first (as its
+/// deploy/ service account, healthy, with `args`), and KubernetesCluster
+/// `target` for the remote cluster: what a resource-controller test starts
+/// from.
+pub struct OneTarget {
+    /// The control cluster.
+    pub client: Client,
+    /// The remote cluster.
+    pub remote: Client,
+    /// The control namespace.
+    pub ns: String,
+    /// The remote namespace.
+    pub rns: String,
+    /// The resource-controller.
+    pub controller: Running,
+}
+
+impl OneTarget {
+    /// Sets it up.
+    pub async fn start(prefix: &str, args: &[&str]) -> Self {
+        let plane = testenv::control_plane();
+        let (client, remote) = clients().await;
+        let ns = plane.control.namespace(&client, prefix).await;
+        let rns = remote_ns(&remote, prefix).await;
+        let kubeconfig = impersonating_kubeconfig("resource-controller");
+        let args = [&["--watch-namespace", ns.as_str()], args].concat();
+        let mut controller = Running::start("resource-controller", &kubeconfig, &args);
+        controller.wait_healthy(Duration::from_secs(30)).await;
+        cluster(
+            &client,
+            &ns,
+            "target",
+            json!({}),
+            Some(&plane.remote.kubeconfig),
+        )
+        .await;
+        Self {
+            client,
+            remote,
+            ns,
+            rns,
+            controller,
+        }
+    }
+}
+
 /// A kubeconfig for the control cluster that acts as the binary's own
 /// service account from deploy/ (whose RBAC is applied once per test
 /// binary): the controllers run with exactly the permissions they ship with.

@@ -79,20 +79,13 @@ fn ready_status(ready: bool) -> Value {
 
 #[tokio::test]
 async fn a_remote_status_changing_ten_times_in_a_burst_is_written_once_within_two_seconds() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "burst").await;
-    let rns = remote_ns(&remote, "burst").await;
-    let mut controller = start("resource-controller", &ns);
-    controller.wait_healthy(Duration::from_secs(30)).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
+    let OneTarget {
+        client,
+        remote,
+        ns,
+        rns,
+        controller,
+    } = OneTarget::start("burst", &["--poll-interval", "1s"]).await;
     let kar = json!({
         "apiVersion": "workload.crossplane.io/v1alpha1",
         "kind": "KubernetesApplicationResource",

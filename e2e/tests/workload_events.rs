@@ -26,19 +26,6 @@ use types::{
 /// The promise: a remote change is reflected (or undone) within this.
 const WITHIN: Duration = Duration::from_secs(2);
 
-/// The resource-controller as deployed: its own service account, no
-/// --poll-interval flag (the 10-minute default).
-async fn start_controller(ns: &str) -> Running {
-    let kubeconfig = impersonating_kubeconfig("resource-controller");
-    let mut r = Running::start(
-        "resource-controller",
-        &kubeconfig,
-        &["--watch-namespace", ns],
-    );
-    r.wait_healthy(Duration::from_secs(30)).await;
-    r
-}
-
 /// A KubernetesApplicationResource already scheduled to `cluster`.
 async fn resource(client: &Client, ns: &str, name: &str, template: Value, secrets: &[&str]) {
     let secrets: Vec<Value> = secrets.iter().map(|s| json!({"name": s})).collect();
@@ -166,26 +153,17 @@ async fn watches_started(r: &Running) {
     .await;
 }
 
-async fn setup(prefix: &str) -> (Client, Client, String, String, Running) {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, prefix).await;
-    let rns = remote_ns(&remote, prefix).await;
-    let controller = start_controller(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
-    (client, remote, ns, rns, controller)
-}
-
 #[tokio::test]
 async fn a_remote_status_change_and_a_drift_edit_are_seen_within_two_seconds() {
-    let (client, remote, ns, rns, controller) = setup("events").await;
+    // The resource-controller as deployed: no --poll-interval flag (the
+    // 10-minute default).
+    let OneTarget {
+        client,
+        remote,
+        ns,
+        rns,
+        controller,
+    } = OneTarget::start("events", &[]).await;
     // No controller writes a LoadBalancer Service's status here (no cloud):
     // the test does, as another field manager.
     let service = json!({"apiVersion": "v1", "kind": "Service",
@@ -262,7 +240,13 @@ async fn wait_observed(client: &Client, ns: &str, name: &str) {
 
 #[tokio::test]
 async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing() {
-    let (client, remote, ns, rns, controller) = setup("budget").await;
+    let OneTarget {
+        client,
+        remote,
+        ns,
+        rns,
+        controller,
+    } = OneTarget::start("budget", &[]).await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "creds"}, "stringData": {"password": "p"}}))
     .unwrap();
