@@ -138,10 +138,10 @@ impl Clusters {
     /// [`TooSlow`], which does not say the cluster did not answer.
     ///
     /// Err([`NotAnswering`]) also when the cluster's breaker is open and
-    /// this attempt is not its probe. Work that fails after half the
-    /// deadline or more, with nothing from the cluster meanwhile and a
-    /// request to it failing unanswered (a connect timeout), opens the
-    /// breaker too, though its own error is returned.
+    /// this attempt is not its probe, and when the work fails after half
+    /// the deadline or more with nothing from the cluster meanwhile and a
+    /// request to it failing unanswered (a connect timeout): that opens the
+    /// breaker too.
     /// Any other outcome means the cluster answered and closes it.
     pub async fn run<T, E>(
         &self,
@@ -197,18 +197,28 @@ impl Clusters {
         };
         // A failure after half the deadline with nothing from the cluster
         // meanwhile and one of its requests failing unanswered: a connect
-        // timeout. A slow failure while the cluster answers is the work's.
-        let slow_failure = (result.is_err()
+        // timeout, the cluster not answering, said as such (the same
+        // message as the attempts the open breaker skips, so the object's
+        // condition does not flap between two). A slow failure while the
+        // cluster answers is the work's.
+        if result.is_err()
             && start.elapsed() >= self.timeout / 2
             && answers.failed_since(start)
-            && !answers.answered_since(start))
-        .then(|| {
-            format!(
-                "a request failed after {} or more",
+            && !answers.answered_since(start)
+        {
+            let why = format!(
+                "a request failed after {} or more with nothing coming back",
                 humantime::format_duration(self.timeout / 2)
-            )
-        });
-        attempt.finish(slow_failure, Instant::now());
+            );
+            attempt.finish(Some(why.clone()), Instant::now());
+            return Err(NotAnswering {
+                cluster: cluster.to_owned(),
+                why,
+                skipped: false,
+            }
+            .into());
+        }
+        attempt.finish(None, Instant::now());
         Ok(result)
     }
 
@@ -603,7 +613,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_slow_failure_opens_the_breaker_but_keeps_its_own_error() {
+    async fn a_slow_unanswered_failure_opens_the_breaker_and_says_the_cluster_did_not_answer() {
         let c = clusters(Duration::from_millis(40));
         let answers = Arc::new(Answers::default());
         let out = c
@@ -614,7 +624,10 @@ mod tests {
                 Err::<(), &str>("connect timed out")
             })
             .await;
-        assert!(matches!(out, Ok(Err("connect timed out"))));
+        assert!(
+            matches!(&out, Err(Unfinished::NotAnswering(e)) if e.why.contains("nothing coming back")),
+            "{out:?}"
+        );
         assert!(
             c.run_answered_by("x", &answers, async { Ok::<(), ()>(()) })
                 .await

@@ -469,7 +469,7 @@ pub async fn run<R: Reconciler>(controller: Controller<R::Object>, r: Arc<R>) {
 /// observe-only one, [`crate::controller::observe`]) uses it directly.
 ///
 /// Objects due for a reconcile take turns for the controller's workers
-/// (--concurrency) first come, first served ([`Reporting::admit`]), and a
+/// (--concurrency) first come, first served ([`Reporting::turns`]), and a
 /// reconcile starts from the object as the cache shows it when its turn
 /// comes. The controller's own queue does not bound them (its runner
 /// takes whatever is due): held back there, objects due wait in a set
@@ -489,7 +489,7 @@ pub async fn drive<K, C, E, F, Fut>(
 {
     let name = reporting.controller;
     let store = controller.store();
-    let turns = reporting.clone();
+    let turns = reporting.turns();
     let reconcile = Arc::new(reconcile);
     controller
         .run(

@@ -27,6 +27,26 @@ async fn measured<O>(metrics: &Metrics, controller: &str, fut: impl Future<Outpu
     output
 }
 
+/// A controller's --concurrency workers, handed out first come, first
+/// served. Cheap to clone (clones share).
+#[derive(Clone)]
+pub struct Turns {
+    workers: std::sync::Arc<tokio::sync::Semaphore>,
+    waiting: prometheus::IntGauge,
+}
+
+impl Turns {
+    /// Waits for a free worker (a fair semaphore: in the order asked),
+    /// counted as waiting meanwhile; the worker is free again when the
+    /// returned turn is dropped.
+    pub async fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.waiting.inc();
+        let turn = self.workers.clone().acquire_owned().await.ok();
+        self.waiting.dec();
+        turn
+    }
+}
+
 /// Permits for `concurrency` workers; 0 means no bound.
 fn workers(concurrency: u16) -> usize {
     match concurrency {
@@ -81,15 +101,12 @@ impl Reporting {
         }
     }
 
-    /// Waits for one of the controller's workers, first come, first
-    /// served (a fair semaphore), counted as waiting meanwhile; the worker
-    /// is free again when the returned turn is dropped.
-    pub async fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let waiting = self.metrics.waiting.with_label_values(&[self.controller]);
-        waiting.inc();
-        let turn = self.workers.clone().acquire_owned().await.ok();
-        waiting.dec();
-        turn
+    /// The controller's workers, which [`Turns::admit`] hands out.
+    pub fn turns(&self) -> Turns {
+        Turns {
+            workers: self.workers.clone(),
+            waiting: self.metrics.waiting.with_label_values(&[self.controller]),
+        }
     }
 
     /// Runs one reconcile of `obj`, once the controller's rate limit
