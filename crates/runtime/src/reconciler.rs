@@ -471,10 +471,10 @@ pub async fn run<R: Reconciler>(controller: Controller<R::Object>, r: Arc<R>) {
 /// Objects due for a reconcile take turns for the controller's workers
 /// (--concurrency) first come, first served ([`Reporting::turns`]), and a
 /// reconcile starts from the object as the cache shows it when its turn
-/// comes. The controller's own queue does not bound them (its runner
-/// takes whatever is due): held back there, objects due wait in a set
-/// taken in hash order, and while a busy controller always has more due
-/// than workers, an object whose hash comes late is never taken.
+/// comes. The controller's own runner takes many more at once
+/// ([`crate::controller::harness::due_at_once`]): what it holds back waits in a set
+/// taken in hash order, and while a busy controller always had more due
+/// than workers, an object whose hash came late was never taken.
 pub async fn drive<K, C, E, F, Fut>(
     controller: Controller<K>,
     ctx: Arc<C>,
