@@ -680,6 +680,63 @@ fn a_missing_package_is_installed_once_pushed() {
     wait_gone("the CRD", || crd_exists(&format!("things.{g}")), &ns);
 }
 
+/// A stack pushed before a request is created is found by it at once,
+/// though the package-manager reuses a scan of the registry for a minute:
+/// a scan is never reused by a request created after it began. Here the
+/// scan that a search for a CRD nobody owns just made is less than a minute
+/// old when the stack is pushed and a request for its CRD created.
+#[test]
+fn a_stack_pushed_before_its_request_is_found_at_once() {
+    let _pm = rewriting();
+    let g = format!("{}.example.org", testenv::unique_name("fresh"));
+    let ns = namespace("fresh");
+    // This search scans the registry (and finds nothing).
+    apply_in(
+        &ns,
+        &request_yaml("nobody", &format!("crd: nobodies.{g}/v1alpha1")),
+    );
+    wait_request(
+        &ns,
+        "nobody",
+        "False",
+        &["no stack in registry registry.crossplane.io owns CRD"],
+        Duration::from_secs(60),
+    );
+    push_stack(
+        &StackDir {
+            title: "fresh",
+            version: "0.1.0",
+            owns: &[(&g, "Widget")],
+            depends_on: &[],
+            controller: false,
+        },
+        &format!("{g}/fresh"),
+        "v0.1.0",
+    );
+    let asked = std::time::Instant::now();
+    apply_in(
+        &ns,
+        &request_yaml("widgets", &format!("crd: widgets.{g}/v1alpha1")),
+    );
+    // Well within the minute a reused scan would have hidden it for.
+    let r = wait_request(
+        &ns,
+        "widgets",
+        "True",
+        &["installed"],
+        Duration::from_secs(15),
+    );
+    eprintln!("found and installed in {:?}", asked.elapsed());
+    assert_eq!(
+        r.pointer("/status/extensionRecord/name")
+            .and_then(Value::as_str),
+        Some("fresh")
+    );
+    delete_request(&ns, "widgets");
+    delete_request(&ns, "nobody");
+    wait_gone("the CRD", || crd_exists(&format!("widgets.{g}")), &ns);
+}
+
 /// A chain of two: app depends on a CRD of base. Base is found by its CRD,
 /// installed first, and app's CRDs appear only once base is Ready (its
 /// controller available on the node). A cycle is refused naming its path.

@@ -12,7 +12,9 @@
 //! list and one manifest read per repository) is kept per source for
 //! [`SCAN_TTL`] (per source and where the ImageConfigs send it): a search that finds nothing, retried every 15 s, asks the
 //! registry again only once that has passed, so a stack pushed later is
-//! found within about [`SCAN_TTL`] plus one retry.
+//! found within about [`SCAN_TTL`] plus one retry. A scan is never reused
+//! by a request created after it began: what was pushed before a request
+//! is created is found by it.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -20,6 +22,7 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use oci::{Digest, stack::CrdSelector};
 use runtime::expiring::Expiring;
 
@@ -97,8 +100,9 @@ impl Owners {
 pub struct Index {
     packages: Packages,
     owned: Arc<Mutex<Owners>>,
-    /// Per source: each repository's newest version (reference and digest).
-    scans: Expiring<String, Arc<Vec<Candidate>>>,
+    /// Per source: each repository's newest version (reference and digest),
+    /// and when the scan began.
+    scans: Expiring<String, (Timestamp, Arc<Vec<Candidate>>)>,
 }
 
 impl Index {
@@ -167,16 +171,26 @@ impl Index {
     }
 
     /// Each repository under `source` at its newest version: reused for
-    /// [`SCAN_TTL`]. A transient failure is not kept (the next search asks
-    /// again); a repository whose tags or digest cannot be read for another
-    /// reason is left out.
-    async fn scan(&self, source: &str) -> Result<Arc<Vec<Candidate>>, Error> {
+    /// [`SCAN_TTL`], but never by a search for something asked for after
+    /// the scan began (`asked`, e.g. a request's creation, whole seconds as
+    /// the API server gives them): what is pushed before a request is
+    /// created is found by it. A transient failure is not kept (the next
+    /// search asks again); a repository whose tags or digest cannot be read
+    /// for another reason is left out.
+    async fn scan(
+        &self,
+        source: &str,
+        asked: Option<Timestamp>,
+    ) -> Result<Arc<Vec<Candidate>>, Error> {
         // Kept per place read (an ImageConfig that moves the source starts
         // afresh), under the names the source gives them.
         let key = format!("{source}={}", self.packages.resolved(source).await.image);
-        if let Some(hit) = self.scans.get(&key) {
+        if let Some((began, hit)) = self.scans.get(&key)
+            && asked.is_none_or(|asked| began >= asked + SignedDuration::from_secs(1))
+        {
             return Ok(hit);
         }
+        let began = Timestamp::now();
         let mut found = Vec::new();
         for repository in self.packages.repositories(source).await? {
             let tags = match self.packages.tags(&repository, &[]).await {
@@ -202,19 +216,21 @@ impl Index {
             found.push(Candidate { reference, digest });
         }
         let found = Arc::new(found);
-        self.scans.insert(key, found.clone());
+        self.scans.insert(key, (began, found.clone()));
         Ok(found)
     }
 
     /// The stacks under `source` that own the CRD `selector` names, one per
-    /// repository (its newest version).
+    /// repository (its newest version), from a scan begun after `asked`
+    /// (see [`Index::scan`]).
     pub async fn owners(
         &self,
         source: &str,
         selector: &CrdSelector,
+        asked: Option<Timestamp>,
     ) -> Result<Vec<Candidate>, Error> {
         let mut found = Vec::new();
-        for candidate in self.scan(source).await?.iter() {
+        for candidate in self.scan(source, asked).await?.iter() {
             let (reference, digest) = (&candidate.reference, &candidate.digest);
             let owned = match self.owned(reference, digest).await {
                 Ok(o) => o,
@@ -247,8 +263,13 @@ impl Index {
     }
 
     /// The one stack under `source` that owns `selector`'s CRD.
-    pub async fn owner(&self, source: &str, selector: &CrdSelector) -> Result<Candidate, Error> {
-        let mut found = self.owners(source, selector).await?;
+    pub async fn owner(
+        &self,
+        source: &str,
+        selector: &CrdSelector,
+        asked: Option<Timestamp>,
+    ) -> Result<Candidate, Error> {
+        let mut found = self.owners(source, selector, asked).await?;
         match found.len() {
             0 => Err(Error::NotFound(format!(
                 "no stack in registry {source} owns CRD {selector} (searched every repository's newest version); push one that does: the registry is searched again every {}s, and it is found then",

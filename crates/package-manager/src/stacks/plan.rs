@@ -201,17 +201,20 @@ pub async fn plan(
             let dependency = match planned {
                 Some(p) => p,
                 None => {
-                    let owner = index.owner(source, selector).await.map_err(|e| match e {
-                        Error::NotFound(m) => Error::NotFound(format!(
-                            "{} depends on CRD {selector}: {m}",
-                            c.reference
-                        )),
-                        Error::Ambiguous(m) => Error::Ambiguous(format!(
-                            "{} depends on CRD {selector}: {m}",
-                            c.reference
-                        )),
-                        e => e,
-                    })?;
+                    let owner = index
+                        .owner(source, selector, None)
+                        .await
+                        .map_err(|e| match e {
+                            Error::NotFound(m) => Error::NotFound(format!(
+                                "{} depends on CRD {selector}: {m}",
+                                c.reference
+                            )),
+                            Error::Ambiguous(m) => Error::Ambiguous(format!(
+                                "{} depends on CRD {selector}: {m}",
+                                c.reference
+                            )),
+                            e => e,
+                        })?;
                     let reference = owner.reference.clone();
                     queue.push(owner);
                     reference

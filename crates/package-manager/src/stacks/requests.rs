@@ -122,7 +122,9 @@ impl Reconciler for ExtensionRequests {
                 if let Some(crd) = self.installed(&selector) {
                     return self.already_installed(r, &crd, status).await;
                 }
-                self.index.owner(&source, &selector).await?
+                // A stack pushed before the request was created is found.
+                let asked = r.creation_timestamp().map(|t| t.0);
+                self.index.owner(&source, &selector, asked).await?
             }
             _ => {
                 return Err(Error::Invalid(
