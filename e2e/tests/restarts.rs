@@ -446,26 +446,18 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
         r.wait_healthy(Duration::from_secs(30)).await;
     }
     let resources = Api::<KubernetesApplicationResource>::namespaced(client.clone(), &ns);
-    let submitted = || async {
-        resources
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
+    let all = APPS * TEMPLATES;
+    // Done when every resource is Submitted; else how many are, and the
+    // first few that are not with their status: what a failed wait shows.
+    let all_submitted = || async {
+        let items = resources.list(&ListParams::default()).await.unwrap().items;
+        let (done, lagging): (Vec<_>, Vec<_>) =
+            items.iter().partition(|r| state_of_res(r) == "Submitted");
+        if done.len() == all {
+            return Ok(());
+        }
+        let lagging: Vec<String> = lagging
             .iter()
-            .filter(|r| state_of_res(r) == "Submitted")
-            .count()
-    };
-    // The resources that are not Submitted, with their status: what a
-    // failed wait shows.
-    let lagging = || async {
-        resources
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|r| state_of_res(r) != "Submitted")
             .take(3)
             .map(|r| {
                 format!(
@@ -477,22 +469,18 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
                     serde_json::to_string(&r.status).unwrap_or_default()
                 )
             })
-            .collect::<Vec<_>>()
-            .join("; ")
+            .collect();
+        Err(format!(
+            "{} Submitted; not: {}",
+            done.len(),
+            lagging.join("; ")
+        ))
     };
-    let all = APPS * TEMPLATES;
     let started = Instant::now();
     apply_apps(&client, &ns, &rns, &id, 0..APPS, "1").await;
     {
         let _dump = DumpLog(&first);
-        wait(WAIT, &format!("{all} resources Submitted"), || async {
-            let n = submitted().await;
-            if n == all {
-                return Ok(());
-            }
-            Err(format!("{n} Submitted; not: {}", lagging().await))
-        })
-        .await;
+        wait(WAIT, &format!("{all} resources Submitted"), all_submitted).await;
     }
     eprintln!(
         "{APPS} applications ({all} resources) Submitted in {:?}; errors on the way: {}",
