@@ -13,18 +13,23 @@ use crate::{limits, metrics::Metrics};
 use super::Runtime;
 
 /// Runs `fut` as one reconcile of `controller`: counted in flight while it
-/// runs, its duration observed. The caller counts its result.
-async fn measured<O>(metrics: &Metrics, controller: &str, fut: impl Future<Output = O>) -> O {
+/// runs, its duration observed (and returned). The caller counts its result.
+async fn measured<O>(
+    metrics: &Metrics,
+    controller: &str,
+    fut: impl Future<Output = O>,
+) -> (O, std::time::Duration) {
     let in_flight = metrics.in_flight.with_label_values(&[controller]);
     in_flight.inc();
     let start = Instant::now();
     let output = fut.await;
     in_flight.dec();
+    let took = start.elapsed();
     metrics
         .reconcile_duration
         .with_label_values(&[controller])
-        .observe(start.elapsed().as_secs_f64());
-    output
+        .observe(took.as_secs_f64());
+    (output, took)
 }
 
 /// A controller's --concurrency workers, handed out first come, first
@@ -69,7 +74,7 @@ pub struct Reporting {
     pub metrics: Metrics,
     rate: limits::RateLimit,
     /// The controller's workers (--concurrency), handed out in turn.
-    workers: std::sync::Arc<tokio::sync::Semaphore>,
+    turns: Turns,
     deadline: std::time::Duration,
     client: Client,
     field_manager: String,
@@ -94,7 +99,12 @@ impl Reporting {
             backoff: crate::backoff::Backoff::default(),
             metrics: rt.metrics.clone(),
             rate: limits::RateLimit::per_second(rt.args.max_reconcile_rate),
-            workers: std::sync::Arc::new(tokio::sync::Semaphore::new(workers(rt.args.concurrency))),
+            turns: Turns {
+                workers: std::sync::Arc::new(tokio::sync::Semaphore::new(workers(
+                    rt.args.concurrency,
+                ))),
+                waiting: rt.metrics.waiting.with_label_values(&[controller]),
+            },
             deadline: rt.args.reconcile_timeout,
             client: rt.client.clone(),
             field_manager: rt.field_manager(),
@@ -103,10 +113,7 @@ impl Reporting {
 
     /// The controller's workers, which [`Turns::admit`] hands out.
     pub fn turns(&self) -> Turns {
-        Turns {
-            workers: self.workers.clone(),
-            waiting: self.metrics.waiting.with_label_values(&[self.controller]),
-        }
+        self.turns.clone()
     }
 
     /// Runs one reconcile of `obj`, once the controller's rate limit
@@ -136,8 +143,7 @@ impl Reporting {
             object = %display_key(obj)
         );
         self.rate.acquire().await;
-        let began = std::time::Instant::now();
-        let outcome = tracing::Instrument::instrument(
+        let (outcome, took) = tracing::Instrument::instrument(
             measured(
                 &self.metrics,
                 self.controller,
@@ -180,7 +186,7 @@ impl Reporting {
         tracing::debug!(
             parent: &span,
             outcome = label,
-            took_ms = began.elapsed().as_millis(),
+            took_ms = took.as_millis(),
             "reconciled"
         );
         self.metrics
