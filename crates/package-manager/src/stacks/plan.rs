@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
+    apimachinery::pkg::apis::meta::v1::OwnerReference, jiff::Timestamp,
 };
 use kube::{
     ResourceExt as _,
@@ -162,11 +162,12 @@ pub fn extension_body(
 
 /// The stacks to install for `root`, dependencies first: every
 /// `dependsOn` CRD not installed is resolved to the stack that owns it
-/// in `source`, recursively; cycles are refused naming their path.
+/// in `source` (by a registry scan begun after `asked`, see
+/// [`Index::owner`]), recursively; cycles are refused naming their path.
 pub async fn plan(
     index: &Index,
     crds: &Store<CustomResourceDefinition>,
-    (ns, source): (&str, &str),
+    (ns, source, asked): (&str, &str, Option<Timestamp>),
     root: Candidate,
 ) -> Result<Vec<Planned>, Error> {
     let mut stacks: BTreeMap<String, Planned> = BTreeMap::new();
@@ -201,20 +202,21 @@ pub async fn plan(
             let dependency = match planned {
                 Some(p) => p,
                 None => {
-                    let owner = index
-                        .owner(source, selector, None)
-                        .await
-                        .map_err(|e| match e {
-                            Error::NotFound(m) => Error::NotFound(format!(
-                                "{} depends on CRD {selector}: {m}",
-                                c.reference
-                            )),
-                            Error::Ambiguous(m) => Error::Ambiguous(format!(
-                                "{} depends on CRD {selector}: {m}",
-                                c.reference
-                            )),
-                            e => e,
-                        })?;
+                    let owner =
+                        index
+                            .owner(source, selector, asked)
+                            .await
+                            .map_err(|e| match e {
+                                Error::NotFound(m) => Error::NotFound(format!(
+                                    "{} depends on CRD {selector}: {m}",
+                                    c.reference
+                                )),
+                                Error::Ambiguous(m) => Error::Ambiguous(format!(
+                                    "{} depends on CRD {selector}: {m}",
+                                    c.reference
+                                )),
+                                e => e,
+                            })?;
                     let reference = owner.reference.clone();
                     queue.push(owner);
                     reference

@@ -101,6 +101,9 @@ impl Reconciler for ExtensionRequests {
             .filter(|s| !s.trim().is_empty())
             .unwrap_or_else(|| self.default_source.clone());
         let source = source.trim().trim_end_matches('/').to_owned();
+        // A stack pushed before the request was created is found by it
+        // (and by the search for its dependencies).
+        let asked = r.creation_timestamp().map(|t| t.0);
         let root = match (&r.spec.package, &r.spec.crd) {
             (Some(p), None) => {
                 let wanted = format!("{source}/{}", p.trim());
@@ -122,8 +125,6 @@ impl Reconciler for ExtensionRequests {
                 if let Some(crd) = self.installed(&selector) {
                     return self.already_installed(r, &crd, status).await;
                 }
-                // A stack pushed before the request was created is found.
-                let asked = r.creation_timestamp().map(|t| t.0);
                 self.index.owner(&source, &selector, asked).await?
             }
             _ => {
@@ -132,7 +133,7 @@ impl Reconciler for ExtensionRequests {
                 ));
             }
         };
-        let plan = plan(&self.index, &self.crds, (&ns, &source), root).await?;
+        let plan = plan(&self.index, &self.crds, (&ns, &source, asked), root).await?;
         let Some(owner) = owner_ref(r) else {
             return Ok(Action::requeue(WAIT_POLL));
         };
