@@ -106,6 +106,19 @@ impl Reconciler for KubernetesApplications {
             && coalesce::same_but_ready(&before.conditions, &after.conditions)
     }
 
+    /// A held count change may not wait once the resources make a new
+    /// state (all submitted, or failed): a user waits for Submitted, not for
+    /// the window.
+    fn urgent(&self, app: &KubernetesApplication, status: &Draft<KubernetesApplication>) -> bool {
+        let (mut submitted, mut failed) = (0, 0);
+        for r in self.owned(app) {
+            submitted += usize::from(desired::submitted(&r));
+            failed += usize::from(desired::failed(&r));
+        }
+        let state = desired::state(app.spec.resource_templates.len(), submitted, failed);
+        status.state != Some(state)
+    }
+
     /// Unscheduled applications belong to the scheduler.
     fn wanted(&self, app: &KubernetesApplication) -> bool {
         scheduled_to(app).is_some() || finalizers::has(app, FINALIZER)
@@ -250,7 +263,7 @@ impl KubernetesApplications {
                 Some(Ok(true)) => continue,
                 Some(Ok(false)) | None => {}
             }
-            writes.push((name, body));
+            writes.push((name, desired::unpacked_template(body)));
         }
         let (resources, ns) = (&resources, &ns);
         let failed: Vec<String> = futures::stream::iter(writes)
@@ -408,7 +421,7 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
     let ctrl = trim::controller(
         rt.api::<KubernetesApplication>(),
         watcher::Config::default(),
-        trim::nothing_else,
+        desired::packed_templates,
     )
     .owns_stream(resources)
     .with_config(rt.controller_config())

@@ -102,15 +102,31 @@ pub fn cached(res: &mut KubernetesApplicationResource) {
 /// says so), never a string, so a digest is never taken for a template.
 const DIGEST: &str = "digest:";
 
-/// A template's digest; a digest is its own.
+/// A template's digest; a digest is its own. A template packed in the
+/// application's cache ([`packed_templates`]) has the digest of the
+/// template it packs.
 fn digest(template: &Value) -> Value {
     match template.as_str() {
         Some(d) if d.starts_with(DIGEST) => template.clone(),
-        _ => Value::String(format!(
-            "{DIGEST}{:016x}",
-            runtime::reconciler::value_hash(template)
-        )),
+        _ => Value::String(format!("{DIGEST}{:016x}", runtime::packed::hash(template))),
     }
+}
+
+/// What this controller keeps of an application in its cache: every
+/// template packed ([`runtime::packed`]); a reconcile compares them by
+/// digest and unpacks only the ones it applies ([`unpacked_template`]).
+pub fn packed_templates(app: &mut KubernetesApplication) {
+    for t in &mut app.spec.resource_templates {
+        runtime::packed::pack(&mut t.spec.template);
+    }
+}
+
+/// A body from [`resource_for`] with its template unpacked, to apply.
+pub fn unpacked_template(mut body: Value) -> Value {
+    if let Some(template) = body.get_mut("spec").and_then(|s| s.get_mut("template")) {
+        runtime::packed::unpack(template);
+    }
+    body
 }
 
 /// A spec with its template as a digest.
@@ -230,6 +246,30 @@ mod tests {
         // Created with the resource-controller's finalizer: it need not
         // add it with a request of its own.
         assert_eq!(body["metadata"]["finalizers"], json!([RESOURCE_FINALIZER]));
+    }
+
+    #[test]
+    fn an_application_cached_with_packed_templates_asks_for_the_same_resources() {
+        let whole = app();
+        let mut packed = whole.clone();
+        packed_templates(&mut packed);
+        assert!(packed.spec.resource_templates[1].spec.template.is_string());
+        let (_, want) = resource_for(&whole, 1, "c1").unwrap();
+        let (_, from_packed) = resource_for(&packed, 1, "c1").unwrap();
+        // What is applied is the template itself.
+        assert_eq!(unpacked_template(from_packed.clone()), want);
+        // The resource as applied, and as this controller caches it, is up
+        // to date with the body from the packed template, unapplied.
+        let mut res: KubernetesApplicationResource = serde_json::from_value(want).unwrap();
+        assert!(up_to_date(&res, &from_packed));
+        cached(&mut res);
+        assert!(up_to_date(&res, &from_packed));
+        // A changed template is not.
+        let mut changed = whole.clone();
+        changed.spec.resource_templates[1].spec.template["metadata"]["name"] = json!("other");
+        packed_templates(&mut changed);
+        let (_, stale) = resource_for(&changed, 1, "c1").unwrap();
+        assert!(!up_to_date(&res, &stale));
     }
 
     #[test]

@@ -181,6 +181,13 @@ fn submit_latency(rt: &Runtime) -> Result<Histogram, prometheus::Error> {
     Ok(h)
 }
 
+/// What this controller keeps of a resource in its cache: its template
+/// packed ([`runtime::packed`]), unpacked by the reconcile that renders it.
+/// A template is most of a resource.
+fn packed_template(res: &mut Res) {
+    runtime::packed::pack(&mut res.spec.template);
+}
+
 /// The resources that a change to the KubernetesCluster `cluster` concerns.
 fn using_cluster(store: &Store<Res>, cluster: &KubernetesCluster) -> Vec<ObjectRef<Res>> {
     let (ns, name) = (cluster.namespace(), cluster.name_any());
@@ -238,11 +245,7 @@ pub fn controller(
     );
     let secret_events = secret_events.touched_objects();
     let (watches, woken) = Watches::new(CONTROLLER, &rt.metrics);
-    let ctrl = trim::controller(
-        rt.api::<Res>(),
-        watcher::Config::default(),
-        trim::nothing_else,
-    );
+    let ctrl = trim::controller(rt.api::<Res>(), watcher::Config::default(), packed_template);
     let (by_cluster, by_secret) = (ctrl.store(), ctrl.store());
     let clusters_for_secrets = clusters.clone();
     let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);

@@ -90,7 +90,9 @@ impl<'a> Remote<'a> {
         session: &'a Mutex<Session<Res>>,
     ) -> Result<Self, Error> {
         let uid = res.uid().unwrap_or_default();
-        let target = remote_object::target(&res.spec.template).map_err(Error::InvalidTemplate)?;
+        // The cache keeps templates packed (controller::packed_template).
+        let template = runtime::packed::unpacked(&res.spec.template);
+        let target = remote_object::target(&template).map_err(Error::InvalidTemplate)?;
         let remote = ctx.connect(res, cluster).await?;
         let described = format!("cluster {}", remote.name);
         let breaker = breaker_label(res, cluster);
@@ -110,7 +112,7 @@ impl<'a> Remote<'a> {
                 .map_err(Error::from)
             })
             .await?;
-        let desired = remote_object::render(&res.spec.template, &uid, located.namespace.as_deref())
+        let desired = remote_object::render(&template, &uid, located.namespace.as_deref())
             .map_err(Error::InvalidTemplate)?;
         Ok(Self {
             ctx,

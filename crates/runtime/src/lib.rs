@@ -20,6 +20,7 @@ pub mod limits;
 pub mod managed;
 pub mod metrics;
 pub mod objects;
+pub mod packed;
 pub mod reconciler;
 pub mod remote;
 pub mod server;

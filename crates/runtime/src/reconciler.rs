@@ -209,6 +209,15 @@ pub trait Reconciler: Send + Sync + 'static {
         false
     }
 
+    /// Whether a wake while a change of the object is held back may bring
+    /// a change that must not wait ([`Reconciler::may_wait`] would say no:
+    /// a new state), judged cheaply from the caches against `status`, the
+    /// status as last written. Then it is reconciled at once instead of at
+    /// the window's end. By default a held object waits.
+    fn urgent(&self, _obj: &Self::Object, _status: &Draft<Self::Object>) -> bool {
+        false
+    }
+
     /// Removes what the object made.
     fn cleanup(
         &self,
@@ -299,9 +308,11 @@ pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let sk = r.skeleton();
-    // A held status change: nothing new to do before its window ends.
+    // A held status change: nothing new to do before its window ends,
+    // unless this wake brings a change that may not wait.
     if let (false, Some(c), Some(uid)) = (deleting, &sk.coalesce, obj.meta().uid.as_deref())
         && let Some(wait) = c.waiting(uid, obj.meta().generation)
+        && !r.urgent(&obj, &sk.status.base(obj.as_ref()))
     {
         return Ok(Action::requeue(wait));
     }

@@ -83,6 +83,13 @@ impl Cluster {
         Client::try_from(config).expect("client builds")
     }
 
+    /// A kubectl command for this cluster, to run elsewhere (a thread).
+    pub fn kubectl_command(&self) -> Command {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig_path);
+        cmd
+    }
+
     /// Runs kubectl against this cluster.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_stdin(args, None)

@@ -226,7 +226,9 @@ impl Apiservers<'_> {
                 // routed through the node), not at its cluster IP: the API
                 // server runs on the host, outside kube-proxy's rules.
                 "--enable-aggregator-routing=true".to_owned(),
-                "--profiling=false".to_owned(),
+                // Benchmarks (audit on) may take a CPU profile at
+                // /debug/pprof; the test suite has no use for it.
+                format!("--profiling={}", self.options.audit),
             ]
             .into_iter()
             .chain(audit)

@@ -22,7 +22,8 @@ pub(super) fn not_older(incoming: Option<&str>, cached: Option<&str>) -> bool {
     !matches!((incoming, cached), (Some(i), Some(c)) if crate::reconciler::older(i, c))
 }
 
-/// What one watch knows about one object.
+/// What one watch knows about one object (a live one as `strip` keeps it:
+/// its body packed).
 #[derive(Clone, Debug)]
 pub(super) enum Slot {
     Live(Arc<DynamicObject>),
@@ -66,7 +67,11 @@ impl Cache {
             return Cached::Unknown;
         }
         match self.slots.get(key) {
-            Some(Slot::Live(o)) => Cached::Present(o.clone()),
+            Some(Slot::Live(o)) => Cached::Present(Arc::new(DynamicObject {
+                types: o.types.clone(),
+                metadata: o.metadata.clone(),
+                data: crate::packed::unpacked(&o.data).into_owned(),
+            })),
             Some(Slot::Gone { .. }) | None => Cached::Absent,
         }
     }

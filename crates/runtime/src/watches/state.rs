@@ -99,8 +99,12 @@ pub(super) fn key_of(object: &DynamicObject) -> Option<ObjKey> {
     ))
 }
 
+/// An object as a watch's cache keeps it: without managedFields, and its
+/// body (spec, status, data: everything but the type and metadata) packed
+/// ([`crate::packed`]); [`super::cache::Cache::get`] unpacks it.
 pub(super) fn strip(mut object: DynamicObject) -> Arc<DynamicObject> {
     object.metadata.managed_fields = None;
+    crate::packed::pack(&mut object.data);
     Arc::new(object)
 }
 

@@ -19,6 +19,10 @@
 //! (`--out`, default bench/workloads.json).
 //!
 //!     hack/bench-workloads.sh [--applications N]
+//!
+//! With `WORKLOAD_BENCH_PPROF=FILE`, the control API server's CPU profile
+//! (Go pprof, 60 s from 30 s into the many phase) is written to FILE: where
+//! the machine's ceiling goes (`go tool pprof -top FILE`).
 
 // A benchmark reports and exits; failing loudly on a broken setup is its job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -133,6 +137,10 @@ async fn many(run: &Run, args: &Args) -> Value {
         "workload-bench: {m} applications at once ({} templates)",
         m * TEMPLATES
     );
+    let profile = std::env::var_os("WORKLOAD_BENCH_PPROF").map(|out| {
+        let kubectl = run.bench.plane.control.kubectl_command();
+        std::thread::spawn(move || control_profile(kubectl, out.into()))
+    });
     let timeout = args
         .timeout
         .unwrap_or(Duration::from_secs(120) + Duration::from_millis(50) * (m * TEMPLATES) as u32);
@@ -145,6 +153,9 @@ async fn many(run: &Run, args: &Args) -> Value {
         timeout,
     )
     .await;
+    if let Some(profile) = profile {
+        let _ = profile.join();
+    }
     eprintln!(
         "  many: reached {} ({}/{}) in {}s; submitted p50 {} p99 {}",
         many["reached"],
@@ -155,6 +166,22 @@ async fn many(run: &Run, args: &Args) -> Value {
         many["submitted"]["p99_s"]
     );
     many
+}
+
+/// 60 s of the control API server's CPU profile, from 30 s into the phase.
+fn control_profile(mut kubectl: std::process::Command, out: std::path::PathBuf) {
+    std::thread::sleep(Duration::from_secs(30));
+    let got = kubectl
+        .args(["get", "--raw", "/debug/pprof/profile?seconds=60"])
+        .output()
+        .expect("kubectl runs");
+    std::fs::write(&out, &got.stdout).expect("the profile is written");
+    eprintln!(
+        "  profile of the control API server: {} ({} bytes) {}",
+        out.display(),
+        got.stdout.len(),
+        String::from_utf8_lossy(&got.stderr).trim()
+    );
 }
 
 /// Ours against the null writer's ceiling: templates per second as a
