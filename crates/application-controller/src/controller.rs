@@ -34,8 +34,13 @@ pub const CONTROLLER: &str = "kubernetesapplication";
 pub const FINALIZER: &str = "workload.crossplane.io/application-controller";
 /// How often a deleting application looks at its remaining resources.
 const DELETE_POLL: Duration = Duration::from_secs(2);
-/// How long a change of the counts or of Ready alone may wait for more.
-const COALESCE: Duration = Duration::from_secs(1);
+/// How long a change of the counts or of Ready alone may wait for more. An
+/// application holds all its templates: a GitLab-sized one is ~110 KB, 30
+/// times one of its resources, and each status write costs the API server
+/// (and every watcher) as much as writing 30 resources. So its progress is
+/// written at most every few seconds; a new state (Submitted, Failed) is
+/// written at once (`urgent`).
+const COALESCE: Duration = Duration::from_secs(5);
 /// How many of an application's resources are applied at once.
 pub const APPLY_AT_ONCE: usize = 8;
 
@@ -424,7 +429,7 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
         desired::packed_templates,
     )
     .owns_stream(resources)
-    .with_config(rt.controller_config())
+    .with_config(rt.controller_config_in_order())
     .graceful_shutdown_on(rt.shutdown());
     reconciler::run(ctrl, applications)
 }

@@ -267,7 +267,9 @@ pub fn controller(
         observed: Mutex::default(),
     });
     let ctrl = ctrl
-        .with_config(rt.controller_config())
+        // An application's resources are created together: taken in that
+        // order, each application is done before the next.
+        .with_config(rt.controller_config_in_order())
         .graceful_shutdown_on(rt.shutdown())
         .watches_stream(cluster_events, move |c| using_cluster(&by_cluster, &c))
         .watches_stream(secret_events, move |s| {

@@ -163,6 +163,20 @@ impl Runtime {
     pub fn controller_config(&self) -> ControllerConfig {
         ControllerConfig::default().concurrency(due_at_once(self.args.concurrency))
     }
+
+    /// Controller config for a controller whose objects come in groups
+    /// that are done together (an application's resources, created one
+    /// application after another): its runner takes every object due at
+    /// once, so the --concurrency workers take them strictly in the order
+    /// they became due ([`crate::reconciler::drive`]) and a group finishes
+    /// before those that came after it. Behind a bound, the runner takes
+    /// what waits in hash order: every group of a burst finishes at its
+    /// end. Measured with 100 GitLab applications at once: p50 Submitted
+    /// 278 s -> 114 s. The price is a waiting reconcile per due object
+    /// (small: boxed until its turn).
+    pub fn controller_config_in_order(&self) -> ControllerConfig {
+        ControllerConfig::default().concurrency(0)
+    }
 }
 
 async fn wait_for_signal() {
