@@ -9,8 +9,9 @@
 //! works on.
 //!
 //! Only values that are objects or lists are packed, and only where the
-//! schema says the value is an object (a template), so a string found there
-//! is always a packed one. The text is the value's canonical serialization
+//! value is always an object (a template, which the CRD's schema says is
+//! one; a watched object's body), so a string found there is always a
+//! packed one. The text is the value's canonical serialization
 //! (keys sorted, no spaces): [`crate::reconciler::value_hash`] of a value
 //! and [`hash`] of its packed form agree, so a packed value is compared by
 //! hash without being unpacked.
