@@ -115,12 +115,8 @@ impl Reconciler for KubernetesApplications {
     /// state (all submitted, or failed): a user waits for Submitted, not for
     /// the window.
     fn urgent(&self, app: &KubernetesApplication, status: &Draft<KubernetesApplication>) -> bool {
-        let (mut submitted, mut failed) = (0, 0);
-        for r in self.owned(app) {
-            submitted += usize::from(desired::submitted(&r));
-            failed += usize::from(desired::failed(&r));
-        }
-        let state = desired::state(app.spec.resource_templates.len(), submitted, failed);
+        let owned: Vec<_> = self.owned(app).collect();
+        let (state, _) = desired::progress(app, owned.iter().map(Arc::as_ref));
         status.state != Some(state)
     }
 
@@ -360,9 +356,7 @@ fn report(
     current: &[&Arc<KubernetesApplicationResource>],
     problems: &[String],
 ) {
-    let submitted = current.iter().filter(|r| desired::submitted(r)).count();
-    let failed = current.iter().filter(|r| desired::failed(r)).count();
-    let state = desired::state(app.spec.resource_templates.len(), submitted, failed);
+    let (state, submitted) = desired::progress(app, current.iter().map(|r| r.as_ref()));
     counts(app, status, state, submitted);
     let not_ready = not_ready(wanted, current);
     let ready = if not_ready.is_empty() && problems.is_empty() {

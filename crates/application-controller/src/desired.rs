@@ -191,6 +191,23 @@ pub fn state(desired: usize, submitted: usize, failed: usize) -> KubernetesAppli
     }
 }
 
+/// The state `resources` (the application's) make, and how many of them
+/// are submitted.
+pub fn progress<'a>(
+    app: &KubernetesApplication,
+    resources: impl Iterator<Item = &'a KubernetesApplicationResource>,
+) -> (KubernetesApplicationState, usize) {
+    let (mut submitted, mut failed) = (0, 0);
+    for r in resources {
+        submitted += usize::from(self::submitted(r));
+        failed += usize::from(self::failed(r));
+    }
+    (
+        state(app.spec.resource_templates.len(), submitted, failed),
+        submitted,
+    )
+}
+
 /// Whether a resource counts as submitted.
 pub fn submitted(res: &KubernetesApplicationResource) -> bool {
     res.status.as_ref().and_then(|s| s.state) == Some(KubernetesApplicationResourceState::Submitted)
