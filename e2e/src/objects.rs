@@ -265,10 +265,16 @@ pub fn observations(cluster: &str) -> u64 {
 /// `cluster="<its name>"` series (requests, observations) count exactly
 /// those of the Objects that use it, whatever other tests do.
 pub async fn own_config(client: &Client, prefix: &str) -> String {
+    own_config_with(client, prefix, &testenv::control_plane().remote.kubeconfig).await
+}
+
+/// Like [`own_config`], with the Secret holding `kubeconfig` (the remote
+/// cluster as a pod reaches it, say).
+pub async fn own_config_with(client: &Client, prefix: &str, kubeconfig: &str) -> String {
     let name = testenv::unique_name(prefix);
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "default"},
-        "stringData": {"kubeconfig": testenv::control_plane().remote.kubeconfig},
+        "stringData": {"kubeconfig": kubeconfig},
     }))
     .unwrap();
     Api::<Secret>::namespaced(client.clone(), "default")

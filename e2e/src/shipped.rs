@@ -172,7 +172,7 @@ fn install() -> Shipped {
         {"op": "replace", "path": "/spec/template/spec/containers/0/args",
          "value": args},
     ]);
-    patch_package_manager(&patch);
+    patch_deployment("package-manager", &patch);
     wait_available(Duration::from_secs(240));
     Shipped {
         registry,
@@ -194,12 +194,12 @@ pub fn operator_flags() -> Vec<String> {
     ]
 }
 
-/// `kubectl patch --type=json` of the package-manager Deployment.
-fn patch_package_manager(patch: &Value) {
+/// `kubectl patch --type=json` of a controller's Deployment.
+fn patch_deployment(binary: &str, patch: &Value) {
     kubectl(&[
         "patch",
         "deployment",
-        "package-manager",
+        binary,
         "-n",
         NS,
         "--type=json",
@@ -279,50 +279,119 @@ pub fn package_manager_flags(flags: &[String]) -> PackageManagerFlags {
     PackageManagerFlags(())
 }
 
-/// Sets the package-manager's args and waits until one pod of that
-/// template runs, Ready, holding the Lease, and no other is left.
+/// Sets the package-manager's args and waits for the rollout ([`roll_out`]).
 fn roll_out_package_manager(args: &[String]) {
+    roll_out("package-manager", args);
+}
+
+/// Whether a pod's Ready condition is True.
+fn pod_ready(p: &Value) -> bool {
+    p.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// The pods of a controller, as JSON.
+fn pods_of(binary: &str) -> Vec<Value> {
+    let pods = get_json(&[
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        &format!("app.kubernetes.io/name={binary}"),
+    ])
+    .unwrap_or_default();
+    pods["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The one pod of `binary` left that is not `except`, not being deleted,
+/// Ready and holding the binary's Lease (and, given `args`, running with
+/// them): its name. `None` while other pods are still about.
+fn sole_leader(binary: &str, args: Option<&[String]>, except: Option<&str>) -> Option<String> {
+    let pods = pods_of(binary);
+    let [pod] = pods.as_slice() else {
+        return None;
+    };
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    (Some(name) != except
+        && pod.pointer("/metadata/deletionTimestamp").is_none()
+        && args
+            .is_none_or(|a| pod.pointer("/spec/containers/0/args") == Some(&serde_json::json!(a)))
+        && pod_ready(pod)
+        && lease_of(binary).0 == name)
+        .then(|| name.to_owned())
+}
+
+/// Sets a controller Deployment's args (operator configuration, a JSON
+/// patch) and waits until one pod of that template runs, Ready, holding
+/// the Lease, and no other is left.
+fn roll_out(binary: &str, args: &[String]) {
     let patch = serde_json::json!([
         {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args},
     ]);
-    patch_package_manager(&patch);
-    let rolled_out = || {
-        let pods = get_json(&[
-            "pods",
-            "-n",
-            NS,
-            "-l",
-            "app.kubernetes.io/name=package-manager",
-        ])
-        .unwrap_or_default();
-        let pods = pods["items"].as_array().cloned().unwrap_or_default();
-        let ready = |p: &Value| {
-            p.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-        };
-        if let [pod] = pods.as_slice()
-            && pod.pointer("/metadata/deletionTimestamp").is_none()
-            && pod.pointer("/spec/containers/0/args") == Some(&serde_json::json!(args))
-            && ready(pod)
-            && package_manager_lease().0 == pod["metadata"]["name"].as_str().unwrap_or_default()
-        {
-            return Some(());
-        }
-        None
-    };
+    patch_deployment(binary, &patch);
     wait_blocking(
         Duration::from_secs(180),
-        &format!("the package-manager to roll out with {args:?}"),
-        rolled_out,
+        &format!("{binary} to roll out with {args:?}"),
+        || sole_leader(binary, Some(args), None),
         || {
             let pods = kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
-            format!("\n{pods}\n{}", log_tail("package-manager", 30))
+            format!("\n{pods}\n{}", log_tail(binary, 30))
         },
     );
+}
+
+/// Runs a controller (not the package-manager: see
+/// [`package_manager_flags`]) with deploy/'s args plus `flags`, as an
+/// operator would configure it; nothing when it already does.
+pub fn controller_flags(binary: &str, flags: &[&str]) {
+    shipped();
+    let current = container_args(binary);
+    if current.ends_with(&flags.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>()) {
+        return;
+    }
+    let args: Vec<String> = current
+        .into_iter()
+        .chain(flags.iter().map(|f| (*f).to_owned()))
+        .collect();
+    roll_out(binary, &args);
+}
+
+/// Restarts a controller as an operator does (`kubectl delete pod`): its
+/// running pod is deleted, and the Deployment's new pod takes over. Returns
+/// once the new pod is Ready and holds the Lease, the old one gone: its
+/// name.
+pub fn restart(binary: &str) -> String {
+    let (old, _) = pod_of(binary);
+    kubectl(&["delete", "pod", &old, "-n", NS, "--wait=false"]);
+    wait_blocking(
+        Duration::from_secs(180),
+        &format!("a new {binary} pod, Ready and leading, {old} gone"),
+        || sole_leader(binary, None, Some(&old)),
+        || {
+            let pods = kubectl(&["get", "pods", "-n", NS, "-o", "wide"]);
+            format!("\n{pods}\n{}", log_tail(binary, 30))
+        },
+    )
+}
+
+/// The remote cluster's kubeconfig as pods reach it: the API server at
+/// the node-facing address (127.0.0.1 in a pod is the pod itself).
+pub fn remote_kubeconfig_for_pods() -> String {
+    let plane = testenv::control_plane_with_node();
+    let node = plane.node.as_ref().expect("testenv's node");
+    let kubeconfig = plane
+        .remote
+        .kubeconfig
+        .replace("https://127.0.0.1:", &format!("https://{}:", node.host_ip));
+    assert_ne!(
+        kubeconfig, plane.remote.kubeconfig,
+        "the remote kubeconfig names 127.0.0.1"
+    );
+    kubeconfig
 }
 
 /// Removes crossplane-rs's own Object provider (its Deployment and the
@@ -382,8 +451,14 @@ pub fn pod_of(binary: &str) -> (String, i64) {
 
 /// The package-manager's leader Lease: (holder, transitions).
 pub fn package_manager_lease() -> (String, i64) {
+    lease_of("package-manager")
+}
+
+/// A controller's leader Lease: (holder, transitions).
+pub fn lease_of(binary: &str) -> (String, i64) {
     shipped();
-    let lease = get_json(&["lease", "crossplane-rs-package-manager", "-n", NS]).unwrap_or_default();
+    let lease =
+        get_json(&["lease", &format!("crossplane-rs-{binary}"), "-n", NS]).unwrap_or_default();
     (
         lease
             .pointer("/spec/holderIdentity")

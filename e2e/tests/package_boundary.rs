@@ -304,6 +304,16 @@ fn a_package_never_takes_over_a_crd_it_did_not_create() {
         .control
         .kubectl_stdin(&["create", "-f", "-"], Some(&strict));
     assert!(out.status.success(), "create the hand-made CRD: {out:?}");
+    // The API server writes a new CRD's status itself (NamesAccepted, then
+    // Established); look at it only after those, so that any later write
+    // is somebody else's.
+    kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd",
+        &format!("things.{g}"),
+    ]);
     let before = get_json(&["crd", &format!("things.{g}")]).unwrap();
     let own_before = get_json(&["crd", "providers.pkg.crossplane.io"]).unwrap();
     // A package shipping a loose CRD of the same name, and one shipping

@@ -4,6 +4,10 @@
 //! No object leaves Ready (or Submitted), and no cluster-not-answering
 //! warning is emitted: for the object-provider with 1000 Objects, and for
 //! the resource-controller with 100 applications.
+//!
+//! The controllers run as users run them: pods of `deploy/` on the test
+//! node ([`e2e::shipped`]), configured with operator flags, restarted with
+//! `kubectl delete pod` (the Deployment's new pod takes over the Lease).
 
 // Test helpers fail the test loudly, with what went wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -15,12 +19,15 @@ use std::{
 };
 
 use e2e::{
-    Running, metric_sum,
-    objects::{apply_object, configmap, object, own_config},
+    metric_sum,
+    objects::{apply_object, configmap, object, own_config_with},
+    shipped::{
+        controller_flags, log_tail, metrics_of, remote_kubeconfig_for_pods, restart, shipped,
+    },
     wait,
     workloads::{
-        app, apply_app, clients, cluster, configmap_template, configmaps_with,
-        impersonating_kubeconfig, remote_ns, start, state_of_res,
+        app, apply_app, clients, cluster, configmap_template, configmaps_with, remote_ns,
+        state_of_res,
     },
 };
 use futures::{StreamExt, TryStreamExt};
@@ -44,30 +51,33 @@ const CHURNED: usize = 200;
 const PARALLEL: usize = 32;
 /// How long the Objects may take to become Ready, or to follow a change.
 const WAIT: Duration = Duration::from_secs(240);
-/// The controllers' flags: --remote-timeout scaled down from its default
-/// of 10 s, and 64 workers instead of 8, so that this machine's burst of
-/// reconciles (requests queued behind each other inside the controller)
-/// lasts several deadlines, as a burst of many more objects on a busier
-/// machine would at 10 s. On main's breaker (before issue 22) both tests
-/// fail with hundreds of TargetNotAnswering warnings.
-const ARGS: &[&str] = &["--remote-timeout", "1s", "--concurrency", "64"];
+/// The operator flags the controllers run with (after deploy/'s):
+/// --remote-timeout scaled down from its default of 10 s, and 64 workers
+/// instead of 8, so that this machine's burst of reconciles (requests
+/// queued behind each other inside the controller) lasts several
+/// deadlines, as a burst of many more objects on a busier machine would at
+/// 10 s. On main's breaker (before issue 22) both tests fail with hundreds
+/// of TargetNotAnswering warnings.
+const ARGS: &[&str] = &["--remote-timeout=1s", "--concurrency=64"];
 /// The label that marks this test's Objects.
 const LABEL: &str = "e2e.crossplane-rs.io/restart";
 
-/// Prints a binary's log when the test it lives in fails.
-struct DumpLog<'a>(&'a Running);
+/// Prints a controller pod's log when the test it lives in fails.
+struct DumpLog(&'static str);
 
-impl Drop for DumpLog<'_> {
+impl Drop for DumpLog {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let log = self.0.log();
-            let tail: Vec<&str> = log.lines().rev().take(200).collect();
-            eprintln!("----- {} log (last 200 lines) -----", self.0.name);
-            for l in tail.iter().rev() {
-                eprintln!("{l}");
-            }
+            eprintln!("----- {} log (last 200 lines) -----", self.0);
+            eprintln!("{}", log_tail(self.0, 200));
         }
     }
+}
+
+/// A blocking look (kubectl, a scrape through the node) from the test's
+/// async code.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
 }
 
 fn is_true(o: &Object, t: &str) -> bool {
@@ -229,9 +239,28 @@ impl Drop for Wrong {
     }
 }
 
-/// The reconcile errors of `controller` in `binary` so far, by category.
-fn errors_by_category(binary: &Running, controller: &str) -> String {
-    let metrics = binary.metrics();
+/// Restarts `binary` (`kubectl delete pod`) while `churn` changes objects
+/// (it runs while the new pod starts); returns once both are done, with
+/// the new pod's log to dump should the test fail from here on.
+async fn restart_during(
+    binary: &'static str,
+    churn: impl std::future::Future<Output = ()> + Send + 'static,
+) -> DumpLog {
+    let restarted = Instant::now();
+    let churn = tokio::spawn(churn);
+    let pod = blocking(|| restart(binary));
+    churn.await.unwrap();
+    eprintln!(
+        "restarted: {pod} leading {:?} after the old pod's delete",
+        restarted.elapsed()
+    );
+    DumpLog(binary)
+}
+
+/// The reconcile errors of `controller` in `binary`'s pod so far, by
+/// category.
+fn errors_by_category(binary: &str, controller: &str) -> String {
+    let metrics = blocking(|| metrics_of(binary));
     metrics
         .lines()
         .filter(|l| l.starts_with("crossplane_rs_reconcile_errors_total{"))
@@ -240,11 +269,11 @@ fn errors_by_category(binary: &Running, controller: &str) -> String {
         .join(", ")
 }
 
-/// Waits until `controller` in `binary` has reconciled `n` times.
-async fn wait_reconciled(binary: &Running, controller: &str, n: usize) {
+/// Waits until `controller` in `binary`'s pod has reconciled `n` times.
+async fn wait_reconciled(binary: &str, controller: &str, n: usize) {
     wait(WAIT, &format!("{n} reconciles of {controller}"), || async {
         let done = metric_sum(
-            &binary.metrics(),
+            &blocking(|| metrics_of(binary)),
             "crossplane_rs_reconcile_total",
             &[("controller", controller)],
         );
@@ -255,18 +284,19 @@ async fn wait_reconciled(binary: &Running, controller: &str, n: usize) {
     .await;
 }
 
-/// Asserts that since `binary` started no reconcile of `controller` failed
-/// with <prefix>NotAnswering or <prefix>TooSlow, that no such warning was
-/// emitted (`warned`, by reason), and that `left` found nothing.
+/// Asserts that since `binary`'s pod started no reconcile of `controller`
+/// failed with <prefix>NotAnswering or <prefix>TooSlow, that no such
+/// warning was emitted (`warned`, by reason), and that `left` found
+/// nothing.
 fn nothing_failed(
-    binary: &Running,
+    binary: &str,
     controller: &str,
     prefix: &str,
     warned: &BTreeMap<String, usize>,
     warned_before: &BTreeMap<String, usize>,
     left: Wrong,
 ) {
-    let metrics = binary.metrics();
+    let metrics = blocking(|| metrics_of(binary));
     let errors = |category: &str| {
         metric_sum(
             &metrics,
@@ -295,21 +325,23 @@ fn nothing_failed(
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
+    const BINARY: &str = "object-provider";
+    blocking(|| {
+        shipped();
+        controller_flags(BINARY, ARGS);
+    });
     let (client, remote) = clients().await;
     let rns = remote_ns(&remote, "restart").await;
-    let pc = own_config(&client, "restart").await;
+    let pc = own_config_with(&client, "restart", &remote_kubeconfig_for_pods()).await;
     let id = testenv::unique_name("restart");
-    let kubeconfig = impersonating_kubeconfig("object-provider");
     let objects = Api::<Object>::all(client.clone());
 
-    let mut first = Running::start("object-provider", &kubeconfig, ARGS);
-    first.wait_healthy(Duration::from_secs(30)).await;
     let started = Instant::now();
     apply_range(&client, &id, &pc, &rns, 0..OBJECTS, "1").await;
     {
-        let _dump = DumpLog(&first);
+        let _dump = DumpLog(BINARY);
         wait(WAIT, &format!("{OBJECTS} Objects Ready"), || async {
             let n = ready(&objects, &id).await;
             (n == OBJECTS).then_some(()).ok_or(format!("{n} Ready"))
@@ -319,7 +351,7 @@ async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
     eprintln!(
         "{OBJECTS} Objects Ready in {:?}; errors on the way: {}",
         started.elapsed(),
-        errors_by_category(&first, "object")
+        errors_by_category(BINARY, "object")
     );
 
     // From here on, every change of a Synced or Ready condition away from
@@ -328,14 +360,14 @@ async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
     let left = Wrong::record(objects.clone(), config, not_ready).await;
     let warned_before = warnings(&client, "Object", &id).await;
 
-    // The restart, with a change to some Objects made while the new
-    // provider starts.
-    drop(first);
+    // The restart (`kubectl delete pod`), with a change to some Objects
+    // made while the new pod starts.
     let restarted = Instant::now();
-    let mut second = Running::start("object-provider", &kubeconfig, ARGS);
-    apply_range(&client, &id, &pc, &rns, 0..CHURNED, "2").await;
-    second.wait_healthy(Duration::from_secs(60)).await;
-    let dump = DumpLog(&second);
+    let dump = restart_during(BINARY, {
+        let (client, id, pc, rns) = (client.clone(), id.clone(), pc.clone(), rns.clone());
+        async move { apply_range(&client, &id, &pc, &rns, 0..CHURNED, "2").await }
+    })
+    .await;
     let names: Vec<String> = (0..CHURNED).map(|i| format!("cm-{i}")).collect();
     wait(WAIT, &format!("{CHURNED} changed ConfigMaps"), || async {
         let n = configmaps_with(&remote, &rns, &names, "2").await;
@@ -344,13 +376,13 @@ async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
     .await;
     // Every Object was reconciled by the new provider (its start-up burst,
     // one reconcile per Object listed, is over).
-    wait_reconciled(&second, "object", OBJECTS).await;
+    wait_reconciled(BINARY, "object", OBJECTS).await;
     eprintln!(
         "restarted: {CHURNED} changes applied and every Object reconciled in {:?}",
         restarted.elapsed()
     );
     let warned = warnings(&client, "Object", &id).await;
-    nothing_failed(&second, "object", "Target", &warned, &warned_before, left);
+    nothing_failed(BINARY, "object", "Target", &warned, &warned_before, left);
 
     // Clean up: the Objects go, with their ConfigMaps.
     objects
@@ -416,17 +448,14 @@ async fn apply_apps(
         .await;
 }
 
-/// The resource-controller watching `ns`, with the deadline scaled down as
-/// for the provider (see ARGS).
-fn resource_controller(ns: &str) -> Running {
-    let kubeconfig = impersonating_kubeconfig("resource-controller");
-    let args = [&["--watch-namespace", ns, "--poll-interval", "1s"], ARGS].concat();
-    Running::start("resource-controller", &kubeconfig, &args)
-}
-
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_fails_none() {
-    let plane = testenv::control_plane();
+    const BINARY: &str = "resource-controller";
+    blocking(|| {
+        shipped();
+        controller_flags(BINARY, &[ARGS, &["--poll-interval=1s"]].concat());
+    });
+    let plane = testenv::control_plane_with_node();
     let (client, remote) = clients().await;
     let ns = plane.control.namespace(&client, "restart-apps").await;
     let rns = remote_ns(&remote, "restart-apps").await;
@@ -436,15 +465,9 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
         &ns,
         &id,
         json!({"pool": id}),
-        Some(&plane.remote.kubeconfig),
+        Some(&remote_kubeconfig_for_pods()),
     )
     .await;
-    let mut scheduler = start("scheduler", &ns);
-    let mut application = start("application-controller", &ns);
-    let mut first = resource_controller(&ns);
-    for r in [&mut scheduler, &mut application, &mut first] {
-        r.wait_healthy(Duration::from_secs(30)).await;
-    }
     let resources = Api::<KubernetesApplicationResource>::namespaced(client.clone(), &ns);
     let all = APPS * TEMPLATES;
     // Done when every resource is Submitted; else how many are, and the
@@ -479,13 +502,13 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
     let started = Instant::now();
     apply_apps(&client, &ns, &rns, &id, 0..APPS, "1").await;
     {
-        let _dump = DumpLog(&first);
+        let _dump = DumpLog(BINARY);
         wait(WAIT, &format!("{all} resources Submitted"), all_submitted).await;
     }
     eprintln!(
         "{APPS} applications ({all} resources) Submitted in {:?}; errors on the way: {}",
         started.elapsed(),
-        errors_by_category(&first, "kubernetesapplicationresource")
+        errors_by_category(BINARY, "kubernetesapplicationresource")
     );
 
     // From here on, every resource leaving Submitted is recorded.
@@ -496,13 +519,14 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
     .await;
     let warned_before = warnings(&client, "KubernetesApplicationResource", &id).await;
 
-    // The restart, with some applications changed while it starts.
-    drop(first);
+    // The restart (`kubectl delete pod`), with some applications changed
+    // while the new pod starts.
     let restarted = Instant::now();
-    let mut second = resource_controller(&ns);
-    apply_apps(&client, &ns, &rns, &id, 0..CHURNED_APPS, "2").await;
-    second.wait_healthy(Duration::from_secs(60)).await;
-    let dump = DumpLog(&second);
+    let dump = restart_during(BINARY, {
+        let (client, ns, rns, id) = (client.clone(), ns.clone(), rns.clone(), id.clone());
+        async move { apply_apps(&client, &ns, &rns, &id, 0..CHURNED_APPS, "2").await }
+    })
+    .await;
     let changed = CHURNED_APPS * TEMPLATES;
     let names: Vec<String> = (0..CHURNED_APPS)
         .flat_map(|i| (0..TEMPLATES).map(move |t| format!("cm-{i}-{t}")))
@@ -512,14 +536,14 @@ async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_f
         (n == changed).then_some(()).ok_or(format!("{n} changed"))
     })
     .await;
-    wait_reconciled(&second, "kubernetesapplicationresource", all).await;
+    wait_reconciled(BINARY, "kubernetesapplicationresource", all).await;
     eprintln!(
         "restarted: {changed} changes applied and every resource reconciled in {:?}",
         restarted.elapsed()
     );
     let warned = warnings(&client, "KubernetesApplicationResource", &id).await;
     nothing_failed(
-        &second,
+        BINARY,
         "kubernetesapplicationresource",
         "Cluster",
         &warned,
