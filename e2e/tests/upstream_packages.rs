@@ -278,6 +278,26 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         errors.len()
     );
     assert!(total >= 30, "the reads ran throughout the upgrade: {total}");
+    // How (docs/packages.md): the Service sends to the new revision's pods
+    // alone, and the CRD names the Service port it moved to.
+    let service = get_json(&["service", name, "-n", NS]).unwrap();
+    assert_eq!(
+        service.pointer("/spec/selector/pkg.crossplane.io~1revision"),
+        second.pointer("/metadata/name"),
+        "{service}"
+    );
+    let port = service
+        .pointer("/metadata/annotations/pkg.crossplane.io~1webhook-port")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let crd = get_json(&["crd", "objects.kubernetes.crossplane.io"]).unwrap();
+    assert_eq!(
+        crd.pointer("/spec/conversion/webhook/clientConfig/service/port")
+            .map(Value::to_string),
+        Some(port),
+        "the CRD's conversion calls the Service port it names"
+    );
     let image = second["spec"]["image"].as_str().unwrap_or_default();
     assert!(
         image.contains("/crossplane-contrib/provider-kubernetes@sha256:"),

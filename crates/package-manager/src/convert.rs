@@ -198,6 +198,7 @@ mod tests {
             webhooks: false,
             common_labels: &EMPTY,
             common_annotations: &EMPTY,
+            serving: None,
         }
     }
 

@@ -128,6 +128,8 @@ pub struct WebhookTarget<'a> {
     pub service: &'a str,
     /// Its namespace (the package-manager's).
     pub namespace: &'a str,
+    /// The Service port ([`crate::runtime::handover`]).
+    pub port: i64,
     /// The CA bundle (PEM) that signed the runtime's certificate.
     pub ca_bundle: &'a str,
 }
@@ -167,7 +169,7 @@ pub fn point_conversion(body: &mut serde_json::Value, target: &WebhookTarget<'_>
                     "name": target.service,
                     "namespace": target.namespace,
                     "path": CONVERSION_PATH,
-                    "port": crate::runtime::render::WEBHOOK_PORT,
+                    "port": target.port,
                 },
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(target.ca_bundle),
             },
@@ -219,6 +221,7 @@ mod tests {
         let target = WebhookTarget {
             service: "provider-x",
             namespace: "crossplane-system",
+            port: 9443,
             ca_bundle: "PEM",
         };
         point_conversion(&mut object, &target);

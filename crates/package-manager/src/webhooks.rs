@@ -121,7 +121,7 @@ pub fn body(
                 let mut service = json!({
                     "name": target.service,
                     "namespace": target.namespace,
-                    "port": crate::runtime::render::WEBHOOK_PORT,
+                    "port": target.port,
                 });
                 if let (Some(p), Some(s)) = (path, service.as_object_mut()) {
                     s.insert("path".into(), p.into());
@@ -222,6 +222,7 @@ mod tests {
         let target = WebhookTarget {
             service: "provider-x",
             namespace: "crossplane-system",
+            port: 9443,
             ca_bundle: "PEM",
         };
         let owner =

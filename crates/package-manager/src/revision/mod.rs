@@ -22,7 +22,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::OwnerReference};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Service},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -170,9 +173,21 @@ impl Reconciler for ProviderRevisions {
         } else {
             None
         };
+        // Which of its Service's ports the API server is pointed at, and
+        // which revision the Service serves (crate::runtime::handover).
+        let live_service = if webhooks && self.settings.mode == PackageRuntime::Deployment {
+            Api::<Service>::namespaced(self.sk.client().clone(), &self.settings.namespace)
+                .get_opt(&service)
+                .await
+                .map_err(|e| Error::Request("read the runtime's Service", e))?
+        } else {
+            None
+        };
+        let handover = crate::runtime::handover::Live::of(live_service.as_ref());
         let webhook_target = tls.as_deref().map(|bundle| crate::crds::WebhookTarget {
             service: &service,
             namespace: &self.settings.namespace,
+            port: handover.port,
             ca_bundle: bundle,
         });
         match self
@@ -198,7 +213,7 @@ impl Reconciler for ProviderRevisions {
                 Ok(Action::requeue(self.settings.resync))
             }
             PackageRuntime::Deployment => match self
-                .run_runtime(r, config, tls.is_some(), webhooks, status)
+                .run_runtime(r, config, tls.is_some(), webhooks, &handover, status)
                 .await
             {
                 Ok(action) => Ok(action),

@@ -2,7 +2,7 @@
 //! changed, its health read from the Deployment (and the pods' waiting
 //! reasons), stopped when the revision is inactive or goes.
 
-use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod};
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Pod, discovery::v1::EndpointSlice};
 use kube::{
     Api, ResourceExt as _,
     api::ListParams,
@@ -13,14 +13,18 @@ use types::pkg::{v1::ProviderRevision, v1beta1::DeploymentRuntimeConfigSpec};
 
 use super::{
     context::{
-        ProviderRevisions, STEADY_POLL, TYPE_RUNTIME_HEALTHY, WAIT_POLL, provider_owner, set,
+        ProviderRevisions, STEADY_POLL, TYPE_RUNTIME_HEALTHY, WAIT_POLL, condition_true,
+        provider_owner, set,
     },
     error::Error,
 };
 use crate::{
     labels,
-    runtime::{apply::ApplyError, health, render},
+    runtime::{apply::ApplyError, handover, health, render},
 };
+
+/// How soon a runtime handing over is looked at again.
+const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl From<ApplyError> for Error {
     fn from(e: ApplyError) -> Self {
@@ -59,6 +63,7 @@ impl ProviderRevisions {
         config: Option<Result<(DeploymentRuntimeConfigSpec, bool), Error>>,
         tls: bool,
         webhooks: bool,
+        handover: &handover::Live,
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
         let Some(image) = r.spec.image.as_deref() else {
@@ -96,6 +101,29 @@ impl ProviderRevisions {
         let (_, server_secret, client_secret) = crate::tls::secret_names(&provider);
         let common_labels = r.common_labels();
         let common_annotations = r.common_annotations();
+        let serving = if webhooks && tls {
+            let own = self
+                .deployments
+                .state()
+                .into_iter()
+                .find(|d| d.labels().get(labels::REVISION) == Some(&name));
+            handover::decide(
+                handover,
+                &name,
+                r.spec.revision,
+                health::is_available(own.as_deref()),
+                |other| {
+                    self.revisions
+                        .get(&ObjectRef::new(other))
+                        .map(|p| handover::Peer {
+                            number: p.spec.revision,
+                            active: p.is_active(),
+                        })
+                },
+            )
+        } else {
+            None
+        };
         let input = render::Input {
             revision: &name,
             revision_uid: &uid,
@@ -111,6 +139,7 @@ impl ProviderRevisions {
             webhooks,
             common_labels: &common_labels,
             common_annotations: &common_annotations,
+            serving,
         };
         let rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
         if !self.settings.allow_unrestricted_runtimes {
@@ -153,8 +182,124 @@ impl ProviderRevisions {
         self.runtimes
             .apply(&name, &self.settings.namespace, &rendered, live.is_some())
             .await?;
-        self.runtime_health(r, live.as_deref(), &deployment_name, status)
+        let action = self
+            .runtime_health(r, live.as_deref(), &deployment_name, status)
+            .await?;
+        match serving {
+            Some(s) if condition_true(status, TYPE_RUNTIME_HEALTHY) => {
+                let service = rendered
+                    .service
+                    .pointer("/metadata/name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or_default();
+                self.handed_over(r, s, handover, service, status).await
+            }
+            _ => Ok(action),
+        }
+    }
+
+    /// For a runtime that is available and serves webhooks: healthy only
+    /// once the API server's calls reach it alone (crate::runtime::handover):
+    /// the Service selects its pods, the CRDs and webhook configurations
+    /// were pointed at the Service's port (`handover`, which this
+    /// reconcile's install used, is what `serving` says), and the Service's
+    /// endpoints are its pods alone. Else RuntimeHealthy stays False, and
+    /// the revision is looked at again in a second.
+    async fn handed_over(
+        &self,
+        r: &ProviderRevision,
+        serving: render::Serving<'_>,
+        handover: &handover::Live,
+        service: &str,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<Action, Error> {
+        let name = r.name_any();
+        let was_healthy = r
+            .status
+            .as_ref()
+            .is_some_and(|s| condition_true(s, TYPE_RUNTIME_HEALTHY));
+        let why = if serving.revision != name {
+            // An older revision, or one a newer revision has taken over
+            // from: its runtime runs, and serves nothing.
+            return Ok(Action::requeue(self.settings.resync));
+        } else if handover.revision.as_deref() != Some(name.as_str())
+            || handover.port != serving.port
+        {
+            Some(format!(
+                "the webhooks' calls move to this runtime: its Service now sends to it on port {}, where the CRDs and webhook configurations are pointed next",
+                serving.port
+            ))
+        } else if was_healthy {
+            None
+        } else {
+            self.strangers_in_endpoints(&name, service).await?
+        };
+        let Some(why) = why else {
+            return Ok(Action::requeue(self.settings.resync));
+        };
+        set(
+            status,
+            TYPE_RUNTIME_HEALTHY,
+            false,
+            "HandingOver",
+            Some(why),
+        );
+        Ok(Action::requeue(HANDOVER_POLL))
+    }
+
+    /// Which pods, not the revision's, its Service's endpoints still list
+    /// (or that none of its own is listed ready yet); `None` when only its
+    /// own are.
+    async fn strangers_in_endpoints(
+        &self,
+        revision: &str,
+        service: &str,
+    ) -> Result<Option<String>, Error> {
+        let ns = &self.settings.namespace;
+        let pods = Api::<Pod>::namespaced(self.sk.client().clone(), ns)
+            .list_metadata(
+                &ListParams::default().labels(&format!("{}={revision}", labels::REVISION)),
+            )
             .await
+            .map_err(|e| Error::Request("list the runtime's pods", e))?;
+        let own: std::collections::BTreeSet<String> =
+            pods.items.iter().map(|p| p.name_any()).collect();
+        let slices = Api::<EndpointSlice>::namespaced(self.sk.client().clone(), ns)
+            .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+            .await
+            .map_err(|e| Error::Request("list the runtime Service's endpoints", e))?;
+        let mut strangers = Vec::new();
+        let mut ready = 0;
+        for e in slices
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+        {
+            let pod = e.target_ref.as_ref().and_then(|t| t.name.clone());
+            match pod {
+                Some(p) if own.contains(&p) => {
+                    if e.conditions.as_ref().and_then(|c| c.ready) == Some(true) {
+                        ready += 1;
+                    }
+                }
+                Some(p) => strangers.push(p),
+                None => strangers.push(e.addresses.join(",")),
+            }
+        }
+        Ok(if !strangers.is_empty() {
+            strangers.sort();
+            strangers.dedup();
+            Some(format!(
+                "the webhooks' calls move to this runtime: Service {ns}/{service} still lists pods {}",
+                strangers.join(", ")
+            ))
+        } else if ready == 0 {
+            Some(format!(
+                "the webhooks' calls move to this runtime: Service {ns}/{service} lists none of its pods ready yet"
+            ))
+        } else {
+            None
+        })
     }
 
     /// RuntimeHealthy from the Deployment's Available condition, naming the

@@ -3,9 +3,12 @@
 //! and a stack Extension's controller. [`render`] makes a revision's
 //! ServiceAccount, Service and Deployment from its runtime config, and
 //! [`stack`] an Extension's; [`apply`] applies them only when they changed
-//! and stops them; [`health`] reads whether one runs and why not.
+//! and stops them; [`health`] reads whether one runs and why not;
+//! [`handover`] moves the API server's webhook calls from one revision's
+//! runtime to the next.
 
 pub mod apply;
+pub mod handover;
 pub mod health;
 pub mod render;
 pub mod stack;

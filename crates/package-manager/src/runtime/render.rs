@@ -22,6 +22,11 @@ pub const RUNTIME_CONTAINER: &str = "package-runtime";
 pub const METRICS_PORT: i64 = 8080;
 /// The port a provider's webhooks (conversion, admission) listen on.
 pub const WEBHOOK_PORT: i64 = 9443;
+/// The Service's second port to the same webhook ([`super::handover`]).
+pub const WEBHOOK_ALT_PORT: i64 = 9444;
+/// On the Service: which of its two webhook ports the API server is
+/// pointed at ([`super::handover`]).
+pub const ANNOTATION_WEBHOOK_PORT: &str = "pkg.crossplane.io/webhook-port";
 /// Where a provider finds its server certificate (`tls.crt`, `tls.key`,
 /// `ca.crt`), as upstream mounts it.
 pub const TLS_SERVER_DIR: &str = "/tls/server";
@@ -66,6 +71,20 @@ pub struct Input<'a> {
     pub common_labels: &'a std::collections::BTreeMap<String, String>,
     /// The Provider's `spec.commonAnnotations`, on everything rendered.
     pub common_annotations: &'a std::collections::BTreeMap<String, String>,
+    /// Whom the Service sends to, and which of its webhook ports the API
+    /// server calls ([`super::handover`]). `None`: every revision's ready
+    /// pods, and one webhook port.
+    pub serving: Option<Serving<'a>>,
+}
+
+/// The revision a Provider's Service sends to, and the Service port the
+/// API server is pointed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Serving<'a> {
+    /// The revision.
+    pub revision: &'a str,
+    /// [`WEBHOOK_PORT`] or [`WEBHOOK_ALT_PORT`].
+    pub port: i64,
 }
 
 /// A rendered runtime, ready for server-side apply.
@@ -112,12 +131,20 @@ fn selector(input: &Input) -> Map<String, Value> {
     m
 }
 
-/// What the Service selects: the ready pods of any revision of the
-/// Provider, so that an upgrade hands webhook calls over from the old
-/// runtime to the new one without a moment with neither.
-fn service_selector(input: &Input) -> Map<String, Value> {
+/// The label every runtime pod of the Provider carries.
+fn provider_label(input: &Input) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert(labels::PROVIDER.into(), input.provider.into());
+    m
+}
+
+/// What the Service selects: the ready pods of the serving revision
+/// ([`super::handover`]), else of any revision of the Provider.
+fn service_selector(input: &Input) -> Map<String, Value> {
+    let mut m = provider_label(input);
+    if let Some(s) = &input.serving {
+        m.insert(labels::REVISION.into(), s.revision.into());
+    }
     m
 }
 
@@ -305,13 +332,19 @@ fn service_account(input: &Input, sat: &Map<String, Value>) -> Result<(Value, bo
 }
 
 fn service(input: &Input, st: &Map<String, Value>) -> Result<Value, RenderError> {
-    let (m, _) = metadata(
+    let (mut m, _) = metadata(
         input,
         st,
         "serviceTemplate",
         (input.provider, None),
         Owner::Provider,
     )?;
+    if let (Some(s), Some(meta)) = (&input.serving, m.as_object_mut()) {
+        let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = annotations.as_object_mut() {
+            a.insert(ANNOTATION_WEBHOOK_PORT.into(), s.port.to_string().into());
+        }
+    }
     let mut spec = object(st.get("spec"), "serviceTemplate.spec")?;
     spec.insert("selector".into(), Value::Object(service_selector(input)));
     default_if_absent(&mut spec, "type", json!("ClusterIP"));
@@ -325,6 +358,14 @@ fn service(input: &Input, st: &Map<String, Value>) -> Result<Value, RenderError>
             .any(|p| p.get("name").and_then(Value::as_str) == Some("webhook"))
     {
         ports.push(json!({"name": "webhook", "port": WEBHOOK_PORT, "targetPort": "webhook", "protocol": "TCP"}));
+    }
+    if input.tls.is_some()
+        && input.serving.is_some()
+        && !ports
+            .iter()
+            .any(|p| p.get("name").and_then(Value::as_str) == Some("webhook-alt"))
+    {
+        ports.push(json!({"name": "webhook-alt", "port": WEBHOOK_ALT_PORT, "targetPort": "webhook", "protocol": "TCP"}));
     }
     spec.insert("ports".into(), Value::Array(ports));
     Ok(json!({"apiVersion": "v1", "kind": "Service", "metadata": m, "spec": spec}))
@@ -380,7 +421,7 @@ fn deployment(input: &Input, dt: &Map<String, Value>, sa_name: &str) -> Result<V
         "deploymentTemplate.spec.template.metadata.labels",
     )?;
     pod_labels.extend(sel.clone());
-    pod_labels.extend(service_selector(input));
+    pod_labels.extend(provider_label(input));
     pod_meta.insert(
         "labels".into(),
         Value::Object(with_common(pod_labels, input.common_labels)),
@@ -578,6 +619,7 @@ mod tests {
             webhooks: false,
             common_labels: &EMPTY,
             common_annotations: &EMPTY,
+            serving: None,
         }
     }
 
@@ -789,6 +831,51 @@ mod tests {
                 .unwrap()
                 .len(),
             2
+        );
+    }
+
+    #[test]
+    fn a_service_handing_over_selects_the_serving_revision_on_its_port() {
+        let empty = DeploymentRuntimeConfigSpec::default();
+        let mut i = input(&empty, &[]);
+        i.tls = Some(("s", "c"));
+        i.webhooks = true;
+        i.serving = Some(Serving {
+            revision: "provider-x-old",
+            port: WEBHOOK_ALT_PORT,
+        });
+        let r = render(&i).unwrap();
+        // This revision's pods stay its own; the Service sends to the
+        // serving revision's.
+        let pod_labels = &r.deployment["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(pod_labels[labels::REVISION], "provider-x-0123456789ab");
+        assert_eq!(pod_labels[labels::PROVIDER], "provider-x");
+        assert_eq!(
+            r.service["spec"]["selector"],
+            json!({labels::PROVIDER: "provider-x", labels::REVISION: "provider-x-old"})
+        );
+        assert_eq!(
+            r.service["metadata"]["annotations"][ANNOTATION_WEBHOOK_PORT],
+            "9444"
+        );
+        let ports: Vec<(String, i64)> = r.service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    p["port"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert!(
+            ports.contains(&("webhook".into(), WEBHOOK_PORT)),
+            "{ports:?}"
+        );
+        assert!(
+            ports.contains(&("webhook-alt".into(), WEBHOOK_ALT_PORT)),
+            "{ports:?}"
         );
     }
 
