@@ -47,6 +47,22 @@ pub fn unpack(value: &mut Value) {
     }
 }
 
+/// Packs `value` whatever it is (a string too, as its JSON text with its
+/// quotes), so that [`open`] gives back exactly the value it was: for a
+/// field that a cache packs in every object it holds, and whose value may
+/// be a string of its own (user input that is wrong), which [`pack`] would
+/// leave as it is and [`unpacked`] could take for packed JSON.
+pub fn seal(value: &mut Value) {
+    *value = Value::String(value.to_string());
+}
+
+/// Gives back, in place, the value [`seal`] packed.
+pub fn open(value: &mut Value) {
+    if let Some(Ok(v)) = value.as_str().map(serde_json::from_str::<Value>) {
+        *value = v;
+    }
+}
+
 /// The hash [`crate::reconciler::value_hash`] gives the value `value`
 /// holds, without unpacking it: a string is taken as packed (use it only
 /// where the value is never a string of its own).
@@ -91,5 +107,23 @@ mod tests {
         }
         // A string whose text is a scalar stays a string.
         assert_eq!(unpacked(&json!("42")).as_ref(), &json!("42"));
+    }
+
+    #[test]
+    fn sealed_values_open_to_exactly_what_they_were_strings_too() {
+        for v in [
+            json!({"a": [1, {"b": "c"}]}),
+            json!("{\"looks\": \"like json\"}"),
+            json!("plain"),
+            json!(7),
+            json!(null),
+            json!([]),
+        ] {
+            let mut sealed = v.clone();
+            seal(&mut sealed);
+            assert!(sealed.is_string());
+            open(&mut sealed);
+            assert_eq!(sealed, v);
+        }
     }
 }

@@ -157,6 +157,15 @@ pub trait Reconciler: Send + Sync + 'static {
         BTreeMap::new()
     }
 
+    /// The object a reconcile works on, made from the one the cache holds:
+    /// a cache that keeps fields packed ([`crate::packed`]) opens them here,
+    /// so that everything after (apply, the status compared and written)
+    /// sees the object as the API server has it. By default the cached
+    /// object itself.
+    fn from_cache(&self, obj: Arc<Self::Object>) -> Arc<Self::Object> {
+        obj
+    }
+
     /// Whether there is anything to do for the object now (e.g. a resource
     /// that is not scheduled yet is left alone until it is).
     fn wanted(&self, _obj: &Self::Object) -> bool {
@@ -292,6 +301,7 @@ pub fn paused<K: Resource>(obj: &K) -> bool {
 
 /// One reconcile of `obj` through the skeleton.
 pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Action, R::Error> {
+    let obj = r.from_cache(obj);
     if !r.wanted(&obj) {
         return Ok(Action::await_change());
     }

@@ -23,7 +23,9 @@ use crate::ssa;
 #[derive(Clone)]
 pub struct StatusWriter {
     field_manager: String,
-    written: crate::expiring::Expiring<String, (serde_json::Value, String)>,
+    /// By UID: the status written (its JSON text: kept compact, parsed
+    /// when looked at) and the resourceVersion the write produced.
+    written: crate::expiring::Expiring<String, (String, String)>,
 }
 
 /// How long a written status is trusted over a cache that has not shown it
@@ -45,8 +47,10 @@ impl StatusWriter {
     fn fresher<K: Resource>(&self, obj: &K) -> Option<serde_json::Value> {
         let uid = obj.meta().uid.as_deref().unwrap_or_default();
         let cached_rv = obj.meta().resource_version.as_deref().unwrap_or_default();
-        let (value, rv) = self.written.get(&uid.to_owned())?;
-        older(cached_rv, &rv).then_some(value)
+        let (text, rv) = self.written.get(&uid.to_owned())?;
+        older(cached_rv, &rv)
+            .then(|| serde_json::from_str(&text).ok())
+            .flatten()
     }
 
     /// The status a reconcile starts from: the object's, or what this
@@ -94,7 +98,7 @@ impl StatusWriter {
             obj.meta().uid.clone(),
             written.meta().resource_version.clone(),
         ) {
-            self.written.insert(uid, (value, rv));
+            self.written.insert(uid, (value.to_string(), rv));
         }
         Ok(true)
     }
