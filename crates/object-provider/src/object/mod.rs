@@ -505,7 +505,13 @@ mod tests {
             let mut cached = written.clone();
             sealed(&mut cached);
             assert!(cached.spec.for_provider.manifest.is_string());
-            let observed = cached.status.as_ref().unwrap().at_provider.as_ref().unwrap();
+            let observed = cached
+                .status
+                .as_ref()
+                .unwrap()
+                .at_provider
+                .as_ref()
+                .unwrap();
             assert!(observed.manifest.as_ref().unwrap().is_string());
             assert_eq!(
                 serde_json::to_value(opened(&cached)).unwrap(),
