@@ -162,7 +162,7 @@ pub trait Reconciler: Send + Sync + 'static {
     /// so that everything after (apply, the status compared and written)
     /// sees the object as the API server has it. By default the cached
     /// object itself.
-    fn from_cache(&self, obj: Arc<Self::Object>) -> Arc<Self::Object> {
+    fn open_cached(&self, obj: Arc<Self::Object>) -> Arc<Self::Object> {
         obj
     }
 
@@ -301,7 +301,7 @@ pub fn paused<K: Resource>(obj: &K) -> bool {
 
 /// One reconcile of `obj` through the skeleton.
 pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Action, R::Error> {
-    let obj = r.from_cache(obj);
+    let obj = r.open_cached(obj);
     if !r.wanted(&obj) {
         return Ok(Action::await_change());
     }

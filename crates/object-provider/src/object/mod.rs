@@ -206,7 +206,7 @@ impl Reconciler for Objects {
         usage::labels(obj)
     }
 
-    fn from_cache(&self, obj: Arc<Object>) -> Arc<Object> {
+    fn open_cached(&self, obj: Arc<Object>) -> Arc<Object> {
         Arc::new(opened(&obj))
     }
 
@@ -307,7 +307,7 @@ fn desired_state_hash(o: &Object) -> Option<u64> {
 /// desired one and the one last observed, most of its memory as JSON
 /// trees) sealed as their text ([`runtime::packed::seal`]). Whoever reads
 /// a manifest from the cache reads it [`opened`]; the reconciler gets every
-/// Object opened (`Reconciler::from_cache`).
+/// Object opened (`Reconciler::open_cached`).
 fn sealed(o: &mut Object) {
     runtime::packed::seal(&mut o.spec.for_provider.manifest);
     if let Some(m) = o
