@@ -12,6 +12,7 @@ pub mod hostile;
 pub mod kubectl;
 pub mod objects;
 pub mod packages;
+pub mod pods;
 pub mod proxy;
 pub mod shipped;
 pub mod stall;

@@ -190,7 +190,7 @@ fn deploy_runs_for_real_on_the_node() {
     // The seed's wordpress-demo, delivered by the controllers running as
     // pods: its cluster's kubeconfig names the remote API server at the
     // node-facing address (127.0.0.1 in a pod is the pod itself).
-    let pod_kubeconfig = e2e::shipped::remote_kubeconfig_for_pods();
+    let pod_kubeconfig = e2e::pods::remote_kubeconfig_for_pods();
     let kubeconfig_file = std::env::temp_dir().join(testenv::unique_name("remote-pod.kubeconfig"));
     std::fs::write(&kubeconfig_file, &pod_kubeconfig).unwrap();
     let secret = kubectl(&[

@@ -13,7 +13,10 @@
 use std::time::Duration;
 
 use e2e::packages::*;
-use e2e::shipped::{metrics_of, operator_flags, package_manager_flags};
+use e2e::{
+    pods::package_manager_flags,
+    shipped::{metrics_of, operator_flags},
+};
 use serde_json::Value;
 
 fn pause_package(name: &str) -> (String, String) {

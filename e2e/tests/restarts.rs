@@ -21,9 +21,8 @@ use std::{
 use e2e::{
     metric_sum,
     objects::{apply_object, configmap, object, own_config_with},
-    shipped::{
-        controller_flags, log_tail, metrics_of, remote_kubeconfig_for_pods, restart, shipped,
-    },
+    pods::{controller_flags, remote_kubeconfig_for_pods, restart},
+    shipped::{log_tail, metrics_of, shipped},
     wait,
     workloads::{
         app, apply_app, clients, cluster, configmap_template, configmaps_with, remote_ns,

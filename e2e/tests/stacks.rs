@@ -12,7 +12,10 @@
 use std::{path::PathBuf, sync::OnceLock, time::Duration};
 
 use e2e::packages::*;
-use e2e::shipped::{PackageManagerFlags, operator_flags, package_manager_flags};
+use e2e::{
+    pods::{PackageManagerFlags, package_manager_flags},
+    shipped::operator_flags,
+};
 use serde_json::Value;
 
 const INSTALL: Duration = Duration::from_secs(180);

@@ -19,6 +19,7 @@
 //! ProviderConfig or credentials Secret orphans at once (the target can never
 //! be reached again).
 
+mod cached;
 mod connect;
 mod connection;
 mod context;
@@ -207,7 +208,7 @@ impl Reconciler for Objects {
     }
 
     fn open_cached(&self, obj: Arc<Object>) -> Arc<Object> {
-        Arc::new(opened(&obj))
+        Arc::new(cached::opened(&obj))
     }
 
     async fn apply(&self, obj: &Arc<Object>, status: &mut ObjectStatus) -> Result<Action, Error> {
@@ -303,38 +304,6 @@ fn desired_state_hash(o: &Object) -> Option<u64> {
     Some(h.finish())
 }
 
-/// An Object as the Objects' cache keeps it: its two manifests (the
-/// desired one and the one last observed, most of its memory as JSON
-/// trees) sealed as their text ([`runtime::packed::seal`]). Whoever reads
-/// a manifest from the cache reads it [`opened`]; the reconciler gets every
-/// Object opened (`Reconciler::open_cached`).
-fn sealed(o: &mut Object) {
-    runtime::packed::seal(&mut o.spec.for_provider.manifest);
-    if let Some(m) = o
-        .status
-        .as_mut()
-        .and_then(|s| s.at_provider.as_mut())
-        .and_then(|a| a.manifest.as_mut())
-    {
-        runtime::packed::seal(m);
-    }
-}
-
-/// A cached Object with its manifests opened: as the API server has it.
-pub(crate) fn opened(o: &Object) -> Object {
-    let mut o = o.clone();
-    runtime::packed::open(&mut o.spec.for_provider.manifest);
-    if let Some(m) = o
-        .status
-        .as_mut()
-        .and_then(|s| s.at_provider.as_mut())
-        .and_then(|a| a.manifest.as_mut())
-    {
-        runtime::packed::open(m);
-    }
-    o
-}
-
 /// The Objects' watch, shared by the Object and the ProviderConfig
 /// controllers.
 pub struct ObjectWatch {
@@ -354,7 +323,7 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
     let (objects, events) = trim::reflected(
         Api::<Object>::all(rt.client.clone()),
         watcher::Config::default(),
-        sealed,
+        cached::sealed,
     );
     let events = events
         .inspect(move |event| {
@@ -485,39 +454,6 @@ mod tests {
             m.extend(e.clone());
         }
         serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn the_cache_keeps_manifests_sealed_and_a_reconcile_sees_them_as_written() {
-        for manifest in [
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"v": "1"}}),
-            // Wrong input stays wrong: a string that reads as JSON is not
-            // taken for a manifest.
-            json!("{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\"}"),
-        ] {
-            let written: Object = serde_json::from_value(json!({
-                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
-                "metadata": {"name": "o"},
-                "spec": {"forProvider": {"manifest": manifest}},
-                "status": {"atProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"uid": "u"}}}},
-            }))
-            .unwrap();
-            let mut cached = written.clone();
-            sealed(&mut cached);
-            assert!(cached.spec.for_provider.manifest.is_string());
-            let observed = cached
-                .status
-                .as_ref()
-                .unwrap()
-                .at_provider
-                .as_ref()
-                .unwrap();
-            assert!(observed.manifest.as_ref().unwrap().is_string());
-            assert_eq!(
-                serde_json::to_value(opened(&cached)).unwrap(),
-                serde_json::to_value(&written).unwrap()
-            );
-        }
     }
 
     #[test]

@@ -274,7 +274,7 @@ fn referenced_object(ctx: &Objects, name: &str, installing: bool) -> Result<Valu
     if installing && !ready {
         return Err("that Object is not Ready yet".to_owned());
     }
-    serde_json::to_value(super::opened(&o)).map_err(|e| e.to_string())
+    serde_json::to_value(super::cached::opened(&o)).map_err(|e| e.to_string())
 }
 
 /// Reads what a reference names in the control cluster, through a shared
