@@ -7,31 +7,26 @@
 
 use types::kubernetes::v1alpha1::Object;
 
-/// An Object as the Objects' cache keeps it: both manifests sealed.
-pub(crate) fn sealed(o: &mut Object) {
-    runtime::packed::seal(&mut o.spec.for_provider.manifest);
-    if let Some(m) = o
+/// The Object's two manifests: the desired one, and the one last observed
+/// when there is one.
+fn manifests(o: &mut Object) -> impl Iterator<Item = &mut serde_json::Value> {
+    let observed = o
         .status
         .as_mut()
         .and_then(|s| s.at_provider.as_mut())
-        .and_then(|a| a.manifest.as_mut())
-    {
-        runtime::packed::seal(m);
-    }
+        .and_then(|a| a.manifest.as_mut());
+    std::iter::once(&mut o.spec.for_provider.manifest).chain(observed)
+}
+
+/// An Object as the Objects' cache keeps it: both manifests sealed.
+pub(crate) fn sealed(o: &mut Object) {
+    manifests(o).for_each(runtime::packed::seal);
 }
 
 /// A cached Object with its manifests opened: as the API server has it.
 pub(crate) fn opened(o: &Object) -> Object {
     let mut o = o.clone();
-    runtime::packed::open(&mut o.spec.for_provider.manifest);
-    if let Some(m) = o
-        .status
-        .as_mut()
-        .and_then(|s| s.at_provider.as_mut())
-        .and_then(|a| a.manifest.as_mut())
-    {
-        runtime::packed::open(m);
-    }
+    manifests(&mut o).for_each(runtime::packed::open);
     o
 }
 

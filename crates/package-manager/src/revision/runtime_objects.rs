@@ -214,15 +214,16 @@ impl ProviderRevisions {
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
         let name = r.name_any();
+        if serving.revision != name {
+            // An older revision, or one a newer revision has taken over
+            // from: its runtime runs, and serves nothing.
+            return Ok(Action::requeue(self.settings.resync));
+        }
         let was_healthy = r
             .status
             .as_ref()
             .is_some_and(|s| condition_true(s, TYPE_RUNTIME_HEALTHY));
-        let why = if serving.revision != name {
-            // An older revision, or one a newer revision has taken over
-            // from: its runtime runs, and serves nothing.
-            return Ok(Action::requeue(self.settings.resync));
-        } else if handover.revision.as_deref() != Some(name.as_str())
+        let why = if handover.revision.as_deref() != Some(name.as_str())
             || handover.port != serving.port
         {
             Some(format!(

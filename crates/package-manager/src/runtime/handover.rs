@@ -155,42 +155,31 @@ mod tests {
         Some(Serving { revision, port })
     }
 
-    const OLD: Peer = Peer {
-        number: 1,
-        active: true,
-    };
+    fn peer(number: i64, active: bool) -> Option<Peer> {
+        Some(Peer { number, active })
+    }
 
     #[test]
     fn a_new_revision_takes_over_only_once_its_runtime_is_available() {
         let l = live(Some("p-old"), WEBHOOK_PORT);
-        let waiting = decide(&l, "p-new", 2, false, |_| Some(OLD));
+        let waiting = decide(&l, "p-new", 2, false, |_| peer(1, true));
         assert_eq!(waiting, serving("p-old", WEBHOOK_PORT));
-        let taken = decide(&l, "p-new", 2, true, |_| Some(OLD));
+        let taken = decide(&l, "p-new", 2, true, |_| peer(1, true));
         assert_eq!(taken, serving("p-new", WEBHOOK_ALT_PORT));
         // It keeps it, and the next upgrade moves to the first port again.
         let l = live(Some("p-new"), WEBHOOK_ALT_PORT);
         assert_eq!(
-            decide(&l, "p-new", 2, true, |_| Some(OLD)),
+            decide(&l, "p-new", 2, true, |_| peer(1, true)),
             serving("p-new", WEBHOOK_ALT_PORT)
         );
-        let next = decide(&l, "p-next", 3, true, |_| {
-            Some(Peer {
-                number: 2,
-                active: true,
-            })
-        });
+        let next = decide(&l, "p-next", 3, true, |_| peer(2, true));
         assert_eq!(next, serving("p-next", WEBHOOK_PORT));
     }
 
     #[test]
     fn an_older_revision_never_takes_the_service_back_while_the_newer_serves() {
         let l = live(Some("p-new"), WEBHOOK_ALT_PORT);
-        let kept = decide(&l, "p-old", 1, true, |_| {
-            Some(Peer {
-                number: 2,
-                active: true,
-            })
-        });
+        let kept = decide(&l, "p-old", 1, true, |_| peer(2, true));
         assert_eq!(kept, serving("p-new", WEBHOOK_ALT_PORT));
     }
 
@@ -198,12 +187,7 @@ mod tests {
     fn an_active_revision_takes_over_from_an_inactive_or_gone_one() {
         // A rollback: the newer revision was made Inactive by hand.
         let l = live(Some("p-new"), WEBHOOK_ALT_PORT);
-        let back = decide(&l, "p-old", 1, true, |_| {
-            Some(Peer {
-                number: 2,
-                active: false,
-            })
-        });
+        let back = decide(&l, "p-old", 1, true, |_| peer(2, false));
         assert_eq!(back, serving("p-old", WEBHOOK_PORT));
         let gone = decide(&l, "p-old", 1, true, |_| None);
         assert_eq!(gone, serving("p-old", WEBHOOK_PORT));

@@ -352,20 +352,19 @@ fn service(input: &Input, st: &Map<String, Value>) -> Result<Value, RenderError>
     if ports.is_empty() {
         ports.push(json!({"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}));
     }
-    if input.tls.is_some()
-        && !ports
-            .iter()
-            .any(|p| p.get("name").and_then(Value::as_str) == Some("webhook"))
-    {
-        ports.push(json!({"name": "webhook", "port": WEBHOOK_PORT, "targetPort": "webhook", "protocol": "TCP"}));
-    }
-    if input.tls.is_some()
-        && input.serving.is_some()
-        && !ports
-            .iter()
-            .any(|p| p.get("name").and_then(Value::as_str) == Some("webhook-alt"))
-    {
-        ports.push(json!({"name": "webhook-alt", "port": WEBHOOK_ALT_PORT, "targetPort": "webhook", "protocol": "TCP"}));
+    // A port to the webhook, unless the template has one of that name.
+    let mut webhook_port = |name: &str, port: i64| {
+        if !ports.iter().any(|p| p.get("name") == Some(&json!(name))) {
+            ports.push(
+                json!({"name": name, "port": port, "targetPort": "webhook", "protocol": "TCP"}),
+            );
+        }
+    };
+    if input.tls.is_some() {
+        webhook_port("webhook", WEBHOOK_PORT);
+        if input.serving.is_some() {
+            webhook_port("webhook-alt", WEBHOOK_ALT_PORT);
+        }
     }
     spec.insert("ports".into(), Value::Array(ports));
     Ok(json!({"apiVersion": "v1", "kind": "Service", "metadata": m, "spec": spec}))
@@ -549,10 +548,7 @@ fn runtime_container(
         wanted.push(("webhook", WEBHOOK_PORT));
     }
     for (name, port) in wanted {
-        if !ports
-            .iter()
-            .any(|p| p.get("name").and_then(Value::as_str) == Some(name))
-        {
+        if !ports.iter().any(|p| p.get("name") == Some(&json!(name))) {
             ports.push(json!({"name": name, "containerPort": port}));
         }
     }
