@@ -424,6 +424,22 @@ pub fn scaled_timeout(n: usize) -> Duration {
     Duration::from_secs(60) + Duration::from_millis(200) * n as u32
 }
 
+/// A client from a kubeconfig.
+pub async fn client_of(kubeconfig: kube::config::Kubeconfig) -> kube::Client {
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .expect("a client config");
+    kube::Client::try_from(config).expect("a client")
+}
+
+/// A client of the control cluster acting as `binary`'s ServiceAccount, as
+/// the binaries do: what a null writer writes with.
+pub async fn client_as(control: &testenv::Cluster, binary: &str) -> kube::Client {
+    let path = crate::impersonating_kubeconfig_for(control, binary);
+    client_of(kube::config::Kubeconfig::read_from(path).expect("the kubeconfig")).await
+}
+
 /// Grants `user` cluster-admin in `cluster` (the identity a benchmarked
 /// binary uses there through a kubeconfig in a Secret).
 pub fn grant_cluster_admin(cluster: &testenv::Cluster, user: &str) {

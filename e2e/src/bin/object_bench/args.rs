@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 const USAGE: &str = "usage: object-bench [--objects N] [--concurrency C] [--changes K] \
-[--resync SECS] [--idle SECS] [--latency-timeout SECS] [--provider-arg ARG]... [--out FILE]";
+[--resync SECS] [--idle SECS] [--latency-timeout SECS] [--provider-arg ARG]... [--no-null-provider] [--out FILE]";
 
 /// What one run measures, and where it writes.
 pub struct Args {
@@ -14,6 +14,10 @@ pub struct Args {
     pub idle: Duration,
     pub latency_timeout: Duration,
     pub provider_args: Vec<String>,
+    /// Skip the create phase's like-for-like ceiling (as long as the create
+    /// phase itself): for projection runs that measure growth, not the
+    /// fraction of the ceiling.
+    pub no_null_provider: bool,
     pub out: std::path::PathBuf,
 }
 
@@ -27,6 +31,7 @@ pub fn args() -> Args {
         idle: Duration::from_secs(120),
         latency_timeout: Duration::from_secs(60),
         provider_args: Vec::new(),
+        no_null_provider: false,
         out: testenv::repo_root().join("bench/object-provider.json"),
     };
     let mut it = std::env::args().skip(1);
@@ -47,6 +52,7 @@ pub fn args() -> Args {
             "--idle" => a.idle = secs(it.next()),
             "--latency-timeout" => a.latency_timeout = secs(it.next()),
             "--provider-arg" => a.provider_args.push(it.next().expect(USAGE)),
+            "--no-null-provider" => a.no_null_provider = true,
             "--out" => a.out = it.next().expect(USAGE).into(),
             "--help" | "-h" => {
                 println!("{USAGE}");

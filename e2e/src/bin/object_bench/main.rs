@@ -5,8 +5,10 @@
 //!
 //! - null writer: N plain ConfigMaps applied to the control cluster at the
 //!   same concurrency, the API server's own ceiling for this machine;
+//! - null provider: the create phase's writes and nothing else (see
+//!   `null.rs`), the create phase's ceiling on this machine;
 //! - create: N Objects (default 1000) each managing a ConfigMap in the
-//!   remote cluster: Objects/s (also as a fraction of the null writer),
+//!   remote cluster: Objects/s (also as a fraction of both ceilings),
 //!   create→Ready p50/p99;
 //! - idle: a window (default 2 minutes) with nothing to do, the provider
 //!   polling every `--resync` (default 10m): requests per Object-hour;
@@ -34,6 +36,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod args;
+mod null;
 mod phases;
 mod run;
 mod setup;
@@ -76,6 +79,7 @@ fn write_result(run: &mut Run, phases: Map<String, Value>) {
         args,
         bench,
         null_writer,
+        null_provider,
         provider_args,
         start: start_mark,
         ..
@@ -101,6 +105,7 @@ fn write_result(run: &mut Run, phases: Map<String, Value>) {
         "provider_args": provider_args,
         "users": {"control": CONTROL_USER, "remote": REMOTE_USER},
         "null_writer": null_writer,
+        "null_provider": null_provider,
         "provider": {"peak_rss_mib": end.peak_rss_mib, "rss_mib": end.rss_mib, "cpu_s": end.cpu_s - start_mark.usage.cpu_s},
         "provider_exited": exited,
         // JSON objects have no order; this is the order the phases ran in.

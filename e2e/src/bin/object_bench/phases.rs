@@ -27,6 +27,7 @@ pub async fn create(run: &Run) -> Value {
         objects,
         object_probe,
         null_writer,
+        null_provider,
         names,
         ..
     } = run;
@@ -60,6 +61,7 @@ pub async fn create(run: &Run) -> Value {
     let latencies = object_probe.latencies(&sent);
     let objects_per_s = reached.done as f64 / duration.as_secs_f64();
     let ceiling = null_writer["creates_per_s"].as_f64().unwrap_or(f64::NAN);
+    let like_for_like = null_provider["objects_per_s"].as_f64().unwrap_or(f64::NAN);
     merge(
         merge(reached.json(), bench.between(&before, &after, n as f64)),
         json!({
@@ -67,6 +69,7 @@ pub async fn create(run: &Run) -> Value {
             "duration_s": duration.as_secs_f64(),
             "objects_per_s": objects_per_s,
             "fraction_of_null_writer": objects_per_s / ceiling,
+            "fraction_of_null_provider": objects_per_s / like_for_like,
             "ready": latency_json(&latencies),
         }),
     )

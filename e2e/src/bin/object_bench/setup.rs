@@ -32,6 +32,8 @@ pub struct Run {
     pub remote_probe: Probe,
     /// The API server's own ceiling (see [`null_writer`]).
     pub null_writer: Value,
+    /// The create phase's ceiling (see [`crate::null`]).
+    pub null_provider: Value,
     /// The provider's flags.
     pub provider_args: Vec<String>,
     /// The counters before the first phase.
@@ -63,6 +65,12 @@ pub async fn set_up(args: Args) -> Run {
         "object-bench: null writer {:.1} ConfigMaps/s",
         null_writer["creates_per_s"].as_f64().unwrap_or(0.0)
     );
+
+    let null_provider = if args.no_null_provider {
+        Value::Null
+    } else {
+        null_provider(&plane, &control, args.objects, args.concurrency).await
+    };
 
     let object_ar = ApiResource::erase::<Object>(&());
     let objects_dyn: Api<DynamicObject> = Api::all_with(control.clone(), &object_ar);
@@ -111,8 +119,35 @@ pub async fn set_up(args: Args) -> Run {
         object_probe,
         remote_probe,
         null_writer,
+        null_provider,
         provider_args,
     }
+}
+
+/// The create phase's ceiling (see [`crate::null`]), with the clients it
+/// writes with.
+async fn null_provider(
+    plane: &testenv::ControlPlane,
+    control: &Client,
+    n: usize,
+    concurrency: usize,
+) -> Value {
+    let ns = crate::null::NULL_NS;
+    plane.remote.kubectl(&["create", "namespace", ns]);
+    let remote_user = plane.remote.kubeconfig_for(REMOTE_USER).unwrap();
+    let clients = crate::null::Clients {
+        user: control.clone(),
+        provider: e2e::bench::client_as(&plane.control, "object-provider").await,
+        remote: e2e::bench::client_of(kube::config::Kubeconfig::from_yaml(remote_user).unwrap())
+            .await,
+    };
+    let ceiling = crate::null::null_provider(clients, n, concurrency).await;
+    eprintln!(
+        "object-bench: null provider {:.1} Objects/s (cleared: {})",
+        ceiling["objects_per_s"].as_f64().unwrap_or(0.0),
+        ceiling["cleared"]
+    );
+    ceiling
 }
 
 /// The provider's identities: its ServiceAccount here, a user of its own

@@ -33,7 +33,7 @@ use futures::StreamExt as _;
 use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
-    config::{KubeConfigOptions, Kubeconfig},
+    config::Kubeconfig,
     discovery::ApiResource,
 };
 use serde_json::{Value, json};
@@ -51,19 +51,6 @@ const WORKERS: usize = 8;
 /// The resources of one application the application-controller applies at
 /// once (its APPLY_AT_ONCE).
 const APPLY_AT_ONCE: usize = 8;
-
-async fn client(kubeconfig: Kubeconfig) -> Client {
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("a client config");
-    Client::try_from(config).expect("a client")
-}
-
-/// A client acting as `binary`'s ServiceAccount, as the binaries do.
-async fn as_binary(plane: &testenv::ControlPlane, binary: &str) -> Client {
-    let path = e2e::impersonating_kubeconfig_for(&plane.control, binary);
-    client(Kubeconfig::read_from(path).expect("the kubeconfig")).await
-}
 
 /// What the writers share.
 struct Writers {
@@ -316,15 +303,19 @@ pub async fn null_writer(bench: &Bench, which: &[(String, usize)], concurrency: 
         }
         let kubeconfig = Kubeconfig::from_yaml(remote.kubeconfig_for(REMOTE_USER).unwrap())
             .expect("the remote kubeconfig");
-        remotes.push(client(kubeconfig).await);
+        remotes.push(e2e::bench::client_of(kubeconfig).await);
     }
     let admin = plane.control.client().await;
-    let resource = as_binary(plane, "resource-controller").await;
+    let resource = e2e::bench::client_as(&plane.control, "resource-controller").await;
     let writers = Arc::new(Writers {
         user: apps_api(admin.clone()),
-        scheduler: apps_api(as_binary(plane, "scheduler").await),
-        application: apps_api(as_binary(plane, "application-controller").await),
-        resources: resources_api(as_binary(plane, "application-controller").await),
+        scheduler: apps_api(e2e::bench::client_as(&plane.control, "scheduler").await),
+        application: apps_api(
+            e2e::bench::client_as(&plane.control, "application-controller").await,
+        ),
+        resources: resources_api(
+            e2e::bench::client_as(&plane.control, "application-controller").await,
+        ),
         resource_status: resources_api(resource),
         remotes,
         workers: Semaphore::new(WORKERS),

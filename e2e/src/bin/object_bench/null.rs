@@ -1,0 +1,220 @@
+//! The create phase's ceiling: a null provider making exactly the writes
+//! the create phase makes for N Objects, and nothing else (no reads, no
+//! watches, no decisions), with the same clients and the same concurrency:
+//!
+//! - the user: the Object (server-side apply, as the create phase applies
+//!   it, `--concurrency` at a time);
+//! - the provider (its 16 workers, each taking an Object as soon as its
+//!   apply answered): the finalizer and the ProviderConfig label (the JSON
+//!   Patch the provider sends, as its ServiceAccount), the managed
+//!   ConfigMap (server-side apply in the remote cluster, as the provider's
+//!   remote user, with the Object's own field manager) and the Object's
+//!   status once (Synced, Ready, the managed object's reference and the
+//!   live object from the apply's answer without managedFields).
+//!
+//! It runs before the provider starts, on Objects of its own (`null-*`,
+//! managing ConfigMaps in the remote namespace `bench-null`), then removes
+//! all of it so that it weighs on nothing after. 4 writes per Object.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Instant,
+};
+
+use e2e::bench::scaled_timeout;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client, ResourceExt as _,
+    api::{DeleteParams, ListParams, Patch},
+};
+use runtime::{conditions, finalizers, ssa};
+use serde_json::{Value, json};
+use types::kubernetes::v1alpha1::Object;
+
+use crate::run::{object, ssa as apply_params};
+
+/// The null provider's namespace in the remote cluster.
+pub const NULL_NS: &str = "bench-null";
+/// The label the null provider's Objects carry (the provider sets it too).
+const CONFIG_LABEL: &str = "kubernetes.crossplane.io/provider-config";
+/// The provider's finalizer.
+const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
+/// The provider's workers (the bench runs it with --concurrency 16).
+const WORKERS: usize = 16;
+
+fn null_name(i: usize) -> String {
+    format!("null-{i:05}")
+}
+
+/// Object `i` of the null provider: the create phase's body, managing a
+/// ConfigMap in [`NULL_NS`].
+fn null_object(i: usize) -> Value {
+    let mut body = object(&null_name(i), json!({"i": i.to_string()}), json!([]));
+    if let Some(ns) = body.pointer_mut("/spec/forProvider/manifest/metadata/namespace") {
+        *ns = json!(NULL_NS);
+    }
+    body
+}
+
+/// The clients of the null provider.
+pub struct Clients {
+    /// The benchmark's own (the create phase applies with it).
+    pub user: Client,
+    /// The provider's ServiceAccount in the control cluster.
+    pub provider: Client,
+    /// The provider's user in the remote cluster.
+    pub remote: Client,
+}
+
+/// The provider's writes for one Object whose apply answered `obj`.
+async fn provide(objects: &Api<Object>, remote: &Api<ConfigMap>, obj: Object) -> kube::Result<()> {
+    let labels = [(CONFIG_LABEL.to_owned(), "bench".to_owned())].into();
+    finalizers::add_with_labels(objects, &obj, FINALIZER, &labels).await?;
+    let manifest = &obj.spec.for_provider.manifest;
+    let manager = format!("crossplane-rs/object/{}", obj.uid().unwrap_or_default());
+    let name = obj.name_any();
+    let live = remote
+        .patch(&name, &ssa::params(&manager), &Patch::Apply(manifest))
+        .await?;
+    let mut shown = serde_json::to_value(&live).map_err(kube::Error::SerdeError)?;
+    if let Some(meta) = shown.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    let mut status = types::kubernetes::v1alpha1::ObjectStatus::default();
+    let now = e2e::bench::now();
+    for c in [conditions::reconcile_success(), conditions::available()] {
+        conditions::set(&mut status.conditions, c, &now);
+    }
+    status.managed_object_ref = Some(types::kubernetes::v1alpha1::ManagedObjectReference {
+        api_version: "v1".to_owned(),
+        kind: "ConfigMap".to_owned(),
+        namespace: Some(NULL_NS.to_owned()),
+        name,
+    });
+    status.at_provider = Some(types::kubernetes::v1alpha1::ObjectObservation {
+        manifest: Some(shown),
+    });
+    let status = serde_json::to_value(&status).map_err(kube::Error::SerdeError)?;
+    ssa::apply_status(
+        objects,
+        &obj.name_any(),
+        status,
+        "crossplane-rs/object-provider",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Runs the null provider for `n` Objects applied `concurrency` at a time.
+pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Value {
+    let user: Api<Object> = Api::all(clients.user.clone());
+    let objects: Api<Object> = Api::all(clients.provider);
+    let remote: Api<ConfigMap> = Api::namespaced(clients.remote, NULL_NS);
+    let errors = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Object>();
+    let started = Instant::now();
+    let applies = {
+        let (user, errors) = (user.clone(), errors.clone());
+        async move {
+            let params = apply_params("object-bench");
+            futures::stream::iter(0..n)
+                .for_each_concurrent(concurrency, |i| {
+                    let (user, errors, tx, params) =
+                        (&user, errors.clone(), tx.clone(), params.clone());
+                    async move {
+                        match user
+                            .patch(&null_name(i), &params, &Patch::Apply(null_object(i)))
+                            .await
+                        {
+                            Ok(obj) => {
+                                let _ = tx.send(obj);
+                            }
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+                .await;
+        }
+    };
+    let written = Arc::new(AtomicUsize::new(0));
+    let received =
+        futures::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|obj| (obj, rx)) },
+        );
+    let provider = received.for_each_concurrent(WORKERS, |obj| {
+        let (objects, remote, errors, written) =
+            (&objects, &remote, errors.clone(), written.clone());
+        async move {
+            match provide(objects, remote, obj).await {
+                Ok(()) => written.fetch_add(1, Ordering::Relaxed),
+                Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+    });
+    futures::join!(applies, provider);
+    let duration = started.elapsed();
+    let done = written.load(Ordering::Relaxed);
+    let cleared = clear(&user, &remote, n).await;
+    json!({
+        "objects": n,
+        "concurrency": concurrency,
+        "workers": WORKERS,
+        "writes_per_object": 4,
+        "done": done,
+        "request_errors": errors.load(Ordering::Relaxed),
+        "duration_s": duration.as_secs_f64(),
+        "objects_per_s": done as f64 / duration.as_secs_f64(),
+        "cleared": cleared,
+    })
+}
+
+/// Removes the null provider's Objects (their finalizers first) and its
+/// ConfigMaps; whether all of it went.
+async fn clear(user: &Api<Object>, remote: &Api<ConfigMap>, n: usize) -> bool {
+    let unfinalized = futures::stream::iter(0..n)
+        .map(|i| async move {
+            let p = json!({"metadata": {"finalizers": null}});
+            user.patch(&null_name(i), &Default::default(), &Patch::Merge(&p))
+                .await
+        })
+        .buffer_unordered(32)
+        .filter(|r| std::future::ready(r.is_err()))
+        .count()
+        .await;
+    if unfinalized > 0 {
+        eprintln!("object-bench: {unfinalized} null-provider Objects kept their finalizer");
+    }
+    let objects = ListParams::default().labels(&format!("{CONFIG_LABEL}=bench"));
+    // The namespace also holds kube-root-ca.crt.
+    let cms = ListParams::default().fields("metadata.name!=kube-root-ca.crt");
+    let deleted = user
+        .delete_collection(&DeleteParams::default(), &objects)
+        .await
+        .is_ok()
+        && remote
+            .delete_collection(&DeleteParams::default(), &cms)
+            .await
+            .is_ok();
+    deleted && unfinalized == 0 && gone(user, &objects, n).await && gone(remote, &cms, n).await
+}
+
+/// Whether nothing `lp` selects is left, waiting for it.
+async fn gone<K>(api: &Api<K>, lp: &ListParams, n: usize) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    e2e::bench::wait_until(scaled_timeout(n), || async {
+        api.list_metadata(&lp.clone().limit(1))
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+    })
+    .await
+    .0
+}
