@@ -219,12 +219,29 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
             refused.join(" ")
         );
     }
-    let rev = get_json(&["providerrevisions.pkg.crossplane.io", &rev1]).unwrap();
+    let rev = get_json(&[
+        "providerrevisions.pkg.crossplane.io",
+        &rev1,
+        "--show-managed-fields",
+    ])
+    .unwrap();
     assert_eq!(
         condition(&rev, "RBACReady").map(|c| c.0).as_deref(),
         Some("True"),
         "{rev}"
     );
+    // RBACReady is the rbac-manager's alone: the package-manager, which
+    // writes the rest of the status, never applies it (it would co-own it
+    // and could put back a value it read before the rbac-manager's change).
+    let key = r#"k:{"type":"RBACReady"}"#;
+    let owners: Vec<&str> = rev["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["fieldsV1"]["f:status"]["f:conditions"].get(key).is_some())
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert_eq!(owners, ["crossplane-rs/rbac-manager"], "{rev}");
     apply(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: test-viewer}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-view}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: viewer}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: test-editor}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: crossplane-edit}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: editor}]\n",
     );

@@ -12,9 +12,11 @@
 //!   status once (Synced, Ready, the managed object's reference and the
 //!   live object from the apply's answer without managedFields).
 //!
-//! It runs before the provider starts, on Objects of its own (`null-*`,
-//! managing ConfigMaps in the remote namespace `bench-null`), then removes
-//! all of it so that it weighs on nothing after. 4 writes per Object.
+//! It runs before the provider starts, with the benchmark's own watches of
+//! Objects and of the remote namespace running (as they do in the create
+//! phase), on Objects of its own (`null-*`, managing ConfigMaps `null-*` in
+//! the same remote namespace), then removes all of it so that it weighs on
+//! nothing after. 4 writes per Object.
 
 use std::{
     sync::{
@@ -35,10 +37,8 @@ use runtime::{conditions, finalizers, ssa};
 use serde_json::{Value, json};
 use types::kubernetes::v1alpha1::Object;
 
-use crate::run::{object, ssa as apply_params};
+use crate::run::{REMOTE_NS, object, ssa as apply_params};
 
-/// The null provider's namespace in the remote cluster.
-pub const NULL_NS: &str = "bench-null";
 /// The label the null provider's Objects carry (the provider sets it too).
 const CONFIG_LABEL: &str = "kubernetes.crossplane.io/provider-config";
 /// The provider's finalizer.
@@ -50,14 +50,9 @@ fn null_name(i: usize) -> String {
     format!("null-{i:05}")
 }
 
-/// Object `i` of the null provider: the create phase's body, managing a
-/// ConfigMap in [`NULL_NS`].
+/// Object `i` of the null provider: the create phase's body.
 fn null_object(i: usize) -> Value {
-    let mut body = object(&null_name(i), json!({"i": i.to_string()}), json!([]));
-    if let Some(ns) = body.pointer_mut("/spec/forProvider/manifest/metadata/namespace") {
-        *ns = json!(NULL_NS);
-    }
-    body
+    object(&null_name(i), json!({"i": i.to_string()}), json!([]))
 }
 
 /// The clients of the null provider.
@@ -92,7 +87,7 @@ async fn provide(objects: &Api<Object>, remote: &Api<ConfigMap>, obj: Object) ->
     status.managed_object_ref = Some(types::kubernetes::v1alpha1::ManagedObjectReference {
         api_version: "v1".to_owned(),
         kind: "ConfigMap".to_owned(),
-        namespace: Some(NULL_NS.to_owned()),
+        namespace: Some(REMOTE_NS.to_owned()),
         name,
     });
     status.at_provider = Some(types::kubernetes::v1alpha1::ObjectObservation {
@@ -113,7 +108,7 @@ async fn provide(objects: &Api<Object>, remote: &Api<ConfigMap>, obj: Object) ->
 pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Value {
     let user: Api<Object> = Api::all(clients.user.clone());
     let objects: Api<Object> = Api::all(clients.provider);
-    let remote: Api<ConfigMap> = Api::namespaced(clients.remote, NULL_NS);
+    let remote: Api<ConfigMap> = Api::namespaced(clients.remote, REMOTE_NS);
     let errors = Arc::new(AtomicUsize::new(0));
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Object>();
     let started = Instant::now();
@@ -176,33 +171,47 @@ pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Va
 }
 
 /// Removes the null provider's Objects (their finalizers first) and its
-/// ConfigMaps; whether all of it went.
+/// ConfigMaps (by name: the namespace also holds the create phase's);
+/// whether all of it went.
 async fn clear(user: &Api<Object>, remote: &Api<ConfigMap>, n: usize) -> bool {
-    let unfinalized = futures::stream::iter(0..n)
-        .map(|i| async move {
-            let p = json!({"metadata": {"finalizers": null}});
-            user.patch(&null_name(i), &Default::default(), &Patch::Merge(&p))
-                .await
-        })
-        .buffer_unordered(32)
-        .filter(|r| std::future::ready(r.is_err()))
-        .count()
-        .await;
-    if unfinalized > 0 {
-        eprintln!("object-bench: {unfinalized} null-provider Objects kept their finalizer");
+    let failed = |results: Vec<bool>| results.into_iter().filter(|ok| !ok).count();
+    let unfinalized = failed(
+        futures::stream::iter(0..n)
+            .map(|i| async move {
+                let p = json!({"metadata": {"finalizers": null}});
+                let params = Default::default();
+                user.patch(&null_name(i), &params, &Patch::Merge(&p))
+                    .await
+                    .is_ok()
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await,
+    );
+    let undeleted = failed(
+        futures::stream::iter(0..n)
+            .map(|i| async move {
+                match remote.delete(&null_name(i), &DeleteParams::default()).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) => s.code == 404,
+                    Err(_) => false,
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await,
+    );
+    if unfinalized + undeleted > 0 {
+        eprintln!(
+            "object-bench: {unfinalized} null-provider Objects kept their finalizer, {undeleted} ConfigMaps were not deleted"
+        );
     }
     let objects = ListParams::default().labels(&format!("{CONFIG_LABEL}=bench"));
-    // The namespace also holds kube-root-ca.crt.
-    let cms = ListParams::default().fields("metadata.name!=kube-root-ca.crt");
     let deleted = user
         .delete_collection(&DeleteParams::default(), &objects)
         .await
-        .is_ok()
-        && remote
-            .delete_collection(&DeleteParams::default(), &cms)
-            .await
-            .is_ok();
-    deleted && unfinalized == 0 && gone(user, &objects, n).await && gone(remote, &cms, n).await
+        .is_ok();
+    deleted && unfinalized + undeleted == 0 && gone(user, &objects, n).await
 }
 
 /// Whether nothing `lp` selects is left, waiting for it.

@@ -66,12 +66,6 @@ pub async fn set_up(args: Args) -> Run {
         null_writer["creates_per_s"].as_f64().unwrap_or(0.0)
     );
 
-    let null_provider = if args.no_null_provider {
-        Value::Null
-    } else {
-        null_provider(&plane, &control, args.objects, args.concurrency).await
-    };
-
     let object_ar = ApiResource::erase::<Object>(&());
     let objects_dyn: Api<DynamicObject> = Api::all_with(control.clone(), &object_ar);
     let cm_ar = ApiResource::erase::<ConfigMap>(&());
@@ -79,6 +73,12 @@ pub async fn set_up(args: Args) -> Run {
     let remote_probe = Probe::watch(Api::namespaced_with(remote.clone(), REMOTE_NS, &cm_ar));
     assert!(object_probe.synced(Duration::from_secs(30)).await);
     assert!(remote_probe.synced(Duration::from_secs(30)).await);
+    // With the benchmark's own watches running, as in the create phase.
+    let null_provider = if args.no_null_provider {
+        Value::Null
+    } else {
+        null_provider(&plane, &control, args.objects, args.concurrency).await
+    };
 
     let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, "object-provider");
     let resync = format!("{}s", args.resync.as_secs());
@@ -132,8 +132,6 @@ async fn null_provider(
     n: usize,
     concurrency: usize,
 ) -> Value {
-    let ns = crate::null::NULL_NS;
-    plane.remote.kubectl(&["create", "namespace", ns]);
     let remote_user = plane.remote.kubeconfig_for(REMOTE_USER).unwrap();
     let clients = crate::null::Clients {
         user: control.clone(),
