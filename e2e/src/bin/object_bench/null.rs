@@ -171,47 +171,58 @@ pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Va
 }
 
 /// Removes the null provider's Objects (their finalizers first) and its
-/// ConfigMaps (by name: the namespace also holds the create phase's);
-/// whether all of it went.
+/// ConfigMaps, one by one (a deletecollection of thousands of Objects
+/// outlasts the API server's request timeout; the namespace also holds the
+/// create phase's ConfigMaps); whether all of it went.
 async fn clear(user: &Api<Object>, remote: &Api<ConfigMap>, n: usize) -> bool {
-    let failed = |results: Vec<bool>| results.into_iter().filter(|ok| !ok).count();
-    let unfinalized = failed(
-        futures::stream::iter(0..n)
-            .map(|i| async move {
-                let p = json!({"metadata": {"finalizers": null}});
-                let params = Default::default();
-                user.patch(&null_name(i), &params, &Patch::Merge(&p))
-                    .await
-                    .is_ok()
-            })
-            .buffer_unordered(32)
-            .collect()
-            .await,
-    );
-    let undeleted = failed(
-        futures::stream::iter(0..n)
-            .map(|i| async move {
-                match remote.delete(&null_name(i), &DeleteParams::default()).await {
-                    Ok(_) => true,
-                    Err(kube::Error::Api(s)) => s.code == 404,
-                    Err(_) => false,
-                }
-            })
-            .buffer_unordered(32)
-            .collect()
-            .await,
-    );
-    if unfinalized + undeleted > 0 {
+    let unfinalized = each(n, |name| async move {
+        let p = json!({"metadata": {"finalizers": null}});
+        user.patch(&name, &Default::default(), &Patch::Merge(&p))
+            .await
+            .map(drop)
+    })
+    .await;
+    let undeleted = each(n, |name| async move {
+        remote
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map(drop)
+    })
+    .await;
+    let left = each(n, |name| async move {
+        user.delete(&name, &DeleteParams::default()).await.map(drop)
+    })
+    .await;
+    if unfinalized + undeleted + left > 0 {
         eprintln!(
-            "object-bench: {unfinalized} null-provider Objects kept their finalizer, {undeleted} ConfigMaps were not deleted"
+            "object-bench: of the null provider's {n}: {unfinalized} Objects kept their finalizer, \
+             {undeleted} ConfigMaps and {left} Objects were not deleted"
         );
     }
     let objects = ListParams::default().labels(&format!("{CONFIG_LABEL}=bench"));
-    let deleted = user
-        .delete_collection(&DeleteParams::default(), &objects)
+    unfinalized + undeleted + left == 0 && gone(user, &objects, n).await
+}
+
+/// Runs `request` for each of the null provider's names, 32 at a time;
+/// how many failed (a 404 is done).
+async fn each<F, Fut>(n: usize, request: F) -> usize
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = kube::Result<()>>,
+{
+    futures::stream::iter(0..n)
+        .map(|i| request(null_name(i)))
+        .buffer_unordered(32)
+        .filter(|r| {
+            let failed = match r {
+                Ok(()) => false,
+                Err(kube::Error::Api(s)) => s.code != 404,
+                Err(_) => true,
+            };
+            std::future::ready(failed)
+        })
+        .count()
         .await
-        .is_ok();
-    deleted && unfinalized + undeleted == 0 && gone(user, &objects, n).await
 }
 
 /// Whether nothing `lp` selects is left, waiting for it.
