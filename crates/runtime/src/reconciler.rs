@@ -278,6 +278,13 @@ impl Skeleton {
         }
     }
 
+    /// Conditions of these types belong to another binary: this one never
+    /// applies them (see [`StatusWriter::leaving`]).
+    pub fn leaving_conditions(self, foreign: &'static [&'static str]) -> Self {
+        let status = self.status.leaving(foreign);
+        Self { status, ..self }
+    }
+
     /// Marked status changes wait up to `window` for their burst to settle.
     pub fn coalescing(self, window: Duration) -> Self {
         let coalesce = Some(Coalesce::new(window));

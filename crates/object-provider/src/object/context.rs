@@ -43,6 +43,8 @@ pub struct Objects {
     pub(crate) connector: Connector,
     pub(crate) local: RemoteCluster,
     pub(crate) objects: Store<Object>,
+    /// Which Objects carry each referrer finalizer.
+    pub(crate) holds: super::holds::Holds,
     pub(crate) configs: Store<ProviderConfig>,
     pub(crate) watches: Watches<Object>,
     pub(crate) applied: AppliedMemory,

@@ -25,6 +25,7 @@ mod connection;
 mod context;
 mod errors;
 mod external;
+pub mod holds;
 mod manifest;
 mod metrics;
 mod published;
@@ -100,8 +101,7 @@ impl Objects {
             .filter_map(references::object_target)
             .collect();
         // Only a spec change drops a reference: an Object last Synced at
-        // this generation holds only what it references, and finding the
-        // holders reads every cached Object.
+        // this generation holds only what it references.
         if !synced_at_generation(obj) {
             references::release(self, obj, Some(&wanted)).await?;
         }
@@ -313,6 +313,8 @@ pub struct ObjectWatch {
     pub config_wakes: mpsc::UnboundedReceiver<ObjectRef<ProviderConfig>>,
     events: futures::stream::BoxStream<'static, Result<Object, watcher::Error>>,
     referrer_wakes: mpsc::UnboundedReceiver<ObjectRef<Object>>,
+    /// Which Objects carry each referrer finalizer.
+    holds: holds::Holds,
 }
 
 /// Starts watching Objects (lazily: the watch runs with the controller).
@@ -320,6 +322,8 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
     let (config_tx, config_wakes) = mpsc::unbounded();
     let (referrer_tx, referrer_wakes) = mpsc::unbounded();
     let mut wakes = usage::Wakes::default();
+    let holds = holds::Holds::default();
+    let indexing = holds.clone();
     let (objects, events) = trim::reflected(
         Api::<Object>::all(rt.client.clone()),
         watcher::Config::default(),
@@ -328,6 +332,7 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
     let events = events
         .inspect(move |event| {
             if let Ok(event) = event {
+                indexing.event(event);
                 let woken = wakes.event(event);
                 for c in woken.configs {
                     let _ = config_tx.unbounded_send(ObjectRef::new(&c));
@@ -348,6 +353,7 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
         config_wakes,
         events,
         referrer_wakes,
+        holds,
     }
 }
 
@@ -381,6 +387,7 @@ pub fn controller(
         connector: Connector::new(clients, rt.client.clone(), &WORDING, CREDENTIALS_TTL),
         local: RemoteCluster::new(rt.client.clone(), "control"),
         objects: objects.clone(),
+        holds: watch.holds.clone(),
         configs,
         watches,
         applied: AppliedMemory::default(),

@@ -20,8 +20,7 @@ use super::errors::Error;
 use super::manifest;
 use crate::policy;
 
-/// Prefix of the finalizers referrers put on referenced Objects.
-pub const REFERRED_BY: &str = "referred-by.kubernetes.crossplane.io/";
+pub use super::holds::REFERRED_BY;
 
 /// The finalizer a referenced Object carries while `referrer` exists. A
 /// finalizer's name part is at most 63 characters; longer names are cut and
@@ -358,9 +357,10 @@ pub async fn release(
     let finalizer = finalizer_for(&obj.name_any());
     let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
     let holders: Vec<_> = ctx
-        .objects
-        .state()
-        .into_iter()
+        .holds
+        .carrying(&finalizer)
+        .iter()
+        .filter_map(|name| ctx.objects.get(&ObjectRef::new(name)))
         .filter(|o| finalizers::has(o.as_ref(), &finalizer))
         .filter(|o| keep.is_none_or(|k| !k.contains(o.name_any().as_str())))
         .collect();

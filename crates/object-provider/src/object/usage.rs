@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use kube::{ResourceExt, runtime::watcher};
 use types::kubernetes::v1alpha1::{Object, ProviderConfig};
 
+use super::holds::Relation;
 use super::references;
 
 /// The finalizer a ProviderConfig carries while Objects use it.
@@ -46,8 +47,8 @@ pub fn users<'a>(objects: impl IntoIterator<Item = &'a Object>, config: &str) ->
 #[derive(Default)]
 pub struct Wakes {
     configs: HashMap<String, BTreeSet<String>>,
-    targets: HashMap<String, BTreeSet<String>>,
-    referrers: HashMap<String, BTreeSet<String>>,
+    /// Referrers (keys) and the Objects they reference (values).
+    references: Relation,
 }
 
 /// What one Object event wakes.
@@ -74,7 +75,7 @@ impl Wakes {
         let configs = configs_of(obj);
         let previous = self.configs.insert(name.clone(), configs.clone());
         let mut woken = Woken {
-            referrers: self.referrers.get(&name).cloned().unwrap_or_default(),
+            referrers: self.referrers_of(&name),
             ..Woken::default()
         };
         if previous.as_ref() != Some(&configs) {
@@ -90,7 +91,7 @@ impl Wakes {
             .filter_map(references::object_target)
             .map(str::to_owned)
             .collect();
-        self.retarget(&name, targets);
+        self.references.set(&name, targets);
         woken
     }
 
@@ -98,32 +99,15 @@ impl Wakes {
         let name = obj.name_any();
         let mut configs = self.configs.remove(&name).unwrap_or_default();
         configs.extend(configs_of(obj));
-        self.retarget(&name, BTreeSet::new());
+        self.references.set(&name, BTreeSet::new());
         Woken {
             configs,
-            referrers: self.referrers.get(&name).cloned().unwrap_or_default(),
+            referrers: self.referrers_of(&name),
         }
     }
 
-    fn retarget(&mut self, referrer: &str, targets: BTreeSet<String>) {
-        let old = self.targets.remove(referrer).unwrap_or_default();
-        for t in old.difference(&targets) {
-            if let Some(set) = self.referrers.get_mut(t) {
-                set.remove(referrer);
-                if set.is_empty() {
-                    self.referrers.remove(t);
-                }
-            }
-        }
-        for t in &targets {
-            self.referrers
-                .entry(t.clone())
-                .or_default()
-                .insert(referrer.to_owned());
-        }
-        if !targets.is_empty() {
-            self.targets.insert(referrer.to_owned(), targets);
-        }
+    fn referrers_of(&self, name: &str) -> BTreeSet<String> {
+        self.references.keys_of(name).cloned().unwrap_or_default()
     }
 }
 

@@ -414,7 +414,9 @@ pub fn controller(
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(ProviderRevisions {
-        sk: Skeleton::new(rt, CONTROLLER),
+        // The rbac-manager owns RBACReady.
+        sk: Skeleton::new(rt, CONTROLLER)
+            .leaving_conditions(&[types::pkg::contract::conditions::RBAC_READY]),
         field_manager: rt.field_manager(),
         packages,
         revisions,

@@ -508,7 +508,9 @@ where
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Extensions {
-        sk: Skeleton::new(rt, CONTROLLER),
+        // The rbac-manager owns RBACReady.
+        sk: Skeleton::new(rt, CONTROLLER)
+            .leaving_conditions(&[types::pkg::contract::conditions::RBAC_READY]),
         image_configs: Arc::clone(image_configs),
         crds,
         runtimes: Runtimes::new(rt.client.clone(), &rt.field_manager()),

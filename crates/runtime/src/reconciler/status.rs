@@ -23,6 +23,10 @@ use crate::ssa;
 #[derive(Clone)]
 pub struct StatusWriter {
     field_manager: String,
+    /// Condition types another binary owns on the same objects: never
+    /// applied by this writer, so it neither co-owns them nor puts back a
+    /// value it read before their owner changed it.
+    foreign: &'static [&'static str],
     /// By UID: the status written (its JSON text: kept compact, parsed
     /// when looked at) and the resourceVersion the write produced.
     written: crate::expiring::Expiring<String, (String, String)>,
@@ -38,7 +42,59 @@ impl StatusWriter {
     pub fn new(field_manager: String) -> Self {
         Self {
             field_manager,
+            foreign: &[],
             written: crate::expiring::Expiring::new(WRITTEN_TTL),
+        }
+    }
+
+    /// This writer leaves the conditions of these types to their owner.
+    pub fn leaving(self, foreign: &'static [&'static str]) -> Self {
+        Self { foreign, ..self }
+    }
+
+    /// `status` as this writer applies it: without foreign conditions.
+    fn ours<S: serde::Serialize>(&self, status: &S) -> serde_json::Result<serde_json::Value> {
+        let mut value = serde_json::to_value(status)?;
+        if let Some(list) = value.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+            list.retain(|c| {
+                c.get("type")
+                    .and_then(|t| t.as_str())
+                    .is_none_or(|t| !self.foreign.contains(&t))
+            });
+        }
+        Ok(value)
+    }
+
+    /// Adds to `written` (what this writer applied) the foreign conditions
+    /// `cached` shows: a draft keeps what their owners last said.
+    fn keep_foreign<S: serde::Serialize>(
+        &self,
+        written: &mut serde_json::Value,
+        cached: Option<&S>,
+    ) {
+        if self.foreign.is_empty() {
+            return;
+        }
+        let cached = cached.and_then(|s| serde_json::to_value(s).ok());
+        let theirs = cached
+            .as_ref()
+            .and_then(|c| c.get("conditions"))
+            .and_then(|c| c.as_array())
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                c.get("type")
+                    .and_then(|t| t.as_str())
+                    .is_some_and(|t| self.foreign.contains(&t))
+            })
+            .cloned();
+        if let Some(map) = written.as_object_mut() {
+            let list = map
+                .entry("conditions")
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            if let Some(list) = list.as_array_mut() {
+                list.extend(theirs);
+            }
         }
     }
 
@@ -60,6 +116,10 @@ impl StatusWriter {
         K: Resource + Conditioned,
     {
         self.fresher(obj)
+            .map(|mut v| {
+                self.keep_foreign(&mut v, obj.status());
+                v
+            })
             .and_then(|v| serde_json::from_value(v).ok())
             .or_else(|| obj.status().cloned())
             .unwrap_or_default()
@@ -68,7 +128,7 @@ impl StatusWriter {
     /// Whether `status` differs from what the object shows (or this writer
     /// just wrote for it): whether [`StatusWriter::write`] would write.
     pub fn differs<K: Resource + Conditioned>(&self, obj: &K, status: &K::Status) -> bool {
-        obj.status() != Some(status) && serde_json::to_value(status).ok() != self.fresher(obj)
+        obj.status() != Some(status) && self.ours(status).ok() != self.fresher(obj)
     }
 
     /// Writes `status` unless the object already has it (or this writer
@@ -86,7 +146,8 @@ impl StatusWriter {
         if obj.status() == Some(status) {
             return Ok(false);
         }
-        let value = serde_json::to_value(status)
+        let value = self
+            .ours(status)
             .map_err(|e| ControlError::new("serialize the status", kube::Error::SerdeError(e)))?;
         if self.fresher(obj).as_ref() == Some(&value) {
             return Ok(false);
@@ -123,7 +184,36 @@ pub fn older(a: &str, b: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn a_writer_never_applies_a_condition_another_binary_owns_but_drafts_keep_it() {
+        let writer =
+            StatusWriter::new("crossplane-rs/package-manager".into()).leaving(&["RBACReady"]);
+        let status = json!({"conditions": [
+            {"type": "Installed", "status": "True"},
+            {"type": "RBACReady", "status": "False", "reason": "Refused"},
+        ], "foo": 1});
+        let applied = writer.ours(&status).unwrap();
+        assert_eq!(
+            applied["conditions"],
+            json!([{"type": "Installed", "status": "True"}])
+        );
+        assert_eq!(applied["foo"], json!(1));
+        // A draft from what was applied shows the owner's latest word.
+        let cached = json!({"conditions": [{"type": "RBACReady", "status": "True"}]});
+        let mut draft = applied;
+        writer.keep_foreign(&mut draft, Some(&cached));
+        assert_eq!(
+            draft["conditions"],
+            json!([{"type": "Installed", "status": "True"}, {"type": "RBACReady", "status": "True"}])
+        );
+        // A writer that leaves nothing applies everything.
+        let all = StatusWriter::new("m".into());
+        assert_eq!(all.ours(&status).unwrap(), status);
+    }
 
     #[test]
     fn resource_versions_compare_as_numbers_and_assume_nothing_otherwise() {
