@@ -57,13 +57,11 @@ impl Relation {
 }
 
 /// Objects (keys) and the referrer finalizers they carry (values).
-type Index = Relation;
-
 #[derive(Default)]
 struct State {
-    current: Index,
+    current: Relation,
     /// Being rebuilt from a relist (between Init and InitDone).
-    next: Option<Index>,
+    next: Option<Relation>,
 }
 
 /// The referrer-finalizer index, shared by the watch that keeps it and the
@@ -87,7 +85,7 @@ impl Holds {
             return;
         };
         match event {
-            watcher::Event::Init => state.next = Some(Index::default()),
+            watcher::Event::Init => state.next = Some(Relation::default()),
             watcher::Event::InitApply(o) => {
                 let (name, carried) = (o.name_any(), referrer_finalizers(o));
                 match state.next.as_mut() {

@@ -20,7 +20,7 @@ use super::errors::Error;
 use super::manifest;
 use crate::policy;
 
-pub use super::holds::REFERRED_BY;
+use super::holds::REFERRED_BY;
 
 /// The finalizer a referenced Object carries while `referrer` exists. A
 /// finalizer's name part is at most 63 characters; longer names are cut and

@@ -65,39 +65,6 @@ impl StatusWriter {
         Ok(value)
     }
 
-    /// Adds to `written` (what this writer applied) the foreign conditions
-    /// `cached` shows: a draft keeps what their owners last said.
-    fn keep_foreign<S: serde::Serialize>(
-        &self,
-        written: &mut serde_json::Value,
-        cached: Option<&S>,
-    ) {
-        if self.foreign.is_empty() {
-            return;
-        }
-        let cached = cached.and_then(|s| serde_json::to_value(s).ok());
-        let theirs = cached
-            .as_ref()
-            .and_then(|c| c.get("conditions"))
-            .and_then(|c| c.as_array())
-            .into_iter()
-            .flatten()
-            .filter(|c| {
-                c.get("type")
-                    .and_then(|t| t.as_str())
-                    .is_some_and(|t| self.foreign.contains(&t))
-            })
-            .cloned();
-        if let Some(map) = written.as_object_mut() {
-            let list = map
-                .entry("conditions")
-                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-            if let Some(list) = list.as_array_mut() {
-                list.extend(theirs);
-            }
-        }
-    }
-
     /// What this writer last wrote for `obj`, while the cache is older than
     /// that write; None once the cache shows it (or something newer).
     fn fresher<K: Resource>(&self, obj: &K) -> Option<serde_json::Value> {
@@ -115,14 +82,21 @@ impl StatusWriter {
     where
         K: Resource + Conditioned,
     {
-        self.fresher(obj)
-            .map(|mut v| {
-                self.keep_foreign(&mut v, obj.status());
-                v
-            })
-            .and_then(|v| serde_json::from_value(v).ok())
-            .or_else(|| obj.status().cloned())
-            .unwrap_or_default()
+        let written = self
+            .fresher(obj)
+            .and_then(|v| serde_json::from_value::<K::Status>(v).ok());
+        let Some(mut status) = written else {
+            return obj.status().cloned().unwrap_or_default();
+        };
+        // What was written holds no foreign condition: the draft keeps what
+        // their owners last said.
+        let theirs = obj.status().map(K::conditions).unwrap_or_default();
+        let theirs = theirs
+            .iter()
+            .filter(|c| self.foreign.contains(&c.type_.as_str()))
+            .cloned();
+        K::conditions_mut(&mut status).extend(theirs);
+        status
     }
 
     /// Whether `status` differs from what the object shows (or this writer
@@ -202,17 +176,34 @@ mod tests {
             json!([{"type": "Installed", "status": "True"}])
         );
         assert_eq!(applied["foo"], json!(1));
-        // A draft from what was applied shows the owner's latest word.
-        let cached = json!({"conditions": [{"type": "RBACReady", "status": "True"}]});
-        let mut draft = applied;
-        writer.keep_foreign(&mut draft, Some(&cached));
-        assert_eq!(
-            draft["conditions"],
-            json!([{"type": "Installed", "status": "True"}, {"type": "RBACReady", "status": "True"}])
-        );
         // A writer that leaves nothing applies everything.
         let all = StatusWriter::new("m".into());
         assert_eq!(all.ours(&status).unwrap(), status);
+
+        // A draft from what was applied, the cache still behind that write,
+        // shows the owner's latest word.
+        let cached: types::kubernetes::v1alpha1::Object = serde_json::from_value(json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "metadata": {"name": "o", "uid": "u", "resourceVersion": "5"},
+            "spec": {"forProvider": {"manifest": {}}},
+            "status": {"conditions": [
+                {"type": "Healthy", "status": "False", "reason": "Unhealthy"},
+                {"type": "RBACReady", "status": "True", "reason": "Bound"},
+            ]},
+        }))
+        .unwrap();
+        let written =
+            json!({"conditions": [{"type": "Healthy", "status": "True", "reason": "Healthy"}]});
+        writer
+            .written
+            .insert("u".to_owned(), (written.to_string(), "9".to_owned()));
+        let draft = writer.base(&cached);
+        let types: Vec<(&str, &str)> = draft
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(types, [("Healthy", "True"), ("RBACReady", "True")]);
     }
 
     #[test]
