@@ -58,6 +58,13 @@ const WAIT: Duration = Duration::from_secs(240);
 /// 10 s. On main's breaker (before issue 22) both tests fail with hundreds
 /// of TargetNotAnswering warnings.
 const ARGS: &[&str] = &["--remote-timeout=1s", "--concurrency=64"];
+/// Held by each test from start to end: the two tests take turns. Each
+/// loads the one remote API server with its own controller's burst;
+/// together, on a two-core machine, the other test's burst made the
+/// server queue this one's requests past the scaled-down deadline, which
+/// is not what either test is about (a controller taking its own burst for
+/// the cluster not answering).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The label that marks this test's Objects.
 const LABEL: &str = "e2e.crossplane-rs.io/restart";
 
@@ -284,9 +291,10 @@ async fn wait_reconciled(binary: &str, controller: &str, n: usize) {
 }
 
 /// Asserts that since `binary`'s pod started no reconcile of `controller`
-/// failed with <prefix>NotAnswering or <prefix>TooSlow, that no such
-/// warning was emitted (`warned`, by reason), and that `left` found
-/// nothing.
+/// failed (whatever the reason: slow is neither down nor a failure), that
+/// no Warning was emitted since the restart (`warned` against
+/// `warned_before`, by reason) and no <prefix>NotAnswering one at all, and
+/// that `left` found nothing.
 fn nothing_failed(
     binary: &str,
     controller: &str,
@@ -296,27 +304,30 @@ fn nothing_failed(
     left: Wrong,
 ) {
     let metrics = blocking(|| metrics_of(binary));
-    let errors = |category: &str| {
-        metric_sum(
-            &metrics,
-            "crossplane_rs_reconcile_errors_total",
-            &[("controller", controller), ("category", category)],
-        )
-    };
-    let all_errors = metric_sum(
+    let errors = metric_sum(
         &metrics,
         "crossplane_rs_reconcile_errors_total",
         &[("controller", controller)],
     );
     let left = left.found();
     eprintln!(
-        "after the restart: reconcile errors {all_errors}, warnings {warned:?} (before the restart {warned_before:?}), {} left their state",
+        "after the restart: reconcile errors {errors}, warnings {warned:?} (before the restart {warned_before:?}), {} left their state",
         left.len()
     );
-    for reason in ["NotAnswering", "TooSlow"].map(|r| format!("{prefix}{r}")) {
-        assert_eq!(errors(&reason), 0.0, "{reason}: {metrics}");
-        assert!(!warned.contains_key(&reason), "{warned:?}");
-    }
+    assert_eq!(errors, 0.0, "{metrics}");
+    let since: BTreeMap<&String, usize> = warned
+        .iter()
+        .map(|(reason, n)| {
+            (
+                reason,
+                n.saturating_sub(*warned_before.get(reason).unwrap_or(&0)),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(since.is_empty(), "Warnings since the restart: {since:?}");
+    let not_answering = format!("{prefix}NotAnswering");
+    assert!(!warned.contains_key(&not_answering), "{warned:?}");
     assert!(
         left.is_empty(),
         "left their state: {:?}",
@@ -326,6 +337,7 @@ fn nothing_failed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_restarted_with_a_thousand_objects_in_flight_fails_none() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     const BINARY: &str = "object-provider";
     blocking(|| {
         shipped();
@@ -449,6 +461,7 @@ async fn apply_apps(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resource_controller_restarted_with_a_hundred_applications_in_flight_fails_none() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     const BINARY: &str = "resource-controller";
     blocking(|| {
         shipped();

@@ -3,7 +3,7 @@
 
 use runtime::{
     events::ReconcileError,
-    limits::{NotAnswering, TooSlow},
+    limits::NotAnswering,
     managed::{ConnectError, KindError, ManagedError, RequestFailed},
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
 };
@@ -46,10 +46,6 @@ pub enum Error {
     /// The remote cluster did not answer in time (--remote-timeout).
     #[error(transparent)]
     NotAnswering(#[from] NotAnswering),
-    /// The cluster answers, but the work against it took several times
-    /// --remote-timeout (e.g. this controller is very busy).
-    #[error(transparent)]
-    TooSlow(#[from] TooSlow),
 }
 
 impl ReconcileError for Error {
@@ -65,7 +61,6 @@ impl ReconcileError for Error {
             Error::Control(_) => CONTROL_REQUEST_FAILED,
             Error::Serialize(..) => "CannotSerialize",
             Error::NotAnswering(_) => "ClusterNotAnswering",
-            Error::TooSlow(_) => "ClusterTooSlow",
         }
     }
 

@@ -68,8 +68,8 @@ pub struct CommonArgs {
     /// How long a remote cluster may be silent (a request to it waiting
     /// with nothing at all coming back) before a reconcile working against
     /// it gives up and reports, in the object's condition, that the cluster
-    /// did not answer. Work that is slow while the cluster answers goes on,
-    /// up to three times this. A cluster that did not answer is then only
+    /// did not answer. Work that is slow while the cluster answers goes on
+    /// (bounded by --reconcile-timeout). A cluster that did not answer is then only
     /// probed (one reconcile at a time, after a pause of 5s doubling to 1m)
     /// until it answers again; its other objects fail at once with the same
     /// message, so a stalled cluster holds no workers that other clusters

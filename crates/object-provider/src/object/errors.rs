@@ -2,7 +2,7 @@
 
 use runtime::{
     events::{ReconcileError, error_chain},
-    limits::{NotAnswering, TooSlow},
+    limits::NotAnswering,
     managed::{ConnectError, KindError, ManagedError, RequestFailed},
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
 };
@@ -55,10 +55,6 @@ pub enum Error {
     /// The target cluster did not answer in time (--remote-timeout).
     #[error(transparent)]
     NotAnswering(#[from] NotAnswering),
-    /// The cluster answers, but the work against it took several times
-    /// --remote-timeout (e.g. this controller is very busy).
-    #[error(transparent)]
-    TooSlow(#[from] TooSlow),
     /// An error whose text held a value read from a Secret: the same error,
     /// with the value replaced, so it reaches no condition, event or log.
     #[error("{message}")]
@@ -92,7 +88,6 @@ impl ReconcileError for Error {
             Error::Control(..) => CONTROL_REQUEST_FAILED,
             Error::Serialize(_) => "CannotSerialize",
             Error::NotAnswering(_) => "TargetNotAnswering",
-            Error::TooSlow(_) => "TargetTooSlow",
             Error::Redacted { category, .. } => category,
         }
     }
