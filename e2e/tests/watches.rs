@@ -27,13 +27,13 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client,
-    api::{ObjectMeta, PostParams},
+    api::{GroupVersionKind, ObjectMeta, PostParams},
     discovery::ApiResource,
     runtime::reflector::ObjectRef,
 };
 use runtime::{
     Metrics,
-    remote::{RemoteClients, RemoteCluster},
+    remote::{RemoteClients, RemoteCluster, ResolveError},
     watches::{Cached, Scope, Target, Watches},
 };
 
@@ -452,4 +452,106 @@ async fn a_watch_whose_cluster_goes_away_wakes_all_its_readers_and_reads_unknown
         let answer = f.read(d, t);
         assert!(matches!(answer, Cached::Unknown), "{d}: {answer:?}");
     }
+}
+
+/// Workers that need one kind of a cluster they have not used yet (a
+/// controller's first reconciles after a start, one application's many
+/// templates) learn it from one discovery request, and later lookups make
+/// none; a kind the cluster does not serve is not remembered.
+#[tokio::test]
+async fn workers_discovering_one_kind_at_once_make_one_request() {
+    let plane = testenv::control_plane();
+    let metrics = Metrics::new().unwrap();
+    let remote = cluster(&metrics, "remote", &plane.remote.kubeconfig);
+    let gets = || {
+        metric_sum(
+            &metrics.render(),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "remote"), ("verb", "get")],
+        )
+    };
+    let deployment = GroupVersionKind::gvk("apps", "v1", "Deployment");
+    let found = futures::future::join_all((0..8).map(|_| remote.resolve(&deployment))).await;
+    for f in found {
+        assert_eq!(f.unwrap().0.plural, "deployments");
+    }
+    assert_eq!(gets(), 1.0, "eight workers at once");
+    remote.resolve(&deployment).await.unwrap();
+    assert_eq!(gets(), 1.0, "from the cache");
+    let missing = GroupVersionKind::gvk("apps", "v1", "NoSuchKind");
+    for _ in 0..2 {
+        let out = remote.resolve(&missing).await;
+        assert!(matches!(out, Err(ResolveError::NotServed(_))), "{out:?}");
+    }
+    assert_eq!(gets(), 3.0, "a kind not served is asked about again");
+}
+
+/// How the connector test's messages name what it connects with.
+static WORDING: runtime::managed::Wording = runtime::managed::Wording {
+    owner: "KubernetesCluster",
+    fix: "fix spec.clusterRef",
+    secret: "connection Secret",
+    connect: "to",
+    read_from: "",
+    reasons: runtime::managed::Reasons {
+        owner_not_found: "ClusterNotFound",
+        secret_not_found: "ConnectionSecretNotFound",
+        cannot_connect: "CannotConnectToCluster",
+        cannot_read: "CannotReadLocalObject",
+    },
+};
+
+/// Workers that connect to one cluster at once before its client is made
+/// (a controller's first reconciles after a start) read its Secret once;
+/// a caller that knows nothing of the Secret reads it every time.
+#[tokio::test]
+async fn workers_connecting_to_one_cluster_at_once_read_its_secret_once() {
+    use runtime::managed::{Connector, Known, SecretKey};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let plane = testenv::control_plane();
+    let metrics = Metrics::new().unwrap();
+    let admin = plane.control.client().await;
+    let ns = plane.control.namespace(&admin, "connect").await;
+    let mut creds = secret(&plane.remote.kubeconfig);
+    creds.metadata.namespace = Some(ns.clone());
+    creds.metadata.uid = None;
+    creds.metadata.resource_version = None;
+    Api::<Secret>::namespaced(admin, &ns)
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&plane.control.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let control = runtime::remote::counted_client(config, &metrics).unwrap();
+    let connector = Connector::new(
+        RemoteClients::new(metrics.clone(), false),
+        control,
+        &WORDING,
+        Duration::from_secs(60),
+    );
+    let gets = || {
+        metric_sum(
+            &metrics.render(),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "control"), ("verb", "get")],
+        )
+    };
+    let owner = format!("{ns}/cluster");
+    let at = SecretKey {
+        namespace: &ns,
+        name: "creds",
+        key: "kubeconfig",
+    };
+    let connected = futures::future::join_all(
+        (0..8).map(|_| connector.connect(&owner, at, Known::Generation(Some(1)))),
+    )
+    .await;
+    assert!(connected.iter().all(Result::is_ok));
+    assert_eq!(gets(), 1.0, "eight workers at once");
+    for _ in 0..2 {
+        connector.connect(&owner, at, Known::Nothing).await.unwrap();
+    }
+    assert_eq!(gets(), 3.0, "known nothing, read every time");
 }

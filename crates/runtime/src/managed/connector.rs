@@ -175,6 +175,11 @@ pub struct Connector {
     wording: &'static Wording,
     secret_ttl: Duration,
     recent: RecentSecrets,
+    /// Per owner, the turn of a reconcile reading its Secret: reconciles
+    /// that need a client the caches cannot give at once (a controller's
+    /// workers on first use of a cluster) wait for one read, then find its
+    /// client cached.
+    reading: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The Secrets last read, per owner, with the owner's generation at the
@@ -232,6 +237,7 @@ impl Connector {
             wording,
             secret_ttl,
             recent: RecentSecrets::default(),
+            reading: Mutex::default(),
         }
     }
 
@@ -245,14 +251,65 @@ impl Connector {
         at: SecretKey<'_>,
         known: Known<'_>,
     ) -> Result<RemoteCluster, ConnectError> {
-        if let Known::Metadata {
-            uid,
-            resource_version,
-        } = known
-            && let Some(hit) = self.clients.cached(owner, uid, at.key, resource_version)
+        if let Some(hit) = self.cached(owner, at, known) {
+            return Ok(hit);
+        }
+        // Only a read whose outcome the caches keep is worth waiting for.
+        let turn = match known {
+            Known::Nothing => None,
+            _ => Some(self.turn(owner)),
+        };
+        let _turn = match &turn {
+            Some(turn) => Some(turn.lock().await),
+            None => None,
+        };
+        if turn.is_some()
+            && let Some(hit) = self.cached(owner, at, known)
         {
             return Ok(hit);
         }
+        let connected = self.read_and_connect(owner, at, known).await;
+        drop(_turn);
+        if let Some(turn) = turn
+            && let Ok(mut reading) = self.reading.lock()
+            // Nobody else holds this owner's turn: it goes.
+            && Arc::strong_count(&turn) == 2
+        {
+            reading.remove(owner);
+        }
+        connected
+    }
+
+    /// The client the caches give for `owner` without a read: the cached
+    /// client of the Secret version `known` names, or one made from the
+    /// Secret read recently for the owner's generation.
+    fn cached(&self, owner: &str, at: SecretKey<'_>, known: Known<'_>) -> Option<RemoteCluster> {
+        match known {
+            Known::Metadata {
+                uid,
+                resource_version,
+            } => self.clients.cached(owner, uid, at.key, resource_version),
+            Known::Generation(generation) => {
+                let secret = self.recent.fresh(owner, generation, self.secret_ttl)?;
+                self.clients.for_secret(owner, &secret, at.key).ok()
+            }
+            Known::Nothing => None,
+        }
+    }
+
+    fn turn(&self, owner: &str) -> Arc<tokio::sync::Mutex<()>> {
+        match self.reading.lock() {
+            Ok(mut reading) => reading.entry(owner.to_owned()).or_default().clone(),
+            Err(_) => Arc::default(),
+        }
+    }
+
+    async fn read_and_connect(
+        &self,
+        owner: &str,
+        at: SecretKey<'_>,
+        known: Known<'_>,
+    ) -> Result<RemoteCluster, ConnectError> {
         let recent = match known {
             Known::Generation(generation) => self.recent.fresh(owner, generation, self.secret_ttl),
             _ => None,

@@ -125,10 +125,15 @@ pub enum ResolveError {
     Unreachable(#[source] kube::Error),
 }
 
-/// Per-cluster cache of resolved kinds.
+/// What one kind resolves to.
+type Resolved = (ApiResource, ApiCapabilities);
+
+/// Per-cluster cache of resolved kinds. Reconciles that miss on the same
+/// kind at once (a controller's workers on first use of a cluster) wait for
+/// one lookup rather than each making their own.
 #[derive(Default)]
 pub struct DiscoveryCache {
-    kinds: Mutex<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>,
+    kinds: Mutex<HashMap<GroupVersionKind, Arc<tokio::sync::OnceCell<Resolved>>>>,
 }
 
 impl DiscoveryCache {
@@ -137,15 +142,27 @@ impl DiscoveryCache {
         &self,
         client: &Client,
         gvk: &GroupVersionKind,
-    ) -> Result<(ApiResource, ApiCapabilities), kube::Error> {
-        if let Some(hit) = self.kinds.lock().ok().and_then(|k| k.get(gvk).cloned()) {
-            return Ok(hit);
+    ) -> Result<Resolved, kube::Error> {
+        let cell = match self.kinds.lock() {
+            Ok(mut kinds) => kinds.entry(gvk.clone()).or_default().clone(),
+            Err(_) => Arc::default(),
+        };
+        let found = cell
+            .get_or_try_init(|| kube::discovery::pinned_kind(client, gvk))
+            .await
+            .cloned();
+        if found.is_err() {
+            // A kind that is not served (or a cluster that did not answer)
+            // leaves nothing behind: the map holds only kinds that resolved.
+            if let Ok(mut kinds) = self.kinds.lock()
+                && kinds
+                    .get(gvk)
+                    .is_some_and(|c| Arc::ptr_eq(c, &cell) && !c.initialized())
+            {
+                kinds.remove(gvk);
+            }
         }
-        let found = kube::discovery::pinned_kind(client, gvk).await?;
-        if let Ok(mut kinds) = self.kinds.lock() {
-            kinds.insert(gvk.clone(), found.clone());
-        }
-        Ok(found)
+        found
     }
 
     /// Drops one cached kind.
