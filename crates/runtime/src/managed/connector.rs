@@ -263,19 +263,24 @@ impl Connector {
             Some(turn) => Some(turn.lock().await),
             None => None,
         };
-        if turn.is_some()
-            && let Some(hit) = self.cached(owner, at, known)
-        {
-            return Ok(hit);
-        }
-        let connected = self.read_and_connect(owner, at, known).await;
+        // The reconcile before this one in turn may have read it.
+        let connected = match turn.as_ref().and_then(|_| self.cached(owner, at, known)) {
+            Some(hit) => Ok(hit),
+            None => self.read_and_connect(owner, at, known).await,
+        };
         drop(_turn);
+        // Every holder lets go of the turn under the lock it was taken
+        // under; the last one removes it.
         if let Some(turn) = turn
             && let Ok(mut reading) = self.reading.lock()
-            // Nobody else holds this owner's turn: it goes.
-            && Arc::strong_count(&turn) == 2
         {
-            reading.remove(owner);
+            drop(turn);
+            if reading
+                .get(owner)
+                .is_some_and(|t| Arc::strong_count(t) == 1)
+            {
+                reading.remove(owner);
+            }
         }
         connected
     }
