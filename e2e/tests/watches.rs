@@ -71,6 +71,15 @@ fn cluster(metrics: &Metrics, name: &str, kubeconfig: &str) -> RemoteCluster {
         .unwrap()
 }
 
+/// Requests counted in `metrics` for `cluster` (its metrics label), by verb.
+fn requests(metrics: &Metrics, cluster: &str, verb: &str) -> f64 {
+    metric_sum(
+        &metrics.render(),
+        "crossplane_rs_kube_api_requests_total",
+        &[("cluster", cluster), ("verb", verb)],
+    )
+}
+
 /// One test's view: its own metrics, remote client, watches and namespace.
 struct Fixture {
     metrics: Metrics,
@@ -162,11 +171,7 @@ impl Fixture {
 
     /// Requests the remote client made, by verb.
     fn requests(&self, verb: &str) -> f64 {
-        metric_sum(
-            &self.metrics.render(),
-            "crossplane_rs_kube_api_requests_total",
-            &[("cluster", "remote"), ("verb", verb)],
-        )
+        requests(&self.metrics, "remote", verb)
     }
 
     fn open_watches(&self) -> f64 {
@@ -463,13 +468,7 @@ async fn workers_discovering_one_kind_at_once_make_one_request() {
     let plane = testenv::control_plane();
     let metrics = Metrics::new().unwrap();
     let remote = cluster(&metrics, "remote", &plane.remote.kubeconfig);
-    let gets = || {
-        metric_sum(
-            &metrics.render(),
-            "crossplane_rs_kube_api_requests_total",
-            &[("cluster", "remote"), ("verb", "get")],
-        )
-    };
+    let gets = || requests(&metrics, "remote", "get");
     let deployment = GroupVersionKind::gvk("apps", "v1", "Deployment");
     let found = futures::future::join_all((0..8).map(|_| remote.resolve(&deployment))).await;
     for f in found {
@@ -531,13 +530,7 @@ async fn workers_connecting_to_one_cluster_at_once_read_its_secret_once() {
         &WORDING,
         Duration::from_secs(60),
     );
-    let gets = || {
-        metric_sum(
-            &metrics.render(),
-            "crossplane_rs_kube_api_requests_total",
-            &[("cluster", "control"), ("verb", "get")],
-        )
-    };
+    let gets = || requests(&metrics, "control", "get");
     let owner = format!("{ns}/cluster");
     let at = SecretKey {
         namespace: &ns,

@@ -251,24 +251,24 @@ impl Connector {
         at: SecretKey<'_>,
         known: Known<'_>,
     ) -> Result<RemoteCluster, ConnectError> {
-        if let Some(hit) = self.cached(owner, at, known) {
-            return Ok(hit);
+        if let Some(cached) = self.cached(owner, at, known) {
+            return cached;
         }
         // Only a read whose outcome the caches keep is worth waiting for.
         let turn = match known {
             Known::Nothing => None,
             _ => Some(self.turn(owner)),
         };
-        let _turn = match &turn {
+        let held = match &turn {
             Some(turn) => Some(turn.lock().await),
             None => None,
         };
         // The reconcile before this one in turn may have read it.
-        let connected = match turn.as_ref().and_then(|_| self.cached(owner, at, known)) {
-            Some(hit) => Ok(hit),
+        let connected = match self.cached(owner, at, known) {
+            Some(cached) => cached,
             None => self.read_and_connect(owner, at, known).await,
         };
-        drop(_turn);
+        drop(held);
         // Every holder lets go of the turn under the lock it was taken
         // under; the last one removes it.
         if let Some(turn) = turn
@@ -285,18 +285,26 @@ impl Connector {
         connected
     }
 
-    /// The client the caches give for `owner` without a read: the cached
-    /// client of the Secret version `known` names, or one made from the
-    /// Secret read recently for the owner's generation.
-    fn cached(&self, owner: &str, at: SecretKey<'_>, known: Known<'_>) -> Option<RemoteCluster> {
+    /// What the caches give for `owner` without a read: the cached client
+    /// of the Secret version `known` names, or the client (or why it cannot
+    /// be made) of the Secret read recently for the owner's generation.
+    fn cached(
+        &self,
+        owner: &str,
+        at: SecretKey<'_>,
+        known: Known<'_>,
+    ) -> Option<Result<RemoteCluster, ConnectError>> {
         match known {
             Known::Metadata {
                 uid,
                 resource_version,
-            } => self.clients.cached(owner, uid, at.key, resource_version),
+            } => self
+                .clients
+                .cached(owner, uid, at.key, resource_version)
+                .map(Ok),
             Known::Generation(generation) => {
                 let secret = self.recent.fresh(owner, generation, self.secret_ttl)?;
-                self.clients.for_secret(owner, &secret, at.key).ok()
+                Some(self.client_for(owner, &secret, at))
             }
             Known::Nothing => None,
         }
@@ -309,28 +317,29 @@ impl Connector {
         }
     }
 
+    /// Reads the Secret (kept for the owner's generation when `known` gives
+    /// one) and makes its client.
     async fn read_and_connect(
         &self,
         owner: &str,
         at: SecretKey<'_>,
         known: Known<'_>,
     ) -> Result<RemoteCluster, ConnectError> {
-        let recent = match known {
-            Known::Generation(generation) => self.recent.fresh(owner, generation, self.secret_ttl),
-            _ => None,
-        };
-        let secret = match recent {
-            Some(secret) => secret,
-            None => {
-                let secret = Arc::new(self.read_secret(owner, at).await?);
-                if let Known::Generation(generation) = known {
-                    self.recent.store(owner, generation, secret.clone());
-                }
-                secret
-            }
-        };
+        let secret = Arc::new(self.read_secret(owner, at).await?);
+        if let Known::Generation(generation) = known {
+            self.recent.store(owner, generation, secret.clone());
+        }
+        self.client_for(owner, &secret, at)
+    }
+
+    fn client_for(
+        &self,
+        owner: &str,
+        secret: &Secret,
+        at: SecretKey<'_>,
+    ) -> Result<RemoteCluster, ConnectError> {
         self.clients
-            .for_secret(owner, &secret, at.key)
+            .for_secret(owner, secret, at.key)
             .map_err(|source| ConnectError::Unusable {
                 wording: self.wording,
                 owner: owner.to_owned(),
