@@ -58,11 +58,17 @@ impl Drop for Controllers {
 /// Starts one workload binary watching `ns` as its deploy/ service account,
 /// polling every second.
 pub fn start(name: &str, ns: &str) -> Running {
+    start_with(name, ns, &[])
+}
+
+/// [`start`] with more flags.
+pub fn start_with(name: &str, ns: &str, more: &[&str]) -> Running {
     let kubeconfig = impersonating_kubeconfig(name);
     let mut args = vec!["--watch-namespace", ns, "--poll-interval", "1s"];
     if name == "resource-controller" {
         args.extend(["--remote-deletion-timeout", "15s"]);
     }
+    args.extend(more);
     Running::start(name, &kubeconfig, &args)
 }
 

@@ -1194,3 +1194,124 @@ async fn trace_shows_an_application_its_resources_and_their_remote_objects() {
         assert!(text.contains(shown), "{shown} missing from:\n{text}");
     }
 }
+
+/// Resources made long before the resource-controller can take them only
+/// load the control API server: past --max-waiting-resources, a new
+/// application's resources wait, and the application says why; they are
+/// made once the resource-controller has caught up.
+#[tokio::test]
+async fn a_new_application_waits_while_the_resource_controller_is_behind() {
+    let plane = testenv::control_plane();
+    let (client, remote) = clients().await;
+    let ns = plane.control.namespace(&client, "backlog").await;
+    let rns = remote_ns(&remote, "backlog").await;
+    let mut scheduler = start("scheduler", &ns);
+    let mut application = start_with(
+        "application-controller",
+        &ns,
+        &["--max-waiting-resources", "3"],
+    );
+    for r in [&mut scheduler, &mut application] {
+        r.wait_healthy(Duration::from_secs(30)).await;
+    }
+    cluster(
+        &client,
+        &ns,
+        "target",
+        json!({"backlog": "1"}),
+        Some(&plane.remote.kubeconfig),
+    )
+    .await;
+    let templates = |prefix: &str, n: usize| {
+        json!(
+            (0..n)
+                .map(|i| configmap_template(
+                    &format!("{prefix}-{i}"),
+                    &rns,
+                    &format!("{prefix}-{i}"),
+                    json!({"v": "1"})
+                ))
+                .collect::<Vec<_>>()
+        )
+    };
+    let selector = json!({"matchLabels": {"backlog": "1"}});
+    // No resource-controller yet: the first application's 4 resources wait
+    // for it, which is more than 3.
+    apply_app(
+        &client,
+        &ns,
+        app("first", &ns, selector.clone(), templates("first", 4)),
+    )
+    .await;
+    let resources = Api::<KubernetesApplicationResource>::namespaced(client.clone(), &ns);
+    wait(WAIT, "the first application's 4 resources", || async {
+        (resources
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .len()
+            == 4)
+            .then_some(())
+    })
+    .await;
+    // Its progress is written within the window (the first look may wait).
+    wait(WAIT, "the first application's counts", || async {
+        let a = get_app(&client, &ns, "first").await?;
+        (a.status?.desired_resources == Some(4)).then_some(())
+    })
+    .await;
+    apply_app(
+        &client,
+        &ns,
+        app("second", &ns, selector, templates("second", 2)),
+    )
+    .await;
+    let waiting = wait(WAIT, "the second application to say it waits", || async {
+        let a = get_app(&client, &ns, "second").await?;
+        let ready = condition(&a.status.as_ref()?.conditions, "Ready")?;
+        (ready.reason.as_deref() == Some("WaitingForResourceController")).then_some(a)
+    })
+    .await;
+    assert_eq!(state_of_app(&waiting), "Scheduled");
+    let ready = condition(&waiting.status.as_ref().unwrap().conditions, "Ready").unwrap();
+    assert!(
+        ready
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("--max-waiting-resources"),
+        "{ready:?}"
+    );
+    // While it waits it is looked at again, and neither makes a resource nor
+    // writes its status again (counted, not timed).
+    let patches = || {
+        e2e::metric_sum(
+            &application.metrics(),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "control"), ("verb", "patch")],
+        )
+    };
+    let looks = || {
+        e2e::metric_sum(
+            &application.metrics(),
+            "crossplane_rs_reconcile_total",
+            &[("controller", "kubernetesapplication")],
+        )
+    };
+    let (patched, looked) = (patches(), looks());
+    wait(WAIT, "three more looks at the applications", || async {
+        (looks() >= looked + 3.0).then_some(())
+    })
+    .await;
+    assert_eq!(patches(), patched, "a waiting application writes nothing");
+    let items = resources.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(items.len(), 4, "no resource of the second application yet");
+    // The resource-controller catches up: the second application's resources
+    // are made and submitted.
+    let mut resource = start("resource-controller", &ns);
+    resource.wait_healthy(Duration::from_secs(30)).await;
+    wait_app_state(&client, &ns, "first", "Submitted").await;
+    let second = wait_app_state(&client, &ns, "second", "Submitted").await;
+    assert_eq!(second.status.unwrap().submitted_resources, Some(2));
+}

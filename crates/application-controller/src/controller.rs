@@ -13,7 +13,7 @@ use kube::{
     runtime::{WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
-    coalesce, conditions,
+    conditions,
     controller::{Runtime, cache_ready, trim},
     events::ReconcileError,
     finalizers,
@@ -22,8 +22,11 @@ use runtime::{
     },
     ssa,
 };
-use types::workload::v1alpha1::{
-    KubernetesApplication, KubernetesApplicationResource, KubernetesApplicationState,
+use types::{
+    common::Condition,
+    workload::v1alpha1::{
+        KubernetesApplication, KubernetesApplicationResource, KubernetesApplicationState,
+    },
 };
 
 use crate::desired;
@@ -34,13 +37,32 @@ pub const CONTROLLER: &str = "kubernetesapplication";
 pub const FINALIZER: &str = "workload.crossplane.io/application-controller";
 /// How often a deleting application looks at its remaining resources.
 const DELETE_POLL: Duration = Duration::from_secs(2);
-/// How long a change of the counts or of Ready alone may wait for more. An
-/// application holds all its templates: a GitLab-sized one is ~110 KB, 30
-/// times one of its resources, and each status write costs the API server
-/// (and every watcher) as much as writing 30 resources. So its progress is
-/// written at most every few seconds; a new state (Submitted, Failed) is
-/// written at once (`urgent`).
-const COALESCE: Duration = Duration::from_secs(5);
+/// How long the progress of a submission may wait for more. An application
+/// holds all its templates: a GitLab-sized one is ~110 KB, 40 times one of
+/// its resources, and every write of its status costs the API server (and
+/// every watcher) the whole object. Its resources are submitted over a burst
+/// of seconds to tens of seconds; measured with 100 GitLab applications at
+/// once, a 5 s window wrote 3.5 statuses per application (the null writer
+/// writes one), and each cost the control API server ~1 s. So the progress
+/// (the first look, PartiallySubmitted, the counts, Ready's message) is
+/// written at most every 15 s; an end of the submission (Submitted,
+/// Failed), a Ready that turns True or False, a new generation or cluster
+/// is written at once (`urgent`), with whatever was held.
+const COALESCE: Duration = Duration::from_secs(15);
+/// How many resources may wait for the resource-controller (created, not
+/// yet submitted or failed) before a new application's submission waits, by
+/// default (--max-waiting-resources).
+/// The resource-controller takes resources in the order they came; one
+/// created long before its turn only makes the control API server busier
+/// for those being submitted now (measured with 100 GitLab applications at
+/// once: their resources were all created in 140 s, and while they were,
+/// the resource-controller's writes took 3 times as long and it submitted
+/// 15 a second instead of 20). 400 is ~20 s of its work on a small machine.
+pub const BACKLOG: usize = 400;
+/// Ready's reason while an application waits for the backlog.
+pub const WAITING: &str = "WaitingForResourceController";
+/// How often an application waiting for the backlog looks again.
+const BACKLOG_RETRY: Duration = Duration::from_secs(2);
 /// How many of an application's resources are applied at once.
 pub const APPLY_AT_ONCE: usize = 8;
 
@@ -75,6 +97,8 @@ pub struct KubernetesApplications {
     resources: Store<KubernetesApplicationResource>,
     /// How often a healthy application is looked at again (--sync-interval).
     resync: Duration,
+    /// --max-waiting-resources (0: no limit).
+    backlog: usize,
 }
 
 fn scheduled_to(app: &KubernetesApplication) -> Option<&str> {
@@ -96,28 +120,26 @@ impl Reconciler for KubernetesApplications {
         Some(FINALIZER)
     }
 
-    /// Within a state, a change of the counts or of Ready (which follow the
-    /// resources one by one) waits for the burst of resource changes to
-    /// settle: one status write per window, not one per resource. A new
-    /// state (Submitted, Failed) is written at once.
+    /// The progress of a submission waits for the burst of resource
+    /// changes to settle: one status write per window, not one per
+    /// resource ([`progress_only`]).
     fn may_wait(
         &self,
         before: &Draft<KubernetesApplication>,
         after: &Draft<KubernetesApplication>,
     ) -> bool {
-        before.state == after.state
-            && before.observed_generation == after.observed_generation
-            && before.cluster_ref == after.cluster_ref
-            && coalesce::same_but_ready(&before.conditions, &after.conditions)
+        progress_only(before, after)
     }
 
-    /// A held count change may not wait once the resources make a new
-    /// state (all submitted, or failed): a user waits for Submitted, not for
-    /// the window.
+    /// A held change may not wait once the resources end the submission
+    /// (all submitted, or failed) or turn Ready: a user waits for those,
+    /// not for the window.
     fn urgent(&self, app: &KubernetesApplication, status: &Draft<KubernetesApplication>) -> bool {
         let owned: Vec<_> = self.owned(app).collect();
         let (state, _) = desired::progress(app, owned.iter().map(Arc::as_ref));
-        status.state != Some(state)
+        let ready = owned.len() == app.spec.resource_templates.len()
+            && owned.iter().all(|r| desired::ready(r));
+        !progressing(status.state, state) || ready != is_ready(&status.conditions)
     }
 
     /// Unscheduled applications belong to the scheduler.
@@ -135,6 +157,26 @@ impl Reconciler for KubernetesApplications {
         status: &mut Draft<KubernetesApplication>,
     ) -> Result<Action, Error> {
         let cluster = scheduled_to(app).unwrap_or_default().to_owned();
+        if self.behind(app) {
+            // Written at once ([`progress_only`]) and the same on every look
+            // while it waits: one status write, then looks without writes.
+            counts(app, status, KubernetesApplicationState::Scheduled, 0);
+            let waiting = Condition {
+                type_: conditions::TYPE_READY.to_owned(),
+                status: "False".to_owned(),
+                reason: Some(WAITING.to_owned()),
+                message: Some(format!(
+                    "{} or more resources of other applications wait for the \
+                     resource-controller (--max-waiting-resources); this application's \
+                     resources are created when fewer do",
+                    self.backlog
+                )),
+                last_transition_time: None,
+                observed_generation: None,
+            };
+            conditions::set(&mut status.conditions, waiting, &conditions::now());
+            return Ok(Action::requeue(BACKLOG_RETRY));
+        }
         let (wanted, problems) = self.submit(app, &cluster).await;
         let owned: Vec<_> = self.owned(app).collect();
         self.delete_stale(app, &owned, &wanted).await?;
@@ -215,6 +257,25 @@ impl KubernetesApplications {
             self.sk.client().clone(),
             &app.namespace().unwrap_or_default(),
         )
+    }
+
+    /// Whether `app` has no resource yet and --max-waiting-resources or
+    /// more wait for the resource-controller: its submission waits.
+    fn behind(&self, app: &KubernetesApplication) -> bool {
+        if self.backlog == 0
+            || app.spec.resource_templates.is_empty()
+            || self.owned(app).next().is_some()
+        {
+            return false;
+        }
+        let waiting = self
+            .resources
+            .state()
+            .iter()
+            .filter(|r| r.status.as_ref().and_then(|s| s.state).is_none())
+            .take(self.backlog)
+            .count();
+        waiting >= self.backlog
     }
 
     /// The resources this application controls, from the cache.
@@ -335,6 +396,55 @@ async fn delete(resources: &Api<KubernetesApplicationResource>, name: &str) -> R
 }
 
 /// State, counts and the generation they describe.
+/// Whether going from `before` to `now` is a step of the submission that
+/// may wait: the same state, or the first resources submitted.
+fn progressing(
+    before: Option<KubernetesApplicationState>,
+    now: KubernetesApplicationState,
+) -> bool {
+    use KubernetesApplicationState::{PartiallySubmitted, Pending, Scheduled};
+    before == Some(now)
+        || matches!(
+            (before, now),
+            (
+                None | Some(Pending | Scheduled),
+                Scheduled | PartiallySubmitted
+            )
+        )
+}
+
+fn is_ready(conditions: &[Condition]) -> bool {
+    conditions::get(conditions, conditions::TYPE_READY).is_some_and(|c| c.status == "True")
+}
+
+/// Whether `after` only reports the progress of the submission `before`
+/// showed: the same cluster and generation (or the first look at the
+/// application), a state that is a step of the submission, Ready neither
+/// turning True nor back (nor saying the application waits for the
+/// backlog), and no other condition changed but the first Synced.
+/// Everything else is news a user waits for.
+fn progress_only(
+    before: &Draft<KubernetesApplication>,
+    after: &Draft<KubernetesApplication>,
+) -> bool {
+    let first_look = before.observed_generation.is_none();
+    let unchanged_but_first = |c: &Condition| {
+        let then = conditions::get(&before.conditions, &c.type_);
+        (c.type_ == conditions::TYPE_READY && c.reason.as_deref() != Some(WAITING))
+            || then == Some(c)
+            || (first_look && then.is_none() && c.status == "True")
+    };
+    before.cluster_ref == after.cluster_ref
+        && (first_look || before.observed_generation == after.observed_generation)
+        && after.state.is_some_and(|s| progressing(before.state, s))
+        && is_ready(&before.conditions) == is_ready(&after.conditions)
+        && after.conditions.iter().all(unchanged_but_first)
+        && before
+            .conditions
+            .iter()
+            .all(|c| conditions::get(&after.conditions, &c.type_).is_some())
+}
+
 fn counts(
     app: &KubernetesApplication,
     status: &mut Draft<KubernetesApplication>,
@@ -401,7 +511,7 @@ fn not_ready(
 }
 
 /// The application controller; it also watches the resources it controls.
-pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
+pub fn controller(rt: &Runtime, backlog: usize) -> impl Future<Output = ()> + use<> {
     // The resources are watched once: the reflector updates the store that
     // reconciles read *before* it wakes the owning application, so a
     // reconcile never sees a resource older than the change that woke it.
@@ -416,6 +526,7 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + use<> {
         field_manager: rt.field_manager(),
         resources: reader,
         resync: rt.args.sync_interval,
+        backlog,
     });
     let ctrl = trim::controller(
         rt.api::<KubernetesApplication>(),
@@ -470,6 +581,130 @@ mod tests {
 
     fn names(n: &[&str]) -> BTreeSet<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// A status as the application controller writes it.
+    fn draft(
+        state: KubernetesApplicationState,
+        generation: Option<i64>,
+        submitted: i64,
+        ready: (&str, &str),
+    ) -> Draft<KubernetesApplication> {
+        let mut d = Draft::<KubernetesApplication> {
+            state: Some(state),
+            observed_generation: generation,
+            desired_resources: Some(43),
+            submitted_resources: Some(submitted),
+            cluster_ref: serde_json::from_value(json!({"name": "c"})).unwrap(),
+            ..Default::default()
+        };
+        let (status, message) = ready;
+        let at = "2024-01-01T00:00:00Z".to_owned();
+        for c in [
+            conditions::reconcile_success(),
+            if status == "True" {
+                conditions::available()
+            } else {
+                conditions::unavailable(message)
+            },
+        ] {
+            conditions::set(&mut d.conditions, c, &at);
+        }
+        d
+    }
+
+    #[test]
+    fn the_progress_of_a_submission_waits_and_its_news_does_not() {
+        use KubernetesApplicationState::*;
+        let scheduled = {
+            // As the scheduler leaves it: no generation, no Synced, no Ready.
+            let mut d = draft(Scheduled, None, 0, ("False", ""));
+            d.conditions.clear();
+            d.desired_resources = None;
+            d.submitted_resources = None;
+            d
+        };
+        let first = draft(Scheduled, Some(3), 0, ("False", "a: not yet submitted"));
+        let partly = draft(
+            PartiallySubmitted,
+            Some(3),
+            5,
+            ("False", "b: not yet submitted"),
+        );
+        let more = draft(
+            PartiallySubmitted,
+            Some(3),
+            30,
+            ("False", "c: not yet submitted"),
+        );
+        // May wait: the first look, the first resources submitted, the counts
+        // and Ready's message.
+        assert!(progress_only(&scheduled, &first));
+        assert!(progress_only(&scheduled, &partly));
+        assert!(progress_only(&first, &partly));
+        assert!(progress_only(&partly, &more));
+        // Written at once: the end of the submission, Ready turning, a new
+        // generation or cluster, a failure.
+        let all = draft(Submitted, Some(3), 43, ("False", "c: not available"));
+        assert!(!progress_only(&more, &all));
+        assert!(!progress_only(
+            &more,
+            &draft(Failed, Some(3), 0, ("False", "x"))
+        ));
+        assert!(!progress_only(
+            &all,
+            &draft(Submitted, Some(3), 43, ("True", ""))
+        ));
+        assert!(!progress_only(
+            &more,
+            &draft(PartiallySubmitted, Some(4), 30, ("False", "c"))
+        ));
+        let mut moved = more.clone();
+        moved.cluster_ref = serde_json::from_value(json!({"name": "d"})).unwrap();
+        assert!(!progress_only(&more, &moved));
+        let mut failing = more.clone();
+        conditions::set(
+            &mut failing.conditions,
+            conditions::reconcile_error("cannot apply"),
+            "2024-01-01T00:00:01Z",
+        );
+        assert!(!progress_only(&more, &failing));
+        assert!(!progress_only(&failing, &more), "a recovery is news too");
+        // So is an application waiting for the resource-controller's backlog
+        // (it is looked at again every few seconds, and written once).
+        let mut waiting = first.clone();
+        let mut held = conditions::unavailable("400 or more resources wait");
+        held.reason = Some(WAITING.to_owned());
+        conditions::set(&mut waiting.conditions, held, "2024-01-01T00:00:00Z");
+        assert!(!progress_only(&scheduled, &waiting));
+        assert!(
+            progress_only(&waiting, &partly),
+            "its resources made: progress"
+        );
+        // Going back is news.
+        assert!(!progress_only(&more, &first));
+        assert!(!progress_only(&all, &more));
+    }
+
+    #[test]
+    fn a_held_application_is_looked_at_at_once_when_its_resources_end_the_submission() {
+        assert!(progressing(None, KubernetesApplicationState::Scheduled));
+        assert!(progressing(
+            Some(KubernetesApplicationState::Scheduled),
+            KubernetesApplicationState::PartiallySubmitted
+        ));
+        assert!(!progressing(
+            Some(KubernetesApplicationState::PartiallySubmitted),
+            KubernetesApplicationState::Submitted
+        ));
+        assert!(!progressing(
+            Some(KubernetesApplicationState::PartiallySubmitted),
+            KubernetesApplicationState::Failed
+        ));
+        assert!(!progressing(
+            Some(KubernetesApplicationState::Submitted),
+            KubernetesApplicationState::PartiallySubmitted
+        ));
     }
 
     #[test]

@@ -213,6 +213,14 @@ pub fn submitted(res: &KubernetesApplicationResource) -> bool {
     res.status.as_ref().and_then(|s| s.state) == Some(KubernetesApplicationResourceState::Submitted)
 }
 
+/// Whether a resource is Ready (its remote object healthy).
+pub fn ready(res: &KubernetesApplicationResource) -> bool {
+    res.status
+        .as_ref()
+        .and_then(|s| runtime::conditions::get(&s.conditions, runtime::conditions::TYPE_READY))
+        .is_some_and(|c| c.status == "True")
+}
+
 /// Whether a resource failed.
 pub fn failed(res: &KubernetesApplicationResource) -> bool {
     res.status.as_ref().and_then(|s| s.state) == Some(KubernetesApplicationResourceState::Failed)

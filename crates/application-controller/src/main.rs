@@ -20,18 +20,29 @@ const BINARY: &str = "application-controller";
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// How many KubernetesApplicationResources may wait for the
+    /// resource-controller (created, not yet submitted or failed) before the
+    /// resources of an application that has none yet are held back: the
+    /// application stays Scheduled, Ready=False with reason
+    /// WaitingForResourceController, until fewer wait. Resources made long
+    /// before the resource-controller can take them only load the control
+    /// API server while it submits others. 0 holds nothing back.
+    #[arg(long, env = "MAX_WAITING_RESOURCES", default_value_t = controller::BACKLOG)]
+    max_waiting_resources: usize,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
+    let max_waiting = args.max_waiting_resources;
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [
         api_resource::<KubernetesApplication>(),
         api_resource::<KubernetesApplicationResource>(),
     ];
-    let controller = controller::controller(&rt);
+    let controller = controller::controller(&rt, max_waiting);
     rt.run(&kinds, controller).await?;
     Ok(())
 }

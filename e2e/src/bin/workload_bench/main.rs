@@ -20,9 +20,11 @@
 //!
 //!     hack/bench-workloads.sh [--applications N]
 //!
-//! With `WORKLOAD_BENCH_PPROF=FILE`, the control API server's CPU profile
-//! (Go pprof, 60 s from 30 s into the many phase) is written to FILE: where
-//! the machine's ceiling goes (`go tool pprof -top FILE`).
+//! With `WORKLOAD_BENCH_PPROF=FILE`, CPU profiles (Go pprof, 60 s from 30 s
+//! into the phase) of the control API server and of the first remote one are
+//! written for the many phase and for the null writer: FILE.control,
+//! FILE.remote, FILE.null.control, FILE.null.remote. Where the machine's
+//! ceiling goes, ours against the null writer's (`go tool pprof -top F`).
 
 // A benchmark reports and exits; failing loudly on a broken setup is its job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -103,7 +105,9 @@ async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut run = setup::set_up(&args).await;
     // The ceiling first, while the binaries hold no remote watch yet.
+    let profiles = profile(&run, "null.");
     let null_writer = null::null_writer(&run.bench, &run.placement[1..], args.concurrency).await;
+    profiles.into_iter().for_each(|p| drop(p.join()));
     let start = run.bench.mark();
     let one = one(&run, &args).await;
     let mut many = many(&run, &args).await;
@@ -137,10 +141,7 @@ async fn many(run: &Run, args: &Args) -> Value {
         "workload-bench: {m} applications at once ({} templates)",
         m * TEMPLATES
     );
-    let profile = std::env::var_os("WORKLOAD_BENCH_PPROF").map(|out| {
-        let kubectl = run.bench.plane.control.kubectl_command();
-        std::thread::spawn(move || control_profile(kubectl, out.into()))
-    });
+    let profiles = profile(run, "");
     let timeout = args
         .timeout
         .unwrap_or(Duration::from_secs(120) + Duration::from_millis(50) * (m * TEMPLATES) as u32);
@@ -153,9 +154,7 @@ async fn many(run: &Run, args: &Args) -> Value {
         timeout,
     )
     .await;
-    if let Some(profile) = profile {
-        let _ = profile.join();
-    }
+    profiles.into_iter().for_each(|p| drop(p.join()));
     eprintln!(
         "  many: reached {} ({}/{}) in {}s; submitted p50 {} p99 {}",
         many["reached"],
@@ -168,8 +167,30 @@ async fn many(run: &Run, args: &Args) -> Value {
     many
 }
 
-/// 60 s of the control API server's CPU profile, from 30 s into the phase.
-fn control_profile(mut kubectl: std::process::Command, out: std::path::PathBuf) {
+/// With `WORKLOAD_BENCH_PPROF`, starts profiling the control and the first
+/// remote API server for the phase about to begin.
+fn profile(run: &Run, phase: &str) -> Vec<std::thread::JoinHandle<()>> {
+    let Some(base) = std::env::var_os("WORKLOAD_BENCH_PPROF") else {
+        return Vec::new();
+    };
+    let plane = &run.bench.plane;
+    let servers = std::iter::once(("control", plane.control.kubectl_command())).chain(
+        plane
+            .remotes()
+            .next()
+            .map(|r| ("remote", r.kubectl_command())),
+    );
+    servers
+        .map(|(server, kubectl)| {
+            let mut out = base.clone();
+            out.push(format!(".{phase}{server}"));
+            std::thread::spawn(move || server_profile(kubectl, out.into()))
+        })
+        .collect()
+}
+
+/// 60 s of an API server's CPU profile, from 30 s into the phase.
+fn server_profile(mut kubectl: std::process::Command, out: std::path::PathBuf) {
     std::thread::sleep(Duration::from_secs(30));
     let got = kubectl
         .args(["get", "--raw", "/debug/pprof/profile?seconds=60"])
@@ -177,7 +198,7 @@ fn control_profile(mut kubectl: std::process::Command, out: std::path::PathBuf) 
         .expect("kubectl runs");
     std::fs::write(&out, &got.stdout).expect("the profile is written");
     eprintln!(
-        "  profile of the control API server: {} ({} bytes) {}",
+        "  profile of an API server: {} ({} bytes) {}",
         out.display(),
         got.stdout.len(),
         String::from_utf8_lossy(&got.stderr).trim()
