@@ -395,7 +395,6 @@ async fn delete(resources: &Api<KubernetesApplicationResource>, name: &str) -> R
         })
 }
 
-/// State, counts and the generation they describe.
 /// Whether going from `before` to `now` is a step of the submission that
 /// may wait: the same state, or the first resources submitted.
 fn progressing(
@@ -413,6 +412,7 @@ fn progressing(
         )
 }
 
+/// Whether these conditions say Ready=True.
 fn is_ready(conditions: &[Condition]) -> bool {
     conditions::get(conditions, conditions::TYPE_READY).is_some_and(|c| c.status == "True")
 }
@@ -445,6 +445,7 @@ fn progress_only(
             .all(|c| conditions::get(&after.conditions, &c.type_).is_some())
 }
 
+/// State, counts and the generation they describe.
 fn counts(
     app: &KubernetesApplication,
     status: &mut Draft<KubernetesApplication>,
