@@ -139,7 +139,8 @@ impl Reconciler for KubernetesApplications {
         let (state, _) = desired::progress(app, owned.iter().map(Arc::as_ref));
         let ready = owned.len() == app.spec.resource_templates.len()
             && owned.iter().all(|r| desired::ready(r));
-        !progressing(status.state, state) || ready != is_ready(&status.conditions)
+        !progressing(status.state, state)
+            || ready != conditions::is_true(&status.conditions, conditions::TYPE_READY)
     }
 
     /// Unscheduled applications belong to the scheduler.
@@ -161,19 +162,17 @@ impl Reconciler for KubernetesApplications {
             // Written at once ([`progress_only`]) and the same on every look
             // while it waits: one status write, then looks without writes.
             counts(app, status, KubernetesApplicationState::Scheduled, 0);
-            let waiting = Condition {
-                type_: conditions::TYPE_READY.to_owned(),
-                status: "False".to_owned(),
-                reason: Some(WAITING.to_owned()),
-                message: Some(format!(
+            let waiting = conditions::custom(
+                conditions::TYPE_READY,
+                false,
+                WAITING,
+                Some(format!(
                     "{} or more resources of other applications wait for the \
                      resource-controller (--max-waiting-resources); this application's \
                      resources are created when fewer do",
                     self.backlog
                 )),
-                last_transition_time: None,
-                observed_generation: None,
-            };
+            );
             conditions::set(&mut status.conditions, waiting, &conditions::now());
             return Ok(Action::requeue(BACKLOG_RETRY));
         }
@@ -412,11 +411,6 @@ fn progressing(
         )
 }
 
-/// Whether these conditions say Ready=True.
-fn is_ready(conditions: &[Condition]) -> bool {
-    conditions::get(conditions, conditions::TYPE_READY).is_some_and(|c| c.status == "True")
-}
-
 /// Whether `after` only reports the progress of the submission `before`
 /// showed: the same cluster and generation (or the first look at the
 /// application), a state that is a step of the submission, Ready neither
@@ -437,7 +431,8 @@ fn progress_only(
     before.cluster_ref == after.cluster_ref
         && (first_look || before.observed_generation == after.observed_generation)
         && after.state.is_some_and(|s| progressing(before.state, s))
-        && is_ready(&before.conditions) == is_ready(&after.conditions)
+        && conditions::is_true(&before.conditions, conditions::TYPE_READY)
+            == conditions::is_true(&after.conditions, conditions::TYPE_READY)
         && after.conditions.iter().all(unchanged_but_first)
         && before
             .conditions

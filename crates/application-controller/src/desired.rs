@@ -215,10 +215,9 @@ pub fn submitted(res: &KubernetesApplicationResource) -> bool {
 
 /// Whether a resource is Ready (its remote object healthy).
 pub fn ready(res: &KubernetesApplicationResource) -> bool {
-    res.status
-        .as_ref()
-        .and_then(|s| runtime::conditions::get(&s.conditions, runtime::conditions::TYPE_READY))
-        .is_some_and(|c| c.status == "True")
+    res.status.as_ref().is_some_and(|s| {
+        runtime::conditions::is_true(&s.conditions, runtime::conditions::TYPE_READY)
+    })
 }
 
 /// Whether a resource failed.

@@ -130,6 +130,11 @@ pub fn of<K: types::common::Conditioned>(obj: &K) -> &[Condition] {
     obj.status().map(K::conditions).unwrap_or_default()
 }
 
+/// Whether the condition of a type is present and True.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    get(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
 /// The condition of a type, if present.
 pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -239,8 +239,7 @@ pub trait Reconciler: Send + Sync + 'static {
     /// made is still there); otherwise Ready=False with the message.
     fn failed(&self, _obj: &Self::Object, status: &mut Draft<Self::Object>, message: &str) {
         let conds = Self::Object::conditions_mut(status);
-        let ready =
-            conditions::get(conds, conditions::TYPE_READY).is_some_and(|c| c.status == "True");
+        let ready = conditions::is_true(conds, conditions::TYPE_READY);
         if !ready {
             conditions::set(
                 conds,

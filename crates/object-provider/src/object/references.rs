@@ -265,11 +265,9 @@ fn referenced_object(ctx: &Objects, name: &str, installing: bool) -> Result<Valu
     let Some(o) = ctx.objects.get(&ObjectRef::new(name)) else {
         return Err("it does not exist".to_owned());
     };
-    let ready = o
-        .status
-        .as_ref()
-        .and_then(|s| runtime::conditions::get(&s.conditions, runtime::conditions::TYPE_READY))
-        .is_some_and(|c| c.status == "True");
+    let ready = o.status.as_ref().is_some_and(|s| {
+        runtime::conditions::is_true(&s.conditions, runtime::conditions::TYPE_READY)
+    });
     if installing && !ready {
         return Err("that Object is not Ready yet".to_owned());
     }

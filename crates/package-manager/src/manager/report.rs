@@ -90,8 +90,7 @@ pub fn report(
 pub fn report_failure(status: &mut Draft<Provider>, e: &Error, serving: Option<&ProviderRevision>) {
     let mut message = runtime::events::error_chain(e);
     let transient = matches!(e, Error::Package { source, .. } if source.is_transient());
-    let healthy_now =
-        conditions::get(&status.conditions, TYPE_HEALTHY).is_some_and(|c| c.status == "True");
+    let healthy_now = conditions::is_true(&status.conditions, TYPE_HEALTHY);
     if transient && healthy_now && serving.is_some() {
         // A registry outage after install does not make a healthy Provider
         // unhealthy: Synced says what failed.

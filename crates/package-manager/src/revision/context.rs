@@ -18,10 +18,7 @@ use runtime::{
     expiring::Expiring,
     reconciler::{Draft, Skeleton},
 };
-use types::{
-    common::Condition,
-    pkg::v1::{Provider, ProviderRevision},
-};
+use types::pkg::v1::{Provider, ProviderRevision};
 
 use super::error::Error;
 use crate::{args::PackageRuntime, labels, packages::Packages};
@@ -124,7 +121,7 @@ pub(super) fn unhealthy(status: &mut Draft<ProviderRevision>, reason: &str, e: &
 }
 
 pub(super) fn condition_true(status: &Draft<ProviderRevision>, type_: &str) -> bool {
-    conditions::get(&status.conditions, type_).is_some_and(|c: &Condition| c.status == "True")
+    conditions::is_true(&status.conditions, type_)
 }
 
 impl ProviderRevisions {

@@ -15,7 +15,7 @@ pub fn set_ready(conditions: &mut Vec<Condition>, ok: bool, reason: &str, messag
 
 /// Whether an Extension is Ready.
 pub fn ready(e: &Extension) -> bool {
-    conditions::get(conditions::of(e), conditions::TYPE_READY).is_some_and(|c| c.status == "True")
+    conditions::is_true(conditions::of(e), conditions::TYPE_READY)
 }
 
 /// Its Ready message (why not).
