@@ -17,6 +17,7 @@ use runtime::{
     controller::{Runtime, cache_ready, trim},
     events::ReconcileError,
     finalizers,
+    index::Index,
     reconciler::{
         self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
     },
@@ -95,6 +96,9 @@ pub struct KubernetesApplications {
     sk: Skeleton,
     field_manager: String,
     resources: Store<KubernetesApplicationResource>,
+    /// The cached resources by the UID of the application that controls
+    /// them.
+    controlled: Index<KubernetesApplicationResource>,
     /// How often a healthy application is looked at again (--sync-interval).
     resync: Duration,
     /// --max-waiting-resources (0: no limit).
@@ -277,16 +281,21 @@ impl KubernetesApplications {
         waiting >= self.backlog
     }
 
-    /// The resources this application controls, from the cache.
+    /// The resources this application controls, from the cache (found by
+    /// the index, not by reading every cached resource: each of a burst's
+    /// thousands of resource changes looks at its application).
     fn owned<'a>(
         &'a self,
         app: &'a KubernetesApplication,
     ) -> impl Iterator<Item = Arc<KubernetesApplicationResource>> + 'a {
-        let ns = app.namespace();
-        self.resources
-            .state()
+        let uid = app.metadata.uid.as_deref().unwrap_or_default();
+        self.controlled
+            .objects_with(uid)
             .into_iter()
-            .filter(move |r| r.namespace() == ns && desired::controlled_by(r, app))
+            .filter_map(|r| self.resources.get(&r))
+            .filter(move |r| {
+                r.metadata.namespace == app.metadata.namespace && desired::controlled_by(r, app)
+            })
     }
 
     /// Applies one resource per template unless it is up to date (up to
@@ -516,11 +525,20 @@ pub fn controller(rt: &Runtime, backlog: usize) -> impl Future<Output = ()> + us
         watcher::Config::default(),
         desired::cached,
     );
-    let resources = resources.touched_objects();
+    let controlled = Index::new(desired::controller_uid);
+    let indexing = controlled.clone();
+    let resources = resources
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexing.event(event);
+            }
+        })
+        .touched_objects();
     let applications = Arc::new(KubernetesApplications {
         sk: Skeleton::new(rt, CONTROLLER).coalescing(COALESCE),
         field_manager: rt.field_manager(),
         resources: reader,
+        controlled,
         resync: rt.args.sync_interval,
         backlog,
     });

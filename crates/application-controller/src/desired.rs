@@ -76,6 +76,15 @@ pub fn controlled_by(res: &KubernetesApplicationResource, app: &KubernetesApplic
     controller_of(res).is_some_and(|o| Some(&o.uid) == app.uid().as_ref())
 }
 
+/// The UID of the application (or whatever else) that controls `res`, as
+/// the index of resources by controller keeps it.
+pub fn controller_uid(res: &KubernetesApplicationResource) -> BTreeSet<String> {
+    controller_of(res)
+        .map(|o| o.uid.clone())
+        .into_iter()
+        .collect()
+}
+
 /// The controller owner reference of `res`, if any.
 pub fn controller_of(
     res: &KubernetesApplicationResource,

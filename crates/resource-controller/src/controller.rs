@@ -245,7 +245,13 @@ pub fn controller(
     );
     let secret_events = secret_events.touched_objects();
     let (watches, woken) = Watches::new(CONTROLLER, &rt.metrics);
-    let ctrl = trim::controller(rt.api::<Res>(), watcher::Config::default(), packed_template);
+    // Only this controller writes a resource's status: its own status
+    // write coming back wakes nothing.
+    let ctrl = trim::controller_of_own_status(
+        rt.api::<Res>(),
+        watcher::Config::default(),
+        packed_template,
+    );
     let (by_cluster, by_secret) = (ctrl.store(), ctrl.store());
     let clusters_for_secrets = clusters.clone();
     let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);

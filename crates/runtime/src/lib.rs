@@ -14,6 +14,7 @@ pub mod events;
 pub mod expiring;
 pub mod fieldpath;
 pub mod finalizers;
+pub mod index;
 pub mod kubeconfig;
 pub mod leader;
 pub mod limits;

@@ -19,7 +19,7 @@ use super::published::Published;
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "object";
 /// The finalizer every Object carries until its managed object is handled.
-pub const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
+pub const FINALIZER: &str = types::kubernetes::v1alpha1::OBJECT_FINALIZER;
 
 /// How this controller's messages and reasons name a target's credentials.
 pub static WORDING: Wording = Wording {

@@ -9,109 +9,54 @@
 //! rebuilt from the relist, so Objects deleted while the watch was down do
 //! not linger in it.
 
-use std::{
-    collections::{BTreeSet, HashMap},
-    sync::{Arc, Mutex},
-};
+use std::collections::BTreeSet;
 
 use kube::{ResourceExt, runtime::watcher};
+use runtime::index::Index;
 use types::kubernetes::v1alpha1::Object;
 
 /// Prefix of the finalizers referrers put on referenced Objects.
 pub const REFERRED_BY: &str = "referred-by.kubernetes.crossplane.io/";
 
-/// A relation kept both ways: each key's values, and each value's keys.
-#[derive(Default)]
-pub struct Relation {
-    forward: HashMap<String, BTreeSet<String>>,
-    backward: HashMap<String, BTreeSet<String>>,
-}
-
-impl Relation {
-    /// `key` now relates to `values` (none: it is forgotten).
-    pub fn set(&mut self, key: &str, values: BTreeSet<String>) {
-        let old = self.forward.remove(key).unwrap_or_default();
-        for v in old.difference(&values) {
-            if let Some(keys) = self.backward.get_mut(v) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    self.backward.remove(v);
-                }
-            }
-        }
-        for v in values.difference(&old) {
-            self.backward
-                .entry(v.clone())
-                .or_default()
-                .insert(key.to_owned());
-        }
-        if !values.is_empty() {
-            self.forward.insert(key.to_owned(), values);
-        }
-    }
-
-    /// The keys that relate to `value`.
-    pub fn keys_of(&self, value: &str) -> Option<&BTreeSet<String>> {
-        self.backward.get(value)
-    }
-}
-
-/// Objects (keys) and the referrer finalizers they carry (values).
-#[derive(Default)]
-struct State {
-    current: Relation,
-    /// Being rebuilt from a relist (between Init and InitDone).
-    next: Option<Relation>,
-}
-
 /// The referrer-finalizer index, shared by the watch that keeps it and the
 /// reconciles that read it.
-#[derive(Clone, Default)]
-pub struct Holds(Arc<Mutex<State>>);
+#[derive(Clone)]
+pub struct Holds(Index<Object>);
+
+impl Default for Holds {
+    fn default() -> Self {
+        Self(Index::new(referrer_finalizers))
+    }
+}
 
 /// The referrer finalizers `obj` carries.
 fn referrer_finalizers(obj: &Object) -> BTreeSet<String> {
     obj.finalizers()
         .iter()
-        .filter(|f| f.starts_with(REFERRED_BY))
+        .filter(|f| is_referrer_finalizer(f))
         .cloned()
         .collect()
+}
+
+/// Whether `finalizer` is one a referrer put on the Object it refers to.
+pub fn is_referrer_finalizer(finalizer: &str) -> bool {
+    finalizer.starts_with(REFERRED_BY)
 }
 
 impl Holds {
     /// Takes in one event of the Objects' watch.
     pub fn event(&self, event: &watcher::Event<Object>) {
-        let Ok(mut state) = self.0.lock() else {
-            return;
-        };
-        match event {
-            watcher::Event::Init => state.next = Some(Relation::default()),
-            watcher::Event::InitApply(o) => {
-                let (name, carried) = (o.name_any(), referrer_finalizers(o));
-                match state.next.as_mut() {
-                    Some(next) => next.set(&name, carried),
-                    None => state.current.set(&name, carried),
-                }
-            }
-            watcher::Event::InitDone => {
-                if let Some(next) = state.next.take() {
-                    state.current = next;
-                }
-            }
-            watcher::Event::Apply(o) => state.current.set(&o.name_any(), referrer_finalizers(o)),
-            watcher::Event::Delete(o) => state.current.set(&o.name_any(), BTreeSet::new()),
-        }
+        self.0.event(event);
     }
 
     /// The names of the Objects carrying `finalizer`, as the watch last
     /// showed them.
     pub fn carrying(&self, finalizer: &str) -> Vec<String> {
         self.0
-            .lock()
-            .ok()
-            .and_then(|s| s.current.keys_of(finalizer).cloned())
-            .map(|set| set.into_iter().collect())
-            .unwrap_or_default()
+            .objects_with(finalizer)
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
     }
 }
 

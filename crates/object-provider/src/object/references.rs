@@ -20,7 +20,7 @@ use super::errors::Error;
 use super::manifest;
 use crate::policy;
 
-use super::holds::REFERRED_BY;
+use super::holds::{REFERRED_BY, is_referrer_finalizer};
 
 /// The finalizer a referenced Object carries while `referrer` exists. A
 /// finalizer's name part is at most 63 characters; longer names are cut and
@@ -378,7 +378,7 @@ pub async fn release(
 /// Whether an Object carries referrer finalizers (its referrers still need
 /// it).
 pub fn held(obj: &Object) -> bool {
-    obj.finalizers().iter().any(|f| f.starts_with(REFERRED_BY))
+    obj.finalizers().iter().any(|f| is_referrer_finalizer(f))
 }
 
 #[cfg(test)]

@@ -6,16 +6,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kube::{ResourceExt, runtime::watcher};
+use runtime::index::Relation;
 use types::kubernetes::v1alpha1::{Object, ProviderConfig};
 
-use super::holds::Relation;
 use super::references;
 
 /// The finalizer a ProviderConfig carries while Objects use it.
 pub const IN_USE: &str = "in-use.crossplane.io";
 
 /// The label naming the ProviderConfig an Object uses.
-pub const LABEL: &str = "kubernetes.crossplane.io/provider-config";
+pub const LABEL: &str = types::kubernetes::v1alpha1::PROVIDER_CONFIG_LABEL;
 
 /// The labels an Object carries (written with its finalizer).
 pub fn labels(obj: &Object) -> BTreeMap<String, String> {
@@ -48,7 +48,7 @@ pub fn users<'a>(objects: impl IntoIterator<Item = &'a Object>, config: &str) ->
 pub struct Wakes {
     configs: HashMap<String, BTreeSet<String>>,
     /// Referrers (keys) and the Objects they reference (values).
-    references: Relation,
+    references: Relation<String>,
 }
 
 /// What one Object event wakes.
@@ -91,7 +91,7 @@ impl Wakes {
             .filter_map(references::object_target)
             .map(str::to_owned)
             .collect();
-        self.references.set(&name, targets);
+        self.references.set(name, targets);
         woken
     }
 
@@ -99,7 +99,7 @@ impl Wakes {
         let name = obj.name_any();
         let mut configs = self.configs.remove(&name).unwrap_or_default();
         configs.extend(configs_of(obj));
-        self.references.set(&name, BTreeSet::new());
+        self.references.set(name.clone(), BTreeSet::new());
         Woken {
             configs,
             referrers: self.referrers_of(&name),

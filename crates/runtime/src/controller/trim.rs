@@ -11,7 +11,7 @@ use std::{fmt::Debug, hash::Hash};
 
 use kube::{
     Api, Resource,
-    runtime::{Controller, WatchStreamExt, reflector, watcher},
+    runtime::{Controller, WatchStreamExt, reflector, utils::PredicateConfig, watcher},
 };
 use serde::de::DeserializeOwned;
 
@@ -35,6 +35,49 @@ where
     let (store, events) = reflected(api, config, trim);
     let events = events.applied_objects();
     Controller::for_stream(events, store)
+}
+
+/// A controller of `K` as [`controller`], for a `K` whose status only
+/// this controller writes: a change of its status alone (the watch event
+/// of the controller's own status write) wakes nobody, since the reconcile
+/// it would start finds nothing to do. What does wake it: a new object,
+/// a new generation (its spec), its deletion, its finalizers, labels or
+/// annotations ([`spec_or_metadata`]). The store still takes every event,
+/// so a reconcile reads the status as written.
+pub fn controller_of_own_status<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+) -> Controller<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync + Unpin,
+{
+    let (store, events) = reflected(api, config, trim);
+    let events = events
+        .applied_objects()
+        .predicate_filter(spec_or_metadata, PredicateConfig::default());
+    Controller::for_stream(events, store)
+}
+
+/// What of an object, besides its status, a controller acts on, as one
+/// hash: its generation (bumped by a change of its spec, and by its
+/// deletion), whether it is being deleted, its finalizers, labels and
+/// annotations. `None` (always woken) for an object without a generation.
+pub fn spec_or_metadata<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::Hasher as _;
+    let meta = obj.meta();
+    let generation = meta.generation?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        generation,
+        meta.deletion_timestamp.is_some(),
+        &meta.finalizers,
+        &meta.labels,
+        &meta.annotations,
+    )
+        .hash(&mut h);
+    Some(h.finish())
 }
 
 /// A cache of `K` as `trim` leaves it (without managedFields) and the
@@ -81,6 +124,52 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_change_of_the_status_alone_is_not_a_change() {
+        use types::workload::v1alpha1::KubernetesApplicationResource as Res;
+        let res: Res = serde_json::from_value(json!({
+            "apiVersion": "workload.crossplane.io/v1alpha1",
+            "kind": "KubernetesApplicationResource",
+            "metadata": {"name": "r", "namespace": "ns", "generation": 1,
+                         "finalizers": ["f"], "labels": {"a": "b"},
+                         "annotations": {"c": "d"}, "resourceVersion": "1"},
+            "spec": {"template": {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "c"}}},
+        }))
+        .unwrap();
+        let base = spec_or_metadata(&res);
+        assert!(base.is_some());
+        let mut status = res.clone();
+        status.metadata.resource_version = Some("2".into());
+        status.status = serde_json::from_value(json!({"state": "Submitted"})).unwrap();
+        assert_eq!(spec_or_metadata(&status), base, "a status write");
+        let changed: [fn(&mut Res); 5] = [
+            |r| r.metadata.generation = Some(2),
+            |r| {
+                r.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ))
+            },
+            |r| r.metadata.finalizers = None,
+            |r| r.metadata.labels = None,
+            |r| {
+                r.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert("crossplane.io/paused".into(), "true".into());
+            },
+        ];
+        for (i, change) in changed.iter().enumerate() {
+            let mut r = res.clone();
+            change(&mut r);
+            assert_ne!(spec_or_metadata(&r), base, "change {i}");
+        }
+        let mut no_generation = res.clone();
+        no_generation.metadata.generation = None;
+        assert_eq!(spec_or_metadata(&no_generation), None);
+    }
 
     #[test]
     fn managed_fields_are_dropped_and_nothing_else() {

@@ -10,6 +10,12 @@ use crate::common::{
     conditions_schema, embedded_object_schema,
 };
 
+/// The finalizer every Object carries until its managed object is handled.
+pub const OBJECT_FINALIZER: &str = "finalizer.managedresource.crossplane.io";
+
+/// The label naming the ProviderConfig an Object uses.
+pub const PROVIDER_CONFIG_LABEL: &str = "kubernetes.crossplane.io/provider-config";
+
 /// Desired state of an Object.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(

@@ -35,14 +35,14 @@ use kube::{
 };
 use runtime::{conditions, finalizers, ssa};
 use serde_json::{Value, json};
-use types::kubernetes::v1alpha1::Object;
+use types::kubernetes::v1alpha1::{OBJECT_FINALIZER, Object, PROVIDER_CONFIG_LABEL};
 
 use crate::run::{REMOTE_NS, object, ssa as apply_params};
 
 /// The label the null provider's Objects carry (the provider sets it too).
-const CONFIG_LABEL: &str = "kubernetes.crossplane.io/provider-config";
+const CONFIG_LABEL: &str = PROVIDER_CONFIG_LABEL;
 /// The provider's finalizer.
-const FINALIZER: &str = "finalizer.managedresource.crossplane.io";
+const FINALIZER: &str = OBJECT_FINALIZER;
 /// The provider's workers (the bench runs it with --concurrency 16).
 const WORKERS: usize = 16;
 
