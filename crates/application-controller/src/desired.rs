@@ -73,7 +73,7 @@ pub fn resource_for(
 
 /// Whether `res` is controlled by `app`.
 pub fn controlled_by(res: &KubernetesApplicationResource, app: &KubernetesApplication) -> bool {
-    controller_of(res).is_some_and(|o| Some(&o.uid) == app.uid().as_ref())
+    controller_of(res).is_some_and(|o| app.metadata.uid.as_ref() == Some(&o.uid))
 }
 
 /// The UID of the application (or whatever else) that controls `res`, as
