@@ -548,7 +548,7 @@ pub fn controller(rt: &Runtime, backlog: usize) -> impl Future<Output = ()> + us
         desired::packed_templates,
     )
     .owns_stream(resources)
-    .with_config(rt.controller_config_in_order())
+    .with_config(rt.controller_config())
     .graceful_shutdown_on(rt.shutdown());
     reconciler::run(ctrl, applications)
 }

@@ -275,7 +275,7 @@ pub fn controller(
     let ctrl = ctrl
         // An application's resources are created together: taken in that
         // order, each application is done before the next.
-        .with_config(rt.controller_config_in_order())
+        .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown())
         .watches_stream(cluster_events, move |c| using_cluster(&by_cluster, &c))
         .watches_stream(secret_events, move |s| {

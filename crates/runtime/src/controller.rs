@@ -5,6 +5,7 @@
 //!   metrics, log line, Warning event, backoff);
 //! - [`cache`]: whether a reflector's cache is complete ([`cache_ready`]);
 //! - [`observer`]: the observe-only controller ([`observe`]);
+//! - [`queue`]: the order in which due objects take the workers;
 //! - [`trim`]: caches that keep only what a controller reads.
 //!
 //! The reconcile skeleton itself is [`crate::reconciler`].
@@ -12,6 +13,7 @@
 pub mod cache;
 pub mod harness;
 pub mod observer;
+pub mod queue;
 pub mod reporting;
 pub mod trim;
 

@@ -34,10 +34,9 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
 use kube::{
     Api, Resource, ResourceExt,
-    runtime::{Controller, controller::Action, reflector::ObjectRef},
+    runtime::{Controller, controller::Action},
 };
 use serde::{Serialize, de::DeserializeOwned};
 use types::common::{ANNOTATION_PAUSED, Conditioned};
@@ -50,7 +49,9 @@ use crate::{
     finalizers,
 };
 
+mod drive;
 mod status;
+pub use drive::drive;
 pub use status::{StatusWriter, WRITTEN_TTL, older};
 
 /// A request to the control cluster made by the skeleton (finalizer,
@@ -486,80 +487,6 @@ pub async fn run<R: Reconciler>(controller: Controller<R::Object>, r: Arc<R>) {
         reconcile(r.as_ref(), obj).await
     })
     .await;
-}
-
-/// Runs `controller` with `reconcile` until it stops: failed objects are
-/// retried after `reporting`'s backoff, and failures of the controller
-/// machinery are logged. `reconcile` reports each result through
-/// [`Reporting::reconcile`]. [`run`] drives the skeleton with it; a
-/// controller whose kind has no status for the skeleton to write (the
-/// observe-only one, [`crate::controller::observe`]) uses it directly.
-///
-/// Objects due for a reconcile take turns for the controller's workers
-/// (--concurrency) first come, first served ([`Reporting::turns`]), and a
-/// reconcile starts from the object as the cache shows it when its turn
-/// comes. The controller's own runner takes many more at once
-/// ([`crate::controller::harness::due_at_once`]): what it holds back waits in a set
-/// taken in hash order, and while a busy controller always had more due
-/// than workers, an object whose hash came late was never taken.
-pub async fn drive<K, C, E, F, Fut>(
-    controller: Controller<K>,
-    ctx: Arc<C>,
-    reporting: Reporting,
-    reconcile: F,
-) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    C: Send + Sync + 'static,
-    E: std::error::Error + Send + 'static,
-    F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Action, E>> + Send + 'static,
-{
-    let name = reporting.controller;
-    let store = controller.store();
-    let turns = reporting.turns();
-    let reconcile = Arc::new(reconcile);
-    controller
-        .run(
-            move |obj, ctx| {
-                let (turns, store, reconcile) = (turns.clone(), store.clone(), reconcile.clone());
-                async move {
-                    let _turn = turns.admit().await;
-                    let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
-                        tracing::debug!(controller = name, object = %obj.name_any(), "object gone before its reconcile");
-                        return Ok(Action::await_change());
-                    };
-                    // Boxed: a reconcile waiting for its turn is small.
-                    Box::pin(reconcile(obj, ctx)).await
-                }
-            },
-            move |obj, _e, _ctx| reporting.retry(obj.as_ref()),
-            ctx,
-        )
-        .for_each(|result| {
-            if let Err(e) = result {
-                machinery_failed(name, e);
-            }
-            futures::future::ready(())
-        })
-        .await;
-}
-
-fn machinery_failed<E: std::error::Error + 'static>(
-    name: &str,
-    e: kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
-) {
-    match e {
-        // Already reported by Reporting::reconcile.
-        kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-        // An object deleted while queued: nothing to do.
-        kube::runtime::controller::Error::ObjectNotFound(obj) => {
-            tracing::debug!(controller = name, object = %obj, "object gone before its reconcile");
-        }
-        other => {
-            let error = crate::events::error_chain(&other);
-            tracing::warn!(controller = name, %error, "controller machinery failed; retrying");
-        }
-    }
 }
 
 /// A hash of a JSON value, to tell whether it changed without keeping it.

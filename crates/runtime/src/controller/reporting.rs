@@ -32,34 +32,6 @@ async fn measured<O>(
     (output, took)
 }
 
-/// A controller's --concurrency workers, handed out first come, first
-/// served. Cheap to clone (clones share).
-#[derive(Clone)]
-pub struct Turns {
-    workers: std::sync::Arc<tokio::sync::Semaphore>,
-    waiting: prometheus::IntGauge,
-}
-
-impl Turns {
-    /// Waits for a free worker (a fair semaphore: in the order asked),
-    /// counted as waiting meanwhile; the worker is free again when the
-    /// returned turn is dropped.
-    pub async fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.waiting.inc();
-        let turn = self.workers.clone().acquire_owned().await.ok();
-        self.waiting.dec();
-        turn
-    }
-}
-
-/// Permits for `concurrency` workers; 0 means no bound.
-fn workers(concurrency: u16) -> usize {
-    match concurrency {
-        0 => tokio::sync::Semaphore::MAX_PERMITS,
-        n => usize::from(n),
-    }
-}
-
 /// What every reconcile shares: the event reporter, the per-object
 /// backoff, the rate limit and the deadline.
 #[derive(Clone)]
@@ -73,8 +45,8 @@ pub struct Reporting {
     /// Metrics.
     pub metrics: Metrics,
     rate: limits::RateLimit,
-    /// The controller's workers (--concurrency), handed out in turn.
-    turns: Turns,
+    /// How many reconciles run at once (--concurrency; 0: no bound).
+    pub concurrency: u16,
     deadline: std::time::Duration,
     client: Client,
     field_manager: String,
@@ -99,21 +71,11 @@ impl Reporting {
             backoff: crate::backoff::Backoff::default(),
             metrics: rt.metrics.clone(),
             rate: limits::RateLimit::per_second(rt.args.max_reconcile_rate),
-            turns: Turns {
-                workers: std::sync::Arc::new(tokio::sync::Semaphore::new(workers(
-                    rt.args.concurrency,
-                ))),
-                waiting: rt.metrics.waiting.with_label_values(&[controller]),
-            },
+            concurrency: rt.args.concurrency,
             deadline: rt.args.reconcile_timeout,
             client: rt.client.clone(),
             field_manager: rt.field_manager(),
         }
-    }
-
-    /// The controller's workers, which [`Turns::admit`] hands out.
-    pub fn turns(&self) -> Turns {
-        self.turns.clone()
     }
 
     /// Runs one reconcile of `obj`, once the controller's rate limit
