@@ -145,13 +145,15 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-fn machinery_failed<E: std::error::Error + 'static>(
+/// Logs a failure of kube-rs's controller (its watches, its store); the
+/// reconciles' own failures are reported by [`Reporting::reconcile`].
+fn machinery_failed(
     name: &str,
-    e: kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+    e: kube::runtime::controller::Error<std::convert::Infallible, kube::runtime::watcher::Error>,
 ) {
     match e {
-        // Already reported by Reporting::reconcile.
-        kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+        // Its reconcile only hands the object to the queue.
+        kube::runtime::controller::Error::ReconcilerFailed(never, _) => match never {},
         // An object deleted while queued: nothing to do.
         kube::runtime::controller::Error::ObjectNotFound(obj) => {
             tracing::debug!(controller = name, object = %obj, "object gone before its reconcile");
