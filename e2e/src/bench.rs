@@ -242,6 +242,50 @@ impl Usage {
     }
 }
 
+/// The whole machine's CPU seconds so far (/proc/stat's first line): busy
+/// (user, nice, system, irq, softirq), idle (idle, iowait), and stolen by
+/// the hypervisor for other guests: how much of the machine a phase had.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MachineCpu {
+    pub busy_s: f64,
+    pub idle_s: f64,
+    pub steal_s: f64,
+}
+
+impl MachineCpu {
+    pub fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0.0))
+            .collect();
+        let at = |i: usize| ticks.get(i).copied().unwrap_or(0.0) / clock_ticks();
+        Self {
+            busy_s: at(0) + at(1) + at(2) + at(5) + at(6),
+            idle_s: at(3) + at(4),
+            steal_s: at(7),
+        }
+    }
+
+    /// From `earlier` to `self`: the busy fraction of the time the guest had,
+    /// the seconds stolen, and the fraction of all CPU time they were.
+    pub fn since_json(&self, earlier: &Self) -> Value {
+        let busy = self.busy_s - earlier.busy_s;
+        let idle = self.idle_s - earlier.idle_s;
+        let steal = self.steal_s - earlier.steal_s;
+        let all = busy + idle + steal;
+        json!({
+            "busy_fraction": busy / (busy + idle),
+            "steal_s": steal,
+            "steal_fraction": steal / all,
+        })
+    }
+}
+
 fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {

@@ -12,6 +12,12 @@
 //! - many: N applications (default 100) at once, spread over the remote
 //!   clusters; apply→Submitted p50/p99 and the time until all are.
 //!
+//! The ceiling is the null writer (`null.rs`): the same writes and nothing
+//! else. It runs before the phases (for the many and for the one), and
+//! again after them, once their applications are deleted (with the time
+//! that took) and the binaries stopped: the machine's speed moves over a
+//! run, so the many is compared with each run of it and with their mean.
+//!
 //! For each: requests per template (KubernetesApplicationResource) by
 //! cluster and verb, from each binary's /metrics and from the audit logs
 //! (by each binary's user), and each binary's CPU seconds and memory. A
@@ -106,13 +112,46 @@ async fn main() {
     let mut run = setup::set_up(&args).await;
     // The ceiling first, while the binaries hold no remote watch yet.
     let profiles = profile(&run, "null.");
-    let null_writer = null::null_writer(&run.bench, &run.placement[1..], args.concurrency).await;
+    let null_before =
+        null::null_writer(&run.bench, &run.placement[1..], args.concurrency, true).await;
     profiles.into_iter().for_each(|p| drop(p.join()));
+    let null_one = null::null_writer(&run.bench, &run.placement[..1], 1, true).await;
     let start = run.bench.mark();
-    let one = one(&run, &args).await;
+    let mut one = one(&run, &args).await;
+    compare(&mut one, &[&null_one]);
     let mut many = many(&run, &args).await;
-    compare(&mut many, &null_writer);
-    write_result(&mut run, &args, &start, one, many, null_writer);
+    let end = run.bench.mark();
+    // A binary that died part way explains phases that did not finish.
+    let exited: BTreeMap<String, String> = run
+        .bench
+        .binaries
+        .iter_mut()
+        .filter_map(|b| Some((b.name.clone(), b.child.try_wait().ok()??.to_string())))
+        .collect();
+    // The ceiling again, on clusters as the phases met them (their objects
+    // deleted, the binaries stopped so that no watch of theirs sees it):
+    // the machine's speed moves over a run, and ours is compared with the
+    // null writer before it and after it.
+    let timeout = Duration::from_secs(120)
+        + Duration::from_millis(50) * (args.applications * TEMPLATES) as u32;
+    let deleted = phase::delete_all(&run.bench, &run.apps, timeout).await;
+    run.bench.binaries.iter_mut().for_each(e2e::Running::kill);
+    let null_after = if deleted["deleted"] == true && deleted["remote_pods_gone"] == true {
+        null::null_writer(&run.bench, &run.placement[1..], args.concurrency, false).await
+    } else {
+        Value::Null
+    };
+    compare(&mut many, &[&null_before, &null_after]);
+    let result = Outcome {
+        start,
+        end,
+        exited,
+        one,
+        many,
+        deleted,
+        null_writer: json!({"before": null_before, "after": null_after, "one": null_one}),
+    };
+    write_result(&mut run, &args, result);
 }
 
 /// A single application alone: time from apply to Submitted.
@@ -206,49 +245,49 @@ fn server_profile(mut kubectl: std::process::Command, out: std::path::PathBuf) {
 }
 
 /// Ours against the null writer's ceiling: templates per second as a
-/// fraction of its, and the API servers' (and etcd's) CPU seconds per
-/// template, ours and its.
-fn compare(many: &mut Value, null: &Value) {
+/// fraction of its (of each run of it given, and of their mean pace), and
+/// the API servers' (and etcd's) CPU seconds per template, ours and its.
+fn compare(phase: &mut Value, nulls: &[&Value]) {
     let per_s = |v: &Value| {
         v["templates"].as_f64().unwrap_or(f64::NAN) / v["duration_s"].as_f64().unwrap_or(f64::NAN)
     };
     let cpu = |v: &Value| v["servers"]["api_servers_and_etcd_cpu_s_per_template"].clone();
+    let ran: Vec<&&Value> = nulls.iter().filter(|n| !n.is_null()).collect();
+    let paces: Vec<f64> = ran.iter().map(|n| per_s(n)).collect();
+    let mean = paces.iter().sum::<f64>() / paces.len() as f64;
+    let ours = per_s(phase);
     let figures = json!({
-        "templates_per_s": per_s(many),
-        "null_writer_templates_per_s": per_s(null),
-        "fraction_of_null_writer": per_s(many) / per_s(null),
-        "api_servers_and_etcd_cpu_s_per_template": {"ours": cpu(many), "null_writer": cpu(null)},
+        "templates_per_s": ours,
+        "null_writer_templates_per_s": mean,
+        "null_writer_runs_templates_per_s": paces,
+        "fraction_of_null_writer": ours / mean,
+        "fraction_of_each_null_writer_run": paces.iter().map(|p| ours / p).collect::<Vec<_>>(),
+        "api_servers_and_etcd_cpu_s_per_template": {
+            "ours": cpu(phase),
+            "null_writer": ran.iter().map(|n| cpu(n)).collect::<Vec<_>>(),
+        },
     });
-    eprintln!(
-        "  many: {:.1} templates/s, {:.0}% of the null writer's {:.1}; API servers and etcd {:.3} CPU s per template (null writer {:.3})",
-        per_s(many),
-        100.0 * per_s(many) / per_s(null),
-        per_s(null),
-        cpu(many).as_f64().unwrap_or(f64::NAN),
-        cpu(null).as_f64().unwrap_or(f64::NAN),
-    );
-    if let Some(m) = many.as_object_mut() {
+    eprintln!("  against the null writer: {figures}");
+    if let Some(m) = phase.as_object_mut() {
         m.insert("ceiling".to_owned(), figures);
     }
 }
 
-/// Writes the run's JSON (`--out`).
-fn write_result(
-    run: &mut Run,
-    args: &Args,
-    start: &Mark,
+/// What a run found.
+struct Outcome {
+    start: Mark,
+    end: Mark,
+    exited: BTreeMap<String, String>,
     one: Value,
     many: Value,
+    deleted: Value,
     null_writer: Value,
-) {
-    let (bench, m, remote_count) = (&mut run.bench, args.applications, run.remote_count);
-    let end = bench.mark();
-    // A binary that died part way explains phases that did not finish.
-    let exited: BTreeMap<String, String> = bench
-        .binaries
-        .iter_mut()
-        .filter_map(|b| Some((b.name.clone(), b.child.try_wait().ok()??.to_string())))
-        .collect();
+}
+
+/// Writes the run's JSON (`--out`).
+fn write_result(run: &mut Run, args: &Args, o: Outcome) {
+    let (bench, m, remote_count) = (&run.bench, args.applications, run.remote_count);
+    let (start, end) = (&o.start, &o.end);
     let binaries: serde_json::Map<String, Value> = bench
         .binaries
         .iter()
@@ -275,10 +314,10 @@ fn write_result(
         "poll_interval": args.poll_interval,
         "users": bench.users,
         "binaries": binaries,
-        "exited": exited,
-        "phase_order": ["one", "many"],
-        "phases": {"one": one, "many": many},
-        "null_writer": null_writer,
+        "exited": o.exited,
+        "order": ["null_writer.before", "null_writer.one", "one", "many", "deleted", "null_writer.after"],
+        "phases": {"one": o.one, "many": o.many, "deleted": o.deleted},
+        "null_writer": o.null_writer,
     });
     e2e::bench::write_json(&args.out, &result);
     println!("workloads: written to {}", args.out.display());

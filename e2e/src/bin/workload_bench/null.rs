@@ -280,8 +280,14 @@ impl Writers {
 
 /// Runs the null writer for `which` (application name, cluster index) at
 /// `concurrency`; answers its figures (its requests and the servers' CPU
-/// as the bench counts them, between two marks) and removes what it wrote.
-pub async fn null_writer(bench: &Bench, which: &[(String, usize)], concurrency: usize) -> Value {
+/// as the bench counts them, between two marks) and, when something
+/// follows (`then_clear`), removes what it wrote.
+pub async fn null_writer(
+    bench: &Bench,
+    which: &[(String, usize)],
+    concurrency: usize,
+    then_clear: bool,
+) -> Value {
     let plane = &bench.plane;
     plane.control.kubectl(&["create", "namespace", NULL_NS]);
     let mut remotes = Vec::new();
@@ -340,7 +346,7 @@ pub async fn null_writer(bench: &Bench, which: &[(String, usize)], concurrency: 
     let after = bench.mark();
     let figures = bench.between(&before, &after, templates);
     let errors = writers.errors.load(std::sync::atomic::Ordering::Relaxed);
-    let cleared = clear(plane, &admin, which).await;
+    let cleared = then_clear && clear(plane, &admin, which).await;
     eprintln!(
         "  null writer: {templates} templates in {:.1}s ({:.1}/s), {errors} errors; cleared: {cleared}",
         duration.as_secs_f64(),

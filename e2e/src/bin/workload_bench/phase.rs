@@ -6,7 +6,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::bench::{AuditMark, Probe, Reached, Usage, latency_json, metrics_delta, scrape};
+use e2e::bench::{
+    AuditMark, MachineCpu, Probe, Reached, Usage, latency_json, metrics_delta, scrape,
+};
 use futures::StreamExt as _;
 use kube::{
     Api,
@@ -34,6 +36,8 @@ pub struct Mark {
     pub usage: Vec<Usage>,
     /// The plane's servers (API servers, etcd, controller managers).
     pub servers: Vec<(String, Usage)>,
+    /// The whole machine's CPU time.
+    pub machine: MachineCpu,
 }
 
 impl Bench {
@@ -52,6 +56,7 @@ impl Bench {
                 .into_iter()
                 .map(|(name, pid)| (name, Usage::of(pid)))
                 .collect(),
+            machine: MachineCpu::now(),
         }
     }
 
@@ -104,6 +109,7 @@ pub fn servers_between(from: &Mark, to: &Mark, templates: f64) -> Value {
         "cpu_s": by,
         "api_servers_and_etcd_cpu_s": api,
         "api_servers_and_etcd_cpu_s_per_template": api / templates,
+        "machine": to.machine.since_json(&from.machine),
     })
 }
 
@@ -196,4 +202,63 @@ async fn stuck_resources(apps: &Api<DynamicObject>) -> Value {
             })
         })
         .collect()
+}
+
+/// Deletes every application and waits until they, their resources and
+/// (in the remote clusters) the pods of their remote objects are gone, so
+/// that what follows meets the clusters as the phases did. Answers how
+/// long each took and whether it finished.
+pub async fn delete_all(bench: &Bench, apps: &Api<DynamicObject>, timeout: Duration) -> Value {
+    use k8s_openapi::api::core::v1::Pod;
+    let all = kube::api::ListParams::default();
+    let resources: Api<KubernetesApplicationResource> =
+        Api::namespaced(apps.clone().into_client(), NS);
+    let started = Instant::now();
+    let _ = apps
+        .delete_collection(&kube::api::DeleteParams::default(), &all)
+        .await;
+    let first = kube::api::ListParams::default().limit(1);
+    let (deleted, _) = e2e::bench::wait_until(timeout, || async {
+        apps.list_metadata(&first)
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+            && resources
+                .list_metadata(&first)
+                .await
+                .is_ok_and(|l| l.items.is_empty())
+    })
+    .await;
+    let applications_s = started.elapsed().as_secs_f64();
+    let remotes: Vec<kube::Client> =
+        futures::future::join_all(bench.plane.remotes().map(|r| r.client())).await;
+    let (pods_gone, _) = e2e::bench::wait_until(timeout, || async {
+        let mut left = 0;
+        for c in &remotes {
+            let pods: Api<Pod> = Api::all(c.clone());
+            left += pods
+                .list_metadata(&Default::default())
+                .await
+                .map_or(1, |l| {
+                    l.items
+                        .iter()
+                        .filter(|p| {
+                            p.metadata
+                                .namespace
+                                .as_deref()
+                                .is_some_and(|n| n.starts_with("gl-"))
+                        })
+                        .count()
+                });
+        }
+        left == 0
+    })
+    .await;
+    let out = json!({
+        "deleted": deleted,
+        "applications_and_resources_gone_s": applications_s,
+        "remote_pods_gone": pods_gone,
+        "remote_pods_gone_s": started.elapsed().as_secs_f64(),
+    });
+    eprintln!("  deleted: {out}");
+    out
 }
