@@ -58,7 +58,7 @@ pub const NS: &str = "bench";
 pub const BINARIES: [&str; 3] = ["scheduler", "application-controller", "resource-controller"];
 
 const USAGE: &str = "usage: workload-bench [--applications N] [--clusters C] [--concurrency C] \
-[--poll-interval DURATION] [--timeout SECS] [--out FILE]";
+[--poll-interval DURATION] [--timeout SECS] [--out FILE] | --print-application NAME";
 
 /// What one run measures, and where it writes.
 pub struct Args {
@@ -95,6 +95,16 @@ fn args() -> Args {
                     .map(Duration::from_secs)
             }
             "--out" => a.out = it.next().expect(USAGE).into(),
+            // One application as the phases apply it, for trying a server
+            // by hand.
+            "--print-application" => {
+                let name = it.next().expect(USAGE);
+                println!(
+                    "{}",
+                    gitlab::application(&name, "r0", &format!("gl-{name}"))
+                );
+                std::process::exit(0);
+            }
             "--help" | "-h" => {
                 println!("{USAGE}");
                 std::process::exit(0);
