@@ -142,9 +142,7 @@ async fn main() {
     // deleted, the binaries stopped so that no watch of theirs sees it):
     // the machine's speed moves over a run, and ours is compared with the
     // null writer before it and after it.
-    let timeout = Duration::from_secs(120)
-        + Duration::from_millis(50) * (args.applications * TEMPLATES) as u32;
-    let deleted = phase::delete_all(&run.bench, &run.apps, timeout).await;
+    let deleted = phase::delete_all(&run.bench, &run.apps, burst_timeout(args.applications)).await;
     run.bench.binaries.iter_mut().for_each(e2e::Running::kill);
     let null_after = if deleted["deleted"] == true && deleted["remote_pods_gone"] == true {
         null::null_writer(&run.bench, &run.placement[1..], args.concurrency, false).await
@@ -161,7 +159,7 @@ async fn main() {
         deleted,
         null_writer: json!({"before": null_before, "after": null_after, "one": null_one}),
     };
-    write_result(&mut run, &args, result);
+    write_result(&run, &args, result);
 }
 
 /// A single application alone: time from apply to Submitted.
@@ -183,6 +181,12 @@ async fn one(run: &Run, args: &Args) -> Value {
     one
 }
 
+/// How long a burst of `applications` may take by default (to be
+/// Submitted, or to be deleted): 2 minutes and 50 ms per template.
+fn burst_timeout(applications: usize) -> Duration {
+    Duration::from_secs(120) + Duration::from_millis(50) * (applications * TEMPLATES) as u32
+}
+
 /// N applications at once, spread over the remote clusters.
 async fn many(run: &Run, args: &Args) -> Value {
     let m = args.applications;
@@ -191,9 +195,7 @@ async fn many(run: &Run, args: &Args) -> Value {
         m * TEMPLATES
     );
     let profiles = profile(run, "");
-    let timeout = args
-        .timeout
-        .unwrap_or(Duration::from_secs(120) + Duration::from_millis(50) * (m * TEMPLATES) as u32);
+    let timeout = args.timeout.unwrap_or(burst_timeout(m));
     let many = phase(
         &run.bench,
         &run.probe,
@@ -295,7 +297,7 @@ struct Outcome {
 }
 
 /// Writes the run's JSON (`--out`).
-fn write_result(run: &mut Run, args: &Args, o: Outcome) {
+fn write_result(run: &Run, args: &Args, o: Outcome) {
     let (bench, m, remote_count) = (&run.bench, args.applications, run.remote_count);
     let (start, end) = (&o.start, &o.end);
     let binaries: serde_json::Map<String, Value> = bench
