@@ -82,10 +82,11 @@ impl Reconciler for ApplicationResources {
     /// A change of the remote object's status alone (status.remote and the
     /// Ready it decides) waits for the remote object's burst to settle: a
     /// Deployment rolling out rewrites its status several times a second.
-    fn may_wait(&self, before: &Draft<Res>, after: &Draft<Res>) -> bool {
-        before.state == after.state
+    fn may_wait(&self, before: &Draft<Res>, after: &Draft<Res>) -> Option<Duration> {
+        (before.state == after.state
             && before.observed_generation == after.observed_generation
-            && coalesce::same_but_ready(&before.conditions, &after.conditions)
+            && coalesce::same_but_ready(&before.conditions, &after.conditions))
+        .then_some(COALESCE)
     }
 
     /// A resource that is not scheduled yet is left alone until it is.

@@ -212,11 +212,17 @@ pub trait Reconciler: Send + Sync + 'static {
         status: &mut Draft<Self::Object>,
     ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
 
-    /// Whether the change from `before` to `after` (Synced set) only
-    /// follows a burst elsewhere and may wait for it to settle (see
-    /// [`crate::coalesce`]; only with [`Skeleton::coalescing`]).
-    fn may_wait(&self, _before: &Draft<Self::Object>, _after: &Draft<Self::Object>) -> bool {
-        false
+    /// How long the change from `before` to `after` (Synced set) may wait
+    /// for the burst elsewhere it follows to settle, counted from the first
+    /// change held (see [`crate::coalesce`]; only with
+    /// [`Skeleton::coalescing`], and never longer than its `longest`); None:
+    /// it is news, written at once.
+    fn may_wait(
+        &self,
+        _before: &Draft<Self::Object>,
+        _after: &Draft<Self::Object>,
+    ) -> Option<Duration> {
+        None
     }
 
     /// Whether a wake while a change of the object is held back may bring
@@ -285,9 +291,10 @@ impl Skeleton {
         Self { status, ..self }
     }
 
-    /// Marked status changes wait up to `window` for their burst to settle.
-    pub fn coalescing(self, window: Duration) -> Self {
-        let coalesce = Some(Coalesce::new(window));
+    /// Status changes [`Reconciler::may_wait`] marks wait for their burst
+    /// to settle, none longer than `longest`.
+    pub fn coalescing(self, longest: Duration) -> Self {
+        let coalesce = Some(Coalesce::new(longest));
         Self { coalesce, ..self }
     }
 
@@ -396,9 +403,9 @@ async fn succeeded<R: Reconciler>(
     let sk = r.skeleton();
     let uid = obj.meta().uid.as_deref().unwrap_or_default();
     if let (Some(c), Some(before)) = (&sk.coalesce, &before)
-        && r.may_wait(before, &status)
+        && let Some(window) = r.may_wait(before, &status)
         && sk.status.differs(obj, &status)
-        && let Some(wait) = c.hold(uid, obj.meta().generation)
+        && let Some(wait) = c.hold(uid, obj.meta().generation, window)
     {
         return Ok(Action::requeue(wait));
     }
