@@ -46,6 +46,23 @@ impl Kubectl<'_> {
         );
     }
 
+    /// `kubectl create -f -` of `yaml` as `subject` (`--as`): (success,
+    /// stdout + stderr). A real write by that identity, through
+    /// authorization and admission.
+    pub fn create_as(self, subject: &str, yaml: &str) -> (bool, String) {
+        let out = self
+            .0
+            .kubectl_stdin(&["create", "-f", "-", "--as", subject], Some(yaml));
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
     /// `kubectl get <args> -o json`, or None when it fails.
     pub fn get_json(self, args: &[&str]) -> Option<Value> {
         let mut all = vec!["get"];
@@ -111,6 +128,11 @@ pub fn kubectl_try(args: &[&str]) -> (bool, String) {
 /// [`Kubectl::apply`] on [`control`].
 pub fn apply(yaml: &str) {
     control().apply(yaml)
+}
+
+/// [`Kubectl::create_as`] on [`control`].
+pub fn create_as(subject: &str, yaml: &str) -> (bool, String) {
+    control().create_as(subject, yaml)
 }
 
 /// [`Kubectl::get_json`] on [`control`].

@@ -834,9 +834,11 @@ async fn the_kustomize_deployment_renders_and_applies() {
     }
 
     // The rbac-manager renders revisions' roles and bindings: it may write
-    // ClusterRoles and ClusterRoleBindings, escalate and bind (the roles it
-    // writes grant what it does not hold), its RBACReady condition, and
-    // nothing else: no CRDs, no workloads, no Secrets.
+    // ClusterRoles and ClusterRoleBindings, and Roles and RoleBindings (an
+    // Extension's rights are namespaced, a runtime's Leases too), escalate
+    // and bind (the roles it writes grant what it does not hold), its
+    // RBACReady condition, and nothing else: no CRDs, no workloads, no
+    // Secrets.
     let who = "rbac-manager";
     for args in [
         &["list", "providerrevisions.pkg.crossplane.io"][..],
@@ -851,6 +853,8 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["escalate", "clusterroles"],
         &["bind", "clusterroles"],
         &["create", "clusterrolebindings"],
+        &["create", "roles", "-n", "default"],
+        &["create", "rolebindings", "-n", "default"],
         &["watch", "deployments", "-n", "crossplane-system"],
     ] {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
@@ -862,7 +866,8 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["watch", "deployments", "-n", "default"],
         &["create", "services", "-n", "crossplane-system"],
         &["create", "serviceaccounts", "-n", "crossplane-system"],
-        &["create", "roles", "-n", "default"],
+        &["list", "roles", "-A"],
+        &["watch", "rolebindings", "-A"],
         &["get", "secrets", "-n", "crossplane-system"],
     ] {
         assert!(!can(who, args), "{who} may {}", args.join(" "));

@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use e2e::hostile::{Hostile, Reply};
+use e2e::kubectl::create_as;
 use e2e::packages::{
     apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd,
-    wait_blocking,
+    wait_blocking, wait_provider_healthy,
 };
 use e2e::shipped::{
-    NS, explain, package_dir, package_manager_lease, pod_of, push_layer, reconciles,
+    NS, explain, lease_of, package_dir, package_manager_lease, pod_of, push_layer, reconciles,
     resident_bytes, shipped, xpkg_push,
 };
 
@@ -264,8 +265,12 @@ fn a_stack_controller_cannot_take_host_access_or_another_identity() {
         let d = get_json(&["deployment", &format!("{name}-controller"), "-n", namespace]);
         assert!(d.is_none(), "{namespace}/{name}-controller exists: {d:?}");
     }
-    let bindings = get_json(&["clusterrolebindings"]).unwrap();
-    for b in bindings["items"].as_array().unwrap() {
+    // (An Extension's role is bound by a RoleBinding in its namespace, its
+    // identity mark by a ClusterRoleBinding: both kinds are looked at.)
+    let cluster = get_json(&["clusterrolebindings"]).unwrap();
+    let namespaced = get_json(&["rolebindings", "-A"]).unwrap();
+    let all = [cluster, namespaced];
+    for b in all.iter().flat_map(|l| l["items"].as_array().unwrap()) {
         for s in b["subjects"].as_array().into_iter().flatten() {
             let (kind, name, namespace) = (
                 s["kind"].as_str().unwrap_or_default(),
@@ -276,8 +281,12 @@ fn a_stack_controller_cannot_take_host_access_or_another_identity() {
                 !(kind == "ServiceAccount"
                     && ((name == "default" && namespace == ns)
                         || (name == "rbac-manager"
-                            && b["metadata"]["name"] != "crossplane-rs:rbac-manager"))),
-                "ClusterRoleBinding {} names {namespace}/{name}",
+                            && !b["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .starts_with("crossplane-rs:rbac-manager")))),
+                "{} {} names {namespace}/{name}",
+                b["kind"],
                 b["metadata"]["name"]
             );
         }
@@ -755,8 +764,10 @@ fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
         "something runs: {deployments}"
     );
     let binding = get_json(&[
-        "clusterrolebinding",
+        "rolebinding",
         &format!("crossplane:extension:{ns}:hostile-stack:system"),
+        "-n",
+        &ns,
     ]);
     assert!(
         binding
@@ -1043,4 +1054,400 @@ fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
         &name,
         "--wait=false",
     ]);
+}
+
+/// The admission policy `deploy/` ships for package identities, as its
+/// refusals name it.
+const POLICY: &str = "crossplane-rs-package-identities";
+
+/// A Secret of type `kubernetes.io/service-account-token` for
+/// ServiceAccount `ns/for`: kube-controller-manager fills it with a token of
+/// that ServiceAccount.
+fn token_secret(ns: &str, name: &str, for_sa: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {ns}\n  annotations: {{kubernetes.io/service-account.name: {for_sa}}}\ntype: kubernetes.io/service-account-token\n"
+    )
+}
+
+fn opaque_secret(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {ns}}}\nstringData: {{password: connection-detail}}\n"
+    )
+}
+
+/// Asserts that `subject` cannot mint a token of `ns/for_sa`: the create is
+/// refused by the package-identity policy, and no such Secret exists.
+fn assert_cannot_mint(subject: &str, ns: &str, for_sa: &str) {
+    let name = testenv::unique_name("minted");
+    let (ok, out) = create_as(subject, &token_secret(ns, &name, for_sa));
+    assert!(
+        !ok && out.contains(POLICY) && out.contains("service-account-token"),
+        "{subject} created a token Secret for {ns}/{for_sa}: {out}"
+    );
+    assert!(get_json(&["secret", &name, "-n", ns]).is_none());
+}
+
+#[test]
+fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("plain"));
+    let (file, crd) = test_crd(&g, "Thing");
+    // A package that asks for nothing: only its own kinds and the runtime's
+    // defaults.
+    let dir = package_dir("provider-plain", "", &[(file, crd)]);
+    let reference = format!("{}/plain/provider-plain:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    let name = testenv::unique_name("plain");
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_healthy(&name, Duration::from_secs(150));
+    let sa = format!("system:serviceaccount:{NS}:{name}");
+    wait_blocking(
+        Duration::from_secs(60),
+        "the runtime's system role to be bound",
+        || can_i(&sa, &["list", &format!("things.{g}")]).then_some(()),
+        explain,
+    );
+    // What a provider needs still works: a Secret for connection details
+    // in the controllers' namespace, and its own leader-election Lease.
+    let detail = testenv::unique_name("detail");
+    let (ok, out) = create_as(&sa, &opaque_secret(NS, &detail));
+    assert!(ok, "the runtime cannot write a connection Secret: {out}");
+    assert!(can_i(&sa, &["create", "leases", "-n", NS]));
+    // No token for the rbac-manager (escalate and bind), nor for
+    // kube-system's default.
+    assert_cannot_mint(&sa, NS, "rbac-manager");
+    assert_cannot_mint(&sa, "kube-system", "default");
+    // No Lease outside its namespace: not kube-system's (the scheduler's and
+    // kube-controller-manager's leader election).
+    for args in [
+        ["create", "leases", "-n", "kube-system"],
+        ["update", "leases", "-n", "kube-system"],
+        ["get", "leases", "-n", "default"],
+    ] {
+        assert!(!can_i(&sa, &args), "{sa} may {args:?}");
+    }
+    // A real write to a controller's Lease is refused, and the
+    // object-provider goes on leading without a restart.
+    let (pod, restarts) = pod_of("object-provider");
+    let (holder, transitions) = lease_of("object-provider");
+    assert_eq!(holder, pod, "the object-provider leads before the attempt");
+    let lease = "crossplane-rs-object-provider";
+    let take =
+        format!("{{\"spec\":{{\"holderIdentity\":\"{name}\",\"leaseDurationSeconds\":3600}}}}");
+    let attempts: [&[&str]; 2] = [
+        &[
+            "patch",
+            "lease",
+            lease,
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            &take,
+        ],
+        &["delete", "lease", lease, "-n", NS],
+    ];
+    for attempt in attempts {
+        let mut args = attempt.to_vec();
+        args.extend(["--as", &sa]);
+        let (ok, out) = kubectl_try(&args);
+        assert!(!ok && out.contains(POLICY), "{sa} may {attempt:?}: {out}");
+    }
+    // Nor a Lease of a controller yet to start.
+    let (ok, out) = create_as(
+        &sa,
+        &format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: crossplane-rs-scheduler-next, namespace: {NS}}}\nspec: {{holderIdentity: {name}}}\n"
+        ),
+    );
+    assert!(!ok && out.contains(POLICY), "{out}");
+    assert_eq!(lease_of("object-provider"), (holder, transitions));
+    assert_eq!(pod_of("object-provider"), (pod, restarts));
+    // The policy leaves every other identity as the cluster has it: the
+    // administrator still may.
+    let admin_ns = namespace("admin-token");
+    apply(&token_secret(&admin_ns, "admin-made", "default"));
+    kubectl(&["delete", "secret", &detail, "-n", NS]);
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+#[test]
+fn seed_001s_extension_has_its_rights_in_its_namespace_only_and_mints_no_token() {
+    let ns = namespace("seed001");
+    let seed = testenv::repo_root().join("examples/seeds/001-extension-redis.yaml");
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "-n",
+        &ns,
+        "-f",
+        &seed.to_string_lossy(),
+    ]);
+    wait_blocking(
+        Duration::from_secs(90),
+        &format!("Extension {ns}/redis RBACReady=True, bound"),
+        || {
+            let (status, message) = condition(&extension(&ns, "redis")?, "RBACReady")?;
+            (status == "True" && message.contains("bound to ServiceAccount")).then_some(())
+        },
+        || explain_ns(&ns),
+    );
+    let sa = format!("system:serviceaccount:{ns}:redis-controller");
+    // What the seed asks for, in its own namespace.
+    // (A namespace's own name is its namespace to the authorizer: a
+    // RoleBinding there reaches the namespace object itself, nothing else
+    // cluster-scoped.)
+    let own = format!("namespace/{ns}");
+    for args in [
+        ["create", "secrets", "-n", ns.as_str()],
+        ["delete", "serviceaccounts", "-n", ns.as_str()],
+        ["delete", own.as_str(), "-n", ns.as_str()],
+    ] {
+        assert!(
+            can_i(&sa, &args),
+            "{sa} may not {args:?} (the seed asks for it)"
+        );
+    }
+    // Nothing of it anywhere else.
+    let controllers_ns = format!("namespace/{NS}");
+    for args in [
+        ["create", "secrets", "-n", NS],
+        ["get", "secrets", "-n", "kube-system"],
+        ["delete", "namespace/kube-system", "-n", "kube-system"],
+        ["delete", controllers_ns.as_str(), "-n", NS],
+    ] {
+        assert!(!can_i(&sa, &args), "{sa} may {args:?}");
+    }
+    assert!(!can_i(&sa, &["delete", "namespaces", "-A"]));
+    // Real attempts: a Secret in crossplane-system is forbidden, deleting
+    // kube-system is forbidden (a server-side dry run: authorization and
+    // admission, nothing deleted), and no token can be minted, not even in
+    // its own namespace.
+    let (ok, out) = create_as(&sa, &opaque_secret(NS, &testenv::unique_name("x")));
+    assert!(!ok && out.contains("forbidden"), "{out}");
+    let (ok, out) = kubectl_try(&[
+        "delete",
+        "namespace",
+        "kube-system",
+        "--dry-run=server",
+        "--as",
+        &sa,
+    ]);
+    assert!(!ok && out.contains("forbidden"), "{out}");
+    assert_cannot_mint(&sa, &ns, "default");
+    assert_cannot_mint(&sa, &ns, "redis-controller");
+    // Its rights are a Role and RoleBinding it controls; the only
+    // cluster-wide object is the identity mark, which grants nothing.
+    let role = format!("crossplane:extension:{ns}:redis:system");
+    for kind in ["role", "rolebinding"] {
+        let o = get_json(&[kind, &role, "-n", &ns]).unwrap_or_else(|| panic!("no {kind} {role}"));
+        assert_eq!(o["metadata"]["ownerReferences"][0]["kind"], "Extension");
+    }
+    assert!(get_json(&["clusterrole", &role]).is_none());
+    assert!(get_json(&["clusterrolebinding", &role]).is_none());
+    let mark = get_json(&[
+        "clusterrolebinding",
+        &format!("crossplane:extension:{ns}:redis:identity"),
+    ])
+    .unwrap();
+    assert_eq!(mark["roleRef"]["name"], "crossplane-rs:package-identity");
+    // Deleting the Extension takes all of it.
+    kubectl(&[
+        "delete",
+        "extensions.extensions.crossplane.io",
+        "redis",
+        "-n",
+        &ns,
+    ]);
+    wait_blocking(
+        Duration::from_secs(60),
+        "the Extension's role, binding and mark to go",
+        || {
+            (get_json(&["role", &role, "-n", &ns]).is_none()
+                && get_json(&["rolebinding", &role, "-n", &ns]).is_none()
+                && get_json(&[
+                    "clusterrolebinding",
+                    &format!("crossplane:extension:{ns}:redis:identity"),
+                ])
+                .is_none())
+            .then_some(())
+        },
+        || explain_ns(&ns),
+    );
+}
+
+#[test]
+fn a_refused_permission_request_is_shown_escaped_and_the_provider_is_not_healthy() {
+    shipped();
+    let g = format!("{}.example.org", testenv::unique_name("esc"));
+    let (file, crd) = test_crd(&g, "Thing");
+    // A verb that would retitle the terminal of whoever reads it raw.
+    let dir = package_dir(
+        "provider-esc",
+        "  controller:\n    permissionRequests:\n    - {apiGroups: [\"\"], resources: [configmaps], verbs: [\"\\e]0;pwned\\a\"]}\n",
+        &[(file, crd)],
+    );
+    let reference = format!("{}/esc/provider-esc:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    let name = testenv::unique_name("esc");
+    apply(&provider_yaml(&name, &reference, ""));
+    let healthy = wait_provider_says(&name, &["no roles", "]0;pwned"]);
+    let provider = e2e::packages::provider(&name).unwrap();
+    let (status, message) = condition(&provider, "Healthy").unwrap();
+    assert_eq!(status, "False", "{healthy}");
+    assert!(
+        message.contains("\\u{1b}]0;pwned\\u{7}") && !message.contains('\u{1b}'),
+        "{message:?}"
+    );
+    for r in e2e::packages::revisions_of(&name) {
+        let (_, rbac) = condition(&r, "RBACReady").unwrap();
+        assert!(
+            !rbac.contains('\u{1b}') && !rbac.contains('\u{7}'),
+            "{rbac:?}"
+        );
+    }
+    let viewer = e2e::trace::viewer(&testenv::control_plane_with_node().control, true, &[]);
+    let wide = e2e::trace::text(&viewer, &[&format!("provider/{name}"), "-o", "wide"]);
+    assert!(
+        wide.contains("]0;pwned") && !wide.contains('\u{1b}') && !wide.contains('\u{7}'),
+        "{wide:?}"
+    );
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+#[test]
+fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
+    let creds = namespace("creds");
+    // Operator configuration: runtimes keep Secrets in the controllers'
+    // namespace (credentials there) and in `creds`, nowhere else.
+    e2e::pods::controller_flags(
+        "rbac-manager",
+        &[&format!("--runtime-secret-namespaces={NS},{creds}")],
+    );
+    let g = format!("{}.example.org", testenv::unique_name("narrow"));
+    let (file, crd) = test_crd(&g, "Thing");
+    let dir = package_dir("provider-narrow", "", &[(file, crd)]);
+    let reference = format!("{}/narrow/provider-narrow:v1", shipped().registry.address);
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    let name = testenv::unique_name("narrow");
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_healthy(&name, Duration::from_secs(150));
+    let sa = format!("system:serviceaccount:{NS}:{name}");
+    wait_blocking(
+        Duration::from_secs(90),
+        &format!("{sa} to read Secrets in {creds}"),
+        || can_i(&sa, &["get", "secrets", "-n", &creds]).then_some(()),
+        explain,
+    );
+    assert!(can_i(&sa, &["create", "secrets", "-n", NS]));
+    assert!(can_i(&sa, &["list", &format!("things.{g}")]));
+    for ns in ["kube-system", "default"] {
+        assert!(
+            !can_i(&sa, &["get", "secrets", "-n", ns]),
+            "{sa} may get secrets in {ns}"
+        );
+        assert!(
+            !can_i(&sa, &["create", "configmaps", "-n", ns]),
+            "{sa} may create configmaps in {ns}"
+        );
+    }
+    assert!(!can_i(&sa, &["list", "secrets", "-A"]));
+    let (ok, out) = kubectl_try(&["get", "secrets", "-n", "kube-system", "--as", &sa]);
+    assert!(!ok && out.contains("forbidden"), "{out}");
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+}
+
+/// `dependsOn` lines of a package's meta for `repositories`.
+fn depends_on(repositories: &[String]) -> String {
+    let mut out = "  dependsOn:\n".to_owned();
+    for r in repositories {
+        out.push_str(&format!("  - provider: {r}\n    version: \">=v1.0.0\"\n"));
+    }
+    out
+}
+
+/// The Providers whose package is in `repository_prefix`.
+fn providers_from(repository_prefix: &str) -> Vec<Value> {
+    get_json(&["providers.pkg.crossplane.io"])
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            p.pointer("/spec/package")
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.starts_with(repository_prefix))
+        })
+        .collect()
+}
+
+#[test]
+fn dependency_lists_and_chains_past_their_bounds_are_refused_naming_the_bound() {
+    shipped();
+    let registry = &shipped().registry.address;
+    // 33 dependencies: refused before any is looked up or installed.
+    let many = testenv::unique_name("many");
+    let deps: Vec<String> = (0..33).map(|i| format!("{registry}/{many}/d{i}")).collect();
+    let g = format!("{many}.example.org");
+    let (file, crd) = test_crd(&g, "Thing");
+    let dir = package_dir("provider-many", &depends_on(&deps), &[(file, crd)]);
+    let reference = format!("{registry}/{many}/root:v1.0.0");
+    xpkg_push(&dir, &reference, None);
+    let root = testenv::unique_name("many");
+    apply(&provider_yaml(&root, &reference, ""));
+    let said = wait_provider_says(&root, &["33 dependencies", "32"]);
+    eprintln!("33 dependencies: {said}");
+    assert!(providers_from(&format!("{registry}/{many}/d")).is_empty());
+    // A chain l0 → l1 → … → l8: l0 is installed by the user, l1…l7 as
+    // dependencies; l7's own dependency would be level 9.
+    let chain = testenv::unique_name("chain");
+    let levels: Vec<String> = (0..9).map(|i| format!("{registry}/{chain}/l{i}")).collect();
+    for (i, repository) in levels.iter().enumerate() {
+        let g = format!("l{i}.{chain}.example.org");
+        let (file, crd) = test_crd(&g, "Thing");
+        let deps = levels
+            .get(i + 1)
+            .map(|next| depends_on(std::slice::from_ref(next)));
+        let dir = package_dir(
+            &format!("provider-l{i}"),
+            &deps.unwrap_or_default(),
+            &[(file, crd)],
+        );
+        xpkg_push(&dir, &format!("{repository}:v1.0.0"), None);
+    }
+    let first = testenv::unique_name("chain");
+    apply(&provider_yaml(&first, &format!("{}:v1.0.0", levels[0]), ""));
+    let deepest = wait_blocking(
+        Duration::from_secs(240),
+        "the Provider of level 8 to name the bound",
+        || {
+            let p = providers_from(&format!("{}:", levels[7])).pop()?;
+            let text = conditions_text(&p);
+            (text.contains("level 9") && text.contains("8 levels")).then_some(text)
+        },
+        explain,
+    );
+    eprintln!("chain: {deepest}");
+    assert!(
+        providers_from(&levels[8]).is_empty(),
+        "level 9 was installed"
+    );
+    assert_eq!(providers_from(&format!("{registry}/{chain}/")).len(), 8);
+    for p in [root, first] {
+        kubectl(&["delete", "providers.pkg.crossplane.io", &p, "--wait=false"]);
+    }
 }

@@ -1607,7 +1607,7 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
         },
         explain_packages,
     );
-    let r = get_json(&["clusterrole", &role]).unwrap();
+    let r = get_json(&["role", &role, "-n", &ns]).unwrap();
     let rules = r["rules"].to_string();
     // No stack installed its RedisCluster CRD: nothing is granted on it
     // (an Extension owns only what its stack installed), and RBACReady
@@ -1623,14 +1623,17 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
         rules.contains("secrets") && rules.contains("namespaces"),
         "{rules}"
     );
-    let b = get_json(&["clusterrolebinding", &role]).unwrap();
+    let b = get_json(&["rolebinding", &role, "-n", &ns]).unwrap();
     assert_eq!(b["subjects"][0]["name"], "redis-controller");
     assert_eq!(b["subjects"][0]["namespace"], ns.as_str());
+    // Its rights hold in its namespace, and only there.
     let sa = format!("system:serviceaccount:{ns}:redis-controller");
+    let (_, can) = kubectl_try(&["auth", "can-i", "--as", &sa, "create", "secrets", "-n", &ns]);
+    assert!(can.trim().starts_with("yes"), "{can}");
     let (_, can) = kubectl_try(&[
         "auth", "can-i", "--as", &sa, "create", "secrets", "-n", "default",
     ]);
-    assert!(can.trim().starts_with("yes"), "{can}");
+    assert!(can.trim().starts_with("no"), "{can}");
     kubectl(&[
         "delete",
         "extensions.extensions.crossplane.io",
@@ -1642,8 +1645,8 @@ fn the_seeds_extension_gets_its_role_and_binding_and_they_go_with_it() {
         Duration::from_secs(30),
         "the Extension's role and binding gone",
         || {
-            (get_json(&["clusterrole", &role]).is_none()
-                && get_json(&["clusterrolebinding", &role]).is_none())
+            (get_json(&["role", &role, "-n", &ns]).is_none()
+                && get_json(&["rolebinding", &role, "-n", &ns]).is_none())
             .then_some(())
         },
         explain_packages,

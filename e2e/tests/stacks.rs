@@ -521,8 +521,13 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
         "{controller:#}"
     );
     let role = format!("crossplane:extension:{ns}:redis:system");
-    e2e::trace::node(ext, "ClusterRole", &role);
-    e2e::trace::node(ext, "ClusterRoleBinding", &role);
+    e2e::trace::node(ext, "Role", &role);
+    e2e::trace::node(ext, "RoleBinding", &role);
+    e2e::trace::node(
+        ext,
+        "ClusterRoleBinding",
+        &format!("crossplane:extension:{ns}:redis:identity"),
+    );
     assert!(e2e::trace::forbidden(&tree).is_empty(), "{tree:#}");
     let text = e2e::trace::text(&viewer, &["extreq", "redis-from-crd", "-n", &ns]);
     for shown in [
@@ -554,7 +559,7 @@ fn seed_requests_install_the_redis_stack_and_its_controller_acts() {
         || crd_exists("redisclusters.cache.crossplane.io"),
         &ns,
     );
-    let (_, roles) = kubectl_try(&["get", "clusterroles", "-o", "name"]);
+    let (_, roles) = kubectl_try(&["get", "clusterroles,clusterrolebindings", "-o", "name"]);
     assert!(
         !roles.contains(&format!("crossplane:extension:{ns}:redis")),
         "{roles}"
@@ -833,7 +838,22 @@ fn dependencies_install_first_and_cycles_are_refused() {
         widgets < base_ready && base_ready < gadgets,
         "CRD widgets at {widgets}, base Ready at {base_ready}, CRD gadgets at {gadgets}"
     );
-    let app = extension(&ns, "app").unwrap();
+    // Reading what it depends on is asked for like any rule: the shipped
+    // allow-list does not cover another stack's kinds, so app is granted
+    // nothing and RBACReady names the read.
+    let app = wait_blocking(
+        Duration::from_secs(60),
+        "app's RBACReady to refuse reading widgets",
+        || {
+            let app = extension(&ns, "app")?;
+            let (status, message) = e2e::packages::condition(&app, "RBACReady")?;
+            (status == "False"
+                && message.contains(&format!("get widgets (group \"{g}\")"))
+                && message.contains("not in the allow-list"))
+            .then_some(app)
+        },
+        || format!("{:#?}", extension(&ns, "app")),
+    );
     assert_eq!(
         app.pointer("/spec/customresourcedefinitions/dependsOn/0"),
         Some(&serde_json::json!({"kind": "Widget", "apiVersion": format!("{g}/v1alpha1")}))

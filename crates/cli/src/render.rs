@@ -90,7 +90,13 @@ fn walk(n: &Node, prefix: &str, indent: &str, wide: bool, rows: &mut Vec<Row>) {
         let details: Vec<String> = n.details.iter().map(|(k, v)| format!("{k}={v}")).collect();
         row.push(details.join(" "));
     }
-    rows.push(row);
+    // What a package, a registry or a user wrote reaches the terminal as
+    // the characters it is, never as an escape sequence.
+    rows.push(
+        row.into_iter()
+            .map(|c| types::printable(&c).into_owned())
+            .collect(),
+    );
     let last = n.children.len().saturating_sub(1);
     for (i, child) in n.children.iter().enumerate() {
         let (branch, more) = if i == last {
@@ -186,6 +192,20 @@ mod tests {
         );
         assert!(out.contains("crossplane-system"));
         assert!(!out.contains('…'));
+    }
+
+    #[test]
+    fn an_escape_sequence_in_a_message_is_printed_escaped_in_every_output() {
+        let root = Node::unread("pkg.crossplane.io/v1", "Provider", "p", None)
+            .with("Unhealthy", "verb \u{1b}]0;pwned\u{7} refused");
+        for output in [Output::Tree, Output::Wide, Output::Json] {
+            let out = render(&root, output);
+            assert!(
+                !out.contains('\u{1b}') && !out.contains('\u{7}'),
+                "{output:?}: {out:?}"
+            );
+            assert!(out.contains("]0;pwned"), "{output:?}: {out}");
+        }
     }
 
     #[test]

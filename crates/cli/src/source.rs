@@ -71,7 +71,7 @@ pub mod kinds {
         api::{
             apps::v1::Deployment,
             core::v1::Pod,
-            rbac::v1::{ClusterRole, ClusterRoleBinding},
+            rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding},
         },
         apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     };
@@ -104,6 +104,12 @@ pub mod kinds {
     }
     pub fn cluster_role_binding() -> ApiResource {
         ApiResource::erase::<ClusterRoleBinding>(&())
+    }
+    pub fn role() -> ApiResource {
+        ApiResource::erase::<Role>(&())
+    }
+    pub fn role_binding() -> ApiResource {
+        ApiResource::erase::<RoleBinding>(&())
     }
     pub fn application() -> ApiResource {
         ApiResource::erase::<KubernetesApplication>(&())

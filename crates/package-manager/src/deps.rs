@@ -174,6 +174,112 @@ pub fn dependencies_of(r: &ProviderRevision) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The most dependencies one package may declare.
+pub const MAX_DEPENDENCIES: usize = 32;
+/// The most levels a chain of dependencies may have below a package
+/// nobody depends on (the one the user installed is level 1).
+pub const MAX_DEPTH: usize = 8;
+/// The most Providers one package nobody depends on may bring in through
+/// its dependencies, theirs, and so on.
+pub const MAX_TRANSITIVE: usize = 64;
+
+/// Why installing the dependencies of `own` (its edges already in `graph`:
+/// repository → the repositories it depends on) would grow a dependency
+/// graph past a bound: too many of its own ([`MAX_DEPENDENCIES`]), a chain
+/// too deep ([`MAX_DEPTH`], named from the package the user installed), or
+/// too many Providers under one such package ([`MAX_TRANSITIVE`]). Pure.
+pub fn past_bounds(graph: &BTreeMap<String, Vec<String>>, own: &str) -> Option<String> {
+    let declared = graph.get(own).map_or(0, Vec::len);
+    if declared > MAX_DEPENDENCIES {
+        return Some(format!(
+            "the package declares {declared} dependencies (spec.dependsOn), more than the {MAX_DEPENDENCIES} one package may have: none is installed"
+        ));
+    }
+    if declared == 0 {
+        return None;
+    }
+    let chain = longest_chain_to(graph, own, &mut Vec::new());
+    if chain.len() >= MAX_DEPTH {
+        return Some(format!(
+            "its dependencies would be level {} of the chain {} → …, more than the {MAX_DEPTH} levels a chain of dependencies may have below the package that was installed: none is installed",
+            chain.len() + 1,
+            chain.join(" → ")
+        ));
+    }
+    for root in roots_above(graph, own) {
+        let mut seen = BTreeSet::new();
+        reach(graph, &root, &mut seen);
+        let n = seen.len().saturating_sub(1);
+        if n > MAX_TRANSITIVE {
+            return Some(format!(
+                "with its dependencies, {root} would bring in {n} Providers, more than the {MAX_TRANSITIVE} one installed package may: none is installed"
+            ));
+        }
+    }
+    None
+}
+
+/// The dependents of `to` in `graph`.
+fn dependents<'a>(graph: &'a BTreeMap<String, Vec<String>>, to: &str) -> Vec<&'a String> {
+    graph
+        .iter()
+        .filter(|(_, deps)| deps.iter().any(|d| d == to))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// The longest chain of dependents ending in `to`, from a package nobody
+/// depends on (`to` last); a cycle ends a chain.
+fn longest_chain_to(
+    graph: &BTreeMap<String, Vec<String>>,
+    to: &str,
+    path: &mut Vec<String>,
+) -> Vec<String> {
+    path.push(to.to_owned());
+    let mut best = Vec::new();
+    for up in dependents(graph, to) {
+        if path.contains(up) {
+            continue;
+        }
+        let chain = longest_chain_to(graph, up, path);
+        if chain.len() > best.len() {
+            best = chain;
+        }
+    }
+    path.pop();
+    best.push(to.to_owned());
+    best
+}
+
+/// The packages nobody depends on from which `to` is reached (`to` itself
+/// when nobody depends on it).
+fn roots_above(graph: &BTreeMap<String, Vec<String>>, to: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![to.to_owned()];
+    while let Some(p) = stack.pop() {
+        if !seen.insert(p.clone()) {
+            continue;
+        }
+        let up = dependents(graph, &p);
+        if up.is_empty() {
+            out.insert(p);
+        }
+        stack.extend(up.into_iter().cloned());
+    }
+    out
+}
+
+/// Every package reachable from `from` (itself included) into `seen`.
+fn reach(graph: &BTreeMap<String, Vec<String>>, from: &str, seen: &mut BTreeSet<String>) {
+    if !seen.insert(from.to_owned()) {
+        return;
+    }
+    for d in graph.get(from).into_iter().flatten() {
+        reach(graph, d, seen);
+    }
+}
+
 /// A path from `from` back to `to` through the dependency graph, if any.
 fn path_back(
     graph: &BTreeMap<String, Vec<String>>,
@@ -223,6 +329,10 @@ pub async fn resolve(
             .map(|d| xpkg::repository_of(&d.package))
             .collect(),
     );
+    if let Some(why) = past_bounds(&graph, &own) {
+        report.problems.push(why);
+        return Ok(report);
+    }
     let api = Api::<Provider>::all(client.clone());
     for dep in deps {
         let repository = xpkg::repository_of(&dep.package);
@@ -407,6 +517,60 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+
+    fn graph(edges: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        edges
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_dependency_graph_is_bounded_in_breadth_depth_and_size() {
+        let many: Vec<String> = (0..=MAX_DEPENDENCIES).map(|i| format!("r/d{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let why = past_bounds(&graph(&[("r/a", &many)]), "r/a").unwrap();
+        assert!(
+            why.contains("33 dependencies") && why.contains("32"),
+            "{why}"
+        );
+        assert!(past_bounds(&graph(&[("r/a", &many[..MAX_DEPENDENCIES])]), "r/a").is_none());
+        // A chain root → l1 → … → l7 whose last would add level 9.
+        let names: Vec<String> = (0..MAX_DEPTH).map(|i| format!("r/l{i}")).collect();
+        let next = "r/next".to_owned();
+        let mut edges: Vec<(&str, Vec<&str>)> = names
+            .windows(2)
+            .map(|w| (w[0].as_str(), vec![w[1].as_str()]))
+            .collect();
+        edges.push((names[MAX_DEPTH - 1].as_str(), vec![next.as_str()]));
+        let g: BTreeMap<String, Vec<String>> = edges
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
+            .collect();
+        let why = past_bounds(&g, &names[MAX_DEPTH - 1]).unwrap();
+        assert!(
+            why.contains("level 9")
+                && why.starts_with("its dependencies")
+                && why.contains("r/l0 → r/l1"),
+            "{why}"
+        );
+        assert!(past_bounds(&g, &names[MAX_DEPTH - 2]).is_none());
+        // One root, wide: 3 × 32 Providers below it.
+        let mid: Vec<String> = (0..3).map(|i| format!("r/m{i}")).collect();
+        let leaves: Vec<Vec<String>> = (0..3)
+            .map(|i| {
+                (0..MAX_DEPENDENCIES)
+                    .map(|j| format!("r/x{i}-{j}"))
+                    .collect()
+            })
+            .collect();
+        let mut g = BTreeMap::from([("r/root".to_owned(), mid.clone())]);
+        for (m, l) in mid.iter().zip(&leaves) {
+            g.insert(m.clone(), l.clone());
+        }
+        let why = past_bounds(&g, "r/m2").unwrap();
+        assert!(why.contains("r/root would bring in 99 Providers"), "{why}");
+    }
 
     #[test]
     fn ranges_with_v_prefixes_select_the_highest_full_semver_tag() {

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 /// The container lists of a pod spec.
 const CONTAINER_LISTS: [&str; 3] = ["initContainers", "containers", "ephemeralContainers"];
 /// The volume sources "restricted" allows.
-const ALLOWED_VOLUMES: [&str; 8] = [
+pub(crate) const ALLOWED_VOLUMES: [&str; 8] = [
     "configMap",
     "csi",
     "downwardAPI",

@@ -62,7 +62,8 @@ const WRITE_PROTECTED_GROUPS: [&str; 4] = [
 ];
 
 /// Whether `verb` on `resource` of `group` is never granted, whatever the
-/// allow-list says: a wildcard anywhere, a verb of [`NEVER_VERBS`], a
+/// allow-list says: a wildcard anywhere, anything in the package-identity
+/// marker's group ([`types::package_identity`]), a verb of [`NEVER_VERBS`], a
 /// resource of [`NEVER_RESOURCES`], or a write to a group of
 /// [`WRITE_PROTECTED_GROUPS`] or of this project's own API.
 pub fn never_grantable(group: &str, resource: &str, verb: &str) -> bool {
@@ -70,6 +71,10 @@ pub fn never_grantable(group: &str, resource: &str, verb: &str) -> bool {
     let resource = resource.to_ascii_lowercase();
     let group = group.to_ascii_lowercase();
     [&group, &resource, &verb].iter().any(|s| s.contains('*'))
+        // The package-identity marker: holding its other name would make a
+        // package identity look like the control plane to the admission
+        // policy, and its own name is the rbac-manager's to give.
+        || group == types::package_identity::GROUP
         || NEVER_VERBS.contains(&verb.as_str())
         || NEVER_RESOURCES.contains(&resource.as_str())
         || (WRITE_VERBS.contains(&verb.as_str())
@@ -280,6 +285,11 @@ mod tests {
                 true,
             ),
             ("impersonating groups", ("", "groups", "impersonate"), true),
+            (
+                "the package-identity marker, under either name",
+                ("identity.crossplane-rs.io", "identities", "mark"),
+                true,
+            ),
             (
                 "escalating roles",
                 ("rbac.authorization.k8s.io", "clusterroles", "escalate"),

@@ -1,10 +1,14 @@
-//! Extensions (seed 001): one ClusterRole per Extension, bound to its
-//! controller's ServiceAccount.
+//! Extensions (seed 001): one Role per Extension in its namespace, bound
+//! there to its controller's ServiceAccount. An Extension is namespaced,
+//! and so are its rights; the one cluster-wide binding it gets marks its
+//! controller as a package identity for the admission policy
+//! ([`types::package_identity`]), which grants nothing.
 //!
 //! The role holds the Extension's `permissions.rules`, every verb on the
-//! kinds it owns and read on the kinds it depends on, each within the
-//! boundary ([`crate::boundary`], [`crate::kinds`]): a kind whose CRD is
-//! not served yet is left out (RBACReady stays True and says which kinds
+//! kinds it owns and read on the kinds it depends on (which, like its
+//! rules, must be within the allow-list), each within the boundary
+//! ([`crate::boundary`], [`crate::kinds`]): a kind whose CRD is not served
+//! yet is left out (RBACReady stays True and says which kinds
 //! wait; the Extension is looked at again every [`WAIT_POLL`]), and
 //! anything refused leaves the Extension without a role or binding (both
 //! are deleted if they exist: a role that passed an older, wider boundary
@@ -17,15 +21,16 @@
 //!
 //! Kinds are resolved through discovery and CRDs read by name (metadata
 //! only): the rbac-manager holds no watch on CRDs or ServiceAccounts, so no
-//! one can grow its caches by creating them. A namespaced Extension cannot
-//! own cluster-scoped objects, so a finalizer removes them.
+//! one can grow its caches by creating them. The Role and RoleBinding are
+//! controlled by the Extension; the identity binding is cluster-scoped,
+//! which a namespaced Extension cannot own, so a finalizer removes it.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::{
         core::v1::ServiceAccount,
-        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -74,6 +79,9 @@ pub struct Extensions {
     field_manager: String,
     allow_list: AllowList,
     metrics: RbacMetrics,
+    /// Extensions (by uid) whose cluster-wide role from an older
+    /// rbac-manager this process has removed.
+    dropped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Reconciler for Extensions {
@@ -119,9 +127,16 @@ impl Reconciler for Extensions {
             .unwrap_or_default();
         let found = self.look_up(&kinds::targets(&refs)).await?;
         let plan = kinds::plan(&format!("{ns}/{name}"), &refs, &found);
-        let role = roles::extension_role(&ns, &name, &plan.owns, &plan.depends_on, &rules);
+        let uid = e.uid().unwrap_or_default();
+        let ext = (ns.as_str(), name.as_str(), uid.as_str());
+        let role = roles::extension_role(ext, &plan.owns, &plan.depends_on, &rules);
+        // What it depends on is asked for like its own rules: reading
+        // another stack's kinds passes the allow-list too. Only what it owns
+        // (CRDs its own stack installed) is granted without it.
+        let mut requested = rules.clone();
+        requested.extend(roles::read_rules(&plan.depends_on));
         let mut refused = boundary::check(
-            &rules,
+            &requested,
             role.rules.as_deref().unwrap_or_default(),
             &self.allow_list.rules(),
         );
@@ -131,20 +146,21 @@ impl Reconciler for Extensions {
         if !refused.is_empty() {
             // Nothing of a refused Extension stays: a role from before may
             // hold what is refused now.
-            self.remove(&role_name).await?;
+            self.remove(&ns, &name).await?;
             self.metrics.requests_refused.inc();
             let why = refused.message(&self.allow_list.name);
             self.set(e, false, "PermissionRequestRefused", &why).await?;
             return Err(Error::Refused(why));
         }
+        self.drop_cluster_role(&ns, &name, &uid).await?;
         ssa::apply(
-            &Api::<ClusterRole>::all(self.sk.client().clone()),
+            &Api::<Role>::namespaced(self.sk.client().clone(), &ns),
             &role_name,
             &role,
             &self.field_manager,
         )
         .await
-        .map_err(|e| Error::Request("apply the Extension's ClusterRole", e))?;
+        .map_err(|e| Error::Request("apply the Extension's Role", e))?;
         let waiting = (!plan.waiting.is_empty()).then(|| {
             format!(
                 "; not granted until their CRDs are installed: {} (looked at again every {}s)",
@@ -153,24 +169,24 @@ impl Reconciler for Extensions {
             )
         });
         let waiting = waiting.unwrap_or_default();
-        let (ok, reason, message) = match self.bind(e, &ns, &name).await? {
+        let (ok, reason, message) = match self.bind(e, ext).await? {
             Bound::Yes(sa) => (
                 true,
                 "RolesRendered",
-                format!("ClusterRole {role_name} bound to ServiceAccount {ns}/{sa}{waiting}"),
+                format!("Role {ns}/{role_name} bound to ServiceAccount {ns}/{sa}{waiting}"),
             ),
             Bound::NoController => (
                 true,
                 "RolesRendered",
                 format!(
-                    "ClusterRole {role_name} rendered; the Extension runs no controller, so nothing is bound{waiting}"
+                    "Role {ns}/{role_name} rendered; the Extension runs no controller, so nothing is bound{waiting}"
                 ),
             ),
             Bound::Missing(sa) => (
                 false,
                 WAITING_FOR_RUNTIME,
                 format!(
-                    "ClusterRole {role_name} rendered, not bound yet: waiting for ServiceAccount {ns}/{sa}, which the package-manager creates for the Extension's controller (looked at again every {}s){waiting}",
+                    "Role {ns}/{role_name} rendered, not bound yet: waiting for ServiceAccount {ns}/{sa}, which the package-manager creates for the Extension's controller (looked at again every {}s){waiting}",
                     WAIT_POLL.as_secs()
                 ),
             ),
@@ -178,7 +194,7 @@ impl Reconciler for Extensions {
                 false,
                 SERVICE_ACCOUNT_CONFLICT,
                 format!(
-                    "ClusterRole {role_name} rendered but not bound: ServiceAccount {ns}/{sa} is not the Extension's (it has no controller ownerReference to this Extension); the role is bound only to the ServiceAccount the package-manager creates for the controller: delete that ServiceAccount, or name another one in the controller's pod template{waiting}"
+                    "Role {ns}/{role_name} rendered but not bound: ServiceAccount {ns}/{sa} is not the Extension's (it has no controller ownerReference to this Extension); the role is bound only to the ServiceAccount the package-manager creates for the controller: delete that ServiceAccount, or name another one in the controller's pod template{waiting}"
                 ),
             ),
         };
@@ -199,9 +215,8 @@ impl Reconciler for Extensions {
         e: &Arc<Extension>,
         _status: &mut Draft<Extension>,
     ) -> Result<Cleanup, Error> {
-        let role_name =
-            roles::extension_role_name(&e.namespace().unwrap_or_default(), &e.name_any());
-        self.remove(&role_name).await?;
+        self.remove(&e.namespace().unwrap_or_default(), &e.name_any())
+            .await?;
         Ok(Cleanup::Done)
     }
 }
@@ -232,20 +247,24 @@ impl Extensions {
         .await
     }
 
-    /// Binds the role to the Extension's own controller ServiceAccount, or
-    /// deletes the binding when there is none to bind to.
-    async fn bind(&self, e: &Extension, ns: &str, name: &str) -> Result<Bound, Error> {
-        let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
+    /// Binds the role to the Extension's own controller ServiceAccount (and
+    /// marks that ServiceAccount as a package identity), or deletes both
+    /// bindings when there is none to bind to.
+    async fn bind(&self, e: &Extension, ext: (&str, &str, &str)) -> Result<Bound, Error> {
+        let (ns, name, uid) = ext;
+        let client = self.sk.client().clone();
+        let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
+        let marks = Api::<ClusterRoleBinding>::all(client.clone());
         let binding_name = roles::extension_role_name(ns, name);
+        let mark_name = roles::extension_identity_name(ns, name);
         let bound = match e.controller_service_account() {
             None => Bound::NoController,
             Some(sa) => {
-                let meta = Api::<ServiceAccount>::namespaced(self.sk.client().clone(), ns)
+                let meta = Api::<ServiceAccount>::namespaced(client.clone(), ns)
                     .get_metadata_opt(&sa)
                     .await
                     .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
-                let uid = e.uid().unwrap_or_default();
-                match subjects::extension(&uid, meta.as_ref().map(|m| &m.metadata)) {
+                match subjects::extension(uid, meta.as_ref().map(|m| &m.metadata)) {
                     ExtensionSubject::Bind => Bound::Yes(sa),
                     ExtensionSubject::Missing => Bound::Missing(sa),
                     ExtensionSubject::NotControlled => Bound::NotControlled(sa),
@@ -254,36 +273,80 @@ impl Extensions {
         };
         match &bound {
             Bound::Yes(sa) => {
+                // The mark first: the controller never holds the Role
+                // without the admission policy holding it.
                 ssa::apply(
-                    &bindings,
-                    &binding_name,
-                    &roles::extension_binding(ns, name, sa),
+                    &marks,
+                    &mark_name,
+                    &roles::extension_identity(ext, sa),
                     &self.field_manager,
                 )
                 .await
-                .map_err(|e| Error::Request("apply the Extension's ClusterRoleBinding", e))?;
-            }
-            _ => runtime::objects::delete(&bindings, &binding_name)
+                .map_err(|e| Error::Request("apply the Extension's identity binding", e))?;
+                ssa::apply(
+                    &bindings,
+                    &binding_name,
+                    &roles::extension_binding(ext, sa),
+                    &self.field_manager,
+                )
                 .await
-                .map_err(|e| Error::Request("delete the Extension's ClusterRoleBinding", e))?,
+                .map_err(|e| Error::Request("apply the Extension's RoleBinding", e))?;
+            }
+            _ => {
+                runtime::objects::delete(&bindings, &binding_name)
+                    .await
+                    .map_err(|e| Error::Request("delete the Extension's RoleBinding", e))?;
+                runtime::objects::delete(&marks, &mark_name)
+                    .await
+                    .map_err(|e| Error::Request("delete the Extension's identity binding", e))?;
+            }
         }
         Ok(bound)
     }
 
-    /// Deletes the Extension's binding, then its role.
-    async fn remove(&self, role_name: &str) -> Result<(), Error> {
+    /// Deletes the Extension's binding, its mark and its role.
+    async fn remove(&self, ns: &str, name: &str) -> Result<(), Error> {
+        let client = self.sk.client().clone();
+        let role_name = roles::extension_role_name(ns, name);
         runtime::objects::delete(
-            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
-            role_name,
+            &Api::<RoleBinding>::namespaced(client.clone(), ns),
+            &role_name,
         )
         .await
-        .map_err(|e| Error::Request("delete the Extension's ClusterRoleBinding", e))?;
+        .map_err(|e| Error::Request("delete the Extension's RoleBinding", e))?;
         runtime::objects::delete(
-            &Api::<ClusterRole>::all(self.sk.client().clone()),
-            role_name,
+            &Api::<ClusterRoleBinding>::all(client.clone()),
+            &roles::extension_identity_name(ns, name),
         )
         .await
-        .map_err(|e| Error::Request("delete the Extension's ClusterRole", e))
+        .map_err(|e| Error::Request("delete the Extension's identity binding", e))?;
+        runtime::objects::delete(&Api::<Role>::namespaced(client, ns), &role_name)
+            .await
+            .map_err(|e| Error::Request("delete the Extension's Role", e))?;
+        self.drop_cluster_role(ns, name, "").await
+    }
+
+    /// Deletes the ClusterRole and ClusterRoleBinding an older rbac-manager
+    /// gave the Extension (its rights were cluster-wide then), once per
+    /// Extension `uid` and process (always when `uid` is empty).
+    async fn drop_cluster_role(&self, ns: &str, name: &str, uid: &str) -> Result<(), Error> {
+        if !uid.is_empty() && self.dropped.lock().is_ok_and(|d| d.contains(uid)) {
+            return Ok(());
+        }
+        let client = self.sk.client().clone();
+        let legacy = roles::extension_role_name(ns, name);
+        runtime::objects::delete(&Api::<ClusterRoleBinding>::all(client.clone()), &legacy)
+            .await
+            .map_err(|e| Error::Request("delete the Extension's old ClusterRoleBinding", e))?;
+        runtime::objects::delete(&Api::<ClusterRole>::all(client), &legacy)
+            .await
+            .map_err(|e| Error::Request("delete the Extension's old ClusterRole", e))?;
+        if !uid.is_empty()
+            && let Ok(mut d) = self.dropped.lock()
+        {
+            d.insert(uid.to_owned());
+        }
+        Ok(())
     }
 
     /// What the API server says about each target: discovery of its group
@@ -344,6 +407,7 @@ pub fn controller(
         field_manager: rt.field_manager(),
         allow_list,
         metrics,
+        dropped: std::sync::Mutex::default(),
     });
     reconciler::run(ctrl, reconciler)
 }

@@ -49,6 +49,16 @@ struct Args {
         default_value = "crossplane-rs:allowed-provider-permissions"
     )]
     allowed_permissions_clusterrole: String,
+
+    /// The namespaces where Provider runtimes may read and write Secrets
+    /// and ConfigMaps (credentials, connection details), comma-separated.
+    /// Unset: every namespace (as upstream Crossplane grants them). Set,
+    /// each runtime gets them through a RoleBinding in each named namespace
+    /// only, so Secrets elsewhere (the package-manager's certificate
+    /// authorities and pull Secrets in the controllers' namespace, unless
+    /// it is named) are out of its reach.
+    #[arg(long, env = "RUNTIME_SECRET_NAMESPACES", value_delimiter = ',')]
+    runtime_secret_namespaces: Vec<String>,
 }
 
 #[tokio::main]
@@ -65,7 +75,18 @@ async fn main() -> anyhow::Result<()> {
     let metrics = revisions::RbacMetrics::new(&rt)?;
     let (allow_list, allow_changes) = revisions::AllowList::watch(&rt, allowed);
     let extensions = extensions::controller(&rt, allow_list.clone(), metrics.clone());
-    let revisions = revisions::controller(&rt, namespace, (allow_list, allow_changes), metrics);
+    let secret_namespaces: Vec<String> = args
+        .runtime_secret_namespaces
+        .iter()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let revisions = revisions::controller(
+        &rt,
+        (namespace, secret_namespaces),
+        (allow_list, allow_changes),
+        metrics,
+    );
     let work = async move {
         tokio::join!(revisions, extensions);
     };

@@ -3,7 +3,9 @@
 //! binds the `system` role to the ServiceAccount its runtime Deployment runs
 //! as while the revision is Active (an Inactive one keeps its roles and
 //! loses the binding), and says so in the revision's `RBACReady` condition.
-//! Roles and binding are controlled by the revision, so they go with it.
+//! The runtime's leader-election Leases are granted apart, by a RoleBinding
+//! in the runtime's own namespace ([`roles::leader_election_binding`]).
+//! Roles and bindings are controlled by the revision, so they go with it.
 //!
 //! Every rule passes the boundary first ([`crate::boundary`]): the package's
 //! permission requests (its `status.permissionRequests`) must be
@@ -24,7 +26,7 @@ use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding},
 };
 use kube::{
     Api, Resource, ResourceExt,
@@ -39,7 +41,10 @@ use runtime::{
     },
     ssa,
 };
-use types::pkg::v1::{ProviderRevision, RevisionState};
+use types::pkg::{
+    contract::conditions::{PERMISSION_REQUEST_REFUSED, SERVICE_ACCOUNT_REFUSED},
+    v1::{ProviderRevision, RevisionState},
+};
 
 use crate::{boundary, kinds, roles};
 
@@ -51,9 +56,6 @@ pub const FINALIZER: &str = "rbac.crossplane.io/revision";
 pub const TYPE_RBAC_READY: &str = types::pkg::contract::conditions::RBAC_READY;
 /// The label the package-manager puts on a revision's runtime objects.
 const REVISION_LABEL: &str = types::pkg::contract::labels::REVISION;
-/// RBACReady's reason when the runtime's ServiceAccount is one no
-/// package's role is bound to.
-const SERVICE_ACCOUNT_REFUSED: &str = "ServiceAccountRefused";
 /// How often a revision is looked at again; its Deployment, the allow-list
 /// and the revision itself wake it sooner when they change.
 const RESYNC: Duration = Duration::from_secs(3600);
@@ -84,11 +86,24 @@ impl ReconcileError for Error {
     }
 }
 
+/// What a bound revision's runtime is bound with: its `system` role,
+/// cluster-wide, and RoleBindings in single namespaces (its Leases in its
+/// own, and its Secrets and ConfigMaps in each of
+/// `--runtime-secret-namespaces`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Bindings {
+    system: ClusterRoleBinding,
+    namespaced: Vec<RoleBinding>,
+}
+
 /// The reconciler.
 pub struct ProviderRevisions {
     sk: Skeleton,
     field_manager: String,
     namespace: String,
+    /// Where runtimes may read and write Secrets and ConfigMaps; empty:
+    /// every namespace.
+    secret_namespaces: Vec<String>,
     deployments: Store<Deployment>,
     /// The ClusterRole whose rules bound what packages may ask for.
     allow_list: AllowList,
@@ -187,6 +202,7 @@ impl Reconciler for ProviderRevisions {
             common_labels: &common_labels,
             common_annotations: &common_annotations,
             safe_start: r.safe_start(),
+            secrets_cluster_wide: self.secret_namespaces.is_empty(),
         };
         let rendered = roles::provider_roles(&revision, &kinds, &requested);
         refused.merge(boundary::check(
@@ -200,7 +216,7 @@ impl Reconciler for ProviderRevisions {
             self.remove(&name).await?;
             self.metrics.requests_refused.inc();
             let why = refused.message(&self.allow_list.name);
-            self.condition(r, false, "PermissionRequestRefused", &why)
+            self.condition(r, false, PERMISSION_REQUEST_REFUSED, &why)
                 .await?;
             return Err(Error::Refused(why));
         }
@@ -211,9 +227,23 @@ impl Reconciler for ProviderRevisions {
         let service_account = runtime
             .as_ref()
             .and_then(|(_, sa)| types::borrowed_identity(sa).is_none().then(|| sa.clone()));
-        let binding = service_account
-            .as_ref()
-            .map(|sa| roles::system_binding(&name, &uid, sa, &self.namespace));
+        let binding = service_account.as_ref().map(|sa| {
+            let mut namespaced = vec![roles::leader_election_binding(
+                &name,
+                &uid,
+                sa,
+                &self.namespace,
+            )];
+            namespaced.extend(
+                self.secret_namespaces
+                    .iter()
+                    .map(|ns| roles::secrets_binding(&name, &uid, (sa, &self.namespace), ns)),
+            );
+            Bindings {
+                system: roles::system_binding(&name, &uid, sa, &self.namespace),
+                namespaced,
+            }
+        });
         self.write(&name, &rendered, binding.as_ref()).await?;
         let n = rendered.len();
         let ns = &self.namespace;
@@ -308,7 +338,7 @@ impl ProviderRevisions {
         &self,
         name: &str,
         rendered: &[ClusterRole],
-        binding: Option<&ClusterRoleBinding>,
+        binding: Option<&Bindings>,
     ) -> Result<(), Error> {
         // The roles and binding are compared as one: nothing is written
         // unless one of them changed.
@@ -324,7 +354,7 @@ impl ProviderRevisions {
         &self,
         name: &str,
         rendered: &[ClusterRole],
-        binding: Option<&ClusterRoleBinding>,
+        binding: Option<&Bindings>,
     ) -> Result<(), Error> {
         let api = Api::<ClusterRole>::all(self.sk.client().clone());
         for role in rendered {
@@ -338,13 +368,56 @@ impl ProviderRevisions {
         let binding_name = roles::role_name(name, "system");
         match binding {
             Some(b) => {
-                ssa::apply(&bindings, &binding_name, b, &self.field_manager)
+                ssa::apply(&bindings, &binding_name, &b.system, &self.field_manager)
                     .await
                     .map_err(|e| Error::Request("apply the ClusterRoleBinding", e))?;
+                for rb in &b.namespaced {
+                    let api = Api::<RoleBinding>::namespaced(
+                        self.sk.client().clone(),
+                        rb.metadata.namespace.as_deref().unwrap_or_default(),
+                    );
+                    let rb_name = rb.metadata.name.as_deref().unwrap_or_default();
+                    ssa::apply(&api, rb_name, rb, &self.field_manager)
+                        .await
+                        .map_err(|e| Error::Request("apply a RoleBinding", e))?;
+                }
+                self.prune_role_bindings(name, &b.namespaced).await?;
             }
-            None => runtime::objects::delete(&bindings, &binding_name)
+            None => {
+                self.prune_role_bindings(name, &[]).await?;
+                runtime::objects::delete(&bindings, &binding_name)
+                    .await
+                    .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every RoleBinding of revision `name` (by its label, in any
+    /// namespace) that is not one of `keep`: a namespace no longer named by
+    /// `--runtime-secret-namespaces`, or the revision's runtime unbound.
+    async fn prune_role_bindings(&self, name: &str, keep: &[RoleBinding]) -> Result<(), Error> {
+        let client = self.sk.client().clone();
+        let live = Api::<RoleBinding>::all(client.clone())
+            .list_metadata(
+                &kube::api::ListParams::default().labels(&format!("{REVISION_LABEL}={name}")),
+            )
+            .await
+            .map_err(|e| Error::Request("list the revision's RoleBindings", e))?;
+        for rb in live.items {
+            let (ns, rb_name) = (rb.namespace().unwrap_or_default(), rb.name_any());
+            let wanted = keep.iter().any(|k| {
+                k.metadata.namespace.as_deref() == Some(ns.as_str())
+                    && k.metadata.name.as_deref() == Some(rb_name.as_str())
+            });
+            if !wanted {
+                runtime::objects::delete(
+                    &Api::<RoleBinding>::namespaced(client.clone(), &ns),
+                    &rb_name,
+                )
                 .await
-                .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?,
+                .map_err(|e| Error::Request("delete a RoleBinding", e))?;
+            }
         }
         Ok(())
     }
@@ -352,6 +425,7 @@ impl ProviderRevisions {
     /// Deletes the revision's binding, then its roles.
     async fn remove(&self, name: &str) -> Result<(), Error> {
         self.applier.forget(name);
+        self.prune_role_bindings(name, &[]).await?;
         runtime::objects::delete(
             &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
             &roles::role_name(name, "system"),
@@ -477,7 +551,7 @@ impl AllowList {
 /// (a change looks at every revision again).
 pub fn controller<S>(
     rt: &Runtime,
-    namespace: String,
+    (namespace, secret_namespaces): (String, Vec<String>),
     (allow_list, allow_stream): (AllowList, S),
     metrics: RbacMetrics,
 ) -> impl Future<Output = ()> + Send + 'static + use<S>
@@ -512,6 +586,7 @@ where
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         namespace,
+        secret_namespaces,
         deployments,
         allow_list,
         applier: ssa::Applier::new(rt.field_manager()),

@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::{
-    api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject},
+    api::rbac::v1::{
+        ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+    },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use types::extensions::v1alpha1::{ROLE_NAME_LABEL, ROLE_NAMESPACE_LABEL};
@@ -107,22 +109,72 @@ fn kind_rules(kinds: &[Kind], verbs: &[&str], subresources: bool) -> Vec<PolicyR
         .collect()
 }
 
-/// What every provider runtime uses besides its own kinds: events, the
-/// Secrets and ConfigMaps it reads and writes (credentials, connection
-/// details), and Leases for leader election.
-fn runtime_rules() -> Vec<PolicyRule> {
+/// What every provider runtime uses besides its own kinds, cluster-wide:
+/// events, and the Secrets and ConfigMaps it reads and writes
+/// (credentials, connection details). Its leader-election Leases are not
+/// here: they are granted only in the runtime's own namespace
+/// ([`leader_election_binding`]).
+fn runtime_rules(secrets_cluster_wide: bool) -> Vec<PolicyRule> {
     let write_events = ["create", "patch", "update"];
-    vec![
-        rule("", strings(["configmaps", "secrets"]), &ALL),
+    let mut rules = vec![
         rule("", strings(["events"]), &write_events),
         rule("events.k8s.io", strings(["events"]), &write_events),
-        rule(
-            "coordination.k8s.io",
-            strings(["leases"]),
-            &["create", "get", "update"],
-        ),
-    ]
+    ];
+    if secrets_cluster_wide {
+        rules.insert(0, rule("", strings(["configmaps", "secrets"]), &ALL));
+    }
+    rules
 }
+
+/// The ClusterRole `deploy/` ships that grants a runtime Secrets and
+/// ConfigMaps; with `--runtime-secret-namespaces` the rbac-manager binds it
+/// in each named namespace ([`secrets_binding`]) instead of granting them
+/// cluster-wide.
+pub const SECRETS_ROLE: &str = "crossplane-rs:package-runtime:secrets";
+
+/// The binding of [`SECRETS_ROLE`] in `namespace` to a revision's runtime
+/// ServiceAccount `(name, namespace)`.
+pub fn secrets_binding(
+    revision: &str,
+    uid: &str,
+    (service_account, sa_namespace): (&str, &str),
+    namespace: &str,
+) -> RoleBinding {
+    RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(role_name(revision, "secrets")),
+            namespace: Some(namespace.to_owned()),
+            labels: labels(&[(REVISION_LABEL, revision)]),
+            owner_references: Some(owner(revision, uid)),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some(RBAC_GROUP.to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: SECRETS_ROLE.to_owned(),
+        },
+        subjects: subject(service_account, sa_namespace),
+    }
+}
+
+/// The rule that marks its holder as a package identity
+/// ([`types::package_identity`]): the admission policy `deploy/` ships
+/// holds such identities to what no RBAC rule can say (no token Secrets,
+/// no writes to the controllers' objects). It is the rbac-manager's, not
+/// the package's: a package can never ask for anything in its group
+/// ([`crate::boundary::never_grantable`]).
+pub fn identity_marker() -> PolicyRule {
+    use types::package_identity::{GROUP, PACKAGE, RESOURCE, VERB};
+    PolicyRule {
+        resource_names: Some(strings([PACKAGE])),
+        ..rule(GROUP, strings([RESOURCE]), &[VERB])
+    }
+}
+
+/// The ClusterRole `deploy/` ships that grants a runtime its Leases; the
+/// rbac-manager binds it in the runtime's namespace only
+/// ([`leader_election_binding`]).
+pub const LEADER_ELECTION_ROLE: &str = "crossplane-rs:package-runtime:leader-election";
 
 /// `rules`, sorted and each once.
 fn sorted(rules: &[PolicyRule]) -> Vec<PolicyRule> {
@@ -183,6 +235,9 @@ pub struct Revision<'a> {
     pub common_annotations: &'a BTreeMap<String, String>,
     /// The package's `spec.capabilities`: `SafeStart` grants reading CRDs.
     pub safe_start: bool,
+    /// Whether the runtime reads and writes Secrets and ConfigMaps in every
+    /// namespace; else only where [`secrets_binding`]s grant them.
+    pub secrets_cluster_wide: bool,
 }
 
 fn revision_role(
@@ -219,7 +274,7 @@ pub fn provider_roles(
     requested: &[PolicyRule],
 ) -> Vec<ClusterRole> {
     let mut system = kind_rules(kinds, &ALL, true);
-    system.extend(runtime_rules());
+    system.extend(runtime_rules(revision.secrets_cluster_wide));
     if revision.safe_start {
         // A provider that starts its controllers as their CRDs appear
         // watches CRDs.
@@ -230,6 +285,7 @@ pub fn provider_roles(
         ));
     }
     system.extend(sorted(requested));
+    system.push(identity_marker());
     let name = revision.name;
     vec![
         revision_role(role_name(name, "system"), &[], revision, system),
@@ -260,35 +316,108 @@ pub fn extension_role_name(namespace: &str, name: &str) -> String {
     format!("crossplane:extension:{namespace}:{name}:system")
 }
 
-fn extension_meta(namespace: &str, name: &str) -> ObjectMeta {
+/// The name of the ClusterRoleBinding that marks an Extension's controller
+/// as a package identity.
+pub fn extension_identity_name(namespace: &str, name: &str) -> String {
+    format!("crossplane:extension:{namespace}:{name}:identity")
+}
+
+fn extension_meta(
+    object_name: String,
+    namespace: Option<&str>,
+    extension: (&str, &str, &str),
+) -> ObjectMeta {
+    let (ns, name, uid) = extension;
     ObjectMeta {
-        name: Some(extension_role_name(namespace, name)),
-        labels: labels(&[(ROLE_NAMESPACE_LABEL, namespace), (ROLE_NAME_LABEL, name)]),
+        name: Some(object_name),
+        namespace: namespace.map(str::to_owned),
+        labels: labels(&[(ROLE_NAMESPACE_LABEL, ns), (ROLE_NAME_LABEL, name)]),
+        // Only a namespaced object can be owned by the namespaced
+        // Extension; the cluster-scoped binding goes by its finalizer.
+        owner_references: namespace.map(|_| {
+            vec![OwnerReference {
+                api_version: "extensions.crossplane.io/v1alpha1".to_owned(),
+                kind: "Extension".to_owned(),
+                name: name.to_owned(),
+                uid: uid.to_owned(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]
+        }),
         ..Default::default()
     }
 }
 
-/// The `system` ClusterRole of an Extension (seed 001): its
+/// Reading `kinds`: what an Extension's `dependsOn` asks for, which passes
+/// the allow-list like its `permissions.rules`.
+pub fn read_rules(kinds: &[Kind]) -> Vec<PolicyRule> {
+    kind_rules(kinds, &READ, false)
+}
+
+/// The `system` Role of an Extension (seed 001), in its namespace: its
 /// `permissions.rules`, every verb on the kinds it owns (with `/status` and
 /// `/finalizers`) and reading the kinds it depends on, all already within
-/// the boundary. Not owned (a namespaced Extension cannot own a
-/// cluster-scoped role): labelled, and removed by the Extension's
-/// finalizer.
+/// the boundary. An Extension is namespaced, and so are its rights: a rule
+/// on a cluster-scoped kind (`namespaces`, say) reaches only the
+/// Extension's own namespace. Controlled by the Extension `(namespace,
+/// name, uid)`.
 pub fn extension_role(
-    namespace: &str,
-    name: &str,
+    extension: (&str, &str, &str),
     owns: &[Kind],
     depends_on: &[Kind],
     rules: &[PolicyRule],
-) -> ClusterRole {
+) -> Role {
+    let (ns, name, _) = extension;
     let mut all = kind_rules(owns, &OWNER, true);
     all.extend(kind_rules(depends_on, &READ, false));
     all.extend(sorted(rules));
-    ClusterRole {
-        metadata: extension_meta(namespace, name),
+    Role {
+        metadata: extension_meta(extension_role_name(ns, name), Some(ns), extension),
         rules: Some(all),
-        ..Default::default()
     }
+}
+
+fn subject(service_account: &str, namespace: &str) -> Option<Vec<Subject>> {
+    Some(vec![Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: service_account.to_owned(),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    }])
+}
+
+/// The binding of an Extension's Role to its controller's ServiceAccount
+/// (one [`crate::subjects::extension`] accepted), in the Extension's
+/// namespace.
+pub fn extension_binding(extension: (&str, &str, &str), service_account: &str) -> RoleBinding {
+    let (ns, name, _) = extension;
+    let role = extension_role_name(ns, name);
+    RoleBinding {
+        metadata: extension_meta(role.clone(), Some(ns), extension),
+        role_ref: RoleRef {
+            api_group: Some(RBAC_GROUP.to_owned()),
+            kind: "Role".to_owned(),
+            name: role,
+        },
+        subjects: subject(service_account, ns),
+    }
+}
+
+/// The binding of the package-identity marker
+/// ([`types::package_identity::CLUSTER_ROLE`]) to an Extension's
+/// controller: cluster-wide, since the admission policy asks about the
+/// identity wherever it acts.
+pub fn extension_identity(
+    extension: (&str, &str, &str),
+    service_account: &str,
+) -> ClusterRoleBinding {
+    let (ns, name, _) = extension;
+    binding(
+        extension_meta(extension_identity_name(ns, name), None, extension),
+        types::package_identity::CLUSTER_ROLE.to_owned(),
+        service_account,
+        ns,
+    )
 }
 
 fn binding(
@@ -304,25 +433,8 @@ fn binding(
             kind: "ClusterRole".to_owned(),
             name: role,
         },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".to_owned(),
-            name: service_account.to_owned(),
-            namespace: Some(namespace.to_owned()),
-            ..Default::default()
-        }]),
+        subjects: subject(service_account, namespace),
     }
-}
-
-/// The binding of an Extension's role to its controller's ServiceAccount
-/// (one [`crate::subjects::extension`] accepted), in the Extension's
-/// namespace.
-pub fn extension_binding(namespace: &str, name: &str, service_account: &str) -> ClusterRoleBinding {
-    binding(
-        extension_meta(namespace, name),
-        extension_role_name(namespace, name),
-        service_account,
-        namespace,
-    )
 }
 
 /// The binding of a revision's `system` role to its runtime's
@@ -347,11 +459,41 @@ pub fn system_binding(
     )
 }
 
-/// Every rule of `roles`, for the boundary's last look.
+/// The binding of [`LEADER_ELECTION_ROLE`] to a revision's runtime
+/// ServiceAccount in `namespace`, the runtime's own: its Leases there and
+/// nowhere else (the admission policy keeps the controllers' Leases of
+/// that namespace out of its reach).
+pub fn leader_election_binding(
+    revision: &str,
+    uid: &str,
+    service_account: &str,
+    namespace: &str,
+) -> RoleBinding {
+    RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(role_name(revision, "leader-election")),
+            namespace: Some(namespace.to_owned()),
+            labels: labels(&[(REVISION_LABEL, revision)]),
+            owner_references: Some(owner(revision, uid)),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some(RBAC_GROUP.to_owned()),
+            kind: "ClusterRole".to_owned(),
+            name: LEADER_ELECTION_ROLE.to_owned(),
+        },
+        subjects: subject(service_account, namespace),
+    }
+}
+
+/// Every rule of `roles` but the identity marker (the rbac-manager's own),
+/// for the boundary's last look.
 pub fn rules_of(roles: &[ClusterRole]) -> Vec<PolicyRule> {
+    let marker = identity_marker();
     roles
         .iter()
         .flat_map(|r| r.rules.iter().flatten().cloned())
+        .filter(|r| *r != marker)
         .collect()
 }
 
@@ -380,6 +522,7 @@ mod tests {
             common_labels: &EMPTY,
             common_annotations: &EMPTY,
             safe_start: false,
+            secrets_cluster_wide: true,
         }
     }
 
@@ -497,8 +640,7 @@ mod tests {
         let deps = [kind("db.example", "databases")];
         let secrets = rule("", names(&["secrets"]), &["get"]);
         let role = v(&extension_role(
-            "ns",
-            "redis",
+            ("ns", "redis", "u"),
             &owns,
             &deps,
             std::slice::from_ref(&secrets),
@@ -514,7 +656,9 @@ mod tests {
         );
         assert_eq!(rules[1]["verbs"], json!(READ));
         assert_eq!(rules[2], v(&secrets));
-        assert!(role["metadata"].get("ownerReferences").is_none());
+        assert_eq!(role["kind"], "Role");
+        assert_eq!(role["metadata"]["namespace"], "ns");
+        assert_eq!(role["metadata"]["ownerReferences"][0]["uid"], "u");
     }
 
     #[test]
@@ -529,12 +673,75 @@ mod tests {
     }
 
     #[test]
-    fn an_extensions_binding_names_its_service_account_in_its_namespace() {
-        let b = v(&extension_binding("ns", "redis", "redis-controller"));
+    fn an_extensions_rights_are_bound_in_its_namespace_and_only_its_mark_cluster_wide() {
+        let b = v(&extension_binding(("ns", "redis", "u"), "redis-controller"));
+        assert_eq!(b["kind"], "RoleBinding");
+        assert_eq!(b["metadata"]["namespace"], "ns");
         assert_eq!(
             b["subjects"][0],
             json!({"kind": "ServiceAccount", "name": "redis-controller", "namespace": "ns"})
         );
-        assert_eq!(b["roleRef"]["name"], "crossplane:extension:ns:redis:system");
+        assert_eq!(
+            b["roleRef"],
+            json!({"apiGroup": RBAC_GROUP, "kind": "Role", "name": "crossplane:extension:ns:redis:system"})
+        );
+        let mark = v(&extension_identity(
+            ("ns", "redis", "u"),
+            "redis-controller",
+        ));
+        assert_eq!(mark["kind"], "ClusterRoleBinding");
+        assert_eq!(
+            mark["roleRef"]["name"],
+            types::package_identity::CLUSTER_ROLE
+        );
+        assert_eq!(mark["subjects"], b["subjects"]);
+        assert!(mark["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn narrowed_secrets_leave_the_system_role_and_are_bound_per_namespace() {
+        let narrow = Revision {
+            secrets_cluster_wide: false,
+            ..rev("p-1")
+        };
+        let system = v(&provider_roles(&narrow, &[], &[])[0]);
+        assert!(!system["rules"].to_string().contains("secrets"), "{system}");
+        let b = v(&secrets_binding(
+            "p-1",
+            "u",
+            ("sa", "crossplane-system"),
+            "creds",
+        ));
+        assert_eq!(b["metadata"]["namespace"], "creds");
+        assert_eq!(b["roleRef"]["name"], SECRETS_ROLE);
+        assert_eq!(b["subjects"][0]["namespace"], "crossplane-system");
+    }
+
+    #[test]
+    fn a_runtime_holds_the_identity_mark_and_its_leases_only_in_its_namespace() {
+        let roles = provider_roles(&rev("p-1"), &[], &[]);
+        let rules = roles[0].rules.as_ref().unwrap();
+        assert!(rules.contains(&identity_marker()));
+        assert!(
+            !rules
+                .iter()
+                .any(|r| r.resources.iter().flatten().any(|x| x == "leases")),
+            "{rules:?}"
+        );
+        // The marker is the rbac-manager's: the boundary never sees it.
+        assert!(!rules_of(&roles).contains(&identity_marker()));
+        let b = v(&leader_election_binding(
+            "p-1",
+            "u",
+            "sa",
+            "crossplane-system",
+        ));
+        assert_eq!(b["kind"], "RoleBinding");
+        assert_eq!(b["metadata"]["namespace"], "crossplane-system");
+        assert_eq!(b["roleRef"]["name"], LEADER_ELECTION_ROLE);
+        assert_eq!(
+            b["subjects"][0],
+            json!({"kind": "ServiceAccount", "name": "sa", "namespace": "crossplane-system"})
+        );
     }
 }

@@ -100,8 +100,10 @@ pub fn custom(type_: &str, status: bool, reason: &str, message: Option<String>) 
 /// skip status writes that would change nothing.
 pub fn set(conditions: &mut Vec<Condition>, mut new: Condition, now: &str) -> bool {
     // A message can carry text from anywhere (a registry's answer, an API
-    // server's refusal): a status holds at most MAX_MESSAGE bytes of it.
+    // server's refusal, a package's permission request): a status holds at
+    // most MAX_MESSAGE bytes of it, with control characters escaped.
     if let Some(m) = new.message.take() {
+        let m = types::printable(&m).into_owned();
         new.message = Some(crate::events::truncate(m, MAX_MESSAGE));
     }
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {

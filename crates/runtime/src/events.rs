@@ -116,7 +116,7 @@ impl EventReporter {
         let event = Event {
             type_,
             reason: reason.to_owned(),
-            note: Some(truncate(note, 1000)),
+            note: Some(truncate(types::printable(&note).into_owned(), 1000)),
             action: "Reconcile".to_owned(),
             secondary: None,
         };

@@ -57,6 +57,59 @@ pub const CONTROLLERS: [&str; 6] = [
     "rbac-manager",
 ];
 
+/// How the cluster tells a package identity (a Provider's runtime, an
+/// Extension's stack controller) from every other one: the rbac-manager
+/// grants each such identity the rule [`package_identity::RULE`] and
+/// nothing can grant it [`package_identity::CONTROL_PLANE`] short of a
+/// wildcard. The admission policy `deploy/` ships
+/// (`crossplane-rs-package-identities`) asks the authorizer for both, so
+/// it refuses a package identity's token Secrets and writes to the
+/// controllers' objects without a list of names to keep up to date, and
+/// leaves every other identity (cluster-admin holds both) as the cluster
+/// has it.
+pub mod package_identity {
+    /// The API group of the marker (no API server serves it: RBAC rules
+    /// may name any group). No package is ever granted anything in it.
+    pub const GROUP: &str = "identity.crossplane-rs.io";
+    /// Its resource.
+    pub const RESOURCE: &str = "identities";
+    /// Its verb.
+    pub const VERB: &str = "mark";
+    /// The name only package identities are granted.
+    pub const PACKAGE: &str = "package";
+    /// The name nobody is granted by name: only a wildcard reaches it, so
+    /// holding it tells a cluster-admin from a package identity.
+    pub const CONTROL_PLANE: &str = "control-plane";
+    /// The ClusterRole `deploy/` ships that holds the marker, which the
+    /// rbac-manager binds to each Extension's controller (a revision's
+    /// `system` role carries the rule itself).
+    pub const CLUSTER_ROLE: &str = "crossplane-rs:package-identity";
+}
+
+/// `s` with every control character (C0, DEL and C1: an escape sequence
+/// that retitles a terminal or moves its cursor, a newline that forges a
+/// line) and every bidirectional override written as a Rust escape
+/// (`\u{1b}`, `\n`), so text a package, a registry or a user wrote can be
+/// shown in a condition, an event, a log line or a terminal as the
+/// characters it is. Borrowed when there is nothing to escape.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    fn unsafe_char(c: char) -> bool {
+        c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The ServiceAccount a pod spec runs as: `serviceAccountName`, else the
 /// deprecated `serviceAccount`, else `default`, as the API server decides.
 pub fn pod_service_account(name: Option<&str>, deprecated: Option<&str>) -> String {
@@ -109,6 +162,27 @@ pub fn is_protected_group(group: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_and_bidi_overrides_are_shown_escaped() {
+        let cases = [
+            (
+                "plain text, unicode é and → stay",
+                "plain text, unicode é and → stay",
+            ),
+            ("\u{1b}]0;pwned\u{7}", "\\u{1b}]0;pwned\\u{7}"),
+            ("a\nforged line", "a\\nforged line"),
+            ("\u{9b}31m C1 CSI", "\\u{9b}31m C1 CSI"),
+            ("\u{202e}txt.exe", "\\u{202e}txt.exe"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(super::printable(input), want, "{input:?}");
+        }
+        assert!(matches!(
+            super::printable("ok"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+
     use super::*;
 
     #[test]

@@ -101,26 +101,26 @@ pub async fn deployments<S: Source>(s: &S, ns: &str, selector: &str) -> Vec<Node
 }
 
 /// The ClusterRoles and ClusterRoleBindings labelled by `selector` (what
-/// the rbac-manager rendered for one revision or Extension).
-pub async fn roles<S: Source>(s: &S, selector: &str) -> Vec<Node> {
-    let mut out = list_nodes(
-        s,
-        &kinds::cluster_role(),
-        None,
-        selector,
-        summary::cluster_role,
-    )
-    .await;
-    out.extend(
-        list_nodes(
-            s,
-            &kinds::cluster_role_binding(),
-            None,
-            selector,
-            summary::binding,
-        )
-        .await,
-    );
+/// the rbac-manager rendered for one revision or Extension), and with `ns`
+/// the Roles and RoleBindings there (an Extension's rights are namespaced).
+pub async fn roles<S: Source>(s: &S, ns: Option<&str>, selector: &str) -> Vec<Node> {
+    let mut kinds = vec![
+        (kinds::cluster_role(), None),
+        (kinds::cluster_role_binding(), None),
+    ];
+    if let Some(ns) = ns {
+        kinds.push((kinds::role(), Some(ns)));
+        kinds.push((kinds::role_binding(), Some(ns)));
+    }
+    let mut out = Vec::new();
+    for (kind, scope) in kinds {
+        let build = if kind.kind.ends_with("Binding") {
+            summary::binding
+        } else {
+            summary::cluster_role
+        };
+        out.extend(list_nodes(s, &kind, scope, selector, build).await);
+    }
     out
 }
 

@@ -110,7 +110,7 @@ async fn revision<S: Source>(
     let selector = format!("{}={}", labels::REVISION, n.name);
     n.children
         .extend(parts::deployments(s, system_ns, &selector).await);
-    n.children.extend(parts::roles(s, &selector).await);
+    n.children.extend(parts::roles(s, None, &selector).await);
     let deps = dependencies(&n);
     if let Some(providers) = providers {
         let by_repository = repositories(providers);

@@ -91,7 +91,8 @@ async fn extension<S: Source>(
             });
     }
     let selector = format!("{ROLE_NAMESPACE_LABEL}={ns},{ROLE_NAME_LABEL}={name}");
-    n.children.extend(parts::roles(s, &selector).await);
+    n.children
+        .extend(parts::roles(s, Some(ns), &selector).await);
     n
 }
 
@@ -223,7 +224,7 @@ mod tests {
         );
         f.put("v1", "Pod", json!({"metadata": {"name": "redis-controller-1", "namespace": "s", "labels": {"app": "redis"}},
             "status": {"phase": "Running"}}));
-        f.put("rbac.authorization.k8s.io/v1", "ClusterRole", json!({"metadata": {"name": "crossplane:extension:s:redis:system",
+        f.put("rbac.authorization.k8s.io/v1", "Role", json!({"metadata": {"name": "crossplane:extension:s:redis:system", "namespace": "s",
             "labels": {"extensions.crossplane.io/namespace": "s", "extensions.crossplane.io/name": "redis"}}}));
 
         let root = trace(&f, "s", "redis").await.unwrap();
@@ -252,7 +253,7 @@ mod tests {
                 ("CustomResourceDefinition/Gone".into(), Some("missing")),
                 ("Deployment/redis-controller".into(), Some("0/1 ready")),
                 (
-                    "ClusterRole/crossplane:extension:s:redis:system".into(),
+                    "Role/crossplane:extension:s:redis:system".into(),
                     Some("0 rules")
                 ),
             ]

@@ -59,7 +59,19 @@ pub fn report(
         conditions::custom(TYPE_INSTALLED, true, "ActivePackageRevision", awaiting),
         &now,
     );
-    let healthy = if target.healthy() {
+    let healthy = if let Some(why) = target.rbac_refused() {
+        // Its CRDs may be in place and its pod running, but a runtime
+        // without its roles cannot do its work.
+        conditions::custom(
+            TYPE_HEALTHY,
+            false,
+            "UnhealthyPackageRevision",
+            Some(format!(
+                "revision {} has no roles: the rbac-manager refused them (RBACReady): {why}",
+                target.name_any()
+            )),
+        )
+    } else if target.healthy() {
         conditions::custom(TYPE_HEALTHY, true, "HealthyPackageRevision", None)
     } else {
         let mut message = unhealthy_message(target).unwrap_or_else(|| {

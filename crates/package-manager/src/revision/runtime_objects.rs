@@ -142,30 +142,39 @@ impl ProviderRevisions {
             serving,
         };
         let rendered = render::render(&input).map_err(|e| Error::Render(e.to_string()))?;
-        if !self.settings.allow_unrestricted_runtimes {
-            let pod = rendered
-                .deployment
-                .pointer("/spec/template/spec")
-                .unwrap_or(&serde_json::Value::Null);
-            let mut broken =
-                crate::podsecurity::violations(pod, "spec.deploymentTemplate.spec.template.spec");
-            // A runtime never borrows the identity of a controller of this
-            // control plane (the rbac-manager's may escalate and bind).
-            let field = |f: &str| pod.get(f).and_then(serde_json::Value::as_str);
-            let account =
-                types::pod_service_account(field("serviceAccountName"), field("serviceAccount"));
-            if let Some(why) = types::borrowed_identity(&account) {
-                broken.push(format!(
-                    "serviceAccountTemplate.metadata.name: a runtime may not run as ServiceAccount {}/{account} ({why})",
-                    self.settings.namespace
-                ));
-            }
-            if !broken.is_empty() {
-                return Err(Error::RuntimeConfig(format!(
-                    "the runtime config would make the runtime break the Pod Security Standard \"restricted\" or borrow a controller's identity: {}; change the runtime config, or start the package-manager with --allow-unrestricted-runtimes true",
-                    broken.join("; ")
-                )));
-            }
+        let pod = rendered
+            .deployment
+            .pointer("/spec/template/spec")
+            .unwrap_or(&serde_json::Value::Null);
+        // --allow-unrestricted-runtimes lifts the pod-security limits only.
+        let mut broken = if self.settings.allow_unrestricted_runtimes {
+            Vec::new()
+        } else {
+            crate::podsecurity::violations(pod, "spec.deploymentTemplate.spec.template.spec")
+        };
+        // A runtime never borrows the identity of a controller of this
+        // control plane (the rbac-manager's may escalate and bind), whatever
+        // the flag says.
+        let field = |f: &str| pod.get(f).and_then(serde_json::Value::as_str);
+        let account =
+            types::pod_service_account(field("serviceAccountName"), field("serviceAccount"));
+        let borrowed = types::borrowed_identity(&account);
+        if let Some(why) = &borrowed {
+            broken.push(format!(
+                "serviceAccountTemplate.metadata.name: a runtime may not run as ServiceAccount {}/{account} ({why})",
+                self.settings.namespace
+            ));
+        }
+        if !broken.is_empty() {
+            let fix = if borrowed.is_some() && self.settings.allow_unrestricted_runtimes {
+                "name a ServiceAccount of the runtime's own in the runtime config (--allow-unrestricted-runtimes never lifts this)"
+            } else {
+                "change the runtime config, or (for the pod-security limits only) start the package-manager with --allow-unrestricted-runtimes true"
+            };
+            return Err(Error::RuntimeConfig(format!(
+                "the runtime config would make the runtime break the Pod Security Standard \"restricted\" or borrow a controller's identity: {}; {fix}",
+                broken.join("; ")
+            )));
         }
         // The Deployment carries the revision label (render puts it there);
         // the Service and the ServiceAccount are the Provider's, the same

@@ -8,6 +8,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
 use types::extensions::v1alpha1::EXTENSION_LABEL;
 
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use super::stack_fields;
 use crate::podsecurity;
 
 /// Where the pod spec sits, as the Extension spells it.
@@ -22,14 +25,22 @@ pub struct Rendered {
     pub deployment: Value,
 }
 
-/// What the pod spec of `spec` (a DeploymentSpec) asks that a stack's
-/// controller may never have (host access, privilege, root), one clause
-/// each.
-pub fn refusals(spec: &Value) -> Vec<String> {
-    podsecurity::violations(
+/// Where the Deployment spec sits, as the Extension spells it.
+pub const SPEC_PATH: &str = "spec.controller.deployment.spec";
+
+/// What `spec` (a DeploymentSpec) asks that a stack's controller may never
+/// have, one clause each naming the field: host access, privilege and root
+/// ([`podsecurity`]), and any field outside what a controller needs or a
+/// Secret or ConfigMap the Extension's `rules` do not let it read
+/// ([`stack_fields`]). A `null` field is unset.
+pub fn refusals(spec: &Value, rules: &[PolicyRule]) -> Vec<String> {
+    let spec = stack_fields::without_nulls(spec);
+    let mut out = podsecurity::violations(
         spec.pointer("/template/spec").unwrap_or(&Value::Null),
         POD_PATH,
-    )
+    );
+    out.extend(stack_fields::refusals(&spec, SPEC_PATH, rules));
+    out
 }
 
 /// The controller of Extension `extension` in `namespace`: Deployment
@@ -43,7 +54,8 @@ pub fn render(
     owner: &OwnerReference,
 ) -> Rendered {
     let labels = json!({EXTENSION_LABEL: extension});
-    let mut spec = spec.clone();
+    // A field set to null is unset, and hardened like one.
+    let mut spec = stack_fields::without_nulls(spec);
     if let Some(pod) = spec
         .pointer_mut("/template/spec")
         .and_then(|p| p.as_object_mut())
@@ -159,11 +171,34 @@ mod tests {
     #[test]
     fn a_pod_that_asks_for_host_access_is_refused_naming_the_field() {
         let spec = json!({"template": {"spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "i"}]}}});
-        let why = refusals(&spec);
+        let why = refusals(&spec, &[]);
         assert!(why.iter().any(|w| w.contains("hostNetwork")), "{why:?}");
         assert!(
-            refusals(&json!({"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}))
-                .is_empty()
+            refusals(
+                &json!({"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}),
+                &[]
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn security_fields_set_to_null_are_hardened_as_unset() {
+        let spec = json!({"template": {"spec": {
+            "securityContext": {"runAsNonRoot": null, "runAsUser": null},
+            "containers": [{"name": "c", "image": "i", "securityContext": {"allowPrivilegeEscalation": null}}],
+        }}});
+        assert!(refusals(&spec, &[]).is_empty());
+        let r = render("ns", "x", ("x", &spec), "x", &owner());
+        let pod = r.deployment.pointer("/spec/template/spec").unwrap();
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            pod["securityContext"]["runAsUser"],
+            podsecurity::NON_ROOT_USER
+        );
+        assert_eq!(
+            pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"],
+            false
         );
     }
 

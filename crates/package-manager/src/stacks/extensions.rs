@@ -373,10 +373,17 @@ impl Extensions {
             .controller_service_account()
             .unwrap_or_else(|| name.clone());
         let uid = e.uid().unwrap_or_default();
-        // What install.yaml asks of the pod is data: host access, privilege
-        // and root are refused, the rest is made "restricted", and the pod
-        // runs as the ServiceAccount made for this Extension alone.
-        let mut refused = stack::refusals(&d.spec);
+        // What install.yaml asks of the pod is data: host access, privilege,
+        // root and any field a controller does not need are refused, the
+        // rest is made "restricted", and the pod runs as the ServiceAccount
+        // made for this Extension alone.
+        let rules = e
+            .spec
+            .permissions
+            .as_ref()
+            .map(|p| p.rules.clone())
+            .unwrap_or_default();
+        let mut refused = stack::refusals(&d.spec, &rules);
         let existing = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
             .get_opt(&service_account)
             .await

@@ -75,6 +75,16 @@ pub mod conditions {
     /// A revision (written by the rbac-manager): its roles are rendered and
     /// its runtime's ServiceAccount bound.
     pub const RBAC_READY: &str = "RBACReady";
+    /// RBACReady's reasons when the rbac-manager refused the revision's
+    /// roles (permission requests outside the boundary) or the
+    /// ServiceAccount its runtime runs as: the runtime holds no role, so
+    /// the revision cannot work.
+    pub const RBAC_REFUSED: [&str; 2] = [PERMISSION_REQUEST_REFUSED, SERVICE_ACCOUNT_REFUSED];
+    /// RBACReady's reason when a permission request is outside the boundary.
+    pub const PERMISSION_REQUEST_REFUSED: &str = "PermissionRequestRefused";
+    /// RBACReady's reason when the runtime runs as a ServiceAccount no
+    /// package's role is bound to.
+    pub const SERVICE_ACCOUNT_REFUSED: &str = "ServiceAccountRefused";
     /// RuntimeHealthy's reason when the runtime is left to an external
     /// controller (`--package-runtime=External`).
     pub const EXTERNAL_RUNTIME: &str = "ExternalRuntime";
@@ -101,6 +111,17 @@ impl ProviderRevision {
     pub fn rbac_ready(&self) -> bool {
         self.condition(conditions::RBAC_READY)
             .is_none_or(|c| c.status == "True")
+    }
+
+    /// Why the rbac-manager refused the revision's roles (RBACReady's
+    /// message), when it did: its runtime holds no role.
+    pub fn rbac_refused(&self) -> Option<&str> {
+        self.condition(conditions::RBAC_READY)
+            .filter(|c| {
+                c.status == "False"
+                    && conditions::RBAC_REFUSED.contains(&c.reason.as_deref().unwrap_or_default())
+            })
+            .map(|c| c.message.as_deref().unwrap_or_default())
     }
 
     /// Whether the package-manager runs a Deployment for the revision: it
