@@ -46,13 +46,14 @@ impl Kubectl<'_> {
         );
     }
 
-    /// `kubectl create -f -` of `yaml` as `subject` (`--as`): (success,
-    /// stdout + stderr). A real write by that identity, through
-    /// authorization and admission.
+    /// `kubectl create -f - -o yaml` of `yaml` as `subject` (`--as`):
+    /// (success, stdout + stderr: the object as created, or why not). A
+    /// real write by that identity, through authorization and admission.
     pub fn create_as(self, subject: &str, yaml: &str) -> (bool, String) {
-        let out = self
-            .0
-            .kubectl_stdin(&["create", "-f", "-", "--as", subject], Some(yaml));
+        let out = self.0.kubectl_stdin(
+            &["create", "-f", "-", "-o", "yaml", "--as", subject],
+            Some(yaml),
+        );
         (
             out.status.success(),
             format!(

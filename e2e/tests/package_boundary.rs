@@ -74,7 +74,23 @@ fn can_i(subject: &str, args: &[&str]) -> bool {
     all.extend_from_slice(args);
     all.extend_from_slice(&["--as", subject]);
     let (_, out) = kubectl_try(&all);
-    out.trim() == "yes"
+    // (kubectl may warn first, on stderr, when its discovery cache does not
+    // know a new CRD's kind yet; the answer is the last line.)
+    out.lines().last().map(str::trim) == Some("yes")
+}
+
+/// Whether the API server lets `subject` `verb` the kind `plural` of
+/// `group` (cluster-wide), asked as a SelfSubjectAccessReview: `kubectl
+/// auth can-i` resolves a new CRD's kind through its cached discovery and,
+/// when that does not know it yet, asks about another resource.
+fn may(subject: &str, verb: &str, plural: &str, group: &str) -> bool {
+    let (ok, out) = create_as(
+        subject,
+        &format!(
+            "apiVersion: authorization.k8s.io/v1\nkind: SelfSubjectAccessReview\nspec: {{resourceAttributes: {{verb: {verb}, group: {group}, resource: {plural}}}}}\n"
+        ),
+    );
+    ok && out.contains("allowed: true")
 }
 
 /// Waits until the Extension's RBACReady is False and says every one of
@@ -153,20 +169,36 @@ fn an_extension_cannot_own_built_in_kinds_or_make_itself_cluster_admin() {
     }
 }
 
+/// Pushes a Provider package of one kind, `things.<group>` (with
+/// `spec_extra` meta lines under spec), whose runtime is the pause image,
+/// and installs it as Provider `name`: returns the group.
+fn install_provider_as(name: &str, prefix: &str, spec_extra: &str) -> String {
+    let g = format!("{}.example.org", testenv::unique_name(prefix));
+    let (file, crd) = test_crd(&g, "Thing");
+    let dir = package_dir(&format!("provider-{prefix}"), spec_extra, &[(file, crd)]);
+    let reference = format!(
+        "{}/{prefix}/provider-{prefix}:v1",
+        shipped().registry.address
+    );
+    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
+    apply(&provider_yaml(name, &reference, ""));
+    g
+}
+
+/// [`install_provider_as`] under a new name: (name, group).
+fn install_provider(prefix: &str, spec_extra: &str) -> (String, String) {
+    let name = testenv::unique_name(prefix);
+    let g = install_provider_as(&name, prefix, spec_extra);
+    (name, g)
+}
+
 #[test]
 fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
     shipped();
-    let g = format!("{}.example.org", testenv::unique_name("asks"));
-    let (file, crd) = test_crd(&g, "Thing");
-    let dir = package_dir(
-        "provider-asks",
+    let (name, _) = install_provider(
+        "asks",
         "  controller:\n    permissionRequests:\n    - {apiGroups: [\"\"], resources: [serviceaccounts], verbs: [impersonate]}\n    - {apiGroups: [apps], resources: [deployments], verbs: [create]}\n    - {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind]}\n",
-        &[(file, crd)],
     );
-    let reference = format!("{}/asks/provider-asks:v1", shipped().registry.address);
-    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
-    let name = testenv::unique_name("asks");
-    apply(&provider_yaml(&name, &reference, ""));
     let revision = wait_blocking(
         Duration::from_secs(90),
         "a revision refused by the rbac-manager, naming each request",
@@ -1090,21 +1122,15 @@ fn assert_cannot_mint(subject: &str, ns: &str, for_sa: &str) {
 #[test]
 fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
     shipped();
-    let g = format!("{}.example.org", testenv::unique_name("plain"));
-    let (file, crd) = test_crd(&g, "Thing");
     // A package that asks for nothing: only its own kinds and the runtime's
     // defaults.
-    let dir = package_dir("provider-plain", "", &[(file, crd)]);
-    let reference = format!("{}/plain/provider-plain:v1", shipped().registry.address);
-    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
-    let name = testenv::unique_name("plain");
-    apply(&provider_yaml(&name, &reference, ""));
+    let (name, g) = install_provider("plain", "");
     wait_provider_healthy(&name, Duration::from_secs(150));
     let sa = format!("system:serviceaccount:{NS}:{name}");
     wait_blocking(
         Duration::from_secs(60),
         "the runtime's system role to be bound",
-        || can_i(&sa, &["list", &format!("things.{g}")]).then_some(()),
+        || may(&sa, "list", "things", &g).then_some(()),
         explain,
     );
     // What a provider needs still works: a Secret for connection details
@@ -1199,14 +1225,9 @@ fn seed_001s_extension_has_its_rights_in_its_namespace_only_and_mints_no_token()
     );
     let sa = format!("system:serviceaccount:{ns}:redis-controller");
     // What the seed asks for, in its own namespace.
-    // (A namespace's own name is its namespace to the authorizer: a
-    // RoleBinding there reaches the namespace object itself, nothing else
-    // cluster-scoped.)
-    let own = format!("namespace/{ns}");
     for args in [
         ["create", "secrets", "-n", ns.as_str()],
         ["delete", "serviceaccounts", "-n", ns.as_str()],
-        ["delete", own.as_str(), "-n", ns.as_str()],
     ] {
         assert!(
             can_i(&sa, &args),
@@ -1284,18 +1305,11 @@ fn seed_001s_extension_has_its_rights_in_its_namespace_only_and_mints_no_token()
 #[test]
 fn a_refused_permission_request_is_shown_escaped_and_the_provider_is_not_healthy() {
     shipped();
-    let g = format!("{}.example.org", testenv::unique_name("esc"));
-    let (file, crd) = test_crd(&g, "Thing");
     // A verb that would retitle the terminal of whoever reads it raw.
-    let dir = package_dir(
-        "provider-esc",
+    let (name, _) = install_provider(
+        "esc",
         "  controller:\n    permissionRequests:\n    - {apiGroups: [\"\"], resources: [configmaps], verbs: [\"\\e]0;pwned\\a\"]}\n",
-        &[(file, crd)],
     );
-    let reference = format!("{}/esc/provider-esc:v1", shipped().registry.address);
-    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
-    let name = testenv::unique_name("esc");
-    apply(&provider_yaml(&name, &reference, ""));
     let healthy = wait_provider_says(&name, &["no roles", "]0;pwned"]);
     let provider = e2e::packages::provider(&name).unwrap();
     let (status, message) = condition(&provider, "Healthy").unwrap();
@@ -1334,13 +1348,7 @@ fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
         "rbac-manager",
         &[&format!("--runtime-secret-namespaces={NS},{creds}")],
     );
-    let g = format!("{}.example.org", testenv::unique_name("narrow"));
-    let (file, crd) = test_crd(&g, "Thing");
-    let dir = package_dir("provider-narrow", "", &[(file, crd)]);
-    let reference = format!("{}/narrow/provider-narrow:v1", shipped().registry.address);
-    xpkg_push(&dir, &reference, Some(&shipped().pause_image));
-    let name = testenv::unique_name("narrow");
-    apply(&provider_yaml(&name, &reference, ""));
+    let (name, g) = install_provider("narrow", "");
     wait_provider_healthy(&name, Duration::from_secs(150));
     let sa = format!("system:serviceaccount:{NS}:{name}");
     wait_blocking(
@@ -1350,7 +1358,7 @@ fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
         explain,
     );
     assert!(can_i(&sa, &["create", "secrets", "-n", NS]));
-    assert!(can_i(&sa, &["list", &format!("things.{g}")]));
+    assert!(may(&sa, "list", "things", &g));
     for ns in ["kube-system", "default"] {
         assert!(
             !can_i(&sa, &["get", "secrets", "-n", ns]),
@@ -1450,4 +1458,131 @@ fn dependency_lists_and_chains_past_their_bounds_are_refused_naming_the_bound() 
     for p in [root, first] {
         kubectl(&["delete", "providers.pkg.crossplane.io", &p, "--wait=false"]);
     }
+}
+
+/// An Extension whose controller runs the pause image with `pod` (YAML
+/// lines under the pod spec, indented 12) and `deployment` (lines under the
+/// Deployment spec, indented 8).
+fn stack_extension(ns: &str, name: &str, deployment: &str, pod: &str, container: &str) -> String {
+    format!(
+        "apiVersion: extensions.crossplane.io/v1alpha1\nkind: Extension\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  title: fields\n  version: 0.1.0\n  controller:\n    deployment:\n      name: {name}-controller\n      spec:\n{deployment}        selector: {{matchLabels: {{app: {name}}}}}\n        template:\n          metadata: {{labels: {{app: {name}}}}}\n          spec:\n{pod}            containers:\n            - name: c\n              image: {}\n{container}  permissions:\n    rules:\n    - {{apiGroups: [\"\"], resources: [configmaps], verbs: [get]}}\n",
+        shipped().pause_image
+    )
+}
+
+#[test]
+fn a_stack_pod_spec_may_set_only_what_a_controller_needs() {
+    let ns = namespace("fields");
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "theirs",
+        "-n",
+        &ns,
+        "--from-literal=password=x",
+    ]);
+    apply(&stack_extension(
+        &ns,
+        "grabby",
+        "        replicas: 50\n",
+        "            priorityClassName: system-node-critical\n            tolerations: [{operator: Exists}]\n            nodeName: somewhere\n            volumes: [{name: theirs, secret: {secretName: theirs}}]\n",
+        "              env: [{name: P, valueFrom: {secretKeyRef: {name: theirs, key: password}}}]\n              envFrom: [{secretRef: {name: theirs}}]\n",
+    ));
+    let at = "spec.controller.deployment.spec";
+    let fields = [
+        format!("{at}.replicas"),
+        format!("{at}.template.spec.priorityClassName"),
+        format!("{at}.template.spec.tolerations"),
+        format!("{at}.template.spec.nodeName"),
+        format!("{at}.template.spec.volumes[0].secret"),
+        format!("{at}.template.spec.containers[0].env[0].valueFrom.secretKeyRef"),
+        format!("{at}.template.spec.containers[0].envFrom[0].secretRef"),
+    ];
+    let text = wait_blocking(
+        Duration::from_secs(60),
+        "the Extension to name every refused field",
+        || {
+            let text = conditions_text(&extension(&ns, "grabby")?);
+            fields
+                .iter()
+                .all(|f| text.contains(f.as_str()))
+                .then_some(text)
+        },
+        || explain_ns(&ns),
+    );
+    eprintln!("fields: {text}");
+    assert!(get_json(&["deployment", "grabby-controller", "-n", &ns]).is_none());
+    // Security fields set to null are unset, and hardened: the pod runs as
+    // non-root without privilege escalation.
+    apply(&stack_extension(
+        &ns,
+        "nulls",
+        "        replicas: 1\n",
+        "            securityContext: {runAsNonRoot: null, runAsUser: null}\n",
+        "              securityContext: {allowPrivilegeEscalation: null}\n",
+    ));
+    let pod = wait_blocking(
+        Duration::from_secs(120),
+        "the nulls Extension's controller pod to run",
+        || {
+            let pods = get_json(&["pods", "-n", &ns, "-l", "app=nulls"])?;
+            let pod = pods["items"].as_array()?.first()?.clone();
+            (pod.pointer("/status/phase")? == "Running").then_some(pod)
+        },
+        || explain_ns(&ns),
+    );
+    let spec = &pod["spec"];
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{spec:#}");
+    assert_eq!(spec["securityContext"]["runAsUser"], 65532, "{spec:#}");
+    assert_eq!(
+        spec["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false,
+        "{spec:#}"
+    );
+}
+
+#[test]
+fn a_provider_never_takes_over_a_service_account_it_did_not_make() {
+    shipped();
+    // Someone else's ServiceAccount in the runtimes' namespace, named as a
+    // Provider's runtime would be.
+    let name = testenv::unique_name("taken");
+    kubectl(&["create", "serviceaccount", &name, "-n", NS]);
+    kubectl(&[
+        "label",
+        "serviceaccount",
+        &name,
+        "-n",
+        NS,
+        "owner=someone-else",
+    ]);
+    install_provider_as(&name, "taken", "");
+    let text = wait_provider_says(
+        &name,
+        &[
+            &format!("ServiceAccount {NS}/{name} exists"),
+            "never takes over",
+        ],
+    );
+    eprintln!("takeover: {text}");
+    let sa = get_json(&["serviceaccount", &name, "-n", NS]).unwrap();
+    assert!(sa["metadata"].get("ownerReferences").is_none(), "{sa:#}");
+    assert_eq!(
+        sa["metadata"]["labels"],
+        serde_json::json!({"owner": "someone-else"})
+    );
+    for r in e2e::packages::revisions_of(&name) {
+        let rev = r["metadata"]["name"].as_str().unwrap();
+        assert!(
+            get_json(&["deployment", rev, "-n", NS]).is_none(),
+            "{rev} runs"
+        );
+    }
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        &name,
+        "--wait=false",
+    ]);
+    kubectl(&["delete", "serviceaccount", &name, "-n", NS]);
 }

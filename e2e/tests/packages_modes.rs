@@ -420,3 +420,70 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
     );
     drop(pm);
 }
+
+/// `--allow-unrestricted-runtimes true` lifts pod-security limits only: a
+/// dependency named `…/rbac-manager` becomes a Provider `rbac-manager`, and
+/// its runtime still may not run as the rbac-manager's ServiceAccount.
+#[test]
+fn unrestricted_runtimes_still_never_borrow_a_controllers_identity() {
+    let _alone = alone();
+    let e = env();
+    let mut flags = operator_flags();
+    flags.push("--allow-unrestricted-runtimes=true".into());
+    let pm = package_manager_flags(&flags);
+    let prefix = format!("{}/{}", e.registry.address, testenv::unique_name("borrow"));
+    let g = group("borrowed");
+    let crds = [test_crd(&g, "Part")];
+    let dependency = format!("{prefix}/rbac-manager");
+    xpkg_push(
+        &package_dir("rbac-manager", "v1", &crds_of(&crds)),
+        &format!("{dependency}:v1.0.0"),
+        Some(testenv::image::PAUSE_IMAGE),
+    );
+    let g = group("borrower");
+    let crds = [test_crd(&g, "Part")];
+    let root_ref = format!("{prefix}/root:v1.0.0");
+    xpkg_push(
+        &package_dir_with(
+            "root",
+            "v1",
+            &crds_of(&crds),
+            &format!("  dependsOn:\n  - provider: {dependency}\n    version: \">=v1.0.0\"\n"),
+        ),
+        &root_ref,
+        Some(testenv::image::PAUSE_IMAGE),
+    );
+    let root = testenv::unique_name("borrower");
+    apply(&provider_yaml(&root, &root_ref, ""));
+    let p = wait_provider_condition(
+        "rbac-manager",
+        "Healthy",
+        "False",
+        &[
+            "ServiceAccount crossplane-system/rbac-manager",
+            "never lifts",
+        ],
+        Duration::from_secs(120),
+    );
+    eprintln!(
+        "packages: the borrowing dependency says: {}",
+        condition(&p, "Healthy").unwrap().1
+    );
+    // Nothing but the rbac-manager itself runs as its ServiceAccount.
+    let deployments = get_json(&["deployments", "-n", NS]).unwrap();
+    for d in deployments["items"].as_array().unwrap() {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        let sa = d
+            .pointer("/spec/template/spec/serviceAccountName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        assert!(
+            sa != "rbac-manager" || name == "rbac-manager",
+            "Deployment {name} runs as rbac-manager"
+        );
+    }
+    delete_provider(&root);
+    delete_provider("rbac-manager");
+    wait_provider_gone(&root);
+    drop(pm);
+}

@@ -137,12 +137,31 @@ pub const SECRETS_ROLE: &str = "crossplane-rs:package-runtime:secrets";
 pub fn secrets_binding(
     revision: &str,
     uid: &str,
+    service_account: (&str, &str),
+    namespace: &str,
+) -> RoleBinding {
+    revision_role_binding(
+        (revision, uid),
+        "secrets",
+        SECRETS_ROLE,
+        service_account,
+        namespace,
+    )
+}
+
+/// A RoleBinding `crossplane:provider:<revision>:<kind>` in `namespace`,
+/// controlled by the revision `(name, uid)`, of ClusterRole `role` to
+/// ServiceAccount `(name, namespace)`.
+fn revision_role_binding(
+    (revision, uid): (&str, &str),
+    kind: &str,
+    role: &str,
     (service_account, sa_namespace): (&str, &str),
     namespace: &str,
 ) -> RoleBinding {
     RoleBinding {
         metadata: ObjectMeta {
-            name: Some(role_name(revision, "secrets")),
+            name: Some(role_name(revision, kind)),
             namespace: Some(namespace.to_owned()),
             labels: labels(&[(REVISION_LABEL, revision)]),
             owner_references: Some(owner(revision, uid)),
@@ -151,7 +170,7 @@ pub fn secrets_binding(
         role_ref: RoleRef {
             api_group: Some(RBAC_GROUP.to_owned()),
             kind: "ClusterRole".to_owned(),
-            name: SECRETS_ROLE.to_owned(),
+            name: role.to_owned(),
         },
         subjects: subject(service_account, sa_namespace),
     }
@@ -469,21 +488,13 @@ pub fn leader_election_binding(
     service_account: &str,
     namespace: &str,
 ) -> RoleBinding {
-    RoleBinding {
-        metadata: ObjectMeta {
-            name: Some(role_name(revision, "leader-election")),
-            namespace: Some(namespace.to_owned()),
-            labels: labels(&[(REVISION_LABEL, revision)]),
-            owner_references: Some(owner(revision, uid)),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some(RBAC_GROUP.to_owned()),
-            kind: "ClusterRole".to_owned(),
-            name: LEADER_ELECTION_ROLE.to_owned(),
-        },
-        subjects: subject(service_account, namespace),
-    }
+    revision_role_binding(
+        (revision, uid),
+        "leader-election",
+        LEADER_ELECTION_ROLE,
+        (service_account, namespace),
+        namespace,
+    )
 }
 
 /// Every rule of `roles` but the identity marker (the rbac-manager's own),

@@ -188,6 +188,14 @@ impl ProviderRevisions {
         let live = self
             .deployments
             .get(&ObjectRef::new(&deployment_name).within(&self.settings.namespace));
+        if !self.runtimes.applied(&name) {
+            // A dependency's or a runtime config's names are package
+            // content: what exists under them and was not made for this
+            // Provider (another runtime's ServiceAccount or Service, a
+            // hand-made one) is never taken over. Looked at once per
+            // revision and process; what is remembered was checked.
+            self.refuse_takeover(&rendered).await?;
+        }
         self.runtimes
             .apply(&name, &self.settings.namespace, &rendered, live.is_some())
             .await?;
@@ -205,6 +213,53 @@ impl ProviderRevisions {
             }
             _ => Ok(action),
         }
+    }
+
+    /// Refuses (a runtime config error naming the object) to apply a
+    /// runtime over a ServiceAccount, Service or Deployment that exists and
+    /// was not made for it ([`crate::runtime::apply::takes_over`]).
+    async fn refuse_takeover(&self, rendered: &render::Rendered) -> Result<(), Error> {
+        use k8s_openapi::api::{
+            apps::v1::Deployment,
+            core::v1::{Service, ServiceAccount},
+        };
+        let client = self.sk.client().clone();
+        let ns = &self.settings.namespace;
+        let objects = [
+            ("ServiceAccount", &rendered.service_account),
+            ("Service", &rendered.service),
+            ("Deployment", &rendered.deployment),
+        ];
+        for (kind, wanted) in objects {
+            let name = wanted
+                .pointer("/metadata/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            let live = match kind {
+                "ServiceAccount" => Api::<ServiceAccount>::namespaced(client.clone(), ns)
+                    .get_metadata_opt(name)
+                    .await
+                    .map(|m| m.map(|m| m.metadata)),
+                "Service" => Api::<Service>::namespaced(client.clone(), ns)
+                    .get_metadata_opt(name)
+                    .await
+                    .map(|m| m.map(|m| m.metadata)),
+                _ => Api::<Deployment>::namespaced(client.clone(), ns)
+                    .get_metadata_opt(name)
+                    .await
+                    .map(|m| m.map(|m| m.metadata)),
+            }
+            .map_err(|e| Error::Request("read what the runtime would be applied over", e))?;
+            if let Some(why) = live
+                .as_ref()
+                .and_then(|m| crate::runtime::apply::takes_over(m, wanted))
+            {
+                return Err(Error::RuntimeConfig(format!(
+                    "{kind} {ns}/{name} exists and {why}: the package-manager never takes over what it did not make for this Provider; delete or rename it, or name another in the runtime config"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// For a runtime that is available and serves webhooks: healthy only

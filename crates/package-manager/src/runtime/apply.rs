@@ -177,9 +177,84 @@ impl Runtimes {
     }
 }
 
+/// Why applying `wanted` over the live object with metadata `live` would
+/// take over something the package-manager did not make for this runtime:
+/// `wanted` is controlled by its Provider or revision (uid), and `live` is
+/// controlled by something else or by nothing; or `wanted` is owned by
+/// nobody (a ServiceAccount a runtime config names) and `live` is
+/// controlled by something. `None` when it may be applied. Pure.
+pub fn takes_over(
+    live: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    wanted: &Value,
+) -> Option<String> {
+    let controller = live
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    let wanted_uid = wanted
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|o| o.get("uid"))
+        .and_then(Value::as_str);
+    match (wanted_uid, controller) {
+        (Some(uid), Some(c)) if c.uid == uid => None,
+        (Some(_), Some(c)) => Some(format!("it is controlled by {} {}", c.kind, c.name)),
+        (Some(_), None) => Some("it was not made for this Provider".to_owned()),
+        (None, Some(c)) => Some(format!("it is controlled by {} {}", c.kind, c.name)),
+        (None, None) => None,
+    }
+}
+
 fn name_of(object: &Value) -> &str {
     object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use serde_json::json;
+
+    use super::*;
+
+    fn meta(controller: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: controller.map(|uid| {
+                vec![OwnerReference {
+                    api_version: "pkg.crossplane.io/v1".into(),
+                    kind: "Provider".into(),
+                    name: "other".into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_runtime_never_takes_over_what_was_not_made_for_it() {
+        let ours = json!({"metadata": {"ownerReferences": [{"uid": "p1", "controller": true}]}});
+        let named = json!({"metadata": {"name": "irsa"}});
+        assert_eq!(takes_over(&meta(Some("p1")), &ours), None);
+        assert!(
+            takes_over(&meta(Some("p2")), &ours)
+                .unwrap()
+                .contains("Provider other")
+        );
+        assert!(takes_over(&meta(None), &ours).is_some());
+        // A ServiceAccount a runtime config names: one nobody controls is
+        // used (an administrator made it for this), another runtime's is not.
+        assert_eq!(takes_over(&meta(None), &named), None);
+        assert!(takes_over(&meta(Some("p2")), &named).is_some());
+    }
 }
