@@ -75,9 +75,11 @@ if [[ "$mode" == pods ]]; then
   }
   # Seed 004's provider-example: a Provider package serving a Widget kind,
   # its runtime image the sample controller alone, told by the image's
-  # environment to act on Widgets.
+  # environment to act on Widgets in every namespace (a Provider runtime's
+  # rights are cluster-wide; a stack's controller watches its own namespace).
   push_image "$registry/crossplane-contrib/provider-example-controller:v1.0.0" stack-controller \
-    STACK_GROUP=example.crossplane.io STACK_VERSION=v1alpha1 STACK_KIND=Widget STACK_PLURAL=widgets
+    STACK_GROUP=example.crossplane.io STACK_VERSION=v1alpha1 STACK_KIND=Widget STACK_PLURAL=widgets \
+    'WATCH_NAMESPACE=*'
   target/debug/xpkg push examples/demo/provider-example "$registry/crossplane-contrib/provider-example:v1.0.0" \
     --runtime-image xpkg.upbound.io/crossplane-contrib/provider-example-controller:v1.0.0 \
     --ca-file "$ca" | sed 's/^/    /' >&2

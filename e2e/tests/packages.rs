@@ -1510,7 +1510,16 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
     let reference = format!("{}/test/{unique}:v1", e.registry.address);
     let digest = xpkg_push(&dir, &reference, None);
     apply(&provider_yaml(&unique, &reference, ""));
-    wait_provider_healthy(&unique, Duration::from_secs(60));
+    // Its CRDs are in place, but a runtime without its roles cannot work:
+    // the Provider is not Healthy, and says why.
+    let p = wait_provider_condition(
+        &unique,
+        "Healthy",
+        "False",
+        &["no roles", "delete nodes"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(condition(&p, "Installed").unwrap().0, "True", "{p:#}");
     let rev = format!("{unique}-{}", short(&digest));
     let system = format!("crossplane:provider:{rev}:system");
     let refused = wait_blocking(
@@ -1571,6 +1580,7 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
         },
         explain_packages,
     );
+    wait_provider_healthy(&unique, Duration::from_secs(30));
     // Put the allow-list back as shipped.
     let patch = serde_json::json!({"rules": allowed["rules"]}).to_string();
     kubectl(&[

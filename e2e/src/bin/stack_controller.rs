@@ -7,7 +7,8 @@
 //! - `STACK_GROUP`, `STACK_VERSION`, `STACK_KIND`, `STACK_PLURAL` (required):
 //!   the namespaced custom resource the stack owns;
 //! - `WATCH_NAMESPACE` (optional): the namespace to watch; unset or empty
-//!   means all namespaces.
+//!   means the namespace it runs in (a stack's rights are its Extension's
+//!   namespace's alone), `*` all namespaces (a Provider runtime's).
 //!
 //! For every custom resource of that kind that is not being deleted, it
 //! server-side applies (field manager `stack-controller`) a ConfigMap of the
@@ -40,7 +41,8 @@ struct Config {
     version: String,
     kind: String,
     plural: String,
-    namespace: Option<String>,
+    /// `None`: the namespace it runs in; `Some(None)`: all.
+    namespace: Option<Option<String>>,
 }
 
 impl Config {
@@ -56,7 +58,8 @@ impl Config {
             plural: required("STACK_PLURAL")?,
             namespace: std::env::var("WATCH_NAMESPACE")
                 .ok()
-                .filter(|ns| !ns.is_empty()),
+                .filter(|ns| !ns.is_empty())
+                .map(|ns| (ns != "*").then_some(ns)),
         })
     }
 
@@ -112,7 +115,11 @@ async fn main() {
 async fn run(client: Client, config: &Config) {
     let gvk = GroupVersionKind::gvk(&config.group, &config.version, &config.kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, &config.plural);
-    let api: Api<DynamicObject> = match &config.namespace {
+    let namespace = match &config.namespace {
+        Some(all_or_one) => all_or_one.clone(),
+        None => Some(client.default_namespace().to_owned()),
+    };
+    let api: Api<DynamicObject> = match &namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
@@ -121,7 +128,7 @@ async fn run(client: Client, config: &Config) {
         config.plural,
         config.group,
         config.version,
-        config.namespace.as_deref().unwrap_or("all namespaces"),
+        namespace.as_deref().unwrap_or("all namespaces"),
     );
 
     // namespace/name -> hash of the last ConfigMap content applied.
