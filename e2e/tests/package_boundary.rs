@@ -1450,6 +1450,18 @@ fn dependency_lists_and_chains_past_their_bounds_are_refused_naming_the_bound() 
         explain,
     );
     eprintln!("chain: {deepest}");
+    // The refusal climbs the chain: the Provider the user installed names it.
+    let at_root = wait_blocking(
+        Duration::from_secs(120),
+        "the Provider the user installed to name the chain's bound",
+        || {
+            let text = conditions_text(&provider(&first)?);
+            (text.contains("is 9 levels deep") && text.contains(&format!("{chain}/l8")))
+                .then_some(text)
+        },
+        explain,
+    );
+    eprintln!("chain, at its root: {at_root}");
     assert!(
         providers_from(&levels[8]).is_empty(),
         "level 9 was installed"

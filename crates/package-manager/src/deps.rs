@@ -206,6 +206,22 @@ pub fn past_bounds(graph: &BTreeMap<String, Vec<String>>, own: &str) -> Option<S
             chain.join(" → ")
         ));
     }
+    // Every package on a chain that is too deep says so, up to the one the
+    // user installed: each is woken when a dependency of its changes, so
+    // the refusal climbs the chain.
+    let below = longest_chain_from(graph, own, &mut Vec::new());
+    let levels = chain.len() + below.len() - 1;
+    if levels > MAX_DEPTH {
+        let whole: Vec<&str> = chain
+            .iter()
+            .chain(below.iter().skip(1))
+            .map(String::as_str)
+            .collect();
+        return Some(format!(
+            "its dependency chain {} is {levels} levels deep, more than the {MAX_DEPTH} levels a chain of dependencies may have below the package that was installed: no further dependency is installed",
+            whole.join(" → ")
+        ));
+    }
     for root in roots_above(graph, own) {
         let mut seen = BTreeSet::new();
         reach(graph, &root, &mut seen);
@@ -248,6 +264,29 @@ fn longest_chain_to(
     }
     path.pop();
     best.push(to.to_owned());
+    best
+}
+
+/// The longest chain of dependencies from `from` (`from` first); a cycle
+/// ends a chain.
+fn longest_chain_from(
+    graph: &BTreeMap<String, Vec<String>>,
+    from: &str,
+    path: &mut Vec<String>,
+) -> Vec<String> {
+    path.push(from.to_owned());
+    let mut best = Vec::new();
+    for down in graph.get(from).into_iter().flatten() {
+        if path.contains(down) {
+            continue;
+        }
+        let chain = longest_chain_from(graph, down, path);
+        if chain.len() > best.len() {
+            best = chain;
+        }
+    }
+    path.pop();
+    best.insert(0, from.to_owned());
     best
 }
 
@@ -554,7 +593,22 @@ mod tests {
                 && why.contains("r/l0 → r/l1"),
             "{why}"
         );
-        assert!(past_bounds(&g, &names[MAX_DEPTH - 2]).is_none());
+        // Every package above it, the installed one too, names the chain.
+        for above in &names[..MAX_DEPTH - 1] {
+            let why = past_bounds(&g, above).unwrap();
+            assert!(
+                why.contains("r/l0 → r/l1")
+                    && why.contains("r/l7 → r/next")
+                    && why.contains("is 9 levels deep"),
+                "{above}: {why}"
+            );
+        }
+        // A chain of 8 is within the bound, everywhere on it.
+        let mut legal = g.clone();
+        legal.remove(&names[MAX_DEPTH - 1]);
+        for n in &names[..MAX_DEPTH - 1] {
+            assert!(past_bounds(&legal, n).is_none(), "{n}");
+        }
         // One root, wide: 3 × 32 Providers below it.
         let mid: Vec<String> = (0..3).map(|i| format!("r/m{i}")).collect();
         let leaves: Vec<Vec<String>> = (0..3)
