@@ -15,8 +15,8 @@ use serde_json::Value;
 use e2e::hostile::{Hostile, Reply};
 use e2e::kubectl::create_as;
 use e2e::packages::{
-    apply, condition, get_json, kubectl, kubectl_try, provider, provider_yaml, test_crd,
-    wait_blocking, wait_provider_healthy,
+    apply, condition, delete_provider, get_json, kubectl, kubectl_try, provider, provider_yaml,
+    test_crd, wait_blocking, wait_provider_healthy,
 };
 use e2e::shipped::{
     NS, explain, lease_of, package_dir, package_manager_lease, pod_of, push_layer, reconciles,
@@ -230,12 +230,7 @@ fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
         role.is_none(),
         "a role was rendered for a refused revision: {role:?}"
     );
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 /// The fields of a hostile controller's pod template a refusal names.
@@ -520,12 +515,7 @@ fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_servic
         "one",
         "--wait=false",
     ]);
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 /// A gzip tar layer of `files` entries of `each` zero bytes.
@@ -996,12 +986,7 @@ fn a_mebibyte_error_body_leaves_a_short_written_condition() {
         );
     }
     eprintln!("huge error body: {text}");
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 #[test]
@@ -1030,12 +1015,7 @@ fn a_hostile_token_cannot_crash_the_package_manager() {
         (pod, restarts),
         "the package-manager restarted"
     );
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 #[test]
@@ -1080,12 +1060,7 @@ fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
             "the refused runtime {rev} runs"
         );
     }
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 /// The admission policy `deploy/` ships for package identities, as its
@@ -1194,12 +1169,7 @@ fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
     let admin_ns = namespace("admin-token");
     apply(&token_secret(&admin_ns, "admin-made", "default"));
     kubectl(&["delete", "secret", &detail, "-n", NS]);
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 #[test]
@@ -1269,6 +1239,25 @@ fn seed_001s_extension_has_its_rights_in_its_namespace_only_and_mints_no_token()
         let o = get_json(&[kind, &role, "-n", &ns]).unwrap_or_else(|| panic!("no {kind} {role}"));
         assert_eq!(o["metadata"]["ownerReferences"][0]["kind"], "Extension");
     }
+    let rules = get_json(&["role", &role, "-n", &ns]).unwrap()["rules"].to_string();
+    assert!(
+        rules.contains("secrets") && rules.contains("namespaces"),
+        "{rules}"
+    );
+    // No stack installed its RedisCluster CRD: nothing is granted on it
+    // (an Extension owns only what its stack installed), and RBACReady
+    // says it waits for it.
+    assert!(
+        !rules.contains("crossplane.redislabs.com") && !rules.contains("redisclusters"),
+        "{rules}"
+    );
+    let (_, message) = condition(&extension(&ns, "redis").unwrap(), "RBACReady").unwrap();
+    assert!(message.contains("RedisCluster"), "{message}");
+    let b = get_json(&["rolebinding", &role, "-n", &ns]).unwrap();
+    assert_eq!(
+        b["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "redis-controller", "namespace": ns}])
+    );
     assert!(get_json(&["clusterrole", &role]).is_none());
     assert!(get_json(&["clusterrolebinding", &role]).is_none());
     let mark = get_json(&[
@@ -1331,12 +1320,7 @@ fn a_refused_permission_request_is_shown_escaped_and_the_provider_is_not_healthy
         wide.contains("]0;pwned") && !wide.contains('\u{1b}') && !wide.contains('\u{7}'),
         "{wide:?}"
     );
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 #[test]
@@ -1372,12 +1356,7 @@ fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
     assert!(!can_i(&sa, &["list", "secrets", "-A"]));
     let (ok, out) = kubectl_try(&["get", "secrets", "-n", "kube-system", "--as", &sa]);
     assert!(!ok && out.contains("forbidden"), "{out}");
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
 }
 
 /// `dependsOn` lines of a package's meta for `repositories`.
@@ -1468,7 +1447,7 @@ fn dependency_lists_and_chains_past_their_bounds_are_refused_naming_the_bound() 
     );
     assert_eq!(providers_from(&format!("{registry}/{chain}/")).len(), 8);
     for p in [root, first] {
-        kubectl(&["delete", "providers.pkg.crossplane.io", &p, "--wait=false"]);
+        delete_provider(&p);
     }
 }
 
@@ -1590,11 +1569,6 @@ fn a_provider_never_takes_over_a_service_account_it_did_not_make() {
             "{rev} runs"
         );
     }
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        &name,
-        "--wait=false",
-    ]);
+    delete_provider(&name);
     kubectl(&["delete", "serviceaccount", &name, "-n", NS]);
 }

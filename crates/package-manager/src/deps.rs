@@ -198,7 +198,7 @@ pub fn past_bounds(graph: &BTreeMap<String, Vec<String>>, own: &str) -> Option<S
     if declared == 0 {
         return None;
     }
-    let chain = longest_chain_to(graph, own, &mut Vec::new());
+    let chain = longest_chain_to(graph, own);
     if chain.len() >= MAX_DEPTH {
         return Some(format!(
             "its dependencies would be level {} of the chain {} → …, more than the {MAX_DEPTH} levels a chain of dependencies may have below the package that was installed: none is installed",
@@ -209,7 +209,7 @@ pub fn past_bounds(graph: &BTreeMap<String, Vec<String>>, own: &str) -> Option<S
     // Every package on a chain that is too deep says so, up to the one the
     // user installed: each is woken when a dependency of its changes, so
     // the refusal climbs the chain.
-    let below = longest_chain_from(graph, own, &mut Vec::new());
+    let below = longest_chain_from(graph, own);
     let levels = chain.len() + below.len() - 1;
     if levels > MAX_DEPTH {
         let whole: Vec<&str> = chain
@@ -245,48 +245,42 @@ fn dependents<'a>(graph: &'a BTreeMap<String, Vec<String>>, to: &str) -> Vec<&'a
 }
 
 /// The longest chain of dependents ending in `to`, from a package nobody
-/// depends on (`to` last); a cycle ends a chain.
-fn longest_chain_to(
-    graph: &BTreeMap<String, Vec<String>>,
-    to: &str,
-    path: &mut Vec<String>,
-) -> Vec<String> {
-    path.push(to.to_owned());
-    let mut best = Vec::new();
-    for up in dependents(graph, to) {
-        if path.contains(up) {
-            continue;
-        }
-        let chain = longest_chain_to(graph, up, path);
-        if chain.len() > best.len() {
-            best = chain;
-        }
-    }
-    path.pop();
-    best.push(to.to_owned());
-    best
+/// depends on (`to` last).
+fn longest_chain_to(graph: &BTreeMap<String, Vec<String>>, to: &str) -> Vec<String> {
+    let mut chain = longest_walk(to, &|p| dependents(graph, p), &mut Vec::new());
+    chain.reverse();
+    chain
 }
 
-/// The longest chain of dependencies from `from` (`from` first); a cycle
-/// ends a chain.
-fn longest_chain_from(
-    graph: &BTreeMap<String, Vec<String>>,
-    from: &str,
+/// The longest chain of dependencies from `from` (`from` first).
+fn longest_chain_from(graph: &BTreeMap<String, Vec<String>>, from: &str) -> Vec<String> {
+    longest_walk(
+        from,
+        &|p| graph.get(p).into_iter().flatten().collect(),
+        &mut Vec::new(),
+    )
+}
+
+/// The longest walk from `start` (first) along `next`; a cycle ends a
+/// walk (`path` holds the walk so far).
+fn longest_walk<'a>(
+    start: &str,
+    next: &impl Fn(&str) -> Vec<&'a String>,
     path: &mut Vec<String>,
 ) -> Vec<String> {
-    path.push(from.to_owned());
+    path.push(start.to_owned());
     let mut best = Vec::new();
-    for down in graph.get(from).into_iter().flatten() {
-        if path.contains(down) {
+    for n in next(start) {
+        if path.contains(n) {
             continue;
         }
-        let chain = longest_chain_from(graph, down, path);
-        if chain.len() > best.len() {
-            best = chain;
+        let walk = longest_walk(n, next, path);
+        if walk.len() > best.len() {
+            best = walk;
         }
     }
     path.pop();
-    best.insert(0, from.to_owned());
+    best.insert(0, start.to_owned());
     best
 }
 
@@ -557,10 +551,15 @@ mod tests {
 
     use super::*;
 
-    fn graph(edges: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+    fn graph<S: AsRef<str>>(edges: &[(&str, &[S])]) -> BTreeMap<String, Vec<String>> {
         edges
             .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
+            .map(|(k, v)| {
+                (
+                    (*k).to_owned(),
+                    v.iter().map(|s| s.as_ref().to_owned()).collect(),
+                )
+            })
             .collect()
     }
 
@@ -577,15 +576,10 @@ mod tests {
         // A chain root → l1 → … → l7 whose last would add level 9.
         let names: Vec<String> = (0..MAX_DEPTH).map(|i| format!("r/l{i}")).collect();
         let next = "r/next".to_owned();
-        let mut edges: Vec<(&str, Vec<&str>)> = names
-            .windows(2)
-            .map(|w| (w[0].as_str(), vec![w[1].as_str()]))
-            .collect();
-        edges.push((names[MAX_DEPTH - 1].as_str(), vec![next.as_str()]));
-        let g: BTreeMap<String, Vec<String>> = edges
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect()))
-            .collect();
+        let mut edges: Vec<(&str, &[String])> =
+            names.windows(2).map(|w| (w[0].as_str(), &w[1..])).collect();
+        edges.push((names[MAX_DEPTH - 1].as_str(), std::slice::from_ref(&next)));
+        let g = graph(&edges);
         let why = past_bounds(&g, &names[MAX_DEPTH - 1]).unwrap();
         assert!(
             why.contains("level 9")

@@ -146,13 +146,13 @@ impl Reconciler for Extensions {
         if !refused.is_empty() {
             // Nothing of a refused Extension stays: a role from before may
             // hold what is refused now.
-            self.remove(&ns, &name).await?;
+            self.remove(ext).await?;
             self.metrics.requests_refused.inc();
             let why = refused.message(&self.allow_list.name);
             self.set(e, false, "PermissionRequestRefused", &why).await?;
             return Err(Error::Refused(why));
         }
-        self.drop_cluster_role(&ns, &name, &uid).await?;
+        self.drop_cluster_role(ext).await?;
         ssa::apply(
             &Api::<Role>::namespaced(self.sk.client().clone(), &ns),
             &role_name,
@@ -215,8 +215,12 @@ impl Reconciler for Extensions {
         e: &Arc<Extension>,
         _status: &mut Draft<Extension>,
     ) -> Result<Cleanup, Error> {
-        self.remove(&e.namespace().unwrap_or_default(), &e.name_any())
-            .await?;
+        let (ns, name, uid) = (
+            e.namespace().unwrap_or_default(),
+            e.name_any(),
+            e.uid().unwrap_or_default(),
+        );
+        self.remove((&ns, &name, &uid)).await?;
         Ok(Cleanup::Done)
     }
 }
@@ -304,8 +308,10 @@ impl Extensions {
         Ok(bound)
     }
 
-    /// Deletes the Extension's binding, its mark and its role.
-    async fn remove(&self, ns: &str, name: &str) -> Result<(), Error> {
+    /// Deletes the Extension `(namespace, name, uid)`'s binding, its mark
+    /// and its role.
+    async fn remove(&self, ext: (&str, &str, &str)) -> Result<(), Error> {
+        let (ns, name, _) = ext;
         let client = self.sk.client().clone();
         let role_name = roles::extension_role_name(ns, name);
         runtime::objects::delete(
@@ -323,14 +329,14 @@ impl Extensions {
         runtime::objects::delete(&Api::<Role>::namespaced(client, ns), &role_name)
             .await
             .map_err(|e| Error::Request("delete the Extension's Role", e))?;
-        self.drop_cluster_role(ns, name, "").await
+        self.drop_cluster_role(ext).await
     }
 
     /// Deletes the ClusterRole and ClusterRoleBinding an older rbac-manager
-    /// gave the Extension (its rights were cluster-wide then), once per
-    /// Extension `uid` and process (always when `uid` is empty).
-    async fn drop_cluster_role(&self, ns: &str, name: &str, uid: &str) -> Result<(), Error> {
-        if !uid.is_empty() && self.dropped.lock().is_ok_and(|d| d.contains(uid)) {
+    /// gave the Extension `(namespace, name, uid)` (its rights were
+    /// cluster-wide then), once per Extension and process.
+    async fn drop_cluster_role(&self, (ns, name, uid): (&str, &str, &str)) -> Result<(), Error> {
+        if self.dropped.lock().is_ok_and(|d| d.contains(uid)) {
             return Ok(());
         }
         let client = self.sk.client().clone();
@@ -341,9 +347,7 @@ impl Extensions {
         runtime::objects::delete(&Api::<ClusterRole>::all(client), &legacy)
             .await
             .map_err(|e| Error::Request("delete the Extension's old ClusterRole", e))?;
-        if !uid.is_empty()
-            && let Ok(mut d) = self.dropped.lock()
-        {
+        if let Ok(mut d) = self.dropped.lock() {
             d.insert(uid.to_owned());
         }
         Ok(())

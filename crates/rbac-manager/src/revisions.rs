@@ -364,10 +364,10 @@ impl ProviderRevisions {
                 .map_err(|e| Error::Request("apply a ClusterRole", e))?;
             self.metrics.roles_rendered.inc();
         }
-        let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
-        let binding_name = roles::role_name(name, "system");
         match binding {
             Some(b) => {
+                let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
+                let binding_name = roles::role_name(name, "system");
                 ssa::apply(&bindings, &binding_name, &b.system, &self.field_manager)
                     .await
                     .map_err(|e| Error::Request("apply the ClusterRoleBinding", e))?;
@@ -383,14 +383,21 @@ impl ProviderRevisions {
                 }
                 self.prune_role_bindings(name, &b.namespaced).await?;
             }
-            None => {
-                self.prune_role_bindings(name, &[]).await?;
-                runtime::objects::delete(&bindings, &binding_name)
-                    .await
-                    .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?;
-            }
+            None => self.unbind(name).await?,
         }
         Ok(())
+    }
+
+    /// Deletes every binding of revision `name`: its RoleBindings, then its
+    /// ClusterRoleBinding.
+    async fn unbind(&self, name: &str) -> Result<(), Error> {
+        self.prune_role_bindings(name, &[]).await?;
+        runtime::objects::delete(
+            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
+            &roles::role_name(name, "system"),
+        )
+        .await
+        .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))
     }
 
     /// Deletes every RoleBinding of revision `name` (by its label, in any
@@ -422,16 +429,10 @@ impl ProviderRevisions {
         Ok(())
     }
 
-    /// Deletes the revision's binding, then its roles.
+    /// Deletes the revision's bindings, then its roles.
     async fn remove(&self, name: &str) -> Result<(), Error> {
         self.applier.forget(name);
-        self.prune_role_bindings(name, &[]).await?;
-        runtime::objects::delete(
-            &Api::<ClusterRoleBinding>::all(self.sk.client().clone()),
-            &roles::role_name(name, "system"),
-        )
-        .await
-        .map_err(|e| Error::Request("delete the ClusterRoleBinding", e))?;
+        self.unbind(name).await?;
         let api = Api::<ClusterRole>::all(self.sk.client().clone());
         for role in roles::role_names(name) {
             runtime::objects::delete(&api, &role)

@@ -223,43 +223,38 @@ impl ProviderRevisions {
             apps::v1::Deployment,
             core::v1::{Service, ServiceAccount},
         };
-        let client = self.sk.client().clone();
+        self.refuse_takeover_of::<ServiceAccount>(&rendered.service_account)
+            .await?;
+        self.refuse_takeover_of::<Service>(&rendered.service)
+            .await?;
+        self.refuse_takeover_of::<Deployment>(&rendered.deployment)
+            .await
+    }
+
+    /// [`Self::refuse_takeover`] for one object of kind `K`.
+    async fn refuse_takeover_of<K>(&self, wanted: &serde_json::Value) -> Result<(), Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         let ns = &self.settings.namespace;
-        let objects = [
-            ("ServiceAccount", &rendered.service_account),
-            ("Service", &rendered.service),
-            ("Deployment", &rendered.deployment),
-        ];
-        for (kind, wanted) in objects {
-            let name = wanted
-                .pointer("/metadata/name")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default();
-            let live = match kind {
-                "ServiceAccount" => Api::<ServiceAccount>::namespaced(client.clone(), ns)
-                    .get_metadata_opt(name)
-                    .await
-                    .map(|m| m.map(|m| m.metadata)),
-                "Service" => Api::<Service>::namespaced(client.clone(), ns)
-                    .get_metadata_opt(name)
-                    .await
-                    .map(|m| m.map(|m| m.metadata)),
-                _ => Api::<Deployment>::namespaced(client.clone(), ns)
-                    .get_metadata_opt(name)
-                    .await
-                    .map(|m| m.map(|m| m.metadata)),
-            }
+        let name = wanted
+            .pointer("/metadata/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        let live = Api::<K>::namespaced(self.sk.client().clone(), ns)
+            .get_metadata_opt(name)
+            .await
             .map_err(|e| Error::Request("read what the runtime would be applied over", e))?;
-            if let Some(why) = live
-                .as_ref()
-                .and_then(|m| crate::runtime::apply::takes_over(m, wanted))
-            {
-                return Err(Error::RuntimeConfig(format!(
-                    "{kind} {ns}/{name} exists and {why}: the package-manager never takes over what it did not make for this Provider; delete or rename it, or name another in the runtime config"
-                )));
-            }
+        match live.and_then(|m| crate::runtime::apply::takes_over(&m.metadata, wanted)) {
+            Some(why) => Err(Error::RuntimeConfig(format!(
+                "{} {ns}/{name} exists and {why}: the package-manager never takes over what it did not make for this Provider; delete or rename it, or name another in the runtime config",
+                K::kind(&())
+            ))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// For a runtime that is available and serves webhooks: healthy only

@@ -4,11 +4,9 @@
 //! Extension and labelled with it. Pure: the Extension controller reads
 //! what exists and applies what this renders.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::{api::rbac::v1::PolicyRule, apimachinery::pkg::apis::meta::v1::OwnerReference};
 use serde_json::{Value, json};
 use types::extensions::v1alpha1::EXTENSION_LABEL;
-
-use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::stack_fields;
 use crate::podsecurity;

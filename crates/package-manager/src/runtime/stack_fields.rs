@@ -36,9 +36,10 @@ const DEPLOYMENT: [&str; 7] = [
 /// The fields of the pod template.
 const TEMPLATE: [&str; 2] = ["metadata", "spec"];
 /// The fields of the pod spec. `serviceAccountName` is replaced by the
-/// package-manager; the host and security fields are
-/// [`crate::podsecurity`]'s to judge.
-const POD: [&str; 13] = [
+/// package-manager; the host fields and the security fields are
+/// [`crate::podsecurity`]'s to judge (it refuses a host field set to true
+/// with its own reason).
+const POD: [&str; 15] = [
     "containers",
     "initContainers",
     "volumes",
@@ -52,10 +53,9 @@ const POD: [&str; 13] = [
     "enableServiceLinks",
     "imagePullSecrets",
     "hostNetwork",
+    "hostPID",
+    "hostIPC",
 ];
-/// Host fields left to [`crate::podsecurity`], which refuses them with its
-/// own reason when they are true.
-const POD_HOST: [&str; 2] = ["hostPID", "hostIPC"];
 /// The fields of a container.
 const CONTAINER: [&str; 16] = [
     "name",
@@ -107,6 +107,35 @@ fn may_read(rules: &[PolicyRule], resource: &str, name: &str) -> bool {
                 .as_ref()
                 .is_none_or(|n| n.is_empty() || n.iter().any(|x| x == name))
     })
+}
+
+/// The items of the list at `key` of `v`, numbered (none when it is not a
+/// list).
+fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
+/// Refuses (at `at`) a reference to the core-group `resource` whose name is
+/// at `name_key` of `reference`, unless `rules` let the Extension get it.
+fn readable(
+    rules: &[PolicyRule],
+    at: &str,
+    (resource, reference, name_key): (&str, &Value, &str),
+    out: &mut Vec<String>,
+) {
+    let name = reference
+        .get(name_key)
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !may_read(rules, resource, name) {
+        out.push(format!(
+            "{at}: its permissions do not let it get {resource} {name:?}"
+        ));
+    }
 }
 
 /// The members of `obj` (at `path`) that are not in `allowed`, each as a
@@ -187,13 +216,7 @@ fn resources(r: &Value, path: &str, out: &mut Vec<String>) {
 }
 
 fn env(c: &Value, path: &str, rules: &[PolicyRule], out: &mut Vec<String>) {
-    for (i, e) in c
-        .get("env")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, e) in items(c, "env") {
         let at = format!("{path}.env[{i}]");
         unknown(e, &at, &["name", "value", "valueFrom"], out);
         let Some(from) = e.get("valueFrom") else {
@@ -204,12 +227,12 @@ fn env(c: &Value, path: &str, rules: &[PolicyRule], out: &mut Vec<String>) {
             ("configMapKeyRef", "configmaps"),
         ] {
             if let Some(r) = from.get(key) {
-                let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-                if !may_read(rules, resource, name) {
-                    out.push(format!(
-                        "{at}.valueFrom.{key}: its permissions do not let it get {resource} {name:?}"
-                    ));
-                }
+                readable(
+                    rules,
+                    &format!("{at}.valueFrom.{key}"),
+                    (resource, r, "name"),
+                    out,
+                );
             }
         }
         unknown(
@@ -224,65 +247,31 @@ fn env(c: &Value, path: &str, rules: &[PolicyRule], out: &mut Vec<String>) {
             out,
         );
     }
-    for (i, e) in c
-        .get("envFrom")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, e) in items(c, "envFrom") {
         let at = format!("{path}.envFrom[{i}]");
         unknown(e, &at, &["prefix", "secretRef", "configMapRef"], out);
         for (key, resource) in [("secretRef", "secrets"), ("configMapRef", "configmaps")] {
             if let Some(r) = e.get(key) {
-                let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-                if !may_read(rules, resource, name) {
-                    out.push(format!(
-                        "{at}.{key}: its permissions do not let it get {resource} {name:?}"
-                    ));
-                }
+                readable(rules, &format!("{at}.{key}"), (resource, r, "name"), out);
             }
         }
     }
 }
 
 fn volumes(pod: &Value, path: &str, rules: &[PolicyRule], out: &mut Vec<String>) {
-    for (i, v) in pod
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, v) in items(pod, "volumes") {
         let at = format!("{path}.volumes[{i}]");
         let Some(m) = v.as_object() else { continue };
         for (key, source) in m.iter().filter(|(k, _)| *k != "name") {
             match key.as_str() {
                 "emptyDir" => {}
                 "projected" => {
-                    for (j, s) in source
-                        .get("sources")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .enumerate()
-                    {
+                    for (j, s) in items(source, "sources") {
                         unknown(s, &format!("{at}.projected.sources[{j}]"), &PROJECTED, out);
                     }
                 }
-                "secret" | "configMap" => {
-                    let (resource, field) = if key == "secret" {
-                        ("secrets", "secretName")
-                    } else {
-                        ("configmaps", "name")
-                    };
-                    let name = source.get(field).and_then(Value::as_str).unwrap_or_default();
-                    if !may_read(rules, resource, name) {
-                        out.push(format!(
-                            "{at}.{key}: its permissions do not let it get {resource} {name:?}"
-                        ));
-                    }
-                }
+                "secret" => readable(rules, &format!("{at}.{key}"), ("secrets", source, "secretName"), out),
+                "configMap" => readable(rules, &format!("{at}.{key}"), ("configmaps", source, "name"), out),
                 // hostPath and the like: crate::podsecurity names them.
                 other if !crate::podsecurity::ALLOWED_VOLUMES.contains(&other) => {}
                 _ => out.push(format!(
@@ -314,9 +303,7 @@ pub fn refusals(spec: &Value, path: &str, rules: &[PolicyRule]) -> Vec<String> {
         return out;
     };
     let at = format!("{path}.template.spec");
-    let mut pod_fields: Vec<&str> = POD.to_vec();
-    pod_fields.extend(POD_HOST);
-    unknown(pod, &at, &pod_fields, &mut out);
+    unknown(pod, &at, &POD, &mut out);
     if let Some(d) = pod.get("dnsPolicy").and_then(Value::as_str)
         && !DNS_POLICIES.contains(&d)
     {
@@ -325,29 +312,17 @@ pub fn refusals(spec: &Value, path: &str, rules: &[PolicyRule]) -> Vec<String> {
             DNS_POLICIES.join(" or ")
         ));
     }
-    for (i, s) in pod
-        .get("imagePullSecrets")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let name = s.get("name").and_then(Value::as_str).unwrap_or_default();
-        if !may_read(rules, "secrets", name) {
-            out.push(format!(
-                "{at}.imagePullSecrets[{i}]: its permissions do not let it get secrets {name:?}"
-            ));
-        }
+    for (i, s) in items(pod, "imagePullSecrets") {
+        readable(
+            rules,
+            &format!("{at}.imagePullSecrets[{i}]"),
+            ("secrets", s, "name"),
+            &mut out,
+        );
     }
     volumes(pod, &at, rules, &mut out);
     for list in ["initContainers", "containers"] {
-        for (i, c) in pod
-            .get(list)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (i, c) in items(pod, list) {
             let cp = format!("{at}.{list}[{i}]");
             unknown(c, &cp, &CONTAINER, &mut out);
             if let Some(r) = c.get("resources") {
