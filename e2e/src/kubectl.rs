@@ -147,6 +147,17 @@ pub fn create_as(subject: &str, yaml: &str) -> (bool, String) {
     control().create_as(subject, yaml)
 }
 
+/// `kubectl auth can-i ARGS --as SUBJECT` on [`control`]: whether the API
+/// server says yes. (kubectl may warn first, on stderr, when its discovery
+/// cache does not know a new CRD's kind yet; the answer is the last line.)
+pub fn can_i(subject: &str, args: &[&str]) -> bool {
+    let mut all = vec!["auth", "can-i"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--as", subject]);
+    let (_, out) = kubectl_try(&all);
+    out.lines().last().map(str::trim) == Some("yes")
+}
+
 /// [`Kubectl::get_json`] on [`control`].
 pub fn get_json(args: &[&str]) -> Option<Value> {
     control().get_json(args)

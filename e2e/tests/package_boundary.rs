@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use e2e::hostile::{Hostile, Reply};
-use e2e::kubectl::create_as;
+use e2e::kubectl::{can_i, create_as};
 use e2e::packages::{
     apply, condition, delete_provider, get_json, kubectl, kubectl_try, provider, provider_yaml,
     test_crd, wait_blocking, wait_provider_healthy,
@@ -65,18 +65,6 @@ fn explain_ns(ns: &str) -> String {
         "yaml",
     ]);
     format!("{objects}\n{}", explain())
-}
-
-/// `kubectl auth can-i VERB RESOURCE [-A|-n NS] --as SUBJECT`: whether the
-/// API server says yes.
-fn can_i(subject: &str, args: &[&str]) -> bool {
-    let mut all = vec!["auth", "can-i"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--as", subject]);
-    let (_, out) = kubectl_try(&all);
-    // (kubectl may warn first, on stderr, when its discovery cache does not
-    // know a new CRD's kind yet; the answer is the last line.)
-    out.lines().last().map(str::trim) == Some("yes")
 }
 
 /// Whether the API server lets `subject` `verb` the kind `plural` of

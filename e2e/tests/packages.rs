@@ -187,11 +187,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // nothing of another package or of the cluster's machinery; users get
     // the kinds through crossplane-view and crossplane-edit.
     let runtime_sa = format!("system:serviceaccount:{NS}:provider-kubernetes");
-    let can = |who: &str, args: &[&str]| {
-        let mut all = vec!["auth", "can-i", "--as", who];
-        all.extend_from_slice(args);
-        kubectl_try(&all).1.trim().starts_with("yes")
-    };
+    let can = e2e::kubectl::can_i;
     assert!(can(
         &runtime_sa,
         &["create", "objects.kubernetes.crossplane.io"]

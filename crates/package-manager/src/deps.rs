@@ -223,9 +223,8 @@ pub fn past_bounds(graph: &BTreeMap<String, Vec<String>>, own: &str) -> Option<S
         ));
     }
     for root in roots_above(graph, own) {
-        let mut seen = BTreeSet::new();
-        reach(graph, &root, &mut seen);
-        let n = seen.len().saturating_sub(1);
+        let below = reachable(&root, |p| graph.get(p).into_iter().flatten().collect());
+        let n = below.len().saturating_sub(1);
         if n > MAX_TRANSITIVE {
             return Some(format!(
                 "with its dependencies, {root} would bring in {n} Providers, more than the {MAX_TRANSITIVE} one installed package may: none is installed"
@@ -247,7 +246,12 @@ fn dependents<'a>(graph: &'a BTreeMap<String, Vec<String>>, to: &str) -> Vec<&'a
 /// The longest chain of dependents ending in `to`, from a package nobody
 /// depends on (`to` last).
 fn longest_chain_to(graph: &BTreeMap<String, Vec<String>>, to: &str) -> Vec<String> {
-    let mut chain = longest_walk(to, &|p| dependents(graph, p), &mut Vec::new());
+    let mut chain = longest_walk(
+        to,
+        &|p| dependents(graph, p),
+        &mut Vec::new(),
+        &mut BTreeMap::new(),
+    );
     chain.reverse();
     chain
 }
@@ -258,59 +262,61 @@ fn longest_chain_from(graph: &BTreeMap<String, Vec<String>>, from: &str) -> Vec<
         from,
         &|p| graph.get(p).into_iter().flatten().collect(),
         &mut Vec::new(),
+        &mut BTreeMap::new(),
     )
 }
 
 /// The longest walk from `start` (first) along `next`; a cycle ends a
-/// walk (`path` holds the walk so far).
+/// walk (`path` holds the walk so far). Each package's longest walk is
+/// worked out once (`memo`), so a lattice of packages that share
+/// dependencies costs one visit per edge, not one per chain; a remembered
+/// walk that crosses `path` (a cycle) is worked out again.
 fn longest_walk<'a>(
     start: &str,
     next: &impl Fn(&str) -> Vec<&'a String>,
     path: &mut Vec<String>,
+    memo: &mut BTreeMap<String, Vec<String>>,
 ) -> Vec<String> {
+    if let Some(walk) = memo.get(start)
+        && !walk.iter().any(|p| path.contains(p))
+    {
+        return walk.clone();
+    }
     path.push(start.to_owned());
     let mut best = Vec::new();
     for n in next(start) {
         if path.contains(n) {
             continue;
         }
-        let walk = longest_walk(n, next, path);
+        let walk = longest_walk(n, next, path, memo);
         if walk.len() > best.len() {
             best = walk;
         }
     }
     path.pop();
     best.insert(0, start.to_owned());
+    memo.insert(start.to_owned(), best.clone());
     best
+}
+
+/// Every package reached from `start` along `next`, `start` included.
+fn reachable<'a>(start: &str, next: impl Fn(&str) -> Vec<&'a String>) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![start.to_owned()];
+    while let Some(p) = stack.pop() {
+        if seen.insert(p.clone()) {
+            stack.extend(next(&p).into_iter().cloned());
+        }
+    }
+    seen
 }
 
 /// The packages nobody depends on from which `to` is reached (`to` itself
 /// when nobody depends on it).
 fn roots_above(graph: &BTreeMap<String, Vec<String>>, to: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut seen = BTreeSet::new();
-    let mut stack = vec![to.to_owned()];
-    while let Some(p) = stack.pop() {
-        if !seen.insert(p.clone()) {
-            continue;
-        }
-        let up = dependents(graph, &p);
-        if up.is_empty() {
-            out.insert(p);
-        }
-        stack.extend(up.into_iter().cloned());
-    }
-    out
-}
-
-/// Every package reachable from `from` (itself included) into `seen`.
-fn reach(graph: &BTreeMap<String, Vec<String>>, from: &str, seen: &mut BTreeSet<String>) {
-    if !seen.insert(from.to_owned()) {
-        return;
-    }
-    for d in graph.get(from).into_iter().flatten() {
-        reach(graph, d, seen);
-    }
+    let mut above = reachable(to, |p| dependents(graph, p));
+    above.retain(|p| dependents(graph, p).is_empty());
+    above
 }
 
 /// A path from `from` back to `to` through the dependency graph, if any.
@@ -618,6 +624,25 @@ mod tests {
         }
         let why = past_bounds(&g, "r/m2").unwrap();
         assert!(why.contains("r/root would bring in 99 Providers"), "{why}");
+    }
+
+    #[test]
+    fn a_lattice_of_shared_dependencies_is_bounded_like_a_chain() {
+        // Nine levels of six packages, each depending on every package of
+        // the next level: 6^8 chains (each package's longest walk is worked
+        // out once, so this is quick).
+        let level = |l: usize| (0..6).map(|i| format!("r/l{l}-{i}")).collect::<Vec<_>>();
+        let mut g = BTreeMap::new();
+        for l in 0..MAX_DEPTH {
+            for p in level(l) {
+                g.insert(p, level(l + 1));
+            }
+        }
+        let below = &level(MAX_DEPTH - 1)[0];
+        let why = past_bounds(&g, below).unwrap();
+        assert!(why.contains("would be level 9"), "{why}");
+        let why = past_bounds(&g, "r/l0-0").unwrap();
+        assert!(why.contains("is 9 levels deep"), "{why}");
     }
 
     #[test]

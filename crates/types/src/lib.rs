@@ -59,7 +59,8 @@ pub const CONTROLLERS: [&str; 6] = [
 
 /// How the cluster tells a package identity (a Provider's runtime, an
 /// Extension's stack controller) from every other one: the rbac-manager
-/// grants each such identity the rule [`package_identity::RULE`] and
+/// grants each such identity the verb [`package_identity::VERB`] on
+/// [`package_identity::PACKAGE`] (in [`package_identity::GROUP`]) and
 /// nothing can grant it [`package_identity::CONTROL_PLANE`] short of a
 /// wildcard. The admission policy `deploy/` ships
 /// (`crossplane-rs-package-identities`) asks the authorizer for both, so
@@ -162,6 +163,8 @@ pub fn is_protected_group(group: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn control_characters_and_bidi_overrides_are_shown_escaped() {
         let cases = [
@@ -175,15 +178,10 @@ mod tests {
             ("\u{202e}txt.exe", "\\u{202e}txt.exe"),
         ];
         for (input, want) in cases {
-            assert_eq!(super::printable(input), want, "{input:?}");
+            assert_eq!(printable(input), want, "{input:?}");
         }
-        assert!(matches!(
-            super::printable("ok"),
-            std::borrow::Cow::Borrowed(_)
-        ));
+        assert!(matches!(printable("ok"), std::borrow::Cow::Borrowed(_)));
     }
-
-    use super::*;
 
     #[test]
     fn a_pod_runs_as_its_service_account_name_else_the_old_field_else_default() {

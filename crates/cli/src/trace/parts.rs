@@ -104,21 +104,18 @@ pub async fn deployments<S: Source>(s: &S, ns: &str, selector: &str) -> Vec<Node
 /// the rbac-manager rendered for one revision or Extension), and with `ns`
 /// the Roles and RoleBindings there (an Extension's rights are namespaced).
 pub async fn roles<S: Source>(s: &S, ns: Option<&str>, selector: &str) -> Vec<Node> {
+    let role: fn(&Value) -> Node = summary::cluster_role;
+    let binding: fn(&Value) -> Node = summary::binding;
     let mut kinds = vec![
-        (kinds::cluster_role(), None),
-        (kinds::cluster_role_binding(), None),
+        (kinds::cluster_role(), None, role),
+        (kinds::cluster_role_binding(), None, binding),
     ];
     if let Some(ns) = ns {
-        kinds.push((kinds::role(), Some(ns)));
-        kinds.push((kinds::role_binding(), Some(ns)));
+        kinds.push((kinds::role(), Some(ns), role));
+        kinds.push((kinds::role_binding(), Some(ns), binding));
     }
     let mut out = Vec::new();
-    for (kind, scope) in kinds {
-        let build = if kind.kind.ends_with("Binding") {
-            summary::binding
-        } else {
-            summary::cluster_role
-        };
+    for (kind, scope, build) in kinds {
         out.extend(list_nodes(s, &kind, scope, selector, build).await);
     }
     out
