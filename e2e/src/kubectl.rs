@@ -148,14 +148,14 @@ pub fn create_as(subject: &str, yaml: &str) -> (bool, String) {
 }
 
 /// `kubectl auth can-i ARGS --as SUBJECT` on [`control`]: whether the API
-/// server says yes. (kubectl may warn first, on stderr, when its discovery
-/// cache does not know a new CRD's kind yet; the answer is the last line.)
+/// server says yes (the answer is stdout; kubectl may warn on stderr when
+/// its discovery cache does not know a new CRD's kind yet).
 pub fn can_i(subject: &str, args: &[&str]) -> bool {
     let mut all = vec!["auth", "can-i"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--as", subject]);
-    let (_, out) = kubectl_try(&all);
-    out.lines().last().map(str::trim) == Some("yes")
+    let out = control().0.kubectl(&all);
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
 }
 
 /// [`Kubectl::get_json`] on [`control`].
