@@ -163,12 +163,12 @@ verdict_004() {
     bad+=("Provider provider-example not Installed ($(reason Installed "${p[@]}"))")
   until_ok is True cond Healthy "${p[@]}" ||
     bad+=("Provider provider-example not Healthy ($(reason Healthy "${p[@]}"))")
-  local sel=(-n crossplane-system pods -l pkg.crossplane.io/package=provider-example)
+  local sel=(-n crossplane-rs-runtimes pods -l pkg.crossplane.io/package=provider-example)
   until_ok is Running jget "${sel[@]}" '{.items[0].status.phase}' ||
     bad+=("its runtime pod is '$(jget "${sel[@]}" '{.items[*].status.phase}')'")
   local ref label image
   ref=$(jget "${p[@]}" '{.spec.runtimeConfigRef.kind}/{.spec.runtimeConfigRef.name}')
-  label=$(jget -n crossplane-system deployments -l pkg.crossplane.io/package=provider-example \
+  label=$(jget -n crossplane-rs-runtimes deployments -l pkg.crossplane.io/package=provider-example \
     '{.items[0].metadata.labels.example}')
   image=$(jget "${sel[@]}" '{.items[0].spec.containers[?(@.name=="package-runtime")].image}')
   [[ "$ref" == DeploymentRuntimeConfig/default && "$label" == label ]] ||

@@ -19,7 +19,7 @@ pub use crate::{
     kubectl::{apply, get_json, kubectl, kubectl_try},
 };
 
-pub const NS: &str = "crossplane-system";
+pub use crate::shipped::{NS, RUNTIMES};
 
 /// What the package tests of one test binary share.
 pub struct Env {
@@ -289,5 +289,5 @@ pub fn poke(name: &str, n: usize) {
 }
 
 pub fn deployment_of(revision: &str) -> Option<Value> {
-    get_json(&["deployment", revision, "-n", NS])
+    get_json(&["deployment", revision, "-n", RUNTIMES])
 }

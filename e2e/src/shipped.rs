@@ -19,6 +19,9 @@ use crate::{
 pub const OVERLAY_IMAGE: &str = "registry.crossplane-rs.test/crossplane-rs:dev";
 /// The controllers' namespace.
 pub const NS: &str = "crossplane-system";
+/// The namespace Provider runtimes run in (their Deployments,
+/// ServiceAccounts, Services, certificate and pull Secrets).
+pub const RUNTIMES: &str = types::package_identity::RUNTIME_NAMESPACE;
 /// Where the operator configuration mounts the registry's CA.
 const CA_DIR: &str = "/etc/crossplane-rs/registry-ca";
 
@@ -344,7 +347,7 @@ pub fn log_tail(binary: &str, lines: usize) -> String {
 /// What the package side looks like, for a failed wait.
 pub fn explain() -> String {
     let (_, providers) = kubectl_try(&["get", "providers,providerrevisions", "-o", "yaml"]);
-    let (_, pods) = kubectl_try(&["get", "deployments,pods", "-n", NS, "-o", "wide"]);
+    let (_, pods) = kubectl_try(&["get", "deployments,pods", "-n", RUNTIMES, "-o", "wide"]);
     format!(
         "{providers}\n{pods}\npackage-manager log (tail):\n{}\nrbac-manager log (tail):\n{}",
         log_tail("package-manager", 40),

@@ -1,6 +1,6 @@
 //! `crossplane-rs trace` as a user sees it: a user bound only to
 //! `crossplane-view` and the Role `crossplane-rs:view-runtimes` in
-//! crossplane-system (deploy/base/rbac-manager/trace-roles.yaml), reached
+//! crossplane-rs-runtimes (deploy/base/rbac-manager/trace-roles.yaml), reached
 //! by impersonation through the admin's kubeconfig (the API server
 //! authorizes every request as that user), and the JSON tree the command
 //! prints.
@@ -17,7 +17,7 @@ use crate::wait::wait_blocking;
 
 /// A kubeconfig for `control` acting as a fresh user bound to
 /// crossplane-view and, when `runtimes`, the runtimes Role in
-/// crossplane-system; and to Kubernetes' `view` in each of `namespaces`
+/// crossplane-rs-runtimes; and to Kubernetes' `view` in each of `namespaces`
 /// (where a stack's controller runs). Waits until the aggregated role lets
 /// the user read Providers.
 pub fn viewer(control: &testenv::Cluster, runtimes: bool, namespaces: &[&str]) -> PathBuf {
@@ -27,7 +27,7 @@ pub fn viewer(control: &testenv::Cluster, runtimes: bool, namespaces: &[&str]) -
     );
     if runtimes {
         yaml.push_str(&format!(
-            "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {user}, namespace: crossplane-system}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: \"crossplane-rs:view-runtimes\"}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
+            "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {user}, namespace: crossplane-rs-runtimes}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: \"crossplane-rs:view-runtimes\"}}\nsubjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]\n"
         ));
     }
     for ns in namespaces {

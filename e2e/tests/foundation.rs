@@ -855,27 +855,33 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["create", "clusterrolebindings"],
         &["create", "roles", "-n", "default"],
         &["create", "rolebindings", "-n", "default"],
-        &["watch", "deployments", "-n", "crossplane-system"],
+        &["watch", "deployments", "-n", "crossplane-rs-runtimes"],
+        // Runtimes' Secrets are bound per namespace, to the runtimes whose
+        // system role is bound.
+        &["watch", "namespaces"],
+        &["watch", "clusterrolebindings"],
+        &["watch", "rolebindings", "-A"],
     ] {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
     }
     for args in [
         &["create", "customresourcedefinitions"][..],
         &["update", "customresourcedefinitions"],
-        &["create", "deployments", "-n", "crossplane-system"],
+        &["create", "deployments", "-n", "crossplane-rs-runtimes"],
+        &["watch", "deployments", "-n", "crossplane-system"],
         &["watch", "deployments", "-n", "default"],
         &["create", "services", "-n", "crossplane-system"],
         &["create", "serviceaccounts", "-n", "crossplane-system"],
         &["list", "roles", "-A"],
-        &["watch", "rolebindings", "-A"],
         &["get", "secrets", "-n", "crossplane-system"],
+        &["get", "secrets", "-n", "crossplane-rs-runtimes"],
     ] {
         assert!(!can(who, args), "{who} may {}", args.join(" "));
     }
 
     // The package-manager installs packages: it makes, switches and deletes
-    // revisions, applies and deletes CRDs, runs Provider runtimes in its own
-    // namespace and reads pull secrets there by name; an Extension's
+    // revisions, applies and deletes CRDs, runs Provider runtimes in their
+    // namespace (not its own) and reads pull secrets there by name; an Extension's
     // controller runs in the Extension's namespace, so it makes Deployments
     // and ServiceAccounts there (and nothing else of another namespace's:
     // no Services, Secrets or pods). It never changes Secrets and never
@@ -894,10 +900,15 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["create", "customresourcedefinitions"],
         &["patch", "customresourcedefinitions"],
         &["delete", "customresourcedefinitions"],
-        &["create", "deployments", "-n", "crossplane-system"],
-        &["deletecollection", "services", "-n", "crossplane-system"],
-        &["create", "serviceaccounts", "-n", "crossplane-system"],
-        &["get", "secrets", "-n", "crossplane-system"],
+        &["create", "deployments", "-n", "crossplane-rs-runtimes"],
+        &[
+            "deletecollection",
+            "services",
+            "-n",
+            "crossplane-rs-runtimes",
+        ],
+        &["create", "serviceaccounts", "-n", "crossplane-rs-runtimes"],
+        &["get", "secrets", "-n", "crossplane-rs-runtimes"],
         &["create", "deploymentruntimeconfigs.pkg.crossplane.io"],
         &[
             "create",
@@ -915,9 +926,10 @@ async fn the_kustomize_deployment_renders_and_applies() {
         &["delete", "deployments", "-n", "default"],
         &["create", "serviceaccounts", "-n", "default"],
         &["watch", "customresourcedefinitions"],
-        // Each Provider's certificate Secrets, in its own namespace only.
-        &["create", "secrets", "-n", "crossplane-system"],
-        &["patch", "secrets", "-n", "crossplane-system"],
+        // Each Provider's certificate Secrets, in the runtimes' namespace
+        // only.
+        &["create", "secrets", "-n", "crossplane-rs-runtimes"],
+        &["patch", "secrets", "-n", "crossplane-rs-runtimes"],
         &["create", "validatingwebhookconfigurations"],
     ] {
         assert!(can(who, args), "{who} cannot {}", args.join(" "));
@@ -936,8 +948,9 @@ async fn the_kustomize_deployment_renders_and_applies() {
         ],
         &["get", "secrets", "-n", "default"],
         &["create", "secrets", "-n", "default"],
-        &["list", "secrets", "-n", "crossplane-system"],
-        &["delete", "secrets", "-n", "crossplane-system"],
+        &["list", "secrets", "-n", "crossplane-rs-runtimes"],
+        &["delete", "secrets", "-n", "crossplane-rs-runtimes"],
+        &["get", "secrets", "-n", "crossplane-system"],
         &["update", "validatingwebhookconfigurations"],
         &["watch", "secrets", "-A"],
         &["create", "clusterroles"],

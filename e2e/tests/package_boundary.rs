@@ -19,8 +19,8 @@ use e2e::packages::{
     test_crd, wait_blocking, wait_provider_healthy,
 };
 use e2e::shipped::{
-    NS, explain, lease_of, package_dir, package_manager_lease, pod_of, push_layer, reconciles,
-    resident_bytes, shipped, xpkg_push,
+    NS, RUNTIMES, explain, lease_of, package_dir, package_manager_lease, pod_of, push_layer,
+    reconciles, resident_bytes, shipped, xpkg_push,
 };
 
 /// Every condition message of an object, one per line (`Type=Status:
@@ -209,9 +209,9 @@ fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
     let rev = revision["metadata"]["name"].as_str().unwrap().to_owned();
     // The runtime's ServiceAccount (it runs: the package names a runtime
     // image) holds none of it.
-    let sa = format!("system:serviceaccount:{NS}:{name}");
+    let sa = format!("system:serviceaccount:{RUNTIMES}:{name}");
     assert!(!can_i(&sa, &["impersonate", "serviceaccounts", "-A"]));
-    assert!(!can_i(&sa, &["create", "deployments", "-n", NS]));
+    assert!(!can_i(&sa, &["create", "deployments", "-n", RUNTIMES]));
     assert!(!can_i(&sa, &["bind", "clusterroles"]));
     let role = get_json(&["clusterrole", &format!("crossplane:provider:{rev}:system")]);
     assert!(
@@ -481,9 +481,9 @@ fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_servic
         client.get("url").is_none(),
         "the package's URL stayed: {client}"
     );
-    assert_eq!(client["service"]["namespace"], NS);
+    assert_eq!(client["service"]["namespace"], RUNTIMES);
     assert_eq!(client["service"]["port"], 9443);
-    let secret = get_json(&["secret", &format!("{name}-tls-server"), "-n", NS]).unwrap();
+    let secret = get_json(&["secret", &format!("{name}-tls-server"), "-n", RUNTIMES]).unwrap();
     assert_eq!(client["caBundle"], secret["data"]["ca.crt"]);
     // A conversion is asked for: it goes to the Provider's Service (which
     // has no runtime here, so it fails), never to the package's URL.
@@ -805,18 +805,18 @@ fn hostile_registry() -> Hostile {
     Hostile::https_testenv(host_ip(), &tls).unwrap()
 }
 
-/// A pull Secret in the package-manager's namespace with `user`/`password`
+/// A pull Secret in the runtimes' namespace with `user`/`password`
 /// for `registry`.
 fn pull_secret(name: &str, registry: &str, user: &str, password: &str) {
     let auth = serde_json::json!({"auths": {registry: {"username": user, "password": password}}});
-    let (_, _) = kubectl_try(&["delete", "secret", name, "-n", NS]);
+    let (_, _) = kubectl_try(&["delete", "secret", name, "-n", RUNTIMES]);
     kubectl(&[
         "create",
         "secret",
         "generic",
         name,
         "-n",
-        NS,
+        RUNTIMES,
         "--type=kubernetes.io/dockerconfigjson",
         &format!("--from-literal=.dockerconfigjson={auth}"),
     ]);
@@ -1031,7 +1031,7 @@ fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
         &[
             "template.spec.hostNetwork",
             "containers[0].securityContext.privileged",
-            "ServiceAccount crossplane-system/rbac-manager",
+            "ServiceAccount crossplane-rs-runtimes/rbac-manager",
         ],
     );
     eprintln!("runtime config: {text}");
@@ -1044,7 +1044,7 @@ fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
     for r in revisions["items"].as_array().unwrap() {
         let rev = r["metadata"]["name"].as_str().unwrap();
         assert!(
-            get_json(&["deployment", rev, "-n", NS]).is_none(),
+            get_json(&["deployment", rev, "-n", RUNTIMES]).is_none(),
             "the refused runtime {rev} runs"
         );
     }
@@ -1054,6 +1054,9 @@ fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
 /// The admission policy `deploy/` ships for package identities, as its
 /// refusals name it.
 const POLICY: &str = "crossplane-rs-package-identities";
+/// The policy that keeps package identities' writes out of the runtimes'
+/// namespace.
+const RUNTIMES_POLICY: &str = "crossplane-rs-package-runtimes";
 
 /// A Secret of type `kubernetes.io/service-account-token` for
 /// ServiceAccount `ns/for`: kube-controller-manager fills it with a token of
@@ -1089,26 +1092,34 @@ fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
     // defaults.
     let (name, g) = install_provider("plain", "");
     wait_provider_healthy(&name, Duration::from_secs(150));
-    let sa = format!("system:serviceaccount:{NS}:{name}");
+    let sa = format!("system:serviceaccount:{RUNTIMES}:{name}");
     wait_blocking(
         Duration::from_secs(60),
         "the runtime's system role to be bound",
-        || may(&sa, "list", "things", &g).then_some(()),
+        || {
+            (may(&sa, "list", "things", &g) && can_i(&sa, &["create", "secrets", "-n", NS]))
+                .then_some(())
+        },
         explain,
     );
     // What a provider needs still works: a Secret for connection details
-    // in the controllers' namespace, and its own leader-election Lease.
+    // in the controllers' namespace (where credentials live too), and its
+    // own leader-election Lease in its own namespace.
     let detail = testenv::unique_name("detail");
     let (ok, out) = create_as(&sa, &opaque_secret(NS, &detail));
     assert!(ok, "the runtime cannot write a connection Secret: {out}");
-    assert!(can_i(&sa, &["create", "leases", "-n", NS]));
+    assert!(can_i(&sa, &["create", "leases", "-n", RUNTIMES]));
     // No token for the rbac-manager (escalate and bind), nor for
-    // kube-system's default.
+    // kube-system's default: RBAC lets it write Secrets there, the policy
+    // refuses the token.
     assert_cannot_mint(&sa, NS, "rbac-manager");
     assert_cannot_mint(&sa, "kube-system", "default");
-    // No Lease outside its namespace: not kube-system's (the scheduler's and
-    // kube-controller-manager's leader election).
+    // No Lease outside its namespace: not the controllers' and not
+    // kube-system's (the scheduler's and kube-controller-manager's leader
+    // election).
     for args in [
+        ["update", "leases/crossplane-rs-object-provider", "-n", NS],
+        ["create", "leases", "-n", NS],
         ["create", "leases", "-n", "kube-system"],
         ["update", "leases", "-n", "kube-system"],
         ["get", "leases", "-n", "default"],
@@ -1140,18 +1151,106 @@ fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
         let mut args = attempt.to_vec();
         args.extend(["--as", &sa]);
         let (ok, out) = kubectl_try(&args);
-        assert!(!ok && out.contains(POLICY), "{sa} may {attempt:?}: {out}");
+        assert!(
+            !ok && out.contains("forbidden"),
+            "{sa} may {attempt:?}: {out}"
+        );
     }
-    // Nor a Lease of a controller yet to start.
+    // Nor a controller's Lease in its own namespace, where it may write
+    // Leases: the policy refuses the name.
     let (ok, out) = create_as(
         &sa,
         &format!(
-            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: crossplane-rs-scheduler-next, namespace: {NS}}}\nspec: {{holderIdentity: {name}}}\n"
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: crossplane-rs-scheduler-next, namespace: {RUNTIMES}}}\nspec: {{holderIdentity: {name}}}\n"
         ),
     );
     assert!(!ok && out.contains(POLICY), "{out}");
     assert_eq!(lease_of("object-provider"), (holder, transitions));
     assert_eq!(pod_of("object-provider"), (pod, restarts));
+    // A runtime reads Secrets in every namespace by default (upstream's
+    // providers need that for credentials), so no CA key is kept in one:
+    // what it reads of a provider's CA, its own or another's, is
+    // certificates only.
+    let (ok, ca) = kubectl_try(&[
+        "get",
+        "secret",
+        &format!("{name}-tls-ca"),
+        "-n",
+        RUNTIMES,
+        "-o",
+        "json",
+        "--as",
+        &sa,
+    ]);
+    assert!(ok, "{ca}");
+    let ca: serde_json::Value = serde_json::from_str(&ca).unwrap();
+    let keys: Vec<&String> = ca["data"].as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter().all(|k| *k == "tls.crt" || *k == "previous.crt") && !keys.is_empty(),
+        "the CA Secret holds {keys:?}"
+    );
+    assert!(!ca.to_string().contains("PRIVATE KEY"), "{ca}");
+    // Whatever RBAC a runtime is given in the runtimes' namespace (here
+    // the administrator binds it `edit` there, as a wide permission
+    // request would), it writes nothing there but Leases and Events: no pod
+    // that would mount another runtime's keys, no exec into one.
+    let edit = testenv::unique_name("edit");
+    kubectl(&[
+        "create",
+        "rolebinding",
+        &edit,
+        "-n",
+        RUNTIMES,
+        "--clusterrole=edit",
+        &format!("--serviceaccount={RUNTIMES}:{name}"),
+    ]);
+    let (ok, out) = create_as(
+        &sa,
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {edit}, namespace: {RUNTIMES}}}\nspec:\n  containers: [{{name: c, image: {}}}]\n  volumes: [{{name: k, secret: {{secretName: {name}-tls-ca}}}}]\n",
+            shipped().pause_image
+        ),
+    );
+    assert!(
+        !ok && out.contains(RUNTIMES_POLICY) && out.contains("may write only Leases and Events"),
+        "{out}"
+    );
+    let runtime_pod = get_json(&[
+        "pods",
+        "-n",
+        RUNTIMES,
+        "-l",
+        &format!("pkg.crossplane.io/provider={name}"),
+    ])
+    .and_then(|l| {
+        l.pointer("/items/0/metadata/name")?
+            .as_str()
+            .map(str::to_owned)
+    })
+    .unwrap_or_else(|| panic!("no runtime pod of {name}: {}", explain()));
+    let (ok, out) = kubectl_try(&[
+        "exec",
+        &runtime_pod,
+        "-n",
+        RUNTIMES,
+        "--as",
+        &sa,
+        "--",
+        "true",
+    ]);
+    assert!(
+        !ok && out.contains(RUNTIMES_POLICY) && out.contains("pods/exec"),
+        "{out}"
+    );
+    let (ok, out) = create_as(
+        &sa,
+        &format!(
+            "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: {edit}, namespace: {RUNTIMES}}}\nspec: {{holderIdentity: {name}}}\n"
+        ),
+    );
+    assert!(ok, "the runtime cannot write its own Lease: {out}");
+    kubectl(&["delete", "rolebinding", &edit, "-n", RUNTIMES]);
+    kubectl(&["delete", "lease", &edit, "-n", RUNTIMES]);
     // The policy leaves every other identity as the cluster has it: the
     // administrator still may.
     let admin_ns = namespace("admin-token");
@@ -1322,7 +1421,7 @@ fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
     );
     let (name, g) = install_provider("narrow", "");
     wait_provider_healthy(&name, Duration::from_secs(150));
-    let sa = format!("system:serviceaccount:{NS}:{name}");
+    let sa = format!("system:serviceaccount:{RUNTIMES}:{name}");
     wait_blocking(
         Duration::from_secs(90),
         &format!("{sa} to read Secrets in {creds}"),
@@ -1331,7 +1430,7 @@ fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
     );
     assert!(can_i(&sa, &["create", "secrets", "-n", NS]));
     assert!(may(&sa, "list", "things", &g));
-    for ns in ["kube-system", "default"] {
+    for ns in ["kube-system", "default", RUNTIMES] {
         assert!(
             !can_i(&sa, &["get", "secrets", "-n", ns]),
             "{sa} may get secrets in {ns}"
@@ -1344,6 +1443,25 @@ fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
     assert!(!can_i(&sa, &["list", "secrets", "-A"]));
     let (ok, out) = kubectl_try(&["get", "secrets", "-n", "kube-system", "--as", &sa]);
     assert!(!ok && out.contains("forbidden"), "{out}");
+    // Nothing in the runtimes' namespace: not its own certificates (and so
+    // not another provider's server key), nor an ImageConfig's pull Secret.
+    let pull = testenv::unique_name("pull");
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {pull}, namespace: {RUNTIMES}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{{\"auths\": {{}}}}'\n"
+    ));
+    assert!(get_json(&["secret", &format!("{name}-tls-ca"), "-n", RUNTIMES]).is_some());
+    for secret in [
+        format!("{name}-tls-ca"),
+        format!("{name}-tls-server"),
+        pull.clone(),
+    ] {
+        let (ok, out) = kubectl_try(&["get", "secret", &secret, "-n", RUNTIMES, "--as", &sa]);
+        assert!(
+            !ok && out.contains("forbidden"),
+            "{sa} read {secret}: {out}"
+        );
+    }
+    kubectl(&["delete", "secret", &pull, "-n", RUNTIMES]);
     delete_provider(&name);
 }
 
@@ -1526,25 +1644,25 @@ fn a_provider_never_takes_over_a_service_account_it_did_not_make() {
     // Someone else's ServiceAccount in the runtimes' namespace, named as a
     // Provider's runtime would be.
     let name = testenv::unique_name("taken");
-    kubectl(&["create", "serviceaccount", &name, "-n", NS]);
+    kubectl(&["create", "serviceaccount", &name, "-n", RUNTIMES]);
     kubectl(&[
         "label",
         "serviceaccount",
         &name,
         "-n",
-        NS,
+        RUNTIMES,
         "owner=someone-else",
     ]);
     install_provider_as(&name, "taken", "");
     let text = wait_provider_says(
         &name,
         &[
-            &format!("ServiceAccount {NS}/{name} exists"),
+            &format!("ServiceAccount {RUNTIMES}/{name} exists"),
             "never takes over",
         ],
     );
     eprintln!("takeover: {text}");
-    let sa = get_json(&["serviceaccount", &name, "-n", NS]).unwrap();
+    let sa = get_json(&["serviceaccount", &name, "-n", RUNTIMES]).unwrap();
     assert!(sa["metadata"].get("ownerReferences").is_none(), "{sa:#}");
     assert_eq!(
         sa["metadata"]["labels"],
@@ -1553,10 +1671,10 @@ fn a_provider_never_takes_over_a_service_account_it_did_not_make() {
     for r in e2e::packages::revisions_of(&name) {
         let rev = r["metadata"]["name"].as_str().unwrap();
         assert!(
-            get_json(&["deployment", rev, "-n", NS]).is_none(),
+            get_json(&["deployment", rev, "-n", RUNTIMES]).is_none(),
             "{rev} runs"
         );
     }
     delete_provider(&name);
-    kubectl(&["delete", "serviceaccount", &name, "-n", NS]);
+    kubectl(&["delete", "serviceaccount", &name, "-n", RUNTIMES]);
 }

@@ -64,7 +64,7 @@ fn upgrade_unmet(rev1: &str, rev2: &str) -> Vec<&'static str> {
     {
         unmet.push("revision 2 Active");
     }
-    if get_json(&["deployment", rev1, "-n", NS]).is_some() {
+    if get_json(&["deployment", rev1, "-n", RUNTIMES]).is_some() {
         unmet.push("revision 1's Deployment gone");
     }
     unmet
@@ -143,7 +143,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // The runtime: a Deployment named after the revision, Available on the
     // node, its pod running the pushed image under the Provider's SA (the
     // same for every revision, as its Service is).
-    let dep = get_json(&["deployment", &rev1, "-n", NS]).unwrap();
+    let dep = get_json(&["deployment", &rev1, "-n", RUNTIMES]).unwrap();
     assert_eq!(
         dep["spec"]["template"]["spec"]["serviceAccountName"],
         "provider-kubernetes"
@@ -152,8 +152,8 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         dep["spec"]["template"]["spec"]["containers"][0]["name"],
         "package-runtime"
     );
-    assert!(get_json(&["service", "provider-kubernetes", "-n", NS]).is_some());
-    assert!(get_json(&["serviceaccount", "provider-kubernetes", "-n", NS]).is_some());
+    assert!(get_json(&["service", "provider-kubernetes", "-n", RUNTIMES]).is_some());
+    assert!(get_json(&["serviceaccount", "provider-kubernetes", "-n", RUNTIMES]).is_some());
     let columns = kubectl(&["get", "providers,providerrevisions"]);
     for col in [
         "INSTALLED",
@@ -186,7 +186,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // What the rbac-manager rendered: the runtime may use its own kinds and
     // nothing of another package or of the cluster's machinery; users get
     // the kinds through crossplane-view and crossplane-edit.
-    let runtime_sa = format!("system:serviceaccount:{NS}:provider-kubernetes");
+    let runtime_sa = format!("system:serviceaccount:{RUNTIMES}:provider-kubernetes");
     let can = e2e::kubectl::can_i;
     assert!(can(
         &runtime_sa,
@@ -287,7 +287,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     // Objects.
     // Both revisions' runtimes run as the Provider's ServiceAccount; each
     // revision binds its roles to it while it is active.
-    let sa = |_rev: &str| format!("system:serviceaccount:{NS}:provider-kubernetes");
+    let sa = |_rev: &str| format!("system:serviceaccount:{RUNTIMES}:provider-kubernetes");
     let mut samples = Vec::new();
     wait_blocking(
         Duration::from_secs(180),
@@ -462,8 +462,8 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
             let gone = provider("provider-kubernetes").is_none()
                 && revisions_of("provider-kubernetes").is_empty()
                 && OBJECT_CRDS.iter().all(|c| get_json(&["crd", c]).is_none())
-                && get_json(&["deployment", &rev2, "-n", NS]).is_none()
-                && get_json(&["serviceaccount", "provider-kubernetes", "-n", NS]).is_none();
+                && get_json(&["deployment", &rev2, "-n", RUNTIMES]).is_none()
+                && get_json(&["serviceaccount", "provider-kubernetes", "-n", RUNTIMES]).is_none();
             gone.then_some(())
         },
         explain_packages,
@@ -770,7 +770,7 @@ fn a_private_registry_needs_the_pull_secret_and_the_dependency_inherits_it() {
     let secret = testenv::unique_name("pull");
     let config = serde_json::json!({"auths": {private.address.clone(): {"username": user, "password": password}}});
     apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {NS}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {RUNTIMES}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
     ));
     apply(&provider_yaml(
         &a,
@@ -1138,7 +1138,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
     // sidecar, and a ServiceAccount the operator made.
     let sa = format!("{unique}-shared");
     apply(&format!(
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}, namespace: {NS}, annotations: {{team: platform}}}}\n"
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {sa}, namespace: {RUNTIMES}, annotations: {{team: platform}}}}\n"
     ));
     let config = |replicas: u32| {
         format!(
@@ -1185,7 +1185,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         ]
     );
     assert_eq!(pod["serviceAccountName"], sa.as_str());
-    let shared = get_json(&["serviceaccount", &sa, "-n", NS]).unwrap();
+    let shared = get_json(&["serviceaccount", &sa, "-n", RUNTIMES]).unwrap();
     assert!(
         shared["metadata"].get("ownerReferences").is_none(),
         "a named ServiceAccount was taken over: {shared}"
@@ -1293,7 +1293,7 @@ fn runtime_configs_shape_the_runtime_and_a_bad_one_is_named() {
         wait_provider_gone(n);
     }
     assert!(
-        get_json(&["serviceaccount", &sa, "-n", NS]).is_some(),
+        get_json(&["serviceaccount", &sa, "-n", RUNTIMES]).is_some(),
         "the operator's ServiceAccount was deleted"
     );
     assert!(deployment_of(&rev).is_none());
@@ -1592,7 +1592,7 @@ fn a_permission_request_outside_the_allow_list_gets_no_roles_until_the_list_allo
 }
 
 /// `crossplane-rs trace provider/NAME` as a user of crossplane-view (and
-/// the runtimes Role in crossplane-system): a Healthy Provider shows its
+/// the runtimes Role in crossplane-rs-runtimes): a Healthy Provider shows its
 /// active revision, the CRD it controls, its runtime Deployment and pod,
 /// and the roles and binding the rbac-manager rendered, each with its
 /// status; a Provider whose runtime image is not in the registry shows the
@@ -1642,7 +1642,7 @@ fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_po
     assert_eq!(crd["status"]["ready"], "True", "{crd:#}");
     assert_eq!(crd["status"]["state"], "controlled", "{crd:#}");
     let deployment = e2e::trace::node(revision, "Deployment", &rev);
-    assert_eq!(deployment["namespace"], NS);
+    assert_eq!(deployment["namespace"], RUNTIMES);
     assert_eq!(deployment["status"]["ready"], "True", "{deployment:#}");
     let pods = e2e::trace::of_kind(deployment, "Pod");
     assert_eq!(pods.len(), 1, "{deployment:#}");
@@ -1690,9 +1690,9 @@ fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_po
     let refused = e2e::trace::forbidden(&tree);
     assert!(
         refused.iter().any(|n| n["kind"] == "Deployment"
-            && n["status"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("forbidden: deployments.apps in crossplane-system"))),
+            && n["status"]["message"].as_str().is_some_and(
+                |m| m.contains("forbidden: deployments.apps in crossplane-rs-runtimes")
+            )),
         "{tree:#}"
     );
 
@@ -1821,7 +1821,7 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
     let secret = format!("{unique}-pull");
     let config = serde_json::json!({"auths": {mirror.address.clone(): {"username": user, "password": password}}});
     apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {NS}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {RUNTIMES}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
     ));
     let image_config = |name: &str, prefix: &str, rest: &str| {
         format!(
@@ -1904,7 +1904,7 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
         let pods = get_json(&[
             "pods",
             "-n",
-            NS,
+            RUNTIMES,
             "-l",
             &format!("pkg.crossplane.io/revision={revision}"),
         ])?;
@@ -1956,7 +1956,7 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
 
     // The pull Secret deleted: a Provider of the mirror names it and the
     // ImageConfig that names it.
-    kubectl(&["delete", "secret", &secret, "-n", NS]);
+    kubectl(&["delete", "secret", &secret, "-n", RUNTIMES]);
     let c = format!("{unique}-c");
     apply(&provider_yaml(
         &c,
@@ -1968,7 +1968,7 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
         "Healthy",
         "False",
         &[&format!(
-            "pull Secret {secret} of ImageConfig {credentials_ic} does not exist in namespace {NS}"
+            "pull Secret {secret} of ImageConfig {credentials_ic} does not exist in namespace {RUNTIMES}"
         )],
         Duration::from_secs(30),
     );

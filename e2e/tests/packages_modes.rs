@@ -46,7 +46,7 @@ fn runtime_objects(provider: &str, revision: &str) -> Vec<&'static str> {
         ("serviceaccount", provider),
     ]
     .into_iter()
-    .filter(|(k, name)| get_json(&[k, name, "-n", NS]).is_some())
+    .filter(|(k, name)| get_json(&[k, name, "-n", RUNTIMES]).is_some())
     .map(|(k, _)| k)
     .collect()
 }
@@ -182,7 +182,7 @@ fn untrusted_registry_external_runtime_and_controller_config() {
         explain_packages,
     );
     assert_eq!(patches(), patched, "an unchanged revision wrote something");
-    let honoured = get_json(&["deployment", &revision, "-n", NS]).unwrap();
+    let honoured = get_json(&["deployment", &revision, "-n", RUNTIMES]).unwrap();
     assert_eq!(honoured["spec"]["replicas"], 2);
     let pod = &honoured["spec"]["template"];
     assert_eq!(
@@ -227,12 +227,12 @@ fn untrusted_registry_external_runtime_and_controller_config() {
         Duration::from_secs(60),
         "the converted runtime config rendering the same pods",
         || {
-            let d = get_json(&["deployment", &revision, "-n", NS])?;
+            let d = get_json(&["deployment", &revision, "-n", RUNTIMES])?;
             (d["spec"]["template"] == honoured["spec"]["template"] && d["spec"]["replicas"] == 2)
                 .then_some(())
         },
         || {
-            let d: Value = get_json(&["deployment", &revision, "-n", NS]).unwrap_or_default();
+            let d: Value = get_json(&["deployment", &revision, "-n", RUNTIMES]).unwrap_or_default();
             format!(
                 "now {}\nhonoured {}\n{}",
                 d["spec"],
@@ -460,7 +460,7 @@ fn unrestricted_runtimes_still_never_borrow_a_controllers_identity() {
         "Healthy",
         "False",
         &[
-            "ServiceAccount crossplane-system/rbac-manager",
+            "ServiceAccount crossplane-rs-runtimes/rbac-manager",
             "never lifts",
         ],
         Duration::from_secs(120),
@@ -470,7 +470,7 @@ fn unrestricted_runtimes_still_never_borrow_a_controllers_identity() {
         condition(&p, "Healthy").unwrap().1
     );
     // Nothing but the rbac-manager itself runs as its ServiceAccount.
-    let deployments = get_json(&["deployments", "-n", NS]).unwrap();
+    let deployments = get_json(&["deployments", "-A"]).unwrap();
     for d in deployments["items"].as_array().unwrap() {
         let name = d["metadata"]["name"].as_str().unwrap_or_default();
         let sa = d
@@ -485,5 +485,59 @@ fn unrestricted_runtimes_still_never_borrow_a_controllers_identity() {
     delete_provider(&root);
     delete_provider("rbac-manager");
     wait_provider_gone(&root);
+    drop(pm);
+}
+
+/// An upgrade from a release that ran Provider runtimes in the controllers'
+/// namespace: the package-manager, at start, stops what such a release
+/// left there (a Deployment its revision controls), so no provider runs
+/// twice, and leaves every other Deployment alone.
+#[test]
+fn a_runtime_an_earlier_release_ran_in_the_controllers_namespace_is_stopped_at_start() {
+    let _alone = alone();
+    let pm = package_manager_flags(&operator_flags());
+    let (reference, _) = pause_package("moved");
+    let name = testenv::unique_name("moved");
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_healthy(&name, Duration::from_secs(150));
+    let revision = revisions_of(&name).remove(0);
+    let rev = revision["metadata"]["name"].as_str().unwrap().to_owned();
+    let uid = revision["metadata"]["uid"].as_str().unwrap().to_owned();
+    let deployment = |name: &str, owner: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: {NS}\n  labels: {{pkg.crossplane.io/revision: {rev}}}\n{owner}spec:\n  replicas: 0\n  selector: {{matchLabels: {{left: {name}}}}}\n  template:\n    metadata: {{labels: {{left: {name}}}}}\n    spec: {{containers: [{{name: c, image: {}}}]}}\n",
+            testenv::image::PAUSE_IMAGE
+        )
+    };
+    // What the earlier release left: the revision's runtime, controlled by
+    // it; beside it a Deployment with the same label that no revision
+    // controls, which is not the package-manager's to remove.
+    apply(&deployment(
+        &rev,
+        &format!(
+            "  ownerReferences: [{{apiVersion: pkg.crossplane.io/v1, kind: ProviderRevision, name: {rev}, uid: {uid}, controller: true}}]\n"
+        ),
+    ));
+    let bystander = testenv::unique_name("bystander");
+    apply(&deployment(&bystander, ""));
+    e2e::pods::restart("package-manager");
+    wait_blocking(
+        Duration::from_secs(60),
+        "the runtime left in the controllers' namespace to go",
+        || {
+            get_json(&["deployment", &rev, "-n", NS])
+                .is_none()
+                .then_some(())
+        },
+        || kubectl(&["get", "deployments", "-n", NS]),
+    );
+    assert!(get_json(&["deployment", &bystander, "-n", NS]).is_some());
+    assert!(
+        runtime_objects(&name, &rev).contains(&"deployment"),
+        "the revision's runtime in {RUNTIMES} stays"
+    );
+    kubectl(&["delete", "deployment", &bystander, "-n", NS]);
+    delete_provider(&name);
+    wait_provider_gone(&name);
     drop(pm);
 }

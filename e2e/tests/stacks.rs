@@ -1110,13 +1110,13 @@ fn a_rewritten_registry_uses_its_credentials_and_providers_use_it_too() {
         "mirrored",
         "False",
         &[&format!(
-            "pull Secret {MIRROR_SECRET} of ImageConfig stacks-private-credentials does not exist in namespace {NS}"
+            "pull Secret {MIRROR_SECRET} of ImageConfig stacks-private-credentials does not exist in namespace {RUNTIMES}"
         )],
         Duration::from_secs(60),
     );
     let config = serde_json::json!({"auths": {st.private.address.clone(): {"username": MIRROR_USER.0, "password": MIRROR_USER.1}}});
     apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {MIRROR_SECRET}, namespace: {NS}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {MIRROR_SECRET}, namespace: {RUNTIMES}}}\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{config}'\n"
     ));
     // Looked at again within 30s of a credentials failure: no poke needed.
     let r = wait_request(

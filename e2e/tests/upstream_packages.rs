@@ -21,7 +21,7 @@ use e2e::packages::{
     apply, condition, get_json, kubectl, kubectl_try, provider_healthy, provider_yaml,
     revisions_of, test_crd, wait_blocking,
 };
-use e2e::shipped::{NS, explain, package_dir, shipped, xpkg_push};
+use e2e::shipped::{RUNTIMES, explain, package_dir, shipped, xpkg_push};
 
 /// provider-kubernetes, built and pushed by `crossplane xpkg`: one
 /// reference per release in hack/versions.env, oldest first.
@@ -63,7 +63,7 @@ fn runtime_pods(provider: &str) -> Vec<Value> {
     get_json(&[
         "pods",
         "-n",
-        NS,
+        RUNTIMES,
         "-l",
         &format!("pkg.crossplane.io/provider={provider}"),
     ])
@@ -139,7 +139,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         "provider-kubernetes-tls-server",
         "provider-kubernetes-tls-client",
     ] {
-        let s = get_json(&["secret", secret, "-n", NS]).unwrap();
+        let s = get_json(&["secret", secret, "-n", RUNTIMES]).unwrap();
         for key in ["tls.crt", "tls.key", "ca.crt"] {
             assert!(s["data"][key].is_string(), "{secret} has {key}");
         }
@@ -180,9 +180,22 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         },
         || {
             format!(
-                "{}\n{}",
+                "{}\n{}\nruntime log (tail):\n{}",
                 kubectl_try(&["get", "objects.kubernetes.crossplane.io", "-o", "yaml"]).1,
-                explain()
+                explain(),
+                kubectl_try(&[
+                    "logs",
+                    "-n",
+                    RUNTIMES,
+                    "-l",
+                    &format!("pkg.crossplane.io/provider={name}"),
+                    "--tail=400",
+                ])
+                .1
+                .lines()
+                .filter(|l| !l.contains("TLS handshake error"))
+                .collect::<Vec<_>>()
+                .join("\n")
             )
         },
     );
@@ -238,7 +251,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
             let active = newest["spec"]["desiredState"] == "Active"
                 && newest["metadata"]["name"] != first["metadata"]["name"]
                 && condition(&newest, "RuntimeHealthy").is_some_and(|c| c.0 == "True");
-            let old_gone = !kubectl(&["get", "deployments", "-n", NS, "-o", "name"])
+            let old_gone = !kubectl(&["get", "deployments", "-n", RUNTIMES, "-o", "name"])
                 .contains(first["metadata"]["name"].as_str()?);
             let old_pods_gone = runtime_pods(name).iter().all(|p| {
                 p["metadata"]["labels"]["pkg.crossplane.io/revision"] != first["metadata"]["name"]
@@ -280,7 +293,7 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
     assert!(total >= 30, "the reads ran throughout the upgrade: {total}");
     // How (docs/packages.md): the Service sends to the new revision's pods
     // alone, and the CRD names the Service port it moved to.
-    let service = get_json(&["service", name, "-n", NS]).unwrap();
+    let service = get_json(&["service", name, "-n", RUNTIMES]).unwrap();
     assert_eq!(
         service.pointer("/spec/selector/pkg.crossplane.io~1revision"),
         second.pointer("/metadata/name"),
@@ -355,7 +368,7 @@ fn a_package_of_crds_alone_runs_nothing_and_claims_no_runtime() {
 fn marks(kind: &str, name: &str, namespaced: bool) -> (Value, Value) {
     let mut args = vec![kind, name];
     if namespaced {
-        args.extend(["-n", NS]);
+        args.extend(["-n", RUNTIMES]);
     }
     let o = get_json(&args).unwrap_or_default();
     (
@@ -500,9 +513,9 @@ fn a_packages_webhook_configuration_calls_only_its_own_runtime_about_its_own_kin
     let client = &installed["webhooks"][0]["clientConfig"];
     assert!(client.get("url").is_none(), "{client}");
     assert_eq!(client["service"]["name"], name.as_str());
-    assert_eq!(client["service"]["namespace"], NS);
+    assert_eq!(client["service"]["namespace"], RUNTIMES);
     assert_eq!(client["service"]["port"], 9443);
-    let secret = get_json(&["secret", &format!("{name}-tls-server"), "-n", NS]).unwrap();
+    let secret = get_json(&["secret", &format!("{name}-tls-server"), "-n", RUNTIMES]).unwrap();
     assert_eq!(
         client["caBundle"], secret["data"]["ca.crt"],
         "the API server trusts the provider's CA"

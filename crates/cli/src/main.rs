@@ -58,11 +58,12 @@ struct TraceArgs {
     /// The kubeconfig context to use.
     #[arg(long)]
     context: Option<String>,
-    /// The package-manager's namespace, where Provider runtimes run.
+    /// The namespace Provider runtimes run in (the package-manager's
+    /// --runtime-namespace).
     #[arg(
         long,
         env = "CROSSPLANE_RS_SYSTEM_NAMESPACE",
-        default_value = "crossplane-system"
+        default_value = types::package_identity::RUNTIME_NAMESPACE
     )]
     system_namespace: String,
 }

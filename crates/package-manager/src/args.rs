@@ -16,6 +16,16 @@ pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
 
+    /// The namespace Provider runtimes run in (their Deployments,
+    /// ServiceAccounts, Services and certificate Secrets), and where the
+    /// pull Secrets of packagePullSecrets and ImageConfigs are read: the
+    /// node pulls a runtime's image with them there. It should be one of
+    /// its own: the rbac-manager (same setting) grants runtimes their Leases
+    /// here, where no controller's Lease is, and, once Secrets are narrowed
+    /// with its --runtime-secret-namespaces, no Secret here.
+    #[arg(long, env = "RUNTIME_NAMESPACE", default_value = types::package_identity::RUNTIME_NAMESPACE)]
+    pub runtime_namespace: String,
+
     /// How package runtimes are run: Deployment (create a Deployment,
     /// ServiceAccount and Service per revision) or External (deliver the
     /// revision's CRDs and leave the runtime to an external controller).

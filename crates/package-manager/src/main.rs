@@ -35,10 +35,11 @@ mod webhooks;
 use ::runtime::controller::{Runtime, api_resource, observe};
 use anyhow::Context as _;
 use clap::Parser as _;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api,
-    api::{ObjectMeta, PostParams},
+    api::{DeleteParams, ListParams, ObjectMeta, PostParams},
     runtime::WatchStreamExt as _,
 };
 use types::extensions::v1alpha1::Extension;
@@ -72,7 +73,8 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => oci::Tls::System,
     };
-    let namespace = args.common.leader_election_namespace.clone();
+    let namespace = args.runtime_namespace.clone();
+    let controllers_namespace = args.common.leader_election_namespace.clone();
     let fetcher =
         oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes)
             .with_policy(oci::RegistryPolicy {
@@ -148,6 +150,8 @@ async fn main() -> anyhow::Result<()> {
             if args.package_runtime == PackageRuntime::Deployment {
                 default_runtime_config(&rt.client).await;
             }
+            stop_runtimes_left_in(&rt.client, &controllers_namespace, &args.runtime_namespace)
+                .await;
             tokio::join!(
                 providers,
                 revisions,
@@ -160,6 +164,54 @@ async fn main() -> anyhow::Result<()> {
     };
     rt.run(&kinds, work).await?;
     Ok(())
+}
+
+/// Runtimes an earlier release ran in the controllers' namespace: their
+/// Deployments are removed once at start, so that no provider runs twice
+/// (its revision runs it again in the runtimes' namespace). Their
+/// ServiceAccount, Service and certificate Secrets are the Provider's and
+/// go with it.
+async fn stop_runtimes_left_in(client: &kube::Client, namespace: &str, runtimes: &str) {
+    if namespace == runtimes {
+        return;
+    }
+    let api = Api::<Deployment>::namespaced(client.clone(), namespace);
+    let listed = api
+        .list_metadata(&ListParams::default().labels(labels::REVISION))
+        .await;
+    let left = match listed {
+        Ok(l) => l.items,
+        Err(e) => {
+            let error = ::runtime::events::error_chain(&e);
+            tracing::warn!(%error, namespace, "cannot list runtimes an earlier release left in the controllers' namespace");
+            return;
+        }
+    };
+    for d in left.iter().filter(|d| run_by_a_revision(&d.metadata)) {
+        let name = d.metadata.name.clone().unwrap_or_default();
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => tracing::info!(
+                namespace,
+                deployment = name,
+                runtimes,
+                "removed a runtime an earlier release ran in the controllers' namespace; its revision runs it in the runtimes' namespace"
+            ),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                let error = ::runtime::events::error_chain(&e);
+                tracing::warn!(%error, namespace, deployment = name, "cannot remove a runtime an earlier release left in the controllers' namespace");
+            }
+        }
+    }
+}
+
+/// Whether an object is a ProviderRevision's runtime: controlled by one.
+fn run_by_a_revision(meta: &ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ProviderRevision"
+            && o.api_version.starts_with("pkg.crossplane.io/")
+    })
 }
 
 /// Creates the `default` DeploymentRuntimeConfig when there is none; one
@@ -181,5 +233,48 @@ async fn default_runtime_config(client: &kube::Client) {
             let error = ::runtime::events::error_chain(&e);
             tracing::warn!(%error, "cannot create the default DeploymentRuntimeConfig; runtimes that use it wait for it");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    #[test]
+    fn only_a_deployment_a_provider_revision_controls_is_taken_for_a_left_runtime() {
+        let owned = |api_version: &str, kind: &str, controller: Option<bool>| ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: "p-1".into(),
+                uid: "u".into(),
+                controller,
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        };
+        assert!(run_by_a_revision(&owned(
+            "pkg.crossplane.io/v1",
+            "ProviderRevision",
+            Some(true)
+        )));
+        assert!(!run_by_a_revision(&owned(
+            "pkg.crossplane.io/v1",
+            "ProviderRevision",
+            None
+        )));
+        assert!(!run_by_a_revision(&owned(
+            "pkg.crossplane.io/v1",
+            "Provider",
+            Some(true)
+        )));
+        assert!(!run_by_a_revision(&owned(
+            "example.org/v1",
+            "ProviderRevision",
+            Some(true)
+        )));
+        assert!(!run_by_a_revision(&ObjectMeta::default()));
     }
 }

@@ -73,7 +73,7 @@ impl FetchError {
 
 impl Packages {
     /// Packages fetched through `fetcher`, trusting `tls`, with pull secrets
-    /// read from `secrets` (the package manager's namespace), read where
+    /// read from `secrets` (the runtimes' namespace), read where
     /// and with the credentials `image_configs` say.
     pub fn new(
         fetcher: xpkg::Fetcher,

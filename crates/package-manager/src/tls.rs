@@ -1,9 +1,11 @@
 //! A provider's certificates: per Provider, a CA of its own and a server
-//! and a client certificate it signed, in three Secrets of the
-//! package-manager's namespace, controlled by the Provider (so they stay
-//! the same across upgrades and go with the Provider):
+//! and a client certificate it signed, in three Secrets of the runtimes'
+//! namespace, controlled by the Provider (so they stay the same across
+//! upgrades and go with the Provider):
 //!
-//! - `<provider>-tls-ca`: the CA (`tls.crt`, `tls.key`), never mounted;
+//! - `<provider>-tls-ca`: the CA's certificate (`tls.crt`) and, for a
+//!   while after a new CA, the previous one (`previous.crt`); never
+//!   mounted, and never the CA's key;
 //! - `<provider>-tls-server`: `tls.crt`, `tls.key` and `ca.crt`, for the
 //!   provider's webhooks, valid for its Service's DNS names; mounted at
 //!   `/tls/server`;
@@ -12,11 +14,17 @@
 //!
 //! The API server trusts the CA for the provider's conversion and
 //! admission webhooks (the CRDs' and webhook configurations' `caBundle`).
-//! A certificate is issued again once a third of its life is left (or when
-//! its CA or Service name changed); the CA likewise, and then the bundle
-//! holds the old CA beside the new one until the old one expires, so that
-//! the API server keeps trusting a runtime that has not yet read its new
-//! certificate.
+//!
+//! The CA's key is kept nowhere: a runtime may read Secrets in every
+//! namespace (upstream's providers need that for credentials), so a key in
+//! a Secret would let any runtime sign a certificate the API server trusts
+//! for another provider's webhooks. The key lives in memory while the CA
+//! signs the two certificates and is then dropped. Whenever a certificate
+//! has to be issued again (a third of its life left, its Service's name
+//! changed, one missing or not signed by the CA on record), a new CA signs
+//! both; the bundle holds the previous CA beside it until the certificates
+//! it signed expire, so that the API server keeps trusting a runtime that
+//! has not yet read its new certificate.
 //!
 //! Each Secret records what it was issued for in annotations, so a check
 //! reads three Secrets and writes nothing while all is well; the result is
@@ -41,13 +49,12 @@ const NOT_AFTER: &str = "pkg.crossplane.io/tls-not-after";
 const ISSUER: &str = "pkg.crossplane.io/tls-issuer";
 /// What a certificate was issued for (its DNS names, comma-separated).
 const SUBJECT: &str = "pkg.crossplane.io/tls-subject";
-/// In the CA Secret: the previous CA's certificate, trusted until it
-/// expires.
+/// In the CA Secret: the previous CA's certificate, trusted until the
+/// certificates it signed expire ([`PREVIOUS_NOT_AFTER`]).
 const PREVIOUS_CA: &str = "previous.crt";
-
-/// How long a CA is valid.
-const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-/// How long a server or client certificate is valid.
+/// When the previous CA's certificates expire (RFC 3339).
+const PREVIOUS_NOT_AFTER: &str = "pkg.crossplane.io/tls-previous-not-after";
+/// How long a CA, a server and a client certificate are valid.
 const LEAF_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a good check is remembered.
 const RECHECK: Duration = Duration::from_secs(600);
@@ -94,13 +101,119 @@ pub struct Certificates {
     checked: Expiring<String, (String, String)>,
 }
 
-/// A CA read back from its Secret (or just made).
-struct Ca {
-    key_pem: String,
-    /// The bundle the API server trusts: this CA, and the previous one
-    /// while it is valid.
-    bundle: String,
+/// A new CA at work: what it signs with and what a certificate records.
+struct Signed<'a> {
+    issuer: &'a Issuer<'a, KeyPair>,
     digest: String,
+    bundle: &'a str,
+    now: OffsetDateTime,
+}
+
+/// A Provider's three Secrets as read: CA, server, client.
+struct Live {
+    ca: Option<Secret>,
+    server: Option<Secret>,
+    client: Option<Secret>,
+}
+
+/// What a check found to do.
+#[derive(Debug, PartialEq)]
+enum Plan {
+    /// Nothing: the API server should trust this bundle.
+    Keep(String),
+    /// The certificates stand, but the bundle changed (the previous CA's
+    /// certificates expired): write it to the CA and both certificates.
+    Bundle { current: String, bundle: String },
+    /// A new CA signs both certificates; the CA on record (its certificate,
+    /// and when what it signed expires) stays trusted beside it.
+    Renew {
+        previous: Option<(String, OffsetDateTime)>,
+    },
+}
+
+/// A value of a Secret's `data`, as text.
+fn field(s: &Secret, key: &str) -> Option<String> {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
+fn annotation(s: &Secret, key: &str) -> Option<String> {
+    s.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+fn timestamp(s: &Secret, key: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(
+        &annotation(s, key)?,
+        &time::format_description::well_known::Rfc3339,
+    )
+    .ok()
+}
+
+fn digest(cert_pem: &str) -> String {
+    oci::Digest::of(cert_pem.as_bytes()).as_str().to_owned()
+}
+
+/// Decides what `live` needs for certificates naming `subjects` (server,
+/// client) at `now`.
+fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
+    let leaves = [&live.server, &live.client];
+    let Some((ca, ca_cert)) = live
+        .ca
+        .as_ref()
+        .and_then(|s| field(s, "tls.crt").map(|c| (s, c)))
+    else {
+        return Plan::Renew { previous: None };
+    };
+    // A CA Secret that holds a key is from a release that kept it there,
+    // where every runtime could read it: that CA is not trusted again.
+    if field(ca, "tls.key").is_some() {
+        return Plan::Renew { previous: None };
+    }
+    let issuer = digest(&ca_cert);
+    let good = |leaf: &Option<Secret>, subject: &str| {
+        leaf.as_ref().is_some_and(|s| {
+            ["tls.crt", "tls.key", "ca.crt"]
+                .iter()
+                .all(|k| s.data.as_ref().is_some_and(|d| d.contains_key(*k)))
+                && annotation(s, ISSUER).as_deref() == Some(issuer.as_str())
+                && annotation(s, SUBJECT).as_deref() == Some(subject)
+                && !due(s, now, LEAF_LIFETIME)
+        })
+    };
+    if !leaves.iter().zip(subjects).all(|(l, s)| good(l, s)) {
+        // What the CA on record signed may still be served for a while.
+        let signed_until = leaves
+            .iter()
+            .filter_map(|l| l.as_ref())
+            .filter(|l| annotation(l, ISSUER).as_deref() == Some(issuer.as_str()))
+            .filter_map(|l| timestamp(l, NOT_AFTER))
+            .max()
+            .filter(|t| *t > now);
+        return Plan::Renew {
+            previous: signed_until.map(|t| (ca_cert, t)),
+        };
+    }
+    let mut bundle = ca_cert.clone();
+    if let Some(old) = field(ca, PREVIOUS_CA)
+        && timestamp(ca, PREVIOUS_NOT_AFTER).is_some_and(|t| t > now)
+    {
+        bundle.push_str(&old);
+    }
+    let stale = leaves
+        .iter()
+        .filter_map(|l| l.as_ref())
+        .any(|l| field(l, "ca.crt").as_deref() != Some(bundle.as_str()));
+    let expired_previous = field(ca, PREVIOUS_CA).is_some() && bundle == ca_cert;
+    if stale || expired_previous {
+        Plan::Bundle {
+            current: ca_cert,
+            bundle,
+        }
+    } else {
+        Plan::Keep(bundle)
+    }
 }
 
 impl Certificates {
@@ -129,134 +242,123 @@ impl Certificates {
             return Ok(bundle);
         }
         let (ca_name, server_name, client_name) = secret_names(provider);
-        let now = OffsetDateTime::now_utc();
-        let ca = self.ca(&ca_name, provider, owner, now).await?;
-        let server_names = service_dns_names(service, namespace);
-        self.leaf(&server_name, &ca, provider, &server_names, true, owner, now)
-            .await?;
-        self.leaf(
-            &client_name,
-            &ca,
-            provider,
-            &[provider.to_owned()],
-            false,
-            owner,
-            now,
-        )
-        .await?;
-        self.checked
-            .insert(provider.to_owned(), (key, ca.bundle.clone()));
-        Ok(ca.bundle)
-    }
-
-    async fn ca(
-        &self,
-        name: &str,
-        provider: &str,
-        owner: Option<&OwnerReference>,
-        now: OffsetDateTime,
-    ) -> Result<Ca, Error> {
-        let live = self
-            .secrets
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::Request("read a provider's CA Secret", e))?;
-        let field = |s: &Secret, k: &str| {
-            s.data
-                .as_ref()
-                .and_then(|d| d.get(k))
-                .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        let read = |name: String| async move {
+            self.secrets
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::Request("read a provider's certificate Secret", e))
         };
-        let mut previous = None;
-        if let Some(s) = &live {
-            let cert = field(s, "tls.crt");
-            let key = field(s, "tls.key");
-            if let (Some(cert_pem), Some(key_pem)) = (cert, key)
-                && KeyPair::from_pem(&key_pem).is_ok()
-            {
-                if !due(s, now, CA_LIFETIME) {
-                    let mut bundle = cert_pem.clone();
-                    if let Some(old) = field(s, PREVIOUS_CA) {
-                        bundle.push_str(&old);
-                    }
-                    return Ok(Ca {
-                        digest: oci::Digest::of(cert_pem.as_bytes()).as_str().to_owned(),
-                        key_pem,
-                        bundle,
-                    });
+        let live = Live {
+            ca: read(ca_name.clone()).await?,
+            server: read(server_name.clone()).await?,
+            client: read(client_name.clone()).await?,
+        };
+        let server_subject = service_dns_names(service, namespace).join(",");
+        let subjects = [server_subject.as_str(), provider];
+        let now = OffsetDateTime::now_utc();
+        let bundle = match plan(&live, subjects, now) {
+            Plan::Keep(bundle) => bundle,
+            Plan::Bundle { current, bundle } => {
+                for (name, leaf) in [(&server_name, &live.server), (&client_name, &live.client)] {
+                    let Some(leaf) = leaf else { continue };
+                    let mut data = leaf.data.clone().unwrap_or_default();
+                    data.insert("ca.crt".to_owned(), ByteString(bundle.clone().into_bytes()));
+                    let annotations = leaf.metadata.annotations.clone().unwrap_or_default();
+                    self.write(
+                        name,
+                        Some(leaf),
+                        "kubernetes.io/tls",
+                        data,
+                        annotations,
+                        owner,
+                    )
+                    .await?;
                 }
-                // Renewed while the old one is still valid: trust both.
-                if not_after(s).is_some_and(|t| t > now) {
-                    previous = Some(cert_pem);
-                }
+                let ca = live.ca.as_ref();
+                let annotations = ca
+                    .and_then(|c| annotation(c, NOT_AFTER))
+                    .map(|t| BTreeMap::from([(NOT_AFTER.to_owned(), t)]))
+                    .unwrap_or_default();
+                let data =
+                    BTreeMap::from([("tls.crt".to_owned(), ByteString(current.into_bytes()))]);
+                self.write(&ca_name, ca, "Opaque", data, annotations, owner)
+                    .await?;
+                bundle
             }
-        }
-        let key = KeyPair::generate()?;
-        let params = ca_params(provider, now);
-        let cert = params.self_signed(&key)?;
-        let cert_pem = cert.pem();
-        let key_pem = key.serialize_pem();
-        let mut data = BTreeMap::from([
-            (
-                "tls.crt".to_owned(),
-                ByteString(cert_pem.clone().into_bytes()),
-            ),
-            (
-                "tls.key".to_owned(),
-                ByteString(key_pem.clone().into_bytes()),
-            ),
-        ]);
-        let mut bundle = cert_pem.clone();
-        if let Some(old) = &previous {
-            data.insert(PREVIOUS_CA.to_owned(), ByteString(old.clone().into_bytes()));
-            bundle.push_str(old);
-        }
-        let annotations = BTreeMap::from([(NOT_AFTER.to_owned(), rfc3339(now + CA_LIFETIME))]);
-        self.write(name, live.as_ref(), "Opaque", data, annotations, owner)
-            .await?;
-        Ok(Ca {
-            digest: oci::Digest::of(cert_pem.as_bytes()).as_str().to_owned(),
-            key_pem,
-            bundle,
-        })
+            Plan::Renew { previous } => {
+                // The key signs the two certificates below and is dropped.
+                let ca_key = KeyPair::generate()?;
+                let ca_cert = ca_params(provider, now).self_signed(&ca_key)?.pem();
+                let issuer = Issuer::new(ca_params(provider, now), ca_key);
+                let mut bundle = ca_cert.clone();
+                let mut data = BTreeMap::from([(
+                    "tls.crt".to_owned(),
+                    ByteString(ca_cert.clone().into_bytes()),
+                )]);
+                let mut annotations =
+                    BTreeMap::from([(NOT_AFTER.to_owned(), rfc3339(now + LEAF_LIFETIME))]);
+                if let Some((old, until)) = previous {
+                    bundle.push_str(&old);
+                    data.insert(PREVIOUS_CA.to_owned(), ByteString(old.into_bytes()));
+                    annotations.insert(PREVIOUS_NOT_AFTER.to_owned(), rfc3339(until));
+                }
+                let signed = Signed {
+                    issuer: &issuer,
+                    digest: digest(&ca_cert),
+                    bundle: &bundle,
+                    now,
+                };
+                let server_names = service_dns_names(service, namespace);
+                self.leaf(
+                    &server_name,
+                    &signed,
+                    &server_names,
+                    true,
+                    live.server.as_ref(),
+                    owner,
+                )
+                .await?;
+                let client_names = [provider.to_owned()];
+                self.leaf(
+                    &client_name,
+                    &signed,
+                    &client_names,
+                    false,
+                    live.client.as_ref(),
+                    owner,
+                )
+                .await?;
+                // Last: until the CA on record names the new one, the next
+                // check issues again rather than trusting a CA whose
+                // certificates were never written.
+                self.write(
+                    &ca_name,
+                    live.ca.as_ref(),
+                    "Opaque",
+                    data,
+                    annotations,
+                    owner,
+                )
+                .await?;
+                bundle
+            }
+        };
+        self.checked
+            .insert(provider.to_owned(), (key, bundle.clone()));
+        Ok(bundle)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Issues certificate Secret `name` for `names`, signed as `signed` says.
     async fn leaf(
         &self,
         name: &str,
-        ca: &Ca,
-        provider: &str,
+        signed: &Signed<'_>,
         names: &[String],
         server: bool,
+        live: Option<&Secret>,
         owner: Option<&OwnerReference>,
-        now: OffsetDateTime,
     ) -> Result<(), Error> {
-        let subject = names.join(",");
-        let live = self
-            .secrets
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::Request("read a provider's certificate Secret", e))?;
-        if let Some(s) = &live {
-            let annotations = s.metadata.annotations.clone().unwrap_or_default();
-            let complete = ["tls.crt", "tls.key", "ca.crt"]
-                .iter()
-                .all(|k| s.data.as_ref().is_some_and(|d| d.contains_key(*k)));
-            if complete
-                && annotations.get(ISSUER) == Some(&ca.digest)
-                && annotations.get(SUBJECT) == Some(&subject)
-                && s.data
-                    .as_ref()
-                    .and_then(|d| d.get("ca.crt"))
-                    .is_some_and(|b| b.0 == ca.bundle.as_bytes())
-                && !due(s, now, LEAF_LIFETIME)
-            {
-                return Ok(());
-            }
-        }
-        let ca_key = KeyPair::from_pem(&ca.key_pem)?;
-        let issuer = Issuer::new(ca_params(provider, now), ca_key);
+        let now = signed.now;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(names.to_vec())?;
         let mut dn = DistinguishedName::new();
@@ -277,7 +379,7 @@ impl Certificates {
             ExtendedKeyUsagePurpose::ClientAuth
         }];
         params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, &issuer)?;
+        let cert = params.signed_by(&key, signed.issuer)?;
         let data = BTreeMap::from([
             ("tls.crt".to_owned(), ByteString(cert.pem().into_bytes())),
             (
@@ -286,23 +388,16 @@ impl Certificates {
             ),
             (
                 "ca.crt".to_owned(),
-                ByteString(ca.bundle.clone().into_bytes()),
+                ByteString(signed.bundle.to_owned().into_bytes()),
             ),
         ]);
         let annotations = BTreeMap::from([
             (NOT_AFTER.to_owned(), rfc3339(now + LEAF_LIFETIME)),
-            (ISSUER.to_owned(), ca.digest.clone()),
-            (SUBJECT.to_owned(), subject),
+            (ISSUER.to_owned(), signed.digest.clone()),
+            (SUBJECT.to_owned(), names.join(",")),
         ]);
-        self.write(
-            name,
-            live.as_ref(),
-            "kubernetes.io/tls",
-            data,
-            annotations,
-            owner,
-        )
-        .await
+        self.write(name, live, "kubernetes.io/tls", data, annotations, owner)
+            .await
     }
 
     /// Writes Secret `name`; `live` is what was read of it.
@@ -360,7 +455,7 @@ fn ca_params(provider: &str, now: OffsetDateTime) -> CertificateParams {
         KeyUsagePurpose::DigitalSignature,
     ];
     params.not_before = now - time::Duration::minutes(5);
-    params.not_after = now + CA_LIFETIME;
+    params.not_after = now + LEAF_LIFETIME + time::Duration::days(1);
     params
 }
 
@@ -369,15 +464,10 @@ fn rfc3339(t: OffsetDateTime) -> String {
         .unwrap_or_default()
 }
 
-fn not_after(s: &Secret) -> Option<OffsetDateTime> {
-    let text = s.metadata.annotations.as_ref()?.get(NOT_AFTER)?;
-    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
-}
-
 /// Whether a certificate of `lifetime` in `s` should be issued again: a
 /// third of its life or less is left (or its expiry is unknown).
 fn due(s: &Secret, now: OffsetDateTime, lifetime: Duration) -> bool {
-    not_after(s).is_none_or(|t| t - now < lifetime / 3)
+    timestamp(s, NOT_AFTER).is_none_or(|t| t - now < lifetime / 3)
 }
 
 #[cfg(test)]
@@ -418,5 +508,123 @@ mod tests {
         assert!(!due(&with(now + LEAF_LIFETIME), now, LEAF_LIFETIME));
         assert!(due(&with(now + LEAF_LIFETIME / 4), now, LEAF_LIFETIME));
         assert!(due(&Secret::default(), now, LEAF_LIFETIME));
+    }
+
+    fn secret(data: &[(&str, &str)], annotations: &[(&str, String)]) -> Option<Secret> {
+        Some(Secret {
+            metadata: ObjectMeta {
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        })
+    }
+
+    /// A CA on record (certificate "CA") and two certificates it signed for
+    /// `subjects`, expiring at `until`, whose ca.crt is `bundle`.
+    fn live(subjects: [&str; 2], until: OffsetDateTime, bundle: &str) -> Live {
+        let leaf = |subject: &str| {
+            secret(
+                &[("tls.crt", "leaf"), ("tls.key", "key"), ("ca.crt", bundle)],
+                &[
+                    (ISSUER, digest("CA")),
+                    (SUBJECT, subject.to_owned()),
+                    (NOT_AFTER, rfc3339(until)),
+                ],
+            )
+        };
+        Live {
+            ca: secret(&[("tls.crt", "CA")], &[(NOT_AFTER, rfc3339(until))]),
+            server: leaf(subjects[0]),
+            client: leaf(subjects[1]),
+        }
+    }
+
+    #[test]
+    fn a_steady_provider_keeps_its_certificates_and_its_ca_on_record_has_no_key() {
+        let now = OffsetDateTime::now_utc();
+        let until = now + LEAF_LIFETIME;
+        let l = live(["svc", "p"], until, "CA");
+        assert_eq!(plan(&l, ["svc", "p"], now), Plan::Keep("CA".to_owned()));
+        // Nothing on record: a new CA.
+        let none = Live {
+            ca: None,
+            server: None,
+            client: None,
+        };
+        assert_eq!(
+            plan(&none, ["svc", "p"], now),
+            Plan::Renew { previous: None }
+        );
+    }
+
+    #[test]
+    fn a_ca_whose_key_was_kept_in_its_secret_is_replaced_and_not_trusted_again() {
+        let now = OffsetDateTime::now_utc();
+        let mut l = live(["svc", "p"], now + LEAF_LIFETIME, "CA");
+        l.ca = secret(&[("tls.crt", "CA"), ("tls.key", "ca key")], &[]);
+        assert_eq!(plan(&l, ["svc", "p"], now), Plan::Renew { previous: None });
+    }
+
+    #[test]
+    fn a_new_service_name_or_a_certificate_near_expiry_gets_a_new_ca_beside_the_old() {
+        let now = OffsetDateTime::now_utc();
+        let until = now + LEAF_LIFETIME;
+        let l = live(["svc", "p"], until, "CA");
+        let renewed = Plan::Renew {
+            previous: Some(("CA".to_owned(), until)),
+        };
+        assert_eq!(plan(&l, ["other-svc", "p"], now), renewed);
+        let soon = now + LEAF_LIFETIME / 4;
+        let l = live(["svc", "p"], soon, "CA");
+        assert_eq!(
+            plan(&l, ["svc", "p"], now),
+            Plan::Renew {
+                previous: Some(("CA".to_owned(), soon))
+            }
+        );
+        // One certificate lost: the other, still served, keeps the old CA
+        // trusted.
+        let mut l = live(["svc", "p"], until, "CA");
+        l.client = None;
+        assert_eq!(plan(&l, ["svc", "p"], now), renewed);
+    }
+
+    #[test]
+    fn the_previous_ca_is_trusted_until_what_it_signed_expires_then_dropped_without_new_certificates()
+     {
+        let now = OffsetDateTime::now_utc();
+        let until = now + LEAF_LIFETIME;
+        let with_previous = |previous_until: OffsetDateTime, bundle: &str| {
+            let mut l = live(["svc", "p"], until, bundle);
+            l.ca = secret(
+                &[("tls.crt", "CA"), (PREVIOUS_CA, "OLD")],
+                &[
+                    (NOT_AFTER, rfc3339(until)),
+                    (PREVIOUS_NOT_AFTER, rfc3339(previous_until)),
+                ],
+            );
+            l
+        };
+        let l = with_previous(now + Duration::from_secs(3600), "CAOLD");
+        assert_eq!(plan(&l, ["svc", "p"], now), Plan::Keep("CAOLD".to_owned()));
+        let l = with_previous(now - Duration::from_secs(1), "CAOLD");
+        assert_eq!(
+            plan(&l, ["svc", "p"], now),
+            Plan::Bundle {
+                current: "CA".to_owned(),
+                bundle: "CA".to_owned()
+            }
+        );
     }
 }

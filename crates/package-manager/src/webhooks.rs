@@ -6,7 +6,7 @@
 //! installed only when every rule of every webhook names the package's own
 //! kinds (its CRDs' groups and resources, no `*`), and each webhook is
 //! pointed at the provider's own runtime (its Service in the
-//! package-manager's namespace, port 9443, the package's path, the
+//! runtimes' namespace, port 9443, the package's path, the
 //! provider's CA), whatever the package said. The configurations are
 //! controlled by the revision, like its CRDs, so they go with it.
 

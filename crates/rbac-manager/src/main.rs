@@ -10,13 +10,15 @@
 //! rule passes one boundary ([`boundary`]: the allow-list and a fixed
 //! never-grantable list), kinds are granted only when their CRDs allow it
 //! ([`kinds`]), and roles are bound only to identities the package did not
-//! pick ([`subjects`]); [`roles`] renders what passed.
+//! pick ([`subjects`]); [`roles`] renders what passed. Narrowed, runtimes'
+//! Secrets and ConfigMaps are granted per named namespace ([`secrets`]).
 
 mod boundary;
 mod extensions;
 mod kinds;
 mod revisions;
 mod roles;
+mod secrets;
 mod subjects;
 
 use clap::Parser;
@@ -52,20 +54,25 @@ struct Args {
 
     /// The namespaces where Provider runtimes may read and write Secrets
     /// and ConfigMaps (credentials, connection details), comma-separated.
-    /// Unset: every namespace (as upstream Crossplane grants them). Set,
-    /// each runtime gets them through a RoleBinding in each named namespace
-    /// only, so Secrets elsewhere (the package-manager's certificate
-    /// authorities and pull Secrets in the controllers' namespace, unless
-    /// it is named) are out of its reach.
+    /// Unset: every namespace (as upstream Crossplane grants them; its
+    /// providers list and watch them across namespaces), the runtimes' own
+    /// with other providers' certificates and pull Secrets included. Set:
+    /// one RoleBinding in each named namespace only, never the runtimes'.
     #[arg(long, env = "RUNTIME_SECRET_NAMESPACES", value_delimiter = ',')]
     runtime_secret_namespaces: Vec<String>,
+
+    /// The namespace Provider runtimes run in (the package-manager's
+    /// --runtime-namespace): their ServiceAccounts are bound, their Leases
+    /// granted there, and never Secrets by --runtime-secret-namespaces.
+    #[arg(long, env = "RUNTIME_NAMESPACE", default_value = types::package_identity::RUNTIME_NAMESPACE)]
+    runtime_namespace: String,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
-    let namespace = args.common.leader_election_namespace.clone();
+    let namespace = args.runtime_namespace.clone();
     let allowed = args.allowed_permissions_clusterrole.clone();
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [
@@ -81,14 +88,22 @@ async fn main() -> anyhow::Result<()> {
         .map(|n| n.trim().to_owned())
         .filter(|n| !n.is_empty())
         .collect();
+    let narrowed = !secret_namespaces.is_empty();
+    let secrets = narrowed
+        .then(|| secrets::controller(&rt, secrets::Scope(secret_namespaces, namespace.clone())));
     let revisions = revisions::controller(
         &rt,
-        (namespace, secret_namespaces),
+        (namespace, narrowed),
         (allow_list, allow_changes),
         metrics,
     );
     let work = async move {
-        tokio::join!(revisions, extensions);
+        let secrets = async {
+            if let Some(s) = secrets {
+                s.await;
+            }
+        };
+        tokio::join!(revisions, extensions, secrets);
     };
     rt.run(&kinds, work).await?;
     Ok(())

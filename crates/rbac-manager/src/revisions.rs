@@ -18,7 +18,7 @@
 //! controller's ServiceAccount ([`crate::subjects::revision`]).
 //!
 //! Watches: the revisions (cluster-scoped, made by the package-manager),
-//! the runtime Deployments in the rbac-manager's own namespace that carry
+//! the runtime Deployments in the runtimes' namespace that carry
 //! the revision label (made by the package-manager), and the one allow-list
 //! ClusterRole (by name). None of them can be grown by a tenant.
 
@@ -87,9 +87,9 @@ impl ReconcileError for Error {
 }
 
 /// What a bound revision's runtime is bound with: its `system` role,
-/// cluster-wide, and RoleBindings in single namespaces (its Leases in its
-/// own, and its Secrets and ConfigMaps in each of
-/// `--runtime-secret-namespaces`).
+/// cluster-wide, and its Leases in its own namespace (its Secrets and
+/// ConfigMaps are [`crate::secrets`]'s: one binding per namespace for
+/// every bound runtime).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Bindings {
     system: ClusterRoleBinding,
@@ -100,10 +100,11 @@ pub struct Bindings {
 pub struct ProviderRevisions {
     sk: Skeleton,
     field_manager: String,
+    /// The runtimes' namespace.
     namespace: String,
-    /// Where runtimes may read and write Secrets and ConfigMaps; empty:
-    /// every namespace.
-    secret_namespaces: Vec<String>,
+    /// Whether `--runtime-secret-namespaces` named namespaces (then
+    /// Secrets and ConfigMaps are granted only there).
+    narrowed: bool,
     deployments: Store<Deployment>,
     /// The ClusterRole whose rules bound what packages may ask for.
     allow_list: AllowList,
@@ -202,7 +203,7 @@ impl Reconciler for ProviderRevisions {
             common_labels: &common_labels,
             common_annotations: &common_annotations,
             safe_start: r.safe_start(),
-            secrets_cluster_wide: self.secret_namespaces.is_empty(),
+            secrets_cluster_wide: !self.narrowed,
         };
         let rendered = roles::provider_roles(&revision, &kinds, &requested);
         refused.merge(boundary::check(
@@ -228,17 +229,12 @@ impl Reconciler for ProviderRevisions {
             .as_ref()
             .and_then(|(_, sa)| types::borrowed_identity(sa).is_none().then(|| sa.clone()));
         let binding = service_account.as_ref().map(|sa| {
-            let mut namespaced = vec![roles::leader_election_binding(
+            let namespaced = vec![roles::leader_election_binding(
                 &name,
                 &uid,
                 sa,
                 &self.namespace,
             )];
-            namespaced.extend(
-                self.secret_namespaces
-                    .iter()
-                    .map(|ns| roles::secrets_binding(&name, &uid, (sa, &self.namespace), ns)),
-            );
             Bindings {
                 system: roles::system_binding(&name, &uid, sa, &self.namespace),
                 namespaced,
@@ -401,8 +397,8 @@ impl ProviderRevisions {
     }
 
     /// Deletes every RoleBinding of revision `name` (by its label, in any
-    /// namespace) that is not one of `keep`: a namespace no longer named by
-    /// `--runtime-secret-namespaces`, or the revision's runtime unbound.
+    /// namespace) that is not one of `keep` (the revision's runtime
+    /// unbound, or bound by an older version of this controller).
     async fn prune_role_bindings(&self, name: &str, keep: &[RoleBinding]) -> Result<(), Error> {
         let client = self.sk.client().clone();
         let live = Api::<RoleBinding>::all(client.clone())
@@ -552,7 +548,7 @@ impl AllowList {
 /// (a change looks at every revision again).
 pub fn controller<S>(
     rt: &Runtime,
-    (namespace, secret_namespaces): (String, Vec<String>),
+    (namespace, narrowed): (String, bool),
     (allow_list, allow_stream): (AllowList, S),
     metrics: RbacMetrics,
 ) -> impl Future<Output = ()> + Send + 'static + use<S>
@@ -587,7 +583,7 @@ where
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         namespace,
-        secret_namespaces,
+        narrowed,
         deployments,
         allow_list,
         applier: ssa::Applier::new(rt.field_manager()),

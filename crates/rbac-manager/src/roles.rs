@@ -110,10 +110,11 @@ fn kind_rules(kinds: &[Kind], verbs: &[&str], subresources: bool) -> Vec<PolicyR
 }
 
 /// What every provider runtime uses besides its own kinds, cluster-wide:
-/// events, and the Secrets and ConfigMaps it reads and writes
-/// (credentials, connection details). Its leader-election Leases are not
-/// here: they are granted only in the runtime's own namespace
-/// ([`leader_election_binding`]).
+/// events, and (unless the operator narrowed them to named namespaces,
+/// [`crate::secrets`]) the Secrets and ConfigMaps it reads and writes
+/// (credentials, connection details; upstream's providers list and watch
+/// them across namespaces through their caches). Its leader-election
+/// Leases only in its own namespace ([`leader_election_binding`]).
 fn runtime_rules(secrets_cluster_wide: bool) -> Vec<PolicyRule> {
     let write_events = ["create", "patch", "update"];
     let mut rules = vec![
@@ -127,27 +128,9 @@ fn runtime_rules(secrets_cluster_wide: bool) -> Vec<PolicyRule> {
 }
 
 /// The ClusterRole `deploy/` ships that grants a runtime Secrets and
-/// ConfigMaps; with `--runtime-secret-namespaces` the rbac-manager binds it
-/// in each named namespace ([`secrets_binding`]) instead of granting them
-/// cluster-wide.
+/// ConfigMaps; the rbac-manager binds it in each namespace runtimes may
+/// use them in ([`crate::secrets`]).
 pub const SECRETS_ROLE: &str = "crossplane-rs:package-runtime:secrets";
-
-/// The binding of [`SECRETS_ROLE`] in `namespace` to a revision's runtime
-/// ServiceAccount `(name, namespace)`.
-pub fn secrets_binding(
-    revision: &str,
-    uid: &str,
-    service_account: (&str, &str),
-    namespace: &str,
-) -> RoleBinding {
-    revision_role_binding(
-        (revision, uid),
-        "secrets",
-        SECRETS_ROLE,
-        service_account,
-        namespace,
-    )
-}
 
 /// A RoleBinding `crossplane:provider:<revision>:<kind>` in `namespace`,
 /// controlled by the revision `(name, uid)`, of ClusterRole `role` to
@@ -254,8 +237,9 @@ pub struct Revision<'a> {
     pub common_annotations: &'a BTreeMap<String, String>,
     /// The package's `spec.capabilities`: `SafeStart` grants reading CRDs.
     pub safe_start: bool,
-    /// Whether the runtime reads and writes Secrets and ConfigMaps in every
-    /// namespace; else only where [`secrets_binding`]s grant them.
+    /// Whether the runtime's Secrets and ConfigMaps are granted
+    /// cluster-wide (no `--runtime-secret-namespaces`); else only where
+    /// [`crate::secrets`] binds them.
     pub secrets_cluster_wide: bool,
 }
 
@@ -596,12 +580,20 @@ mod tests {
             system["rules"][0],
             json!({"apiGroups": ["x.org"], "resources": ["others", "others/finalizers", "others/status", "things", "things/finalizers", "things/status"], "verbs": ALL})
         );
+        // Secrets and ConfigMaps cluster-wide unless narrowed (then
+        // crate::secrets binds them per namespace).
+        assert_eq!(
+            system["rules"][1]["resources"],
+            json!(["configmaps", "secrets"])
+        );
+        let narrow = Revision {
+            secrets_cluster_wide: false,
+            ..rev("p-1")
+        };
+        let narrowed = v(&provider_roles(&narrow, &[], &[])[0]);
         assert!(
-            system["rules"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|r| r["resources"] == json!(["configmaps", "secrets"]))
+            !narrowed["rules"].to_string().contains("secrets"),
+            "{narrowed}"
         );
         assert_eq!(system["metadata"]["ownerReferences"][0]["controller"], true);
     }
@@ -707,25 +699,6 @@ mod tests {
         );
         assert_eq!(mark["subjects"], b["subjects"]);
         assert!(mark["metadata"].get("ownerReferences").is_none());
-    }
-
-    #[test]
-    fn narrowed_secrets_leave_the_system_role_and_are_bound_per_namespace() {
-        let narrow = Revision {
-            secrets_cluster_wide: false,
-            ..rev("p-1")
-        };
-        let system = v(&provider_roles(&narrow, &[], &[])[0]);
-        assert!(!system["rules"].to_string().contains("secrets"), "{system}");
-        let b = v(&secrets_binding(
-            "p-1",
-            "u",
-            ("sa", "crossplane-system"),
-            "creds",
-        ));
-        assert_eq!(b["metadata"]["namespace"], "creds");
-        assert_eq!(b["roleRef"]["name"], SECRETS_ROLE);
-        assert_eq!(b["subjects"][0]["namespace"], "crossplane-system");
     }
 
     #[test]

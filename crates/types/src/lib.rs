@@ -85,6 +85,13 @@ pub mod package_identity {
     /// rbac-manager binds to each Extension's controller (a revision's
     /// `system` role carries the rule itself).
     pub const CLUSTER_ROLE: &str = "crossplane-rs:package-identity";
+    /// The namespace Provider runtimes run in by default, apart from the
+    /// controllers: their Deployments, ServiceAccounts, Services and
+    /// certificate Secrets, and the pull Secrets their images need. No
+    /// runtime may read a Secret there; elsewhere runtimes read and write
+    /// Secrets and ConfigMaps (credentials, connection details), so the
+    /// controllers' namespace stays where credentials live.
+    pub const RUNTIME_NAMESPACE: &str = "crossplane-rs-runtimes";
 }
 
 /// `s` with every control character (C0, DEL and C1: an escape sequence

@@ -20,7 +20,7 @@ use crate::{
 pub struct Places {
     /// The namespace a namespaced root is in.
     pub namespace: String,
-    /// The package-manager's namespace, where Provider runtimes run.
+    /// The namespace Provider runtimes run in.
     pub system_namespace: String,
 }
 

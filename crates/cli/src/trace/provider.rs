@@ -1,7 +1,7 @@
 //! `trace provider/NAME`: the Provider → its ProviderRevisions (the active
 //! one first) → for each, the CRDs it delivered (controlled by the active
 //! revision, owned by the others), its runtime Deployment and pods in the
-//! package-manager's namespace, the roles and bindings the rbac-manager
+//! runtimes' namespace, the roles and bindings the rbac-manager
 //! rendered for it, and the Providers it depends on (each with its own
 //! status).
 

@@ -43,7 +43,7 @@ pub(super) const STEADY_POLL: Duration = Duration::from_secs(30);
 /// Settings of the revision controller.
 #[derive(Clone)]
 pub struct Settings {
-    /// Where runtimes run (the package manager's namespace).
+    /// Where runtimes run (--runtime-namespace).
     pub namespace: String,
     /// Deployment or External.
     pub mode: PackageRuntime,

@@ -409,7 +409,7 @@ impl Extensions {
         }
         let mut rendered = stack::render(&ns, &name, (&d.name, &d.spec), &service_account, &owner);
         // The node pulls each image where the ImageConfigs say (their pull
-        // secrets live in the package manager's namespace, out of reach of
+        // secrets live in the runtimes' namespace, out of reach of
         // a pod in this one).
         let mut rewritten = Vec::new();
         for image in stack::images(&d.spec) {

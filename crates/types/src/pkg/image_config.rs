@@ -21,7 +21,7 @@ use crate::common::LocalObjectReference;
 /// Desired state of an ImageConfig.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
-    doc = "An ImageConfig sets how images whose name starts with one of its prefixes are read: from another place (rewriteImage) and with which credentials (registry.authentication.pullSecretRef, a kubernetes.io/dockerconfigjson Secret in the package manager's namespace). It applies to Provider packages, their dependencies, the runtime image their Deployment runs, stack packages (an ExtensionRequest's source) and a stack's controller image. Where several match, the longest prefix wins; the pull secret is matched against the rewritten name.",
+    doc = "An ImageConfig sets how images whose name starts with one of its prefixes are read: from another place (rewriteImage) and with which credentials (registry.authentication.pullSecretRef, a kubernetes.io/dockerconfigjson Secret in the runtimes' namespace, crossplane-rs-runtimes by default, where no runtime may read it). It applies to Provider packages, their dependencies, the runtime image their Deployment runs, stack packages (an ExtensionRequest's source) and a stack's controller image. Where several match, the longest prefix wins; the pull secret is matched against the rewritten name.",
     group = "pkg.crossplane.io",
     version = "v1beta1",
     kind = "ImageConfig",
@@ -90,7 +90,9 @@ pub struct RegistryConfig {
 #[serde(rename_all = "camelCase")]
 pub struct RegistryAuthentication {
     /// PullSecretRef names a kubernetes.io/dockerconfigjson Secret in the
-    /// package manager's namespace. Its credentials are used to read
+    /// namespace Provider runtimes run in (crossplane-rs-runtimes by
+    /// default; the node pulls runtime images with it there, and no
+    /// runtime may read it). Its credentials are used to read
     /// matching packages, and it is added to the imagePullSecrets of a
     /// runtime Deployment whose image matches.
     pub pull_secret_ref: LocalObjectReference,
