@@ -48,6 +48,14 @@ pub struct Args {
     #[arg(long, env = "PACKAGE_CACHE_DIR", default_value = "/cache/xpkg")]
     pub package_cache_dir: PathBuf,
 
+    /// How many Provider packages may be in memory at once (read and
+    /// parsed, while a Provider or revision reconcile works with one);
+    /// other reconciles that need one wait their turn. A package of
+    /// hundreds of large CRDs takes tens of MiB as objects (at most 40 MiB
+    /// by the parse bound): raise it with the memory limit.
+    #[arg(long, env = "MAX_PACKAGES_IN_MEMORY", default_value_t = 1)]
+    pub max_packages_in_memory: usize,
+
     /// The most the package cache may hold, in bytes; the oldest packages
     /// go first.
     #[arg(long, env = "PACKAGE_CACHE_MAX_BYTES", default_value_t = 512 * 1024 * 1024)]

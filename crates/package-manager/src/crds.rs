@@ -7,6 +7,106 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
+/// A CRD as the package-manager's cache reads it off the wire: what
+/// [`trim`] keeps, and nothing else is ever made into objects (the schemas
+/// are skipped as they are read, so a page of CRDs costs their names, not
+/// their schemas). [`Listed::into_crd`] makes it the CustomResourceDefinition
+/// the cache's readers take.
+#[derive(Clone, Debug, serde::Deserialize, kube::Resource)]
+#[resource(inherit = CustomResourceDefinition)]
+pub struct Listed {
+    metadata: kube::api::ObjectMeta,
+    spec: ListedSpec,
+    #[serde(default)]
+    status: Option<ListedStatus>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct ListedSpec {
+    group: String,
+    names: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionNames,
+    scope: String,
+    #[serde(default)]
+    versions: Vec<ListedVersion>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct ListedVersion {
+    name: String,
+    #[serde(default)]
+    served: bool,
+    #[serde(default)]
+    storage: bool,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct ListedStatus {
+    conditions: Option<
+        Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionCondition>,
+    >,
+}
+
+impl Listed {
+    /// The CustomResourceDefinition the cache keeps, as [`trim`] leaves one.
+    pub fn into_crd(self) -> CustomResourceDefinition {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+            CustomResourceDefinitionSpec, CustomResourceDefinitionStatus,
+            CustomResourceDefinitionVersion,
+        };
+        let mut crd = CustomResourceDefinition {
+            metadata: self.metadata,
+            spec: CustomResourceDefinitionSpec {
+                group: self.spec.group,
+                names: self.spec.names,
+                scope: self.spec.scope,
+                versions: self
+                    .spec
+                    .versions
+                    .into_iter()
+                    .map(|v| CustomResourceDefinitionVersion {
+                        name: v.name,
+                        served: v.served,
+                        storage: v.storage,
+                        ..CustomResourceDefinitionVersion::default()
+                    })
+                    .collect(),
+                ..CustomResourceDefinitionSpec::default()
+            },
+            status: self.status.map(|s| CustomResourceDefinitionStatus {
+                conditions: s.conditions,
+                ..CustomResourceDefinitionStatus::default()
+            }),
+        };
+        trim(&mut crd);
+        crd
+    }
+}
+
+/// What the package-manager's cache keeps of a CRD: names, versions'
+/// names, labels, annotations, owners, who manages it and its conditions;
+/// not the schemas, printer columns, conversion settings, the fields each
+/// manager owns or kubectl's last-applied copy, which together are nearly
+/// all of a CRD. The cache holds every CRD of the cluster, so a cluster
+/// with thousands of large CRDs costs the process their names, not their
+/// schemas. Whether a stack's CRD spec is as it wants is read from
+/// [`crate::stacks::ownership::SPEC_DIGEST_ANNOTATION`].
+pub fn trim(crd: &mut CustomResourceDefinition) {
+    for entry in crd.metadata.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+    if let Some(a) = crd.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    crd.spec.conversion = None;
+    for v in &mut crd.spec.versions {
+        v.schema = None;
+        v.additional_printer_columns = None;
+        v.selectable_fields = None;
+        v.subresources = None;
+        v.deprecation_warning = None;
+    }
+}
+
 /// Whether a CRD is Established.
 pub fn established(c: &CustomResourceDefinition) -> bool {
     c.status
@@ -39,19 +139,30 @@ pub async fn dry_run(
     field_manager: &str,
     bodies: &[(&str, &serde_json::Value)],
 ) -> Result<(), DryRunError> {
-    let dry = PatchParams::apply(field_manager).force().dry_run();
     for &(name, body) in bodies {
-        if let Err(e) = crds.patch(name, &dry, &Patch::Apply(body)).await {
-            return Err(match e {
-                kube::Error::Api(a) if a.code == 422 || a.code == 400 => DryRunError::Refused {
-                    name: name.to_owned(),
-                    message: a.message,
-                },
-                e => DryRunError::Failed(e),
-            });
-        }
+        dry_run_one(crds, field_manager, name, body).await?;
     }
     Ok(())
+}
+
+/// [`dry_run`] of one CRD.
+pub async fn dry_run_one(
+    crds: &Api<CustomResourceDefinition>,
+    field_manager: &str,
+    name: &str,
+    body: &serde_json::Value,
+) -> Result<(), DryRunError> {
+    let dry = PatchParams::apply(field_manager).force().dry_run();
+    crds.patch(name, &dry, &Patch::Apply(body))
+        .await
+        .map(drop)
+        .map_err(|e| match e {
+            kube::Error::Api(a) if a.code == 422 || a.code == 400 => DryRunError::Refused {
+                name: name.to_owned(),
+                message: a.message,
+            },
+            e => DryRunError::Failed(e),
+        })
 }
 
 /// Who made or controls a CRD, for a conflict message: its controller
@@ -236,5 +347,35 @@ mod tests {
         let before = none.clone();
         point_conversion(&mut none, &target);
         assert_eq!(none, before);
+    }
+
+    #[test]
+    fn the_cache_keeps_a_crds_names_marks_and_conditions_not_its_schemas() {
+        let big = "x".repeat(100_000);
+        let full = json!({
+            "metadata": {"name": "cs.example.org", "labels": {"l": "v"},
+                "annotations": {"a": "b", "kubectl.kubernetes.io/last-applied-configuration": big},
+                "managedFields": [{"manager": "helm", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"group": "example.org", "scope": "Namespaced",
+                "names": {"kind": "C", "plural": "cs"},
+                "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"caBundle": "Y2E="}}},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "description": big}},
+                    "additionalPrinterColumns": [{"name": "A", "type": "string", "jsonPath": ".a"}]}]},
+            "status": {"conditions": [{"type": "Established", "status": "True"}]}
+        });
+        let mut c: CustomResourceDefinition = serde_json::from_value(full.clone()).unwrap();
+        trim(&mut c);
+        // Read off the wire as the cache does, it is the same.
+        let listed: Listed = serde_json::from_value(full).unwrap();
+        assert_eq!(listed.into_crd(), c);
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.len() < 1_000, "{text}");
+        assert!(established(&c));
+        assert_eq!(maker(&c), "written by helm");
+        assert_eq!(c.spec.versions[0].name, "v1");
+        assert_eq!(c.spec.names.plural, "cs");
+        assert_eq!(c.metadata.labels.as_ref().unwrap()["l"], "v");
+        assert_eq!(c.metadata.annotations.as_ref().unwrap().len(), 1);
     }
 }

@@ -3,15 +3,43 @@
 //! else a package's own pull secrets; the CA bundle of `--ca-bundle-path`;
 //! and the digest-keyed cache of `oci::xpkg::Fetcher`.
 
-use std::sync::Arc;
+use std::{ops::Deref, sync::Arc};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use oci::{Auth, Digest, Tls, xpkg};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use types::common::LocalObjectReference;
 use types::pkg::v1beta1::Resolved;
 
 use crate::image_configs::ImageConfigs;
+
+/// A package read into memory, holding one of the
+/// `--max-packages-in-memory` places while it lives: a Provider package of
+/// hundreds of large CRDs is tens of MiB as objects, and every Provider and
+/// revision controller worker could hold one at once.
+pub struct Held<T> {
+    value: T,
+    _place: Option<OwnedSemaphorePermit>,
+}
+
+impl<T> Held<T> {
+    /// The same place, holding what `f` keeps of the package.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Held<U> {
+        Held {
+            value: f(self.value),
+            _place: self._place,
+        }
+    }
+}
+
+impl<T> Deref for Held<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
 
 /// The key of a `kubernetes.io/dockerconfigjson` Secret.
 const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
@@ -23,6 +51,8 @@ pub struct Packages {
     tls: Tls,
     secrets: Api<Secret>,
     image_configs: Arc<ImageConfigs>,
+    /// The places for Provider packages in memory ([`Held`]).
+    in_memory: Arc<Semaphore>,
 }
 
 /// An object name for a repository (`host/path/name`): its last path
@@ -80,12 +110,14 @@ impl Packages {
         tls: Tls,
         secrets: Api<Secret>,
         image_configs: Arc<ImageConfigs>,
+        max_in_memory: usize,
     ) -> Self {
         Self {
             fetcher: Arc::new(fetcher),
             tls,
             secrets,
             image_configs,
+            in_memory: Arc::new(Semaphore::new(max_in_memory.max(1))),
         }
     }
 
@@ -206,13 +238,17 @@ impl Packages {
     }
 
     /// The package at `digest` of `reference`'s repository (from the cache
-    /// when it is there).
+    /// when it is there), once a place in memory is free; the place is held
+    /// until the package is dropped, so the caller must not fetch another
+    /// while it holds one.
     pub async fn fetch(
         &self,
         reference: &str,
         digest: &Digest,
         pull_secrets: &[LocalObjectReference],
-    ) -> Result<xpkg::Package, FetchError> {
+    ) -> Result<Held<xpkg::Package>, FetchError> {
+        // The semaphore is never closed: a place always comes.
+        let place = self.in_memory.clone().acquire_owned().await.ok();
         let resolved = self.resolved(reference).await;
         let auth = self.auth(&resolved, pull_secrets).await?;
         let mut package = self
@@ -221,7 +257,10 @@ impl Packages {
             .await
             .map_err(|e| self.explain(&resolved, e))?;
         package.reference = reference.to_owned();
-        Ok(package)
+        Ok(Held {
+            value: package,
+            _place: place,
+        })
     }
 
     /// The stack package at `digest` of `reference`'s repository (from the

@@ -135,7 +135,10 @@ impl ProviderRevisions {
 
     /// Reads the revision's package (from the cache; the registry only
     /// when the cache lost it).
-    pub(super) async fn package(&self, r: &ProviderRevision) -> Result<oci::xpkg::Contents, Error> {
+    pub(super) async fn package(
+        &self,
+        r: &ProviderRevision,
+    ) -> Result<crate::packages::Held<oci::xpkg::Contents>, Error> {
         let digest = r
             .annotations()
             .get(labels::DIGEST)
@@ -149,7 +152,7 @@ impl ProviderRevisions {
                 package: r.spec.package.clone(),
                 source,
             })?;
-        Ok(fetched.contents)
+        Ok(fetched.map(|p| p.contents))
     }
 }
 

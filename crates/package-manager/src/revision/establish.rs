@@ -144,7 +144,17 @@ impl ProviderRevisions {
         {
             return Err(Error::Conflict(why));
         }
-        let mut bodies = Vec::new();
+        // What each CRD is to become is worked out again for the dry run and
+        // for the write rather than kept: a package's CRDs as objects are
+        // many times the package, and two copies of them would be held.
+        let body_of = |object: &serde_json::Value, owners: &[OwnerReference]| {
+            let mut body = self.crd_body(r, object, owners, &siblings);
+            if let Some(target) = webhooks {
+                crate::crds::point_conversion(&mut body, target);
+            }
+            body
+        };
+        let mut planned = Vec::new();
         for object in objects {
             let name = object
                 .pointer("/metadata/name")
@@ -166,44 +176,49 @@ impl ProviderRevisions {
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            let mut body = self.crd_body(r, object, live.as_ref(), &siblings);
-            if let Some(target) = webhooks {
-                crate::crds::point_conversion(&mut body, target);
-            }
+            let owners = live
+                .as_ref()
+                .map(|l| l.owner_references().to_vec())
+                .unwrap_or_default();
+            let body = body_of(object, &owners);
             // A CRD that already is what this revision would apply is not
-            // written again.
-            let current = live.filter(|l| ssa::applied(l, &body, &self.field_manager));
-            bodies.push((name, body, current));
+            // written again. Of the live CRD only its uid and whether it is
+            // established are kept: read back whole, a package's CRDs would
+            // be many times the package in memory.
+            let current = live
+                .filter(|l| ssa::applied(l, &body, &self.field_manager))
+                .map(|l| (l.uid(), crate::crds::established(&l)));
+            planned.push((name, object, owners, current));
         }
         // All or nothing: every CRD to write is checked by the API server
         // before any is written.
-        crate::crds::dry_run(
-            &crds,
-            &self.field_manager,
-            &bodies
-                .iter()
-                .filter(|b| b.2.is_none())
-                .map(|(name, body, _)| (name.as_str(), body))
-                .collect::<Vec<_>>(),
-        )
-        .await?;
+        for (name, object, owners, current) in &planned {
+            if current.is_none() {
+                let body = body_of(object, owners);
+                crate::crds::dry_run_one(&crds, &self.field_manager, name, &body).await?;
+            }
+        }
         let mut pending = Vec::new();
         let mut refs = Vec::new();
-        for (name, body, current) in bodies {
-            let applied = match current {
+        for (name, object, owners, current) in planned {
+            let (uid, established) = match current {
                 Some(live) => live,
-                None => ssa::apply(&crds, &name, &body, &self.field_manager)
-                    .await
-                    .map_err(|e| Error::Request("apply a CRD", e))?,
+                None => {
+                    let body = body_of(object, &owners);
+                    let applied = ssa::apply(&crds, &name, &body, &self.field_manager)
+                        .await
+                        .map_err(|e| Error::Request("apply a CRD", e))?;
+                    (applied.uid(), crate::crds::established(&applied))
+                }
             };
-            if !crate::crds::established(&applied) {
+            if !established {
                 pending.push(name.clone());
             }
             refs.push(TypedReference {
                 api_version: "apiextensions.k8s.io/v1".into(),
                 kind: "CustomResourceDefinition".into(),
                 name: name.clone(),
-                uid: applied.uid(),
+                uid,
             });
         }
         status.object_refs = refs;
@@ -304,14 +319,13 @@ impl ProviderRevisions {
         &self,
         r: &ProviderRevision,
         object: &serde_json::Value,
-        live: Option<&CustomResourceDefinition>,
+        live_owners: &[OwnerReference],
         siblings: &BTreeMap<String, i64>,
     ) -> serde_json::Value {
-        let mut owners: Vec<OwnerReference> = live
-            .map(|l| l.owner_references().to_vec())
-            .unwrap_or_default()
-            .into_iter()
+        let mut owners: Vec<OwnerReference> = live_owners
+            .iter()
             .filter(|o| o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
+            .cloned()
             .map(|mut o| {
                 o.controller = Some(false);
                 o.block_owner_deletion = None;

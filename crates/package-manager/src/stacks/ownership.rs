@@ -29,6 +29,26 @@ pub const STACK_LABEL_PREFIX: &str = "stack.extensions.crossplane.io/";
 pub const OWNS: &str = "owns";
 /// Label values.
 pub const DEPENDS_ON: &str = "depends-on";
+/// On a CRD a stack installed: the digest of the spec it applied. The
+/// package-manager's cache of CRDs keeps no schemas
+/// ([`crate::crds::trim`]), so whether a CRD's spec is as the stack wants
+/// is read here.
+pub const SPEC_DIGEST_ANNOTATION: &str = "extensions.crossplane.io/spec-digest";
+
+/// The digest [`SPEC_DIGEST_ANNOTATION`] records of a CRD's `spec`.
+pub fn spec_digest(spec: &Value) -> String {
+    oci::Digest::of(spec.to_string().as_bytes())
+        .as_str()
+        .to_owned()
+}
+
+/// Whether applying `body` (from [`crd_body`]) would change nothing of
+/// `live` (as the trimmed cache holds it): its labels and annotations are
+/// there, and its spec is the one last applied.
+pub fn crd_unchanged(live: &CustomResourceDefinition, body: &Value) -> bool {
+    let metadata = json!({"metadata": body.get("metadata").cloned().unwrap_or_default()});
+    runtime::ssa::unchanged(live, &metadata)
+}
 
 /// The label an Extension puts on the CRDs it owns or depends on: a key
 /// per Extension (a hash of `namespace/name`, which may be too long for a
@@ -118,6 +138,8 @@ pub fn crd_body(object: &Value, owner: &str, label: &str) -> Value {
         .cloned()
         .unwrap_or_default();
     annotations.insert(OWNER_ANNOTATION.into(), owner.into());
+    let spec = object.get("spec").cloned().unwrap_or_default();
+    annotations.insert(SPEC_DIGEST_ANNOTATION.into(), spec_digest(&spec).into());
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -126,7 +148,7 @@ pub fn crd_body(object: &Value, owner: &str, label: &str) -> Value {
             "labels": labels,
             "annotations": annotations,
         },
-        "spec": object.get("spec").cloned().unwrap_or_default(),
+        "spec": spec,
     })
 }
 
@@ -434,5 +456,27 @@ mod tests {
         );
         assert_eq!(body["metadata"]["annotations"][OWNER_ANNOTATION], ME);
         assert_eq!(body["spec"]["group"], "example.org");
+    }
+
+    #[test]
+    fn a_crd_as_the_trimmed_cache_holds_it_is_unchanged_until_its_spec_or_marks_differ() {
+        let object = |description: &str| {
+            json!({"metadata": {"name": "cs.example.org"}, "spec": {
+                "group": "example.org", "scope": "Namespaced",
+                "names": {"kind": "C", "plural": "cs"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "description": description}}}]}})
+        };
+        let label = "stack.extensions.crossplane.io/abc";
+        let body = crd_body(&object("one"), ME, label);
+        let mut live: CustomResourceDefinition = serde_json::from_value(body.clone()).unwrap();
+        crate::crds::trim(&mut live);
+        assert!(live.spec.versions[0].schema.is_none());
+        assert!(crd_unchanged(&live, &body));
+        // Another schema: another digest.
+        assert!(!crd_unchanged(&live, &crd_body(&object("two"), ME, label)));
+        // Its mark taken off by hand: applied again.
+        live.metadata.labels.as_mut().unwrap().remove(label);
+        assert!(!crd_unchanged(&live, &body));
     }
 }

@@ -434,7 +434,7 @@ impl ExtensionRequests {
             let body = crd_body(object, &me, &label);
             let unchanged = live
                 .as_ref()
-                .is_some_and(|l| ssa::unchanged(l.as_ref(), &body));
+                .is_some_and(|l| ownership::crd_unchanged(l, &body));
             bodies.push((crd_name, body, unchanged));
         }
         crate::crds::dry_run(
