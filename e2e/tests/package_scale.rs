@@ -13,18 +13,25 @@ use serde_json::json;
 use e2e::packages::{apply, condition, get_json, kubectl, provider, provider_yaml, wait_blocking};
 use e2e::shipped::{explain, package_dir, pod_of, resident_bytes, shipped, xpkg_push};
 
-/// Providers per batch; two batches.
-const PROVIDERS: usize = 5;
-/// CRDs per Provider.
-const CRDS: usize = 100;
-/// Properties per CRD schema, each with a description: about 30 KiB of
-/// schema per CRD, as generated providers' CRDs are.
-const PROPERTIES: usize = 200;
+/// Providers per batch (two batches), CRDs per Provider and properties
+/// per CRD schema, each with a description (200: about 30 KiB of schema
+/// per CRD, as generated providers' CRDs are). `CROSSPLANE_RS_SCALE` set to
+/// `providers,crds,properties` runs it larger (by hand: 20 Providers of 500
+/// CRDs is `10,500,20`).
+fn scale() -> (usize, usize, usize) {
+    std::env::var("CROSSPLANE_RS_SCALE")
+        .ok()
+        .and_then(|s| {
+            let n: Vec<usize> = s.split(',').filter_map(|n| n.trim().parse().ok()).collect();
+            (n.len() == 3).then(|| (n[0], n[1], n[2]))
+        })
+        .unwrap_or((5, 100, 200))
+}
 
-/// A CRD of `group` with a schema of [`PROPERTIES`] described fields.
+/// A CRD of `group` with a schema of [`scale`]'s described fields.
 fn large_crd(group: &str, kind: &str) -> (String, String) {
     let plural = format!("{}s", kind.to_lowercase());
-    let properties: serde_json::Map<String, serde_json::Value> = (0..PROPERTIES)
+    let properties: serde_json::Map<String, serde_json::Value> = (0..scale().2)
         .map(|i| {
             (
                 format!("field{i}"),
@@ -51,14 +58,14 @@ fn large_crd(group: &str, kind: &str) -> (String, String) {
     (format!("{group}_{plural}.yaml"), crd.to_string())
 }
 
-/// Pushes and installs `count` Providers of [`CRDS`] large CRDs each;
+/// Pushes and installs `count` Providers of [`scale`]'s large CRDs each;
 /// returns their names once every one is Healthy.
 fn install(batch: &str, count: usize) -> Vec<String> {
     let mut names = Vec::new();
     for i in 0..count {
         let name = testenv::unique_name(&format!("{batch}{i}"));
         let group = format!("{name}.example.org");
-        let crds: Vec<(String, String)> = (0..CRDS)
+        let crds: Vec<(String, String)> = (0..scale().1)
             .map(|k| large_crd(&group, &format!("Kind{k}")))
             .collect();
         let dir = package_dir(&format!("provider-{name}"), "", &crds);
@@ -70,7 +77,7 @@ fn install(batch: &str, count: usize) -> Vec<String> {
     for name in &names {
         wait_blocking(
             Duration::from_secs(600),
-            &format!("Provider {name} Healthy with its {CRDS} CRDs"),
+            &format!("Provider {name} Healthy with its {} CRDs", scale().1),
             || {
                 let p = provider(name)?;
                 (condition(&p, "Healthy")?.0 == "True").then_some(())
@@ -84,20 +91,21 @@ fn install(batch: &str, count: usize) -> Vec<String> {
 #[test]
 fn providers_of_many_large_crds_install_and_the_package_manager_does_not_grow_with_them() {
     shipped();
+    let (providers, crds_each, _) = scale();
     let (pod, restarts) = pod_of("package-manager");
     let start = resident_bytes("package-manager");
     let started = Instant::now();
-    let first = install("a", PROVIDERS);
+    let first = install("a", providers);
     let half = resident_bytes("package-manager");
     let halfway = started.elapsed();
-    let second = install("b", PROVIDERS);
+    let second = install("b", providers);
     let full = resident_bytes("package-manager");
     let crds = get_json(&["customresourcedefinitions"])
         .and_then(|l| l["items"].as_array().map(Vec::len))
         .unwrap_or(0);
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     eprintln!(
-        "package-manager RSS: {:.1} MiB at start, {:.1} MiB with {} Providers of {CRDS} CRDs ({halfway:?}), {:.1} MiB with {} ({:?}); {crds} CRDs in the cluster",
+        "package-manager RSS: {:.1} MiB at start, {:.1} MiB with {} Providers of {crds_each} CRDs ({halfway:?}), {:.1} MiB with {} ({:?}); {crds} CRDs in the cluster",
         mib(start),
         mib(half),
         first.len(),
@@ -105,7 +113,7 @@ fn providers_of_many_large_crds_install_and_the_package_manager_does_not_grow_wi
         first.len() + second.len(),
         started.elapsed()
     );
-    assert!(crds >= 2 * PROVIDERS * CRDS, "{crds} CRDs");
+    assert!(crds >= 2 * providers * crds_each, "{crds} CRDs");
     // The second half of the CRDs costs the package-manager nothing it
     // keeps: what it caches of a CRD is its names, not its schema (about
     // 30 KiB each, 15 MiB for the second half as text, several times that
@@ -113,7 +121,7 @@ fn providers_of_many_large_crds_install_and_the_package_manager_does_not_grow_wi
     assert!(
         full < half + 16 * (1 << 20),
         "RSS grew from {half} to {full} bytes with {} more CRDs",
-        PROVIDERS * CRDS
+        providers * crds_each
     );
     assert_eq!(
         pod_of("package-manager"),
