@@ -31,10 +31,10 @@ use kube::{
     Api, ResourceExt,
     api::ObjectMeta,
     core::PartialObjectMeta,
-    runtime::{WatchStreamExt, reflector, watcher},
+    runtime::{WatchStreamExt, watcher},
 };
 use runtime::{
-    controller::{CACHE_NOT_READY_RETRY, Runtime, cache_ready},
+    controller::{CACHE_NOT_READY_RETRY, Runtime, cache_ready, trim},
     events::error_chain,
     ssa,
 };
@@ -158,33 +158,26 @@ pub fn controller(rt: &Runtime, scope: Scope) -> impl Future<Output = ()> + Send
     let client = rt.client.clone();
     let field_manager = rt.field_manager();
     let shutdown = rt.shutdown();
-    let (namespaces, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
-    let ns_changes = watcher(
+    // Three caches (managedFields dropped: nothing here reads them); any
+    // change of any of them is one wake-up.
+    let (namespaces, ns_events) = trim::reflected(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(ns_writer)
-    .touched_objects()
-    .map(|_| ());
-    let (system, system_writer) = reflector::store::<ClusterRoleBinding>();
-    let system_changes = watcher(
+        trim::nothing_else,
+    );
+    let (system, system_events) = trim::reflected(
         Api::<ClusterRoleBinding>::all(client.clone()),
         watcher::Config::default().labels(REVISION_LABEL),
-    )
-    .default_backoff()
-    .reflect(system_writer)
-    .touched_objects()
-    .map(|_| ());
-    let (bindings, binding_writer) = reflector::store::<RoleBinding>();
-    let binding_changes = watcher(
+        trim::nothing_else,
+    );
+    let (bindings, binding_events) = trim::reflected(
         Api::<RoleBinding>::all(client.clone()),
         watcher::Config::default().labels(LABEL),
-    )
-    .default_backoff()
-    .reflect(binding_writer)
-    .touched_objects()
-    .map(|_| ());
+        trim::nothing_else,
+    );
+    let ns_changes = ns_events.touched_objects().map(|_| ());
+    let system_changes = system_events.touched_objects().map(|_| ());
+    let binding_changes = binding_events.touched_objects().map(|_| ());
     async move {
         let mut changes = futures::stream::select_all([
             ns_changes.boxed(),
