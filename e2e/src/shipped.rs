@@ -432,6 +432,41 @@ pub fn metrics_of(binary: &str) -> String {
         .to_owned()
 }
 
+/// What a controller keeps once it is idle: its live heap
+/// (`crossplane_rs_heap_allocated_bytes`) when three scrapes two seconds
+/// apart see no reconcile in flight and none finished between them (the
+/// least of the three). A heap read while reconciles run counts what they
+/// hold for the moment (a package being read), not what is kept.
+pub fn idle_heap_bytes(binary: &str) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut quiet: Vec<u64> = Vec::new();
+    let mut last_reconciles = -1.0;
+    loop {
+        let m = metrics_of(binary);
+        let heap = crate::metric_sum(&m, "crossplane_rs_heap_allocated_bytes", &[]);
+        assert!(
+            heap > 0.0,
+            "{binary} exports no crossplane_rs_heap_allocated_bytes"
+        );
+        let reconciles = crate::metric_sum(&m, "crossplane_rs_reconcile_total", &[]);
+        let in_flight = crate::metric_sum(&m, "crossplane_rs_reconcile_in_flight", &[]);
+        if in_flight == 0.0 && reconciles == last_reconciles {
+            quiet.push(heap as u64);
+            if quiet.len() == 3 {
+                return quiet.into_iter().min().unwrap_or_default();
+            }
+        } else {
+            quiet.clear();
+        }
+        last_reconciles = reconciles;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{binary} did not go idle in two minutes (reconciles {reconciles}, in flight {in_flight})"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+}
+
 /// Reconciles of `controller` in `binary` so far (any result).
 pub fn reconciles(binary: &str, controller: &str) -> f64 {
     crate::metric_sum(

@@ -35,13 +35,10 @@ mod webhooks;
 use ::runtime::controller::{Runtime, api_resource, observe};
 use anyhow::Context as _;
 use clap::Parser as _;
-use futures::TryStreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api,
     api::{DeleteParams, ListParams, ObjectMeta, PostParams},
-    runtime::WatchStreamExt as _,
 };
 use types::extensions::v1alpha1::Extension;
 use types::extensions::v1alpha1::ExtensionRequest;
@@ -92,26 +89,8 @@ async fn main() -> anyhow::Result<()> {
         image_configs.clone(),
         args.max_packages_in_memory,
     );
-    let (crds, crd_writer) = kube::runtime::reflector::store::<CustomResourceDefinition>();
-    // Every CRD of the cluster, read without its schemas (crds::Listed)
-    // a page of 100 at a time, kept as crds::trim leaves it.
-    let crd_changes = kube::runtime::watcher(
-        Api::<crds::Listed>::all(rt.client.clone()),
-        kube::runtime::watcher::Config::default().page_size(100),
-    )
-    .map_ok(|event| {
-        use kube::runtime::watcher::Event;
-        match event {
-            Event::Apply(c) => Event::Apply(c.into_crd()),
-            Event::Delete(c) => Event::Delete(c.into_crd()),
-            Event::InitApply(c) => Event::InitApply(c.into_crd()),
-            Event::Init => Event::Init,
-            Event::InitDone => Event::InitDone,
-        }
-    })
-    .default_backoff()
-    .reflect(crd_writer)
-    .touched_objects();
+    // Every CRD's name and kind, and the CRDs stacks mark (crds::Known).
+    let (crds, crd_changes) = crds::Known::watch(rt.client.clone());
     let extensions = stacks::extensions::controller(
         &rt,
         crds.clone(),

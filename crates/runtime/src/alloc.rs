@@ -9,3 +9,11 @@
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Bytes in live allocations now, as jemalloc counts them (its statistics
+/// are refreshed first; what its per-thread caches hold for reuse counts
+/// too, a bounded amount); `None` if the allocator cannot say.
+pub fn allocated() -> Option<usize> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    tikv_jemalloc_ctl::stats::allocated::read().ok()
+}

@@ -48,6 +48,10 @@ pub struct Metrics {
     /// observations, whatever they cost: a resync answered from a cache
     /// moves it and not the request counter.
     pub remote_observations: IntCounterVec,
+    /// Bytes the process holds allocated now (jemalloc's count of live
+    /// allocations, read at each scrape): what the process keeps, where
+    /// resident memory also counts freed pages not yet returned.
+    pub heap_allocated: IntGauge,
 }
 
 impl Metrics {
@@ -149,7 +153,12 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(shared_watches.clone()))?;
         registry.register(Box::new(watch_wakeups.clone()))?;
+        let heap_allocated = IntGauge::new(
+            format!("{PREFIX}_heap_allocated_bytes"),
+            "Bytes held in live allocations now (read from the allocator at each scrape).",
+        )?;
         registry.register(Box::new(remote_observations.clone()))?;
+        registry.register(Box::new(heap_allocated.clone()))?;
         Ok(Self {
             registry,
             reconciles,
@@ -164,6 +173,7 @@ impl Metrics {
             shared_watches,
             watch_wakeups,
             remote_observations,
+            heap_allocated,
         })
     }
 
@@ -174,6 +184,10 @@ impl Metrics {
 
     /// Prometheus text exposition of every registered metric.
     pub fn render(&self) -> String {
+        if let Some(b) = crate::alloc::allocated() {
+            self.heap_allocated
+                .set(i64::try_from(b).unwrap_or(i64::MAX));
+        }
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);

@@ -16,17 +16,12 @@ use k8s_openapi::{
 use kube::{
     Api, Resource as _, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
-    runtime::{
-        Controller, WatchStreamExt as _,
-        controller::Action,
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    runtime::{Controller, WatchStreamExt as _, controller::Action, reflector::ObjectRef, watcher},
 };
 use oci::stack::CrdSelector;
 use runtime::{
     conditions,
-    controller::{Runtime, cache_ready},
+    controller::Runtime,
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
 };
 use serde_json::json;
@@ -36,7 +31,7 @@ use super::{
     error::Error,
     ownership::{
         self, DEPENDS_ON, EXTENSION_LABEL, OWNER_ANNOTATION, OWNS, Release, extension_exists,
-        installed_crd, stack_label,
+        stack_label,
     },
     status::set_ready,
 };
@@ -58,7 +53,7 @@ const WAIT_POLL: Duration = Duration::from_secs(5);
 pub struct Extensions {
     sk: Skeleton,
     image_configs: Arc<ImageConfigs>,
-    crds: Store<CustomResourceDefinition>,
+    crds: crate::crds::Known,
     /// Applies the controllers (per Extension UID: an unchanged one is not
     /// written again).
     runtimes: Runtimes,
@@ -94,7 +89,7 @@ impl Reconciler for Extensions {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.crds).await && self.image_configs.ready().await
+        self.crds.ready().await && self.image_configs.ready().await
     }
 
     async fn apply(
@@ -128,8 +123,11 @@ impl Reconciler for Extensions {
         let mut missing = Vec::new();
         let mut pending = Vec::new();
         for r in &refs.owns {
-            let Some(crd) =
-                installed_crd(&self.crds, &CrdSelector::of_kind(&r.kind, &r.api_version))
+            let Some(crd) = self
+                .crds
+                .installed(&CrdSelector::of_kind(&r.kind, &r.api_version))
+                .await
+                .map_err(|e| Error::Request("read a CRD the stack owns", e))?
             else {
                 missing.push(r.to_string());
                 continue;
@@ -155,7 +153,12 @@ impl Reconciler for Extensions {
         }
         let mut missing_deps = Vec::new();
         for r in &refs.depends_on {
-            match installed_crd(&self.crds, &CrdSelector::of_kind(&r.kind, &r.api_version)) {
+            match self
+                .crds
+                .installed(&CrdSelector::of_kind(&r.kind, &r.api_version))
+                .await
+                .map_err(|e| Error::Request("read a CRD the stack depends on", e))?
+            {
                 Some(crd) => self.mark(&crd, &label, DEPENDS_ON, None).await?,
                 None => missing_deps.push(r.to_string()),
             }
@@ -221,16 +224,13 @@ impl Reconciler for Extensions {
             self.stop_controller(&ns, &d.name, &name).await?;
         }
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
-        for cached in self.crds.state() {
-            if !cached.labels().contains_key(&label) {
-                continue;
-            }
+        for marked in self.crds.marked_with(&label) {
             // Stacks let go of a CRD concurrently (one request's stacks all
             // go at once): each decides from the CRD as it is now and
             // writes only if it is still so (resourceVersion), else looks
             // again, so the last one to go always sees that it is last.
             let Some(crd) = crds
-                .get_opt(&cached.name_any())
+                .get_opt(&marked)
                 .await
                 .map_err(|e| Error::Request("read a CRD of the stack", e))?
             else {
@@ -463,7 +463,7 @@ impl Extensions {
 /// is looked at when it appears).
 pub fn controller<S>(
     rt: &Runtime,
-    crds: Store<CustomResourceDefinition>,
+    crds: crate::crds::Known,
     crd_changes: S,
     image_configs: &Arc<ImageConfigs>,
     resync: Duration,

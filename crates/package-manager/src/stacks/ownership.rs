@@ -9,10 +9,9 @@
 //! Pure functions of what the CRD carries, except [`installed_crd`] (the
 //! cache) and [`extension_exists`] (one GET).
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::runtime::reflector::Store;
 use oci::stack::CrdSelector;
 use serde_json::{Value, json};
 use types::extensions::v1alpha1::{CrdRef, Extension};
@@ -62,21 +61,6 @@ pub fn stack_label(namespace: &str, name: &str) -> String {
 /// Whether a CRD still carries any stack's label.
 pub fn marked(labels: &BTreeMap<String, String>) -> bool {
     labels.keys().any(|k| k.starts_with(STACK_LABEL_PREFIX))
-}
-
-/// The installed CRD `selector` names.
-pub fn installed_crd(
-    crds: &Store<CustomResourceDefinition>,
-    selector: &CrdSelector,
-) -> Option<Arc<CustomResourceDefinition>> {
-    crds.state().into_iter().find(|c| {
-        selector.matches_parts(
-            &c.spec.group,
-            &c.spec.names.plural,
-            &c.spec.names.kind,
-            c.spec.versions.iter().map(|v| v.name.as_str()),
-        )
-    })
 }
 
 /// The references (kind and apiVersion, one per version) of an installed

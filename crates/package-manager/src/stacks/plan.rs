@@ -5,10 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::{
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    apimachinery::pkg::apis::meta::v1::OwnerReference, jiff::Timestamp,
-};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::OwnerReference, jiff::Timestamp};
 use kube::{
     ResourceExt as _,
     runtime::reflector::{ObjectRef, Store},
@@ -22,7 +19,7 @@ use types::extensions::v1alpha1::{
 use super::{
     error::Error,
     index::{Candidate, Index},
-    ownership::{OWNER_ANNOTATION, installed_crd},
+    ownership::OWNER_ANNOTATION,
 };
 
 /// Records on an Extension the package it was installed from.
@@ -54,23 +51,31 @@ impl Planned {
     /// finalizer deleting a stack's CRDs, or a CRD on its way out).
     /// Writing now would leave it behind the deletion; the stack is
     /// installed once it is gone.
-    pub fn deleting(
+    pub async fn deleting(
         &self,
         extensions: &Store<Extension>,
-        crds: &Store<CustomResourceDefinition>,
+        crds: &crate::crds::Known,
         (ns, name): (&str, &str),
-    ) -> Option<String> {
+    ) -> Result<Option<String>, Error> {
         let deleting = |m: &kube::core::ObjectMeta| m.deletion_timestamp.is_some();
         if let Some(e) = extensions.get(&ObjectRef::new(name).within(ns))
             && deleting(&e.metadata)
         {
-            return Some(format!("Extension {ns}/{name} is being deleted"));
+            return Ok(Some(format!("Extension {ns}/{name} is being deleted")));
         }
-        self.stack.crds.iter().find_map(|o| {
-            let crd = o.pointer("/metadata/name").and_then(|n| n.as_str())?;
-            let live = crds.get(&ObjectRef::new(crd))?;
-            deleting(&live.metadata).then(|| format!("CRD {crd} is being deleted"))
-        })
+        for o in &self.stack.crds {
+            let Some(crd) = o.pointer("/metadata/name").and_then(|n| n.as_str()) else {
+                continue;
+            };
+            let live = crds
+                .get(crd)
+                .await
+                .map_err(|e| Error::Request("read a CRD of the stack", e))?;
+            if live.is_some_and(|l| deleting(&l.metadata)) {
+                return Ok(Some(format!("CRD {crd} is being deleted")));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -166,7 +171,7 @@ pub fn extension_body(
 /// [`Index::owner`]), recursively; cycles are refused naming their path.
 pub async fn plan(
     index: &Index,
-    crds: &Store<CustomResourceDefinition>,
+    crds: &crate::crds::Known,
     (ns, source, asked): (&str, &str, Option<Timestamp>),
     root: Candidate,
 ) -> Result<Vec<Planned>, Error> {
@@ -184,7 +189,11 @@ pub async fn plan(
         let mut resolved = Vec::new();
         let mut waits_on = Vec::new();
         for selector in &package.stack.depends_on {
-            if let Some(crd) = installed_crd(crds, selector) {
+            if let Some(crd) = crds
+                .installed(selector)
+                .await
+                .map_err(|e| Error::Request("read a CRD the stack depends on", e))?
+            {
                 if let Some(owner) = crd.annotations().get(OWNER_ANNOTATION)
                     && *owner != format!("{ns}/{}", extension_name(&c.reference))
                 {

@@ -46,8 +46,7 @@ use super::{
     error::Error,
     index::{Candidate, Index},
     ownership::{
-        self, OWNER_ANNOTATION, crd_body, crd_ref_of, crd_refs, extension_exists, installed_crd,
-        stack_label,
+        self, OWNER_ANNOTATION, crd_body, crd_ref_of, crd_refs, extension_exists, stack_label,
     },
     plan::{PACKAGE_ANNOTATION, Planned, extension_body, extension_name, plan},
     status::{ready, ready_message, set_ready},
@@ -65,7 +64,7 @@ pub struct ExtensionRequests {
     field_manager: String,
     index: Index,
     default_source: String,
-    crds: Store<CustomResourceDefinition>,
+    crds: crate::crds::Known,
     extensions: Store<Extension>,
     resync: Duration,
 }
@@ -85,7 +84,7 @@ impl Reconciler for ExtensionRequests {
 
     async fn ready(&self) -> bool {
         let packages = self.index.packages().ready();
-        cache_ready(&self.crds).await && cache_ready(&self.extensions).await && packages.await
+        self.crds.ready().await && cache_ready(&self.extensions).await && packages.await
     }
 
     async fn apply(
@@ -122,7 +121,7 @@ impl Reconciler for ExtensionRequests {
             (None, Some(c)) => {
                 let selector =
                     CrdSelector::parse(c).map_err(|e| Error::Invalid(format!("spec.crd: {e}")))?;
-                if let Some(crd) = self.installed(&selector) {
+                if let Some(crd) = self.installed(&selector).await? {
                     return self.already_installed(r, &crd, status).await;
                 }
                 self.index.owner(&source, &selector, asked).await?
@@ -155,7 +154,10 @@ impl Reconciler for ExtensionRequests {
                 }
             }
             let key = format!("{ns}/{name}");
-            if let Some(why) = p.deleting(&self.extensions, &self.crds, (&ns, &name)) {
+            if let Some(why) = p
+                .deleting(&self.extensions, &self.crds, (&ns, &name))
+                .await?
+            {
                 let message = format!(
                     "installing {}: {why}; it is installed once that is gone",
                     p.reference
@@ -250,8 +252,14 @@ fn owner_ref(r: &ExtensionRequest) -> Option<OwnerReference> {
 
 impl ExtensionRequests {
     /// The installed CRD a selector names.
-    fn installed(&self, selector: &CrdSelector) -> Option<Arc<CustomResourceDefinition>> {
-        installed_crd(&self.crds, selector)
+    async fn installed(
+        &self,
+        selector: &CrdSelector,
+    ) -> Result<Option<Arc<CustomResourceDefinition>>, Error> {
+        self.crds
+            .installed(selector)
+            .await
+            .map_err(|e| Error::Request("read the CRD asked for", e))
     }
 
     /// The package an installed Extension records for `wanted` (a reference
@@ -418,7 +426,11 @@ impl ExtensionRequests {
                 .and_then(|n| n.as_str())
                 .unwrap_or_default()
                 .to_owned();
-            let live = self.crds.get(&ObjectRef::new(&crd_name));
+            let live = self
+                .crds
+                .get(&crd_name)
+                .await
+                .map_err(|e| Error::Request("read a CRD of the stack", e))?;
             if let Some(live) = &live {
                 let holder = ownership::holder(live.labels(), live.annotations());
                 let owner_exists = match ownership::other_owner(&holder, &me) {
@@ -450,7 +462,7 @@ impl ExtensionRequests {
         let owns: Vec<CrdRef> = p.stack.crds.iter().flat_map(crd_ref_of).collect();
         let mut depends_on: Vec<CrdRef> = Vec::new();
         for selector in &p.stack.depends_on {
-            match (self.installed(selector), &selector.kind) {
+            match (self.installed(selector).await?, &selector.kind) {
                 (Some(c), _) => depends_on.extend(crd_refs(&c, selector)),
                 (None, Some(kind)) => depends_on.push(CrdRef {
                     kind: kind.clone(),
@@ -532,7 +544,7 @@ pub fn controller(
     index: Index,
     default_source: String,
     image_configs: &ImageConfigs,
-    crds: Store<CustomResourceDefinition>,
+    crds: crate::crds::Known,
     resync: Duration,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (extensions, writer) = kube::runtime::reflector::store();
