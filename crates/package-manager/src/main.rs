@@ -89,8 +89,8 @@ async fn main() -> anyhow::Result<()> {
         image_configs.clone(),
         args.max_packages_in_memory,
     );
-    // Every CRD's name and kind, and the CRDs stacks mark (crds::Known).
-    let (crds, crd_changes) = crds::Known::watch(rt.client.clone());
+    // Every CRD's name and kind, and the CRDs stacks mark (stacks::known::Known).
+    let (crds, crd_changes) = stacks::known::Known::watch(rt.client.clone());
     let extensions = stacks::extensions::controller(
         &rt,
         crds.clone(),

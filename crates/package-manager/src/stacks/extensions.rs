@@ -53,7 +53,7 @@ const WAIT_POLL: Duration = Duration::from_secs(5);
 pub struct Extensions {
     sk: Skeleton,
     image_configs: Arc<ImageConfigs>,
-    crds: crate::crds::Known,
+    crds: super::known::Known,
     /// Applies the controllers (per Extension UID: an unchanged one is not
     /// written again).
     runtimes: Runtimes,
@@ -126,8 +126,7 @@ impl Reconciler for Extensions {
             let Some(crd) = self
                 .crds
                 .installed(&CrdSelector::of_kind(&r.kind, &r.api_version))
-                .await
-                .map_err(|e| Error::Request("read a CRD the stack owns", e))?
+                .await?
             else {
                 missing.push(r.to_string());
                 continue;
@@ -156,8 +155,7 @@ impl Reconciler for Extensions {
             match self
                 .crds
                 .installed(&CrdSelector::of_kind(&r.kind, &r.api_version))
-                .await
-                .map_err(|e| Error::Request("read a CRD the stack depends on", e))?
+                .await?
             {
                 Some(crd) => self.mark(&crd, &label, DEPENDS_ON, None).await?,
                 None => missing_deps.push(r.to_string()),
@@ -463,7 +461,7 @@ impl Extensions {
 /// is looked at when it appears).
 pub fn controller<S>(
     rt: &Runtime,
-    crds: crate::crds::Known,
+    crds: super::known::Known,
     crd_changes: S,
     image_configs: &Arc<ImageConfigs>,
     resync: Duration,

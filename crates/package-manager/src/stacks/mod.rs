@@ -13,6 +13,7 @@
 pub mod error;
 pub mod extensions;
 pub mod index;
+pub mod known;
 pub mod ownership;
 pub mod plan;
 pub mod requests;

@@ -54,7 +54,7 @@ impl Planned {
     pub async fn deleting(
         &self,
         extensions: &Store<Extension>,
-        crds: &crate::crds::Known,
+        crds: &super::known::Known,
         (ns, name): (&str, &str),
     ) -> Result<Option<String>, Error> {
         let deleting = |m: &kube::core::ObjectMeta| m.deletion_timestamp.is_some();
@@ -67,10 +67,7 @@ impl Planned {
             let Some(crd) = o.pointer("/metadata/name").and_then(|n| n.as_str()) else {
                 continue;
             };
-            let live = crds
-                .get(crd)
-                .await
-                .map_err(|e| Error::Request("read a CRD of the stack", e))?;
+            let live = crds.get(crd).await?;
             if live.is_some_and(|l| deleting(&l.metadata)) {
                 return Ok(Some(format!("CRD {crd} is being deleted")));
             }
@@ -171,7 +168,7 @@ pub fn extension_body(
 /// [`Index::owner`]), recursively; cycles are refused naming their path.
 pub async fn plan(
     index: &Index,
-    crds: &crate::crds::Known,
+    crds: &super::known::Known,
     (ns, source, asked): (&str, &str, Option<Timestamp>),
     root: Candidate,
 ) -> Result<Vec<Planned>, Error> {
@@ -189,11 +186,7 @@ pub async fn plan(
         let mut resolved = Vec::new();
         let mut waits_on = Vec::new();
         for selector in &package.stack.depends_on {
-            if let Some(crd) = crds
-                .installed(selector)
-                .await
-                .map_err(|e| Error::Request("read a CRD the stack depends on", e))?
-            {
+            if let Some(crd) = crds.installed(selector).await? {
                 if let Some(owner) = crd.annotations().get(OWNER_ANNOTATION)
                     && *owner != format!("{ns}/{}", extension_name(&c.reference))
                 {

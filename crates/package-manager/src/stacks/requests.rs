@@ -64,7 +64,7 @@ pub struct ExtensionRequests {
     field_manager: String,
     index: Index,
     default_source: String,
-    crds: crate::crds::Known,
+    crds: super::known::Known,
     extensions: Store<Extension>,
     resync: Duration,
 }
@@ -121,7 +121,7 @@ impl Reconciler for ExtensionRequests {
             (None, Some(c)) => {
                 let selector =
                     CrdSelector::parse(c).map_err(|e| Error::Invalid(format!("spec.crd: {e}")))?;
-                if let Some(crd) = self.installed(&selector).await? {
+                if let Some(crd) = self.crds.installed(&selector).await? {
                     return self.already_installed(r, &crd, status).await;
                 }
                 self.index.owner(&source, &selector, asked).await?
@@ -251,17 +251,6 @@ fn owner_ref(r: &ExtensionRequest) -> Option<OwnerReference> {
 }
 
 impl ExtensionRequests {
-    /// The installed CRD a selector names.
-    async fn installed(
-        &self,
-        selector: &CrdSelector,
-    ) -> Result<Option<Arc<CustomResourceDefinition>>, Error> {
-        self.crds
-            .installed(selector)
-            .await
-            .map_err(|e| Error::Request("read the CRD asked for", e))
-    }
-
     /// The package an installed Extension records for `wanted` (a reference
     /// with or without a tag), if it was installed from it.
     fn recorded(&self, ns: &str, wanted: &str) -> Option<Candidate> {
@@ -426,11 +415,7 @@ impl ExtensionRequests {
                 .and_then(|n| n.as_str())
                 .unwrap_or_default()
                 .to_owned();
-            let live = self
-                .crds
-                .get(&crd_name)
-                .await
-                .map_err(|e| Error::Request("read a CRD of the stack", e))?;
+            let live = self.crds.get(&crd_name).await?;
             if let Some(live) = &live {
                 let holder = ownership::holder(live.labels(), live.annotations());
                 let owner_exists = match ownership::other_owner(&holder, &me) {
@@ -462,7 +447,7 @@ impl ExtensionRequests {
         let owns: Vec<CrdRef> = p.stack.crds.iter().flat_map(crd_ref_of).collect();
         let mut depends_on: Vec<CrdRef> = Vec::new();
         for selector in &p.stack.depends_on {
-            match (self.installed(selector).await?, &selector.kind) {
+            match (self.crds.installed(selector).await?, &selector.kind) {
                 (Some(c), _) => depends_on.extend(crd_refs(&c, selector)),
                 (None, Some(kind)) => depends_on.push(CrdRef {
                     kind: kind.clone(),
@@ -544,7 +529,7 @@ pub fn controller(
     index: Index,
     default_source: String,
     image_configs: &ImageConfigs,
-    crds: crate::crds::Known,
+    crds: super::known::Known,
     resync: Duration,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (extensions, writer) = kube::runtime::reflector::store();
