@@ -19,8 +19,9 @@ use e2e::shipped::{
 /// all), CRDs per Provider and properties per CRD schema, each with a
 /// description (200: about 30 KiB of schema per CRD, as generated
 /// providers' CRDs are). `CROSSPLANE_RS_SCALE` set to
-/// `providers,crds,properties` runs it larger (by hand: `10,500,20` is 20
-/// Providers of 500 CRDs and 10 of 50).
+/// `providers,crds,properties` runs it larger (by hand: `10,500,5` is 20
+/// Providers of 500 CRDs and 10 of 50, about 22 minutes, most of it the
+/// API server's).
 fn scale() -> (usize, usize, usize) {
     std::env::var("CROSSPLANE_RS_SCALE")
         .ok()
