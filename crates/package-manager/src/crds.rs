@@ -88,11 +88,11 @@ impl Listed {
 }
 
 /// What the package-manager keeps of a CRD it holds
-/// ([`crate::stacks::known::Known`]) or reads:
-/// names, versions' names, labels, annotations, owners, who manages it and
-/// its conditions; not the schemas, printer columns, conversion settings,
-/// the fields each manager owns or kubectl's last-applied copy, which
-/// together are nearly all of a CRD. Whether a stack's CRD spec is as it wants is read from
+/// ([`crate::stacks::known::Known`]) or reads: names, versions' names,
+/// labels, annotations, owners, who manages it and its conditions; not the
+/// schemas, printer columns, conversion settings, the fields each manager
+/// owns or kubectl's last-applied copy, which together are nearly all of a
+/// CRD. Whether a stack's CRD spec is as it wants is read from
 /// [`crate::stacks::ownership::SPEC_DIGEST_ANNOTATION`].
 pub fn trim(crd: &mut CustomResourceDefinition) {
     for entry in crd.metadata.managed_fields.iter_mut().flatten() {

@@ -142,6 +142,10 @@ impl Metrics {
             ),
             &["controller", "cluster"],
         )?;
+        let heap_allocated = IntGauge::new(
+            format!("{PREFIX}_heap_allocated_bytes"),
+            "Bytes held in live allocations now (read from the allocator at each scrape).",
+        )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
@@ -153,10 +157,6 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(shared_watches.clone()))?;
         registry.register(Box::new(watch_wakeups.clone()))?;
-        let heap_allocated = IntGauge::new(
-            format!("{PREFIX}_heap_allocated_bytes"),
-            "Bytes held in live allocations now (read from the allocator at each scrape).",
-        )?;
         registry.register(Box::new(remote_observations.clone()))?;
         registry.register(Box::new(heap_allocated.clone()))?;
         Ok(Self {

@@ -10,7 +10,7 @@ use crate::crds::Listed;
 
 /// What the package-manager knows of the cluster's CRDs without asking:
 /// every CRD's name and kind (all a lookup by kind needs, about a hundred
-/// bytes a CRD), and whole (as [`trim`] leaves them) only the CRDs a stack
+/// bytes a CRD), and whole (as [`crate::crds::trim`] leaves them) only the CRDs a stack
 /// has marked as its own or as one it depends on. Any other CRD is read by
 /// name when a decision needs it, so the CRDs Providers install cost the
 /// process their names and kinds, not a copy each.
@@ -46,7 +46,7 @@ fn marked_by_a_stack(meta: &kube::api::ObjectMeta) -> bool {
 impl Known {
     /// Watches every CRD of the cluster (a page of 100 at a time, without
     /// their schemas): the view, and the stream of CRDs that changed (each
-    /// as [`trim`] leaves it, for waking what waits on them; nothing of it
+    /// as [`crate::crds::trim`] leaves it, for waking what waits on them; nothing of it
     /// is kept).
     pub fn watch(
         client: kube::Client,
@@ -129,7 +129,7 @@ impl Known {
     }
 
     /// The CRD `name`: the kept copy of a CRD a stack marks, else read from
-    /// the API server (as [`trim`] leaves it).
+    /// the API server (as [`crate::crds::trim`] leaves it).
     pub async fn get(&self, name: &str) -> Result<Option<Arc<CustomResourceDefinition>>, Error> {
         let kept = self
             .inner
@@ -155,11 +155,14 @@ impl Known {
         let name = match (&selector.plural, &selector.kind) {
             (Some(plural), _) => format!("{plural}.{}", selector.group),
             (None, Some(kind)) => {
+                // A CRD's name is `<plural>.<group>`, and a plural has no
+                // dot: a name with more before the group is another group's.
                 let suffix = format!(".{}", selector.group);
+                let in_group = |n: &str| n.strip_suffix(&suffix).is_some_and(|p| !p.contains('.'));
                 let found = self.inner.read().ok().and_then(|i| {
                     i.kinds
                         .iter()
-                        .find(|(n, k)| n.ends_with(&suffix) && k.as_ref() == kind.as_str())
+                        .find(|(n, k)| in_group(n) && k.as_ref() == kind.as_str())
                         .map(|(n, _)| n.to_string())
                 });
                 match found {
@@ -231,9 +234,8 @@ mod tests {
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn the_view_keeps_whole_only_the_crds_a_stack_marks() {
-        use kube::runtime::watcher::Event;
+    /// A view fed by hand, whose API server address answers nothing.
+    fn view() -> (Known, tokio::sync::watch::Sender<bool>) {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let (tx, ready) = tokio::sync::watch::channel(false);
         let known = Known {
@@ -241,6 +243,13 @@ mod tests {
             ready,
             api: Api::all(kube::Client::try_from(config).unwrap()),
         };
+        (known, tx)
+    }
+
+    #[tokio::test]
+    async fn the_view_keeps_whole_only_the_crds_a_stack_marks() {
+        use kube::runtime::watcher::Event;
+        let (known, tx) = view();
         let label = "stack.extensions.crossplane.io/0123456789abcdef";
         let provider = listed("buckets.aws.example.org", "Bucket", json!({}));
         let stack = listed("redises.cache.example.org", "Redis", json!({label: "owns"}));
@@ -285,5 +294,26 @@ mod tests {
         // A kind nobody installed is not installed, without a request.
         let missing = oci::stack::CrdSelector::of_kind("Queue", "mq.example.org/v1");
         assert!(known.installed(&missing).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_kind_is_found_in_its_own_group_not_in_one_whose_name_ends_like_it() {
+        use kube::runtime::watcher::Event;
+        let marks = json!({"stack.extensions.crossplane.io/0123456789abcdef": "owns"});
+        // Each view's map has an order of its own: either CRD may come first.
+        for _ in 0..16 {
+            let (known, _tx) = view();
+            known.apply(&Event::Init);
+            for name in [
+                "redises.other.cache.example.org",
+                "redises.cache.example.org",
+            ] {
+                known.apply(&Event::InitApply(listed(name, "Redis", marks.clone())));
+            }
+            known.apply(&Event::InitDone);
+            let by_kind = oci::stack::CrdSelector::of_kind("Redis", "cache.example.org/v1");
+            let found = known.installed(&by_kind).await.unwrap().unwrap();
+            assert_eq!(found.spec.group, "cache.example.org");
+        }
     }
 }

@@ -6,8 +6,8 @@
 //! controller claims them ([`own_refusal`], [`mark_patch`]) and lets go of
 //! them ([`release`]), so a CRD goes only with the last stack that uses it.
 //!
-//! Pure functions of what the CRD carries, except [`installed_crd`] (the
-//! cache) and [`extension_exists`] (one GET).
+//! Pure functions of what the CRD carries, except [`extension_exists`]
+//! (one GET).
 
 use std::collections::BTreeMap;
 
