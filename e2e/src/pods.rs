@@ -9,12 +9,11 @@ use std::{
     time::Duration,
 };
 
-use serde_json::Value;
-
 use crate::{
-    kubectl::{get_json, kubectl},
+    kubectl::kubectl,
     shipped::{
-        NS, container_args, lease_of, log_tail, operator_flags, patch_deployment, pod_of, shipped,
+        NS, container_args, log_tail, operator_flags, patch_deployment, pod_of, shipped,
+        sole_leader,
     },
     wait::wait_blocking,
 };
@@ -79,47 +78,6 @@ pub fn package_manager_flags(flags: &[String]) -> PackageManagerFlags {
 /// Sets the package-manager's args and waits for the rollout ([`roll_out`]).
 fn roll_out_package_manager(args: &[String]) {
     roll_out("package-manager", args);
-}
-
-/// Whether a pod's Ready condition is True.
-fn pod_ready(p: &Value) -> bool {
-    p.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-}
-
-/// The pods of a controller, as JSON.
-fn pods_of(binary: &str) -> Vec<Value> {
-    let pods = get_json(&[
-        "pods",
-        "-n",
-        NS,
-        "-l",
-        &format!("app.kubernetes.io/name={binary}"),
-    ])
-    .unwrap_or_default();
-    pods["items"].as_array().cloned().unwrap_or_default()
-}
-
-/// The one pod of `binary` left that is not `except`, not being deleted,
-/// Ready and holding the binary's Lease (and, given `args`, running with
-/// them): its name. `None` while other pods are still about.
-fn sole_leader(binary: &str, args: Option<&[String]>, except: Option<&str>) -> Option<String> {
-    let pods = pods_of(binary);
-    let [pod] = pods.as_slice() else {
-        return None;
-    };
-    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-    (Some(name) != except
-        && pod.pointer("/metadata/deletionTimestamp").is_none()
-        && args
-            .is_none_or(|a| pod.pointer("/spec/containers/0/args") == Some(&serde_json::json!(a)))
-        && pod_ready(pod)
-        && lease_of(binary).0 == name)
-        .then(|| name.to_owned())
 }
 
 /// Sets a controller Deployment's args (operator configuration, a JSON

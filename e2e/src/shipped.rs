@@ -97,17 +97,22 @@ pub fn wait_available(timeout: Duration) {
                 "-n",
                 NS,
                 "-o",
-                "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Available\")].status}/{.status.updatedReplicas}/{.status.replicas}{\"\\n\"}{end}",
+                "jsonpath={range .items[*]}{.metadata.name}={.metadata.generation}/{.status.observedGeneration}/{.status.conditions[?(@.type==\"Available\")].status}/{.status.updatedReplicas}/{.status.availableReplicas}/{.status.replicas}{\"\\n\"}{end}",
             ]);
-            // Available, and no pod of an older template still about.
+            // The Deployment controller has seen the latest template (until
+            // it has, the status describes the previous one), every pod is
+            // of it and available, and no pod of an older one is left.
             let ready: Vec<&str> = out
                 .lines()
                 .filter_map(|l| {
                     let (name, rest) = l.split_once('=')?;
-                    let mut parts = rest.split('/');
-                    let available = parts.next()? == "True";
-                    let (updated, total) = (parts.next()?, parts.next()?);
-                    (available && updated == total).then_some(name)
+                    let [generation, observed, available, updated, ready, total] =
+                        <[&str; 6]>::try_from(rest.split('/').collect::<Vec<_>>()).ok()?;
+                    (generation == observed
+                        && available == "True"
+                        && updated == total
+                        && ready == total)
+                        .then_some(name)
                 })
                 .collect();
             let all = oci::project::BINARIES.iter().all(|b| ready.contains(b));
@@ -173,6 +178,17 @@ fn install() -> Shipped {
     ]);
     patch_deployment("package-manager", &patch);
     wait_available(Duration::from_secs(240));
+    // Each controller acts only once its one pod holds the Lease: until the
+    // package-manager's new pod does, the old one (without the registry's
+    // CA) may still be the one reconciling.
+    for binary in oci::project::BINARIES {
+        wait_blocking(
+            Duration::from_secs(120),
+            &format!("one {binary} pod, Ready and leading"),
+            || sole_leader(binary, None, None),
+            || kubectl(&["get", "pods", "-n", NS, "-o", "wide"]),
+        );
+    }
     Shipped {
         registry,
         ca_file,
@@ -284,8 +300,7 @@ pub fn package_manager_lease() -> (String, i64) {
 /// A controller's leader Lease: (holder, transitions).
 pub fn lease_of(binary: &str) -> (String, i64) {
     shipped();
-    let lease =
-        get_json(&["lease", &format!("crossplane-rs-{binary}"), "-n", NS]).unwrap_or_default();
+    let lease = lease(binary);
     (
         lease
             .pointer("/spec/holderIdentity")
@@ -297,6 +312,65 @@ pub fn lease_of(binary: &str) -> (String, i64) {
             .and_then(Value::as_i64)
             .unwrap_or(0),
     )
+}
+
+/// A controller's Lease as JSON (null when there is none).
+fn lease(binary: &str) -> Value {
+    get_json(&["lease", &format!("crossplane-rs-{binary}"), "-n", NS]).unwrap_or_default()
+}
+
+/// Who holds a controller's Lease ("" when nobody does).
+fn lease_holder(binary: &str) -> String {
+    lease(binary)
+        .pointer("/spec/holderIdentity")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether a pod's Ready condition is True.
+fn pod_ready(p: &Value) -> bool {
+    p.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// The pods of a controller, as JSON.
+fn pods_of(binary: &str) -> Vec<Value> {
+    let pods = get_json(&[
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        &format!("app.kubernetes.io/name={binary}"),
+    ])
+    .unwrap_or_default();
+    pods["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The one pod of `binary` left that is not `except`, not being deleted,
+/// Ready and holding the binary's Lease (and, given `args`, running with
+/// them): its name. `None` while other pods are still about.
+pub(crate) fn sole_leader(
+    binary: &str,
+    args: Option<&[String]>,
+    except: Option<&str>,
+) -> Option<String> {
+    let pods = pods_of(binary);
+    let [pod] = pods.as_slice() else {
+        return None;
+    };
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    (Some(name) != except
+        && pod.pointer("/metadata/deletionTimestamp").is_none()
+        && args
+            .is_none_or(|a| pod.pointer("/spec/containers/0/args") == Some(&serde_json::json!(a)))
+        && pod_ready(pod)
+        && lease_holder(binary) == name)
+        .then(|| name.to_owned())
 }
 
 /// The resident memory (bytes) of a controller's process in its pod, read
