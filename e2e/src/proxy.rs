@@ -88,6 +88,12 @@ impl Proxy {
         self.cut.send_replace(true);
     }
 
+    /// Forwards new connections again (those accepted while cut stay
+    /// unanswered, as a hung API server's would).
+    pub fn heal(&self) {
+        self.cut.send_replace(false);
+    }
+
     /// Bytes forwarded from the API server to clients so far.
     pub fn bytes_to_clients(&self) -> u64 {
         self.to_client.load(Ordering::SeqCst)

@@ -553,27 +553,95 @@ async fn every_binary_serves_health_and_the_common_metrics() {
 }
 
 #[tokio::test]
-async fn a_binary_refuses_to_start_without_its_crds() {
+async fn a_binary_waits_for_its_crds_and_the_api_server_and_never_exits_for_them() {
     let plane = testenv::control_plane();
-    // The remote cluster has no crossplane-rs CRDs.
+    // The remote cluster has no crossplane-rs CRDs: the scheduler says
+    // which and how to install them, answers /healthz (a kubelet leaves it
+    // running) and /readyz says it waits.
     let mut bin = Running::start("scheduler", &plane.remote.kubeconfig_path, &[]);
-    let status = wait(Duration::from_secs(30), "the scheduler to exit", || {
-        let done = bin.child.try_wait().ok().flatten();
-        async move { done }
-    })
+    bin.wait_healthy(Duration::from_secs(30)).await;
+    let log = wait(
+        Duration::from_secs(30),
+        "the scheduler to say what it waits for",
+        || {
+            let log = bin.log();
+            async move { log.contains("kubectl apply -f crds/").then_some(log) }
+        },
+    )
     .await;
-    assert!(
-        !status.success(),
-        "the scheduler should fail without its CRDs"
-    );
-    let log = bin.log();
     assert!(
         log.contains("CRD (kubernetesapplications.workload.crossplane.io) is not installed"),
         "{log}"
     );
     assert!(
-        log.contains("kubectl apply -f crds/"),
-        "the message should name the install command: {log}"
+        matches!(http_get(bin.addr, "/readyz"), Some((503, body)) if body.contains("waiting for the API server")),
+        "{:?}",
+        http_get(bin.addr, "/readyz")
+    );
+    // Still waiting after several more looks (pauses double up to 5 s):
+    // not exited, and nothing reconciled.
+    let looks = |b: &Running| b.log().matches("waiting for the API server").count();
+    let probes = |b: &Running| {
+        metric_sum(
+            &b.metrics(),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "control")],
+        )
+    };
+    let before = probes(&bin);
+    wait(
+        Duration::from_secs(30),
+        "the scheduler to look three more times",
+        || {
+            let now = probes(&bin);
+            async move { (now >= before + 3.0).then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        bin.child.try_wait().ok().flatten().is_none(),
+        "exited:\n{}",
+        bin.log()
+    );
+    // Said when it began waiting, then once per 30 s: not at every look.
+    assert!(looks(&bin) <= 2, "said at every look:\n{}", bin.log());
+    assert_eq!(
+        metric_sum(&bin.metrics(), "crossplane_rs_reconcile_total", &[]),
+        0.0
+    );
+
+    // An API server that does not answer at start (a proxy that accepts and
+    // never answers) is waited for too; once it answers, the binary starts
+    // in the same process.
+    let (proxy, via_proxy) = Proxy::in_front_of(&plane.control.kubeconfig_path).await;
+    proxy.cut();
+    let mut waiting = Running::start("scheduler", &via_proxy, &[]);
+    waiting.wait_healthy(Duration::from_secs(30)).await;
+    assert!(matches!(http_get(waiting.addr, "/readyz"), Some((503, _))));
+    wait(
+        Duration::from_secs(60),
+        "the scheduler to say the API server does not answer",
+        || {
+            let log = waiting.log();
+            async move { log.contains("waiting for the API server").then_some(()) }
+        },
+    )
+    .await;
+    proxy.heal();
+    let healed = Instant::now();
+    wait(
+        Duration::from_secs(60),
+        "the scheduler to start once the API server answers",
+        || {
+            let ready = http_get(waiting.addr, "/readyz");
+            async move { matches!(ready, Some((200, _))).then_some(()) }
+        },
+    )
+    .await;
+    assert!(waiting.child.try_wait().ok().flatten().is_none(), "exited");
+    eprintln!(
+        "start-up: ready {:?} after the API server answered again",
+        healed.elapsed()
     );
 }
 
@@ -1116,24 +1184,59 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_the_standby_leads() {
         "replica-a stopped leading {leader_stopped:?} after the cut, not before replica-b led ({standby_leads:?}):\n{}",
         seen.join("\n")
     );
-    // replica-a exited, saying why.
-    let status = wait(Duration::from_secs(10), "replica-a to exit", || {
-        let exited = leader.child.try_wait().ok().flatten();
-        async move { exited }
-    })
-    .await;
-    assert!(!status.success(), "replica-a exited with {status}");
+    // replica-a did not exit: it stood down, saying why, counted it, and
+    // answers /healthz (a kubelet would not restart it).
+    assert!(
+        leader.child.try_wait().ok().flatten().is_none(),
+        "replica-a exited:\n{}",
+        leader.log()
+    );
     let log = leader.log();
     assert!(
-        log.contains("lost leadership") && log.contains("renew deadline"),
-        "replica-a's log should say it lost leadership at its renew deadline:\n{log}"
+        log.contains("stopped leading") && log.contains("renew deadline"),
+        "replica-a's log should say it stopped leading at its renew deadline:\n{log}"
     );
     assert_eq!(
         scheduler_lease_holder(&leases).await.as_deref(),
         Some("replica-b")
     );
+    // The API server answers replica-a again: it stands by while replica-b
+    // leads (it says so on /readyz), and takes over in the same process
+    // once replica-b stops.
+    proxy.heal();
+    wait(
+        Duration::from_secs(30),
+        "replica-a to answer /readyz as a standby",
+        || {
+            let ready = http_get(leader.addr, "/readyz");
+            async move {
+                matches!(&ready, Some((200, body)) if body.contains("not leading")).then_some(())
+            }
+        },
+    )
+    .await;
+    let metrics = leader.metrics();
+    assert_eq!(
+        metric_sum(&metrics, "crossplane_rs_leader_stand_downs_total", &[]),
+        1.0,
+        "{metrics}"
+    );
+    assert!(!leads(&metrics), "replica-a leads beside replica-b");
+    assert!(matches!(http_get(leader.addr, "/healthz"), Some((200, _))));
+    terminate(&standby);
+    let released = Instant::now();
+    wait_leads(leader.addr, "replica-a, again", Duration::from_secs(30)).await;
+    let led_again = released.elapsed();
+    assert_eq!(
+        scheduler_lease_holder(&leases).await.as_deref(),
+        Some("replica-a")
+    );
+    assert!(
+        leader.child.try_wait().ok().flatten().is_none(),
+        "replica-a restarted"
+    );
     eprintln!(
-        "leader election: cut-off leader stopped after {leader_stopped:?}, standby led after {standby_leads:?}"
+        "leader election: cut-off leader stopped after {leader_stopped:?}, standby led after {standby_leads:?}; the first replica led again in the same process {led_again:?} after the second stopped"
     );
 }
 

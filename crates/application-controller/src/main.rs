@@ -42,7 +42,17 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesApplication>(),
         api_resource::<KubernetesApplicationResource>(),
     ];
-    let controller = controller::controller(&rt, max_waiting);
-    rt.run(&kinds, controller).await?;
+    // Built again each time this replica leads again (fresh caches).
+    let build = {
+        let rt = rt.clone();
+        move || {
+            let controller = controller::controller(&rt, max_waiting);
+            async move {
+                controller.await;
+                Ok(())
+            }
+        }
+    };
+    rt.run(&kinds, build).await?;
     Ok(())
 }

@@ -37,26 +37,35 @@ async fn main() -> anyhow::Result<()> {
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [api_resource::<Object>(), api_resource::<ProviderConfig>()];
-    let mut configs = providerconfig::watch_configs(&rt);
-    let mut objects = object::watch_objects(&rt);
-    let changed = std::mem::replace(&mut configs.changed, futures::channel::mpsc::unbounded().1);
-    let config_wakes = std::mem::replace(
-        &mut objects.config_wakes,
-        futures::channel::mpsc::unbounded().1,
-    );
-    let object_store = objects.objects.clone();
-    let object_controller = object::controller(
-        &rt,
-        args.deletion_timeout,
-        objects,
-        configs.store.clone(),
-        changed,
-    )?;
-    let config_controller = providerconfig::controller(&rt, configs, object_store, config_wakes);
-    rt.clone()
-        .run(&kinds, async move {
-            tokio::join!(object_controller, config_controller);
-        })
-        .await?;
+    // Built again each time this replica leads again (fresh caches).
+    let build = {
+        let rt = rt.clone();
+        move || {
+            let rt = rt.clone();
+            async move {
+                let mut configs = providerconfig::watch_configs(&rt);
+                let mut objects = object::watch_objects(&rt);
+                let changed =
+                    std::mem::replace(&mut configs.changed, futures::channel::mpsc::unbounded().1);
+                let config_wakes = std::mem::replace(
+                    &mut objects.config_wakes,
+                    futures::channel::mpsc::unbounded().1,
+                );
+                let object_store = objects.objects.clone();
+                let object_controller = object::controller(
+                    &rt,
+                    args.deletion_timeout,
+                    objects,
+                    configs.store.clone(),
+                    changed,
+                )?;
+                let config_controller =
+                    providerconfig::controller(&rt, configs, object_store, config_wakes);
+                tokio::join!(object_controller, config_controller);
+                Ok(())
+            }
+        }
+    };
+    rt.run(&kinds, build).await?;
     Ok(())
 }

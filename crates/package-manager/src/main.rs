@@ -71,15 +71,59 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => oci::Tls::System,
     };
-    let namespace = args.runtime_namespace.clone();
     let controllers_namespace = args.common.leader_election_namespace.clone();
-    let fetcher =
+    // The package cache on disk outlives a spell of leading; the caches of
+    // API objects do not.
+    let fetcher = std::sync::Arc::new(
         oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes)
             .with_policy(oci::RegistryPolicy {
                 realm_hosts: args.registry_token_realm_hosts.clone(),
                 plain_http: args.registry_plain_http.clone(),
-            });
-    let rt = Runtime::new(BINARY, args.common).await?;
+            }),
+    );
+    let rt = Runtime::new(BINARY, args.common.clone()).await?;
+    let kinds = [
+        api_resource::<ExtensionRequest>(),
+        api_resource::<Extension>(),
+        api_resource::<Provider>(),
+        api_resource::<ProviderRevision>(),
+        api_resource::<DeploymentRuntimeConfig>(),
+        api_resource::<ControllerConfig>(),
+        api_resource::<ImageConfig>(),
+    ];
+    // Built again each time this replica leads again (fresh caches).
+    let build = {
+        let rt = rt.clone();
+        move || {
+            let work = work(
+                &rt,
+                &args,
+                fetcher.clone(),
+                tls.clone(),
+                &controllers_namespace,
+            );
+            async move {
+                work.await;
+                Ok(())
+            }
+        }
+    };
+    rt.run(&kinds, build).await?;
+    Ok(())
+}
+
+/// Every controller of the package-manager, with fresh caches: what one
+/// spell of leading runs. It first makes the `default`
+/// DeploymentRuntimeConfig when there is none and stops runtimes an earlier
+/// release left in the controllers' namespace.
+fn work(
+    rt: &Runtime,
+    args: &Args,
+    fetcher: std::sync::Arc<oci::xpkg::Fetcher>,
+    tls: oci::Tls,
+    controllers_namespace: &str,
+) -> impl Future<Output = ()> + use<> {
+    let namespace = args.runtime_namespace.clone();
     let (image_configs, image_configs_watch) =
         image_configs::ImageConfigs::watch(rt.client.clone());
     let packages = packages::Packages::new(
@@ -92,31 +136,22 @@ async fn main() -> anyhow::Result<()> {
     // Every CRD's name and kind, and the CRDs stacks mark (stacks::known::Known).
     let (crds, crd_changes) = stacks::known::Known::watch(rt.client.clone());
     let extensions = stacks::extensions::controller(
-        &rt,
+        rt,
         crds.clone(),
         crd_changes,
         &image_configs,
         rt.args.sync_interval,
     );
     let requests = stacks::requests::controller(
-        &rt,
+        rt,
         stacks::index::Index::new(packages.clone()),
         args.default_registry.clone(),
         &image_configs,
         crds,
         rt.args.sync_interval,
     );
-    let kinds = [
-        api_resource::<ExtensionRequest>(),
-        api_resource::<Extension>(),
-        api_resource::<Provider>(),
-        api_resource::<ProviderRevision>(),
-        api_resource::<DeploymentRuntimeConfig>(),
-        api_resource::<ControllerConfig>(),
-        api_resource::<ImageConfig>(),
-    ];
     let providers = manager::controller(
-        &rt,
+        rt,
         packages.clone(),
         &image_configs,
         manager::Settings {
@@ -126,37 +161,34 @@ async fn main() -> anyhow::Result<()> {
         },
     );
     let revisions = revision::controller(
-        &rt,
+        rt,
         packages,
         &image_configs,
         revision::Settings {
-            namespace,
+            namespace: namespace.clone(),
             mode: args.package_runtime,
             enable_runtime_config: args.enable_runtime_config,
             resync: rt.args.sync_interval,
             allow_unrestricted_runtimes: args.allow_unrestricted_runtimes,
         },
     );
-    let work = {
-        let rt = rt.clone();
-        async move {
-            if args.package_runtime == PackageRuntime::Deployment {
-                default_runtime_config(&rt.client).await;
-            }
-            stop_runtimes_left_in(&rt.client, &controllers_namespace, &args.runtime_namespace)
-                .await;
-            tokio::join!(
-                providers,
-                revisions,
-                requests,
-                extensions,
-                image_configs_watch,
-                observe::<ControllerConfig>(rt.clone(), "controllerconfig"),
-            );
+    let rt = rt.clone();
+    let deployment_runtime = args.package_runtime == PackageRuntime::Deployment;
+    let controllers_namespace = controllers_namespace.to_owned();
+    async move {
+        if deployment_runtime {
+            default_runtime_config(&rt.client).await;
         }
-    };
-    rt.run(&kinds, work).await?;
-    Ok(())
+        stop_runtimes_left_in(&rt.client, &controllers_namespace, &namespace).await;
+        tokio::join!(
+            providers,
+            revisions,
+            requests,
+            extensions,
+            image_configs_watch,
+            observe::<ControllerConfig>(rt.clone(), "controllerconfig"),
+        );
+    }
 }
 
 /// Runtimes an earlier release ran in the controllers' namespace: their

@@ -106,14 +106,14 @@ impl Packages {
     /// read from `secrets` (the runtimes' namespace), read where
     /// and with the credentials `image_configs` say.
     pub fn new(
-        fetcher: xpkg::Fetcher,
+        fetcher: Arc<xpkg::Fetcher>,
         tls: Tls,
         secrets: Api<Secret>,
         image_configs: Arc<ImageConfigs>,
         max_in_memory: usize,
     ) -> Self {
         Self {
-            fetcher: Arc::new(fetcher),
+            fetcher,
             tls,
             secrets,
             image_configs,

@@ -80,8 +80,6 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<Extension>(),
     ];
     let metrics = revisions::RbacMetrics::new(&rt)?;
-    let (allow_list, allow_changes) = revisions::AllowList::watch(&rt, allowed);
-    let extensions = extensions::controller(&rt, allow_list.clone(), metrics.clone());
     let secret_namespaces: Vec<String> = args
         .runtime_secret_namespaces
         .iter()
@@ -89,22 +87,33 @@ async fn main() -> anyhow::Result<()> {
         .filter(|n| !n.is_empty())
         .collect();
     let narrowed = !secret_namespaces.is_empty();
-    let secrets = narrowed
-        .then(|| secrets::controller(&rt, secrets::Scope(secret_namespaces, namespace.clone())));
-    let revisions = revisions::controller(
-        &rt,
-        (namespace, narrowed),
-        (allow_list, allow_changes),
-        metrics,
-    );
-    let work = async move {
-        let secrets = async {
-            if let Some(s) = secrets {
-                s.await;
+    // Built again each time this replica leads again (fresh caches).
+    let build = {
+        let rt = rt.clone();
+        move || {
+            let (allow_list, allow_changes) = revisions::AllowList::watch(&rt, allowed.clone());
+            let extensions = extensions::controller(&rt, allow_list.clone(), metrics.clone());
+            let secrets = narrowed.then(|| {
+                let scope = secrets::Scope(secret_namespaces.clone(), namespace.clone());
+                secrets::controller(&rt, scope)
+            });
+            let revisions = revisions::controller(
+                &rt,
+                (namespace.clone(), narrowed),
+                (allow_list, allow_changes),
+                metrics.clone(),
+            );
+            async move {
+                let secrets = async {
+                    if let Some(s) = secrets {
+                        s.await;
+                    }
+                };
+                tokio::join!(revisions, extensions, secrets);
+                Ok(())
             }
-        };
-        tokio::join!(revisions, extensions, secrets);
+        }
     };
-    rt.run(&kinds, work).await?;
+    rt.run(&kinds, build).await?;
     Ok(())
 }

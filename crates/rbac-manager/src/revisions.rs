@@ -134,12 +134,8 @@ impl RbacMetrics {
             "crossplane_rs_rbac_permission_requests_refused_total",
             "Reconciles that refused a package's or an Extension's permissions (outside the allow-list, never grantable, or kinds it may not have).",
         )?;
-        rt.metrics
-            .registry()
-            .register(Box::new(roles_rendered.clone()))?;
-        rt.metrics
-            .registry()
-            .register(Box::new(requests_refused.clone()))?;
+        let roles_rendered = rt.metrics.register(roles_rendered)?;
+        let requests_refused = rt.metrics.register(requests_refused)?;
         Ok(Self {
             roles_rendered,
             requests_refused,
@@ -518,7 +514,7 @@ impl AllowList {
         name: String,
     ) -> (
         Self,
-        impl futures::Stream<Item = Result<ClusterRole, watcher::Error>> + Send + 'static,
+        impl futures::Stream<Item = Result<ClusterRole, watcher::Error>> + Send + use<>,
     ) {
         let (store, writer) = kube::runtime::reflector::store();
         let stream = watcher(

@@ -154,7 +154,7 @@ fn plan(
 }
 
 /// Keeps the bindings, ready to run while this replica leads.
-pub fn controller(rt: &Runtime, scope: Scope) -> impl Future<Output = ()> + Send + 'static {
+pub fn controller(rt: &Runtime, scope: Scope) -> impl Future<Output = ()> + Send + use<> {
     let client = rt.client.clone();
     let field_manager = rt.field_manager();
     let shutdown = rt.shutdown();

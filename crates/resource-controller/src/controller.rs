@@ -178,8 +178,7 @@ fn submit_latency(rt: &Runtime) -> Result<Histogram, prometheus::Error> {
         )
         .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0]),
     )?;
-    rt.metrics.registry().register(Box::new(h.clone()))?;
-    Ok(h)
+    rt.metrics.register(h)
 }
 
 /// What this controller keeps of a resource in its cache: its template

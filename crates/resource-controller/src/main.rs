@@ -48,8 +48,18 @@ async fn main() -> anyhow::Result<()> {
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
     let kinds = [api_resource::<KubernetesApplicationResource>()];
-    let controller = controller::controller(&rt, deletion_timeout)?;
-    rt.run(&kinds, controller).await?;
+    // Built again each time this replica leads again (fresh caches).
+    let build = {
+        let rt = rt.clone();
+        move || {
+            let controller = controller::controller(&rt, deletion_timeout);
+            async move {
+                controller?.await;
+                Ok(())
+            }
+        }
+    };
+    rt.run(&kinds, build).await?;
     Ok(())
 }
 

@@ -1,4 +1,7 @@
-//! Start-up check that a binary's CRDs are installed.
+//! Start-up check that a binary's CRDs are installed: it waits for the API
+//! server and the CRDs, never exits for them.
+
+use std::time::Duration;
 
 use kube::{
     Api, Client,
@@ -6,12 +9,17 @@ use kube::{
     discovery::ApiResource,
 };
 
+use crate::{
+    events::error_chain,
+    leader::{Quiet, WAIT_LOG_INTERVAL},
+};
+
 /// A CRD the binary needs is missing or cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     /// The kind is not served.
     #[error(
-        "the {kind} CRD ({plural}.{group}) is not installed in this cluster; install the CRDs with `kubectl apply -f crds/` (or `kubectl apply -k deploy/`) and start again"
+        "the {kind} CRD ({plural}.{group}) is not installed in this cluster; install the CRDs with `kubectl apply -f crds/` (or `kubectl apply -k deploy/`)"
     )]
     Missing {
         /// Kind.
@@ -21,7 +29,8 @@ pub enum CrdError {
         /// Group.
         group: String,
     },
-    /// The probe failed for another reason (e.g. RBAC).
+    /// The probe failed for another reason (the API server does not
+    /// answer, RBAC).
     #[error("cannot list {kind} to check that its CRD is installed")]
     Probe {
         /// Kind.
@@ -31,6 +40,13 @@ pub enum CrdError {
         source: kube::Error,
     },
 }
+
+/// The first and the longest pause between two looks while waiting.
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+/// How long one look may wait for an answer (an API server that accepts
+/// and never answers is looked at again, on a new request).
+const LOOK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Probes each kind with a `list(limit=1)`; fails naming the install command
 /// when one is missing.
@@ -55,4 +71,32 @@ pub async fn require(client: &Client, kinds: &[ApiResource]) -> Result<(), CrdEr
         }
     }
     Ok(())
+}
+
+/// Waits until every kind is served ([`require`]): an API server that does
+/// not answer yet, or a CRD not installed yet, is looked at again after a
+/// pause that doubles up to 5 s, and said once per interval (or when what
+/// is awaited changes). Returns at once when it finds them all.
+pub async fn wait_for(client: &Client, kinds: &[ApiResource]) {
+    let mut pause = FIRST_PAUSE;
+    let mut quiet = Quiet::new(WAIT_LOG_INTERVAL);
+    let mut last = String::new();
+    loop {
+        let why = match tokio::time::timeout(LOOK_TIMEOUT, require(client, kinds)).await {
+            Ok(Ok(())) => {
+                if !last.is_empty() {
+                    tracing::info!("the API server answers and every CRD is installed; starting");
+                }
+                return;
+            }
+            Ok(Err(e)) => error_chain(&e),
+            Err(_) => format!("the API server did not answer within {LOOK_TIMEOUT:?}"),
+        };
+        if why != last || quiet.due() {
+            tracing::warn!(error = %why, every = ?WAIT_LOG_INTERVAL, "waiting for the API server and this binary's CRDs before starting");
+            last = why;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
 }

@@ -12,11 +12,14 @@
 //! - the leader counts its time from the moment it *sent* its last renewal
 //!   that succeeded, which is earlier than any standby can have seen that
 //!   renewal;
-//! - the leader stops (the binary exits, as client-go's leader election makes
-//!   its users do) when no renewal has succeeded within the renew deadline,
-//!   which is shorter than the lease duration. A leader cut off from a slow
-//!   or unreachable API server has therefore stopped before a standby may
-//!   take over;
+//! - the leader stops its controllers when no renewal has succeeded within
+//!   the renew deadline, which is shorter than the lease duration. A leader
+//!   cut off from a slow or unreachable API server has therefore stopped
+//!   before a standby may take over. It does not exit (client-go's leader
+//!   election makes its users exit): it drops its controllers, their
+//!   in-flight reconciles and their caches, stands by in the same process
+//!   and campaigns again, so an API server outage costs no restart and no
+//!   kubelet back-off;
 //! - every write of the Lease carries the resourceVersion it was based on
 //!   (optimistic concurrency): of two replicas racing for the Lease, exactly
 //!   one wins.
@@ -37,26 +40,11 @@ use tokio::time::Instant;
 
 use crate::{args::CommonArgs, events::error_chain, metrics::Metrics};
 
-/// Why running under leader election stopped.
+/// Leader-election flags that describe a schedule that could let two
+/// replicas lead at once.
 #[derive(Debug, thiserror::Error)]
-pub enum LeaderError {
-    /// The leader-election flags describe a schedule that could let two
-    /// replicas lead at once.
-    #[error("{0}")]
-    Timing(String),
-    /// This replica stopped leading (it could not renew the Lease in time, or
-    /// another replica holds it now). The binary exits so that two replicas
-    /// never act at once; restarted, it joins as a standby.
-    #[error(
-        "lost leadership of Lease {lease}: {why}; exiting so that no two replicas act at once (a restarted replica joins as a standby)"
-    )]
-    Lost {
-        /// The Lease, as namespace/name.
-        lease: String,
-        /// What happened.
-        why: String,
-    },
-}
+#[error("{0}")]
+pub struct LeaderError(String);
 
 /// When the replicas look at and write the Lease; derived from the
 /// `--leader-election-*` flags.
@@ -89,14 +77,14 @@ impl Timing {
         renew_deadline: Option<Duration>,
     ) -> Result<Self, LeaderError> {
         if lease_duration < Duration::from_secs(1) {
-            return Err(LeaderError::Timing(format!(
+            return Err(LeaderError(format!(
                 "--leader-election-lease-duration {lease_duration:?} is too short: Lease durations are whole seconds; use 1s or more (default 10s)"
             )));
         }
         let renew_deadline = renew_deadline.unwrap_or(lease_duration * 2 / 3);
         let longest = lease_duration * 9 / 10;
         if renew_deadline.is_zero() || renew_deadline > longest {
-            return Err(LeaderError::Timing(format!(
+            return Err(LeaderError(format!(
                 "--leader-election-renew-deadline {renew_deadline:?} must be more than zero and at most nine tenths of --leader-election-lease-duration ({lease_duration:?}), that is at most {longest:?}, so that a leader that cannot renew stops before a standby may take over; leave it unset for two thirds of the lease duration"
             )));
         }
@@ -129,6 +117,35 @@ impl Timing {
             .map(Duration::from_secs)
             .unwrap_or_default();
         self.lease_duration.max(recorded)
+    }
+}
+
+/// How often a replica waiting for the API server says so.
+pub const WAIT_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Says "now" at most once per interval: for a log line repeated while
+/// something is awaited.
+pub struct Quiet {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl Quiet {
+    /// Due at once, then once per `every`.
+    pub fn new(every: Duration) -> Self {
+        Self { every, last: None }
+    }
+
+    /// Whether to say it now (and then not again for an interval).
+    pub fn due(&mut self) -> bool {
+        let now = Instant::now();
+        let due = self
+            .last
+            .is_none_or(|l| now.duration_since(l) >= self.every);
+        if due {
+            self.last = Some(now);
+        }
+        due
     }
 }
 
@@ -304,6 +321,9 @@ impl Elector {
     /// returns when the successful attempt was sent.
     async fn acquire(&mut self) -> Instant {
         let mut told: Option<String> = None;
+        // An API server that does not answer is said once per interval,
+        // not at every look.
+        let mut unanswered = Quiet::new(WAIT_LOG_INTERVAL);
         loop {
             let sent = Instant::now();
             match tokio::time::timeout(self.timing.attempt_timeout, self.try_acquire()).await {
@@ -318,10 +338,14 @@ impl Elector {
                     tracing::debug!(lease = %self.name, "another replica wrote the Lease first");
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(lease = %self.name, error = %error_chain(&e), "cannot read or take the Lease; trying again");
+                    if unanswered.due() {
+                        tracing::warn!(lease = %self.name, error = %error_chain(&e), every = ?WAIT_LOG_INTERVAL, "cannot read or take the Lease; trying again every poll period");
+                    }
                 }
                 Err(_) => {
-                    tracing::warn!(lease = %self.name, timeout = ?self.timing.attempt_timeout, "the API server did not answer about the Lease in time; trying again");
+                    if unanswered.due() {
+                        tracing::warn!(lease = %self.name, timeout = ?self.timing.attempt_timeout, every = ?WAIT_LOG_INTERVAL, "the API server did not answer about the Lease in time; trying again every poll period");
+                    }
                 }
             }
             tokio::time::sleep_until(sent + self.timing.poll_period).await;
@@ -394,30 +418,42 @@ impl Elector {
     }
 }
 
-/// Runs `work` — when --leader-elect is set, only once this replica holds the
-/// Lease `crossplane-rs-<binary>`, and only as long as it keeps renewing it.
-/// Returns when `work` ends or `shutdown` resolves (releasing the Lease), or
-/// with [`LeaderError::Lost`] when leadership ended: the caller must then
-/// exit, because `work` has been stopped.
-pub async fn run<W, S>(
+/// How a spell of leading ended.
+enum Ended<E> {
+    /// Shutdown was asked for, or the work ended by itself (with what it
+    /// returned).
+    Stopped(Result<(), E>),
+    /// This replica must stop leading; why.
+    Lost(String),
+}
+
+/// Runs the work `build` makes — when --leader-elect is set, only while this
+/// replica holds the Lease `crossplane-rs-<binary>`. A replica that stops
+/// leading drops that work (its controllers, in-flight reconciles and
+/// caches) and stands by again; when it leads again, `build` makes the work
+/// afresh, so everything is looked at once more. Returns when `shutdown`
+/// resolves (releasing the Lease) or the work ends by itself (with its
+/// error, when it could not be built).
+pub async fn run<B, W, S, E>(
     client: Client,
     args: &CommonArgs,
     binary: &str,
     metrics: &Metrics,
-    work: W,
+    mut build: B,
     shutdown: S,
-) -> Result<(), LeaderError>
+) -> Result<(), E>
 where
-    W: Future<Output = ()>,
+    B: FnMut() -> W,
+    W: Future<Output = Result<(), E>>,
     S: Future<Output = ()>,
+    E: From<LeaderError>,
 {
     if !args.leader_elect {
-        metrics.leader.set(1);
-        tokio::select! {
-            () = work => {},
-            () = shutdown => {},
-        }
-        return Ok(());
+        metrics.set_leading(true);
+        return tokio::select! {
+            ended = build() => ended,
+            () = shutdown => Ok(()),
+        };
     }
     let timing = Timing::new(
         args.leader_election_lease_duration,
@@ -435,37 +471,48 @@ where
         ours: None,
         observed: None,
     };
-    tracing::info!(%lease, identity = %elector.identity, ?timing, "waiting to become leader");
     tokio::pin!(shutdown);
-    let acquired = tokio::select! {
-        sent = elector.acquire() => sent,
-        () = &mut shutdown => return Ok(()),
-    };
-    tracing::info!(%lease, "became leader");
-    metrics.leader.set(1);
-    let outcome = tokio::select! {
-        () = work => Ok(()),
-        () = &mut shutdown => Ok(()),
-        why = elector.keep(acquired) => Err(why),
-    };
-    // `work` has been dropped: nothing reconciles any more.
-    metrics.leader.set(0);
-    match outcome {
-        Ok(()) => {
-            match tokio::time::timeout(Duration::from_secs(5), elector.release()).await {
-                Ok(Ok(())) => tracing::info!(%lease, "released the Lease"),
-                Ok(Err(e)) => {
-                    tracing::warn!(%lease, error = %error_chain(&e), "could not release the Lease; a standby takes over when it expires")
-                }
-                Err(_) => {
-                    tracing::warn!(%lease, "releasing the Lease timed out; a standby takes over when it expires")
-                }
+    loop {
+        tracing::info!(%lease, identity = %elector.identity, ?timing, "waiting to become leader");
+        let acquired = tokio::select! {
+            sent = elector.acquire() => sent,
+            () = &mut shutdown => return Ok(()),
+        };
+        tracing::info!(%lease, "became leader");
+        metrics.set_leading(true);
+        let ended = tokio::select! {
+            ended = build() => Ended::Stopped(ended),
+            () = &mut shutdown => Ended::Stopped(Ok(())),
+            why = elector.keep(acquired) => Ended::Lost(why),
+        };
+        // The work has been dropped: nothing reconciles any more.
+        metrics.set_leading(false);
+        metrics.controllers_stopped();
+        match ended {
+            Ended::Stopped(ended) => {
+                elector.release_in_time(&lease).await;
+                return ended;
             }
-            Ok(())
+            Ended::Lost(why) => {
+                metrics.leader_stand_downs.inc();
+                tracing::warn!(%lease, %why, "stopped leading: the controllers are stopped and their caches dropped; standing by and campaigning again (this process does not exit)");
+                elector.ours = None;
+            }
         }
-        Err(why) => {
-            tracing::error!(%lease, %why, "stopped leading");
-            Err(LeaderError::Lost { lease, why })
+    }
+}
+
+impl Elector {
+    /// Gives the Lease up, waiting at most 5 s for the API server.
+    async fn release_in_time(&mut self, lease: &str) {
+        match tokio::time::timeout(Duration::from_secs(5), self.release()).await {
+            Ok(Ok(())) => tracing::info!(%lease, "released the Lease"),
+            Ok(Err(e)) => {
+                tracing::warn!(%lease, error = %error_chain(&e), "could not release the Lease; a standby takes over when it expires")
+            }
+            Err(_) => {
+                tracing::warn!(%lease, "releasing the Lease timed out; a standby takes over when it expires")
+            }
         }
     }
 }
@@ -514,6 +561,16 @@ mod tests {
         assert_eq!(t.takeover_after(Some(20)), Duration::from_secs(20));
         assert_eq!(t.takeover_after(Some(-5)), Duration::from_millis(2500));
         assert_eq!(t.takeover_after(None), Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn a_repeated_wait_is_said_once_per_interval() {
+        let mut quiet = Quiet::new(Duration::from_millis(200));
+        assert!(quiet.due());
+        assert!(!quiet.due());
+        std::thread::sleep(Duration::from_millis(210));
+        assert!(quiet.due());
+        assert!(!quiet.due());
     }
 
     #[test]

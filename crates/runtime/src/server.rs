@@ -58,10 +58,20 @@ async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// Ready once the API server answered and the CRDs are installed, leading
+/// or standing by: a standby is a correctly working replica (a rolling
+/// update waits for the new pod to be Ready while the old one still leads).
+/// The body says which; `crossplane_rs_leader` says it to Prometheus.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.health.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    match (state.health.is_ready(), state.metrics.leading()) {
+        (true, true) => (StatusCode::OK, "ok: leading"),
+        (true, false) => (
+            StatusCode::OK,
+            "ok: not leading (standing by for the Lease: another replica leads, or the API server does not answer)",
+        ),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting for the API server and this binary's CRDs",
+        ),
     }
 }

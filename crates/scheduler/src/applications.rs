@@ -316,9 +316,7 @@ fn placements(rt: &Runtime) -> Result<IntCounterVec, prometheus::Error> {
         ),
         &["result"],
     )?;
-    rt.metrics
-        .registry()
-        .register(Box::new(placements.clone()))?;
+    let placements = rt.metrics.register(placements)?;
     for result in ["scheduled", "pending"] {
         placements.with_label_values(&[result]);
     }

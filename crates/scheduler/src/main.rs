@@ -43,14 +43,20 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<KubernetesApplication>(),
         api_resource::<KubernetesCluster>(),
     ];
-    let remote = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
     let probe = args.cluster_probe_interval.min(rt.args.poll_interval);
-    let clusters = clusters::controller(&rt, remote, probe);
-    let applications = applications::controller(&rt)?;
-    rt.clone()
-        .run(&kinds, async move {
-            tokio::join!(clusters, applications);
-        })
-        .await?;
+    // Built again each time this replica leads again (fresh caches).
+    let build = {
+        let rt = rt.clone();
+        move || {
+            let remote = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
+            let clusters = clusters::controller(&rt, remote, probe);
+            let applications = applications::controller(&rt);
+            async move {
+                tokio::join!(clusters, applications?);
+                Ok(())
+            }
+        }
+    };
+    rt.run(&kinds, build).await?;
     Ok(())
 }

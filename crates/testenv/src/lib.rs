@@ -20,6 +20,7 @@
 
 pub mod audit;
 mod cluster;
+mod faults;
 pub mod image;
 mod kubeconfig;
 mod launch;

@@ -60,6 +60,12 @@ impl ControlPlane {
         self._guard.as_ref().map(|g| g.pids()).unwrap_or_default()
     }
 
+    /// The processes this plane started; None for clusters the tests were
+    /// pointed at.
+    pub(crate) fn started(&self) -> Option<&process::Processes> {
+        self._guard.as_ref()
+    }
+
     /// Every remote cluster: `remote`, then `more_remotes`.
     pub fn remotes(&self) -> impl Iterator<Item = &Cluster> {
         std::iter::once(&self.remote).chain(&self.more_remotes)

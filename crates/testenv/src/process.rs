@@ -8,6 +8,7 @@ use std::{
     io::Write as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::{Mutex, MutexGuard, PoisonError},
 };
 
 use anyhow::{Context as _, bail};
@@ -15,8 +16,18 @@ use anyhow::{Context as _, bail};
 /// Owns the started processes; a watchdog stops them (and removes their data)
 /// when the test process exits, however it exits.
 pub(crate) struct Processes {
-    children: Vec<(String, Child)>,
+    /// Locked: a test may stop and start one of them again
+    /// ([`Processes::stop`], [`Processes::start_again`]).
+    children: Mutex<Vec<Started>>,
     dir: PathBuf,
+}
+
+/// One process started, and how (to start it again the same way).
+struct Started {
+    name: String,
+    child: Child,
+    bin: Option<PathBuf>,
+    args: Vec<String>,
 }
 
 impl Processes {
@@ -30,9 +41,13 @@ impl Processes {
     pub(crate) fn new(dir: PathBuf) -> anyhow::Result<Self> {
         start_watchdog(&dir)?;
         Ok(Self {
-            children: Vec::new(),
+            children: Mutex::new(Vec::new()),
             dir,
         })
+    }
+
+    fn children(&self) -> MutexGuard<'_, Vec<Started>> {
+        self.children.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn spawn(&mut self, name: &str, bin: &Path, args: &[String]) -> anyhow::Result<()> {
@@ -45,6 +60,71 @@ impl Processes {
         let mut cmd = Command::new(bin);
         cmd.args(args);
         self.spawn_command(name, cmd)?;
+        if let Some(started) = self.children().last_mut() {
+            started.bin = Some(bin.to_owned());
+            started.args = args.to_vec();
+        }
+        Ok(())
+    }
+
+    /// Kills the process `name` (SIGKILL, as a crash or an OOM kill would)
+    /// and waits until it is gone.
+    pub(crate) fn stop(&self, name: &str) -> anyhow::Result<()> {
+        let mut children = self.children();
+        let started = children
+            .iter_mut()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no process {name} was started"))?;
+        let _ = started.child.kill();
+        started.child.wait()?;
+        Ok(())
+    }
+
+    /// Starts the process `name` again with the command line it was first
+    /// started with (its log goes on in the same file); it must have been
+    /// stopped.
+    pub(crate) fn start_again(&self, name: &str) -> anyhow::Result<()> {
+        let mut children = self.children();
+        let started = children
+            .iter_mut()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no process {name} was started"))?;
+        if started.child.try_wait()?.is_none() {
+            bail!("{name} still runs: stop it first");
+        }
+        let bin = started
+            .bin
+            .clone()
+            .with_context(|| format!("{name} was not started from a binary and arguments"))?;
+        let log = fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join(format!("{name}.log")))?;
+        let child = Command::new(&bin)
+            .args(&started.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {name} again"))?;
+        self.stop_on_exit(child.id())?;
+        started.child = child;
+        Ok(())
+    }
+
+    /// Sends `signal` ("STOP", "CONT") to the process `name`: a test pauses
+    /// a server (it keeps its connections and answers nothing) and lets it
+    /// go on.
+    pub(crate) fn signal(&self, name: &str, signal: &str) -> anyhow::Result<()> {
+        let pid = self
+            .children()
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.child.id())
+            .with_context(|| format!("no process {name} was started"))?;
+        run(
+            Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]),
+            &format!("kill -{signal} {name}"),
+        )?;
         Ok(())
     }
 
@@ -60,7 +140,12 @@ impl Processes {
             .with_context(|| format!("starting {name} ({:?})", cmd.get_program()))?;
         let pid = child.id();
         self.stop_on_exit(pid)?;
-        self.children.push((name.to_owned(), child));
+        self.children().push(Started {
+            name: name.to_owned(),
+            child,
+            bin: None,
+            args: Vec::new(),
+        });
         Ok(pid)
     }
 
@@ -78,15 +163,15 @@ impl Processes {
     /// The processes started, by name ("etcd", "kube-apiserver-control",
     /// ...), with their pids.
     pub(crate) fn pids(&self) -> Vec<(String, u32)> {
-        self.children
+        self.children()
             .iter()
-            .map(|(name, child)| (name.clone(), child.id()))
+            .map(|s| (s.name.clone(), s.child.id()))
             .collect()
     }
 
     /// Fails naming the process and the end of its log when one has exited.
     pub(crate) fn check_alive(&mut self) -> anyhow::Result<()> {
-        for (name, child) in &mut self.children {
+        for Started { name, child, .. } in self.children().iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 let log =
                     fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
@@ -105,7 +190,7 @@ impl Processes {
 impl Drop for Processes {
     fn drop(&mut self) {
         // Newest first: the node's components before the API servers.
-        for (_, child) in self.children.iter_mut().rev() {
+        for Started { child, .. } in self.children().iter_mut().rev() {
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kube::runtime::reflector::Store;
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGaugeVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGaugeVec, Opts};
 use runtime::conditions;
 use types::kubernetes::v1alpha1::Object;
 
@@ -19,8 +19,9 @@ pub struct ObjectMetrics {
 }
 
 impl ObjectMetrics {
-    /// Registers the metrics in `registry`.
-    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Registers the metrics with the binary's (once: the same metrics
+    /// when the controller is built again).
+    pub fn register(registry: &runtime::Metrics) -> Result<Self, prometheus::Error> {
         let drift = IntCounter::new(
             "crossplane_rs_drift_corrections_total",
             "Managed objects changed outside their Object and put back.",
@@ -39,9 +40,9 @@ impl ObjectMetrics {
             ),
             &["synced", "ready"],
         )?;
-        registry.register(Box::new(drift.clone()))?;
-        registry.register(Box::new(first_ready.clone()))?;
-        registry.register(Box::new(managed.clone()))?;
+        let drift = registry.register(drift)?;
+        let first_ready = registry.register(first_ready)?;
+        let managed = registry.register(managed)?;
         let metrics = Self {
             drift,
             first_ready,

@@ -367,7 +367,7 @@ pub fn controller(
     configs: Store<ProviderConfig>,
     config_changed: impl Stream<Item = String> + Send + 'static,
 ) -> Result<impl Future<Output = ()>, prometheus::Error> {
-    let metrics = metrics::ObjectMetrics::register(rt.metrics.registry())?;
+    let metrics = metrics::ObjectMetrics::register(&rt.metrics)?;
     let (watches, woken) = Watches::new(CONTROLLER, &rt.metrics);
     let objects = watch.objects.clone();
     let users = objects.clone();

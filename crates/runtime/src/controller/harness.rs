@@ -1,5 +1,7 @@
-//! The harness every binary runs in: the control-cluster client, the CRD
-//! check, the metrics/health server, leader election and graceful shutdown.
+//! The harness every binary runs in: the control-cluster client, the wait
+//! for the API server and the CRDs, the metrics/health server, leader
+//! election (standing by and leading again in the same process) and
+//! graceful shutdown.
 
 use kube::{
     Api, Client, Resource, discovery::ApiResource, runtime::controller::Config as ControllerConfig,
@@ -14,9 +16,6 @@ pub enum RunError {
     /// Metrics could not be registered.
     #[error("failed to register metrics")]
     Metrics(#[from] prometheus::Error),
-    /// A CRD is missing.
-    #[error(transparent)]
-    Crds(#[from] crds::CrdError),
     /// The HTTP server could not bind.
     #[error(
         "failed to listen on {addr} for /metrics, /healthz and /readyz (is the port taken? set --metrics-addr)"
@@ -110,13 +109,16 @@ impl Runtime {
         }
     }
 
-    /// Checks the CRDs, starts the HTTP server, then runs `work` (under leader
-    /// election when asked) until shutdown.
-    pub async fn run<W>(self, kinds: &[ApiResource], work: W) -> Result<(), RunError>
+    /// Starts the HTTP server, waits for the API server and the CRDs, then
+    /// runs the work `build` makes (under leader election when asked: made
+    /// again each time this replica leads again) until shutdown. An API
+    /// server that does not answer never stops the process: at start it is
+    /// waited for, while leading it makes this replica stand by.
+    pub async fn run<B, W>(self, kinds: &[ApiResource], build: B) -> Result<(), RunError>
     where
-        W: Future<Output = ()>,
+        B: FnMut() -> W,
+        W: Future<Output = Result<(), RunError>>,
     {
-        crds::require(&self.client, kinds).await?;
         let addr = self.args.metrics_addr;
         let listener = TcpListener::bind(addr)
             .await
@@ -128,19 +130,27 @@ impl Runtime {
             self.health.clone(),
             self.shutdown(),
         ));
-        self.health.set_ready(true);
-        let result = leader::run(
-            self.client.clone(),
-            &self.args,
-            self.binary,
-            &self.metrics,
-            work,
-            self.shutdown(),
-        )
-        .await;
+        let started = tokio::select! {
+            () = crds::wait_for(&self.client, kinds) => true,
+            () = self.shutdown() => false,
+        };
+        let result = if started {
+            self.health.set_ready(true);
+            leader::run(
+                self.client.clone(),
+                &self.args,
+                self.binary,
+                &self.metrics,
+                build,
+                self.shutdown(),
+            )
+            .await
+        } else {
+            Ok(())
+        };
         self.health.set_ready(false);
         server.abort();
-        result.map_err(RunError::from)
+        result
     }
 
     /// The Api for a namespaced kind: one namespace with --watch-namespace,

@@ -19,17 +19,34 @@ async fn measured<O>(
     controller: &str,
     fut: impl Future<Output = O>,
 ) -> (O, std::time::Duration) {
-    let in_flight = metrics.in_flight.with_label_values(&[controller]);
-    in_flight.inc();
+    // Counted down when the reconcile ends or is dropped (its controller
+    // stopped: this replica stood down).
+    let in_flight = InFlight::new(metrics.in_flight.with_label_values(&[controller]));
     let start = Instant::now();
     let output = fut.await;
-    in_flight.dec();
+    drop(in_flight);
     let took = start.elapsed();
     metrics
         .reconcile_duration
         .with_label_values(&[controller])
         .observe(took.as_secs_f64());
     (output, took)
+}
+
+/// One reconcile counted in flight while it lives.
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn new(gauge: prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// What every reconcile shares: the event reporter, the per-object
