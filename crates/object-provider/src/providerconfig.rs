@@ -67,7 +67,7 @@ fn in_use(users: &[String]) -> String {
 impl ProviderConfigs {
     async fn users(&self, pc: &ProviderConfig, status: &mut ProviderConfigStatus) -> Vec<String> {
         // Counting before the Objects are listed would count none.
-        self.objects.wait_until_ready().await.ok();
+        runtime::controller::wait_cache_ready(&self.objects).await;
         let state = self.objects.state();
         let users = usage::users(state.iter().map(|o| o.as_ref()), &pc.name_any());
         status.users = Some(users.len() as i64);
@@ -81,6 +81,11 @@ impl Reconciler for ProviderConfigs {
 
     fn skeleton(&self) -> &Skeleton {
         &self.skeleton
+    }
+
+    /// A ProviderConfig's users are counted from the Objects' cache.
+    async fn ready(&self) -> bool {
+        runtime::controller::cache_ready(&self.objects).await
     }
 
     fn finalizer(&self) -> Option<&'static str> {

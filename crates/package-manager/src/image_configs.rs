@@ -74,9 +74,9 @@ impl ImageConfigs {
 
     /// What the ImageConfigs make of `image`, once they have been listed.
     pub async fn resolve(&self, image: &str) -> Resolved {
-        // Ready once the first list is in; never fails but when the
-        // writer is gone (the binary is stopping).
-        let _ = self.store.wait_until_ready().await;
+        // Ready once the first list is in (reconciles check `ready`
+        // first, so this rarely waits).
+        runtime::controller::wait_cache_ready(&self.store).await;
         resolve(&self.store.state(), image)
     }
 }

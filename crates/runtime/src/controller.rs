@@ -17,7 +17,7 @@ pub mod queue;
 pub mod reporting;
 pub mod trim;
 
-pub use cache::{CACHE_NOT_READY_RETRY, cache_ready};
+pub use cache::{CACHE_NOT_READY_RETRY, cache_ready, wait_cache_ready};
 pub use harness::{RunError, Runtime, api_resource};
 pub use observer::observe;
 pub use reporting::{REASON_TIMED_OUT, Reporting};

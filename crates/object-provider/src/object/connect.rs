@@ -30,7 +30,8 @@ pub const CREDENTIALS_TTL: Duration = Duration::from_secs(30);
 /// key, resourceVersion).
 pub async fn connect(ctx: &Objects, obj: &Object) -> Result<RemoteCluster, Error> {
     let name = &obj.spec.provider_config_ref.name;
-    ctx.configs.wait_until_ready().await.ok();
+    // The reconcile waited for this cache (`ready`); a deletion too.
+    runtime::controller::wait_cache_ready(&ctx.configs).await;
     let Some(pc) = ctx.configs.get(&ObjectRef::new(name)) else {
         return Err(ctx.connector.owner_not_found(name).into());
     };

@@ -199,6 +199,11 @@ impl Reconciler for Objects {
         &self.skeleton
     }
 
+    /// Every Object reads its ProviderConfig from that cache.
+    async fn ready(&self) -> bool {
+        runtime::controller::cache_ready(&self.configs).await
+    }
+
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }
