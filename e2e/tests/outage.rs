@@ -4,8 +4,10 @@
 //! process (its pod keeps running, restartCount 0), campaigns again, and
 //! when the API server answers it leads again and looks at everything once
 //! more, so a remote object deleted during the outage is made again on the
-//! first pass. The scheduler runs two replicas: sampled throughout, both
-//! never lead at once.
+//! first pass. The object-provider runs two replicas: the control API
+//! server's audit log shows the writes of its two pods never interleave
+//! without a Lease takeover between them, and sampled throughout, both
+//! never say they lead at once.
 //!
 //! The controllers run as users run them: pods of `deploy/` on the test
 //! node ([`e2e::shipped`]). The faults are injected into the control plane
@@ -132,7 +134,10 @@ impl Pod {
     }
 }
 
-/// Every controller pod now (the scheduler's two), with restart counts.
+/// The controller that runs two replicas here.
+const PAIRED: &str = "object-provider";
+
+/// Every controller pod now (PAIRED's two), with restart counts.
 fn controller_pods() -> Vec<Pod> {
     let list: Value =
         serde_json::from_str(&kubectl(&["get", "pods", "-n", NS, "-o", "json"])).unwrap();
@@ -317,8 +322,8 @@ impl Edits {
     }
 }
 
-/// Samples whether each scheduler pod leads, every ~100 ms, until dropped;
-/// records any moment both do.
+/// Samples whether each of PAIRED's pods leads, every ~100 ms, until
+/// dropped; records any moment both do.
 struct Sampler {
     both: Arc<Mutex<Vec<String>>>,
     samples: Arc<Mutex<usize>>,
@@ -435,9 +440,13 @@ fn slowest(times: &BTreeMap<String, Duration>) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_within_seconds() {
+    let plane = testenv::control_plane_with(testenv::Options {
+        audit: true,
+        node: true,
+        ..testenv::Options::default()
+    });
     blocking(shipped);
     let _dump = DumpLogs;
-    let plane = testenv::control_plane_with_node();
     let client = plane.control.client().await;
     let remote = plane.remote.client().await;
     let ns = plane.control.namespace(&client, "outage").await;
@@ -467,20 +476,23 @@ async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_
     })
     .await;
 
-    // Two scheduler replicas: one leads, one stands by.
+    // Two replicas of PAIRED: one leads, one stands by. From here on the
+    // audit log is read.
     blocking(|| {
-        kubectl(&["scale", "deployment", "scheduler", "-n", NS, "--replicas=2"]);
-        wait_blocking_pods(2);
+        kubectl(&["scale", "deployment", PAIRED, "-n", NS, "--replicas=2"]);
+        wait_pods(PAIRED, 2);
     });
+    let audit_log = plane.control.audit_log.clone().unwrap();
+    let audit_from = testenv::audit::end(&audit_log).unwrap();
     let pods = blocking(controller_pods);
     assert_eq!(pods.len(), BINARIES.len() + 1, "{pods:?}");
     let started = Instant::now();
-    let schedulers: Vec<Pod> = pods
+    let paired: Vec<Pod> = pods
         .iter()
-        .filter(|p| p.binary == "scheduler")
+        .filter(|p| p.binary == PAIRED)
         .cloned()
         .collect();
-    let sampler = Sampler::start(schedulers, started);
+    let sampler = Sampler::start(paired, started);
     let mut rounds = 0;
     let churning = Churn::start(&client, &edits);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -593,14 +605,28 @@ async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_
             downs >= 2.0,
             "{b} stood down {downs} times, not at each fault"
         );
+        // Its pods stood by ~13 s of the API server's 20 s and ~8 s of
+        // etcd's 15 s (each after the renew deadline), and since they
+        // started for as long as they did not lead.
+        let least = pods
+            .iter()
+            .filter(|p| p.binary == b)
+            .filter_map(Pod::metrics)
+            .map(|m| metric_sum(&m, "crossplane_rs_leader_not_leading_seconds_total", &[]))
+            .fold(f64::INFINITY, f64::min);
+        assert!(
+            least >= 15.0,
+            "a {b} pod says it did not lead for only {least} s"
+        );
     }
     assert!(
         both.is_empty(),
-        "both schedulers led at once ({} of {samples} samples): {both:?}",
+        "both {PAIRED} pods led at once ({} of {samples} samples): {both:?}",
         both.len()
     );
+    let writes = never_interleaved(&audit_log, audit_from);
     eprintln!(
-        "outage: {rounds} rounds of edits; no restart; {samples} samples of the two schedulers, never both leading"
+        "outage: {rounds} rounds of edits; no restart; {samples} samples of the two {PAIRED} pods, never both leading; {writes}"
     );
     for (what, times) in [("API server", &after_api), ("etcd", &after_etcd)] {
         assert!(
@@ -613,10 +639,10 @@ async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_
         "the deleted ConfigMaps were made again {repaired:?} after the API server answered"
     );
 
-    // Clean up: one scheduler again; the objects go.
+    // Clean up: one replica again; the objects go.
     blocking(|| {
-        kubectl(&["scale", "deployment", "scheduler", "-n", NS, "--replicas=1"]);
-        wait_blocking_pods(1);
+        kubectl(&["scale", "deployment", PAIRED, "-n", NS, "--replicas=1"]);
+        wait_pods(PAIRED, 1);
     });
     Api::<Object>::all(client.clone())
         .delete_collection(
@@ -625,14 +651,14 @@ async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_
         )
         .await
         .unwrap();
-    let _ = pod_of("scheduler");
+    let _ = pod_of(PAIRED);
 }
 
-/// Waits until the scheduler has `n` Ready pods and nothing else of it.
-fn wait_blocking_pods(n: usize) {
+/// Waits until `binary` has `n` Ready pods and nothing else of it.
+fn wait_pods(binary: &str, n: usize) {
     e2e::wait::wait_blocking(
         Duration::from_secs(120),
-        &format!("{n} Ready scheduler pods"),
+        &format!("{n} Ready {binary} pods"),
         || {
             let out = kubectl(&[
                 "get",
@@ -640,7 +666,7 @@ fn wait_blocking_pods(n: usize) {
                 "-n",
                 NS,
                 "-l",
-                "app.kubernetes.io/name=scheduler",
+                &format!("app.kubernetes.io/name={binary}"),
                 "-o",
                 "jsonpath={range .items[*]}{.metadata.deletionTimestamp}/{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
             ]);
@@ -651,4 +677,102 @@ fn wait_blocking_pods(n: usize) {
         },
         || kubectl(&["get", "pods", "-n", NS, "-o", "wide"]),
     );
+}
+
+/// One successful request of PAIRED's ServiceAccount in the audit log.
+struct Write {
+    /// When the API server received it (RFC 3339, microseconds: sorts).
+    at: String,
+    /// The pod that sent it (its bound token says).
+    pod: String,
+    /// A write of its Lease (taking or renewing it), or of anything else.
+    lease: bool,
+    what: String,
+}
+
+/// PAIRED's successful writes since `from` in the audit log.
+fn writes_of_paired(log: &std::path::Path, from: u64) -> Vec<Write> {
+    use std::io::{BufRead as _, Seek as _};
+    let mut file = std::fs::File::open(log).unwrap();
+    file.seek(std::io::SeekFrom::Start(from)).unwrap();
+    let user = format!("system:serviceaccount:{NS}:{PAIRED}");
+    let mut writes = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let Ok(e) = serde_json::from_str::<Value>(&line.unwrap()) else {
+            continue;
+        };
+        let verb = e["verb"].as_str().unwrap_or_default();
+        if e["stage"] != "ResponseComplete"
+            || e["user"]["username"] != user.as_str()
+            || !["create", "update", "patch", "delete"].contains(&verb)
+            || e["responseStatus"]["code"].as_i64().unwrap_or(0) >= 300
+        {
+            continue;
+        }
+        let pod = e["user"]["extra"]["authentication.kubernetes.io/pod-name"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!pod.is_empty(), "no pod name in the audit event: {e}");
+        let resource = e["objectRef"]["resource"].as_str().unwrap_or_default();
+        let name = e["objectRef"]["name"].as_str().unwrap_or_default();
+        writes.push(Write {
+            at: e["requestReceivedTimestamp"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            pod,
+            lease: resource == "leases" && name == format!("crossplane-rs-{PAIRED}"),
+            what: format!("{verb} {resource}/{name}"),
+        });
+    }
+    writes.sort_by(|a, b| a.at.cmp(&b.at));
+    writes
+}
+
+/// Asserts that PAIRED's two pods never acted at once: in the order the
+/// API server received them, each pod's writes (anything but its Lease)
+/// come in runs, and a run of one pod after a write of the other begins
+/// only after this pod wrote the Lease (took it) since that write. Says
+/// what it saw.
+fn never_interleaved(log: &std::path::Path, from: u64) -> String {
+    let writes = writes_of_paired(log, from);
+    let mut last_act: Option<&Write> = None;
+    // Per pod, when it last wrote the Lease.
+    let mut leased: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut handovers = 0;
+    let mut acts = 0;
+    let mut by_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for w in &writes {
+        if w.lease {
+            leased.insert(&w.pod, &w.at);
+            continue;
+        }
+        acts += 1;
+        *by_pod.entry(&w.pod).or_default() += 1;
+        if let Some(prev) = last_act
+            && prev.pod != w.pod
+        {
+            let took = leased.get(w.pod.as_str()).copied().unwrap_or_default();
+            assert!(
+                took > prev.at.as_str(),
+                "{} wrote ({} at {}) after {} had ({} at {}) with no Lease write of its own between: both acted at once",
+                w.pod,
+                w.what,
+                w.at,
+                prev.pod,
+                prev.what,
+                prev.at
+            );
+            handovers += 1;
+        }
+        last_act = Some(w);
+    }
+    assert!(
+        acts > 0,
+        "no write of {PAIRED} in the audit log: the check proves nothing"
+    );
+    format!(
+        "audit log: {acts} writes of {PAIRED} by pod {by_pod:?}, {handovers} handovers, none interleaved"
+    )
 }

@@ -37,6 +37,7 @@ pub use cluster::Cluster;
 pub use options::Options;
 pub use paths::{bin_dir, repo_root, unique_name, workspace_binary};
 pub use plane::{
-    ControlPlane, ServingTls, control_plane, control_plane_with_node, start_local, start_local_with,
+    ControlPlane, ServingTls, control_plane, control_plane_with, control_plane_with_node,
+    start_local, start_local_with,
 };
 pub use ports::free_port_on;

@@ -153,14 +153,38 @@ pub fn control_plane_with_node() -> &'static ControlPlane {
     plane
 }
 
+/// Like [`control_plane`], started with `options` when this is the
+/// binary's first call: a binary whose tests read the API server's audit
+/// log calls this (first) with `audit: true`. Panics when this binary's
+/// plane already started without the audit log or node `options` ask for.
+pub fn control_plane_with(options: Options) -> &'static ControlPlane {
+    let (audit, node) = (options.audit, options.node);
+    let plane = shared_with(options);
+    if plane._guard.is_some()
+        && ((audit && plane.control.audit_log.is_none()) || (node && plane.node.is_none()))
+    {
+        panic!(
+            "this test binary's control plane started without the audit log or node asked for: call testenv::control_plane_with with the same options in every test of the binary, before anything else"
+        );
+    }
+    plane
+}
+
 fn shared(node: bool) -> &'static ControlPlane {
-    match PLANE.get_or_init(|| start(node).map_err(|e| format!("{e:#}"))) {
+    shared_with(Options {
+        node,
+        ..Options::default()
+    })
+}
+
+fn shared_with(options: Options) -> &'static ControlPlane {
+    match PLANE.get_or_init(|| start(options).map_err(|e| format!("{e:#}"))) {
         Ok(plane) => plane,
         Err(e) => panic!("the test control plane could not start: {e}"),
     }
 }
 
-fn start(node: bool) -> anyhow::Result<ControlPlane> {
+fn start(options: Options) -> anyhow::Result<ControlPlane> {
     if let Ok(control) = std::env::var("CROSSPLANE_RS_CONTROL_KUBECONFIG") {
         let remote = std::env::var("CROSSPLANE_RS_REMOTE_KUBECONFIG").unwrap_or(control.clone());
         let kubectl = bin_dir()?.join("kubectl");
@@ -174,10 +198,6 @@ fn start(node: bool) -> anyhow::Result<ControlPlane> {
         control.install_crds()?;
         return plane(control, vec![remote], None, None);
     }
-    let options = Options {
-        node,
-        ..Options::default()
-    };
     let (control, remotes, node, guard) = launch::start(&bin_dir()?, &options)?;
     control.install_crds()?;
     plane(control, remotes, node, Some(guard))
