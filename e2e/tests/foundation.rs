@@ -23,13 +23,15 @@ use types::compute::v1alpha1::KubernetesCluster;
 use oci::project::BINARIES;
 
 /// The common metric names every binary exports.
-const COMMON_METRICS: [&str; 6] = [
+const COMMON_METRICS: [&str; 8] = [
     "crossplane_rs_reconcile_total",
     "crossplane_rs_reconcile_duration_seconds",
     "crossplane_rs_reconcile_in_flight",
     "crossplane_rs_objects_pending",
     "crossplane_rs_kube_api_requests_total",
     "crossplane_rs_leader",
+    "crossplane_rs_leader_stand_downs_total",
+    "crossplane_rs_leader_not_leading_seconds_total",
 ];
 
 /// The seed examples the seeds propose (the rest are historical or rejected

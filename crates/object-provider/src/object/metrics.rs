@@ -58,6 +58,12 @@ impl ObjectMetrics {
         self.count(state.iter().map(|o| o.as_ref()));
     }
 
+    /// Counts no Objects: what a replica that does not lead says (the one
+    /// that leads counts them).
+    pub fn count_none(&self) {
+        self.count(std::iter::empty());
+    }
+
     fn count<'a>(&self, objects: impl Iterator<Item = &'a Object>) {
         for ((s, r), n) in by_condition(objects) {
             self.managed.with_label_values(&[s, r]).set(n);

@@ -426,6 +426,14 @@ pub fn controller(
 /// Recounts the managed-objects gauge, and drops what is remembered about
 /// Objects deleted behind our back (their finalizer removed by hand).
 async fn count_periodically(ctx: Arc<Objects>) {
+    /// Stopped (this replica stood down), it counts none.
+    struct CountNone(Arc<Objects>);
+    impl Drop for CountNone {
+        fn drop(&mut self) {
+            self.0.metrics.count_none();
+        }
+    }
+    let _none_when_stopped = CountNone(ctx.clone());
     let mut tick = tokio::time::interval(COUNT_EVERY);
     loop {
         tick.tick().await;
