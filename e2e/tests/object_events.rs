@@ -22,7 +22,7 @@ use kube::{
 use serde_json::{Value, json};
 use types::kubernetes::v1alpha1::Object;
 
-/// The latency target of issue 8 for every event this file exercises.
+/// The latency target for every event this file exercises.
 const TARGET: Duration = Duration::from_secs(2);
 
 /// This file's object-provider: as its shipped ServiceAccount, with no

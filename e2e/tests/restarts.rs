@@ -55,7 +55,7 @@ const WAIT: Duration = Duration::from_secs(240);
 /// instead of 8, so that this machine's burst of reconciles (requests
 /// queued behind each other inside the controller) lasts several
 /// deadlines, as a burst of many more objects on a busier machine would at
-/// 10 s. On main's breaker (before issue 22) both tests fail with hundreds
+/// 10 s. With a breaker that counts slowness as silence, both tests fail with hundreds
 /// of TargetNotAnswering warnings.
 const ARGS: &[&str] = &["--remote-timeout=1s", "--concurrency=64"];
 /// Held by each test from start to end: the two tests take turns. Each

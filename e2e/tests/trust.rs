@@ -1,4 +1,4 @@
-//! Credentials from Secrets are data (issue 7, items 1 and 2): a kubeconfig in
+//! Credentials from Secrets are data: a kubeconfig in
 //! a KubernetesCluster's or ProviderConfig's Secret never makes a controller
 //! run a command, read a file, use a proxy or skip TLS verification, never
 //! has its content repeated in a status, event or log, and two clusters that

@@ -1,4 +1,4 @@
-//! Shared watches (issue 8, section 2), used directly against the real
+//! Shared watches, used directly against the real
 //! remote cluster: many dependents reading many objects of one kind cost one
 //! list and one watch, reads are then answered from memory, a change wakes
 //! exactly the dependent that read the object, a watch stops with its last
@@ -38,7 +38,7 @@ use runtime::{
 };
 
 const CONTROLLER: &str = "e2e-watches";
-/// The longest a change may take to wake its dependent (issue 8's target).
+/// The longest a change may take to wake its dependent (the target).
 const WAKE: Duration = Duration::from_secs(2);
 
 type Woken = Pin<Box<dyn Stream<Item = ObjectRef<ConfigMap>> + Send>>;
