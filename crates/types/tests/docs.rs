@@ -68,7 +68,14 @@ fn anchors(file: &Path) -> Vec<String> {
 /// Words in backticks that name a file or directory of the repository.
 fn repo_paths(text: &str) -> Vec<&str> {
     const TOP: [&str; 8] = [
-        "crates/", "docs/", "deploy/", "e2e/", "examples/", "hack/", "bench/", "crds/",
+        "crates/",
+        "docs/",
+        "deploy/",
+        "e2e/",
+        "examples/",
+        "hack/",
+        "bench/",
+        "crds/",
     ];
     text.split('`')
         .skip(1)
@@ -88,13 +95,21 @@ fn every_link_and_path_the_docs_name_exists() {
     for doc in documents() {
         let text = std::fs::read_to_string(&doc).unwrap();
         let dir = doc.parent().unwrap();
-        let name = doc.strip_prefix(&root).unwrap_or(&doc).display().to_string();
+        let name = doc
+            .strip_prefix(&root)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
         for target in links(&text) {
             if target.contains("://") || target.starts_with("mailto:") {
                 continue;
             }
             let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
-            let file = if path.is_empty() { doc.clone() } else { dir.join(path) };
+            let file = if path.is_empty() {
+                doc.clone()
+            } else {
+                dir.join(path)
+            };
             if !file.exists() {
                 missing.push(format!("{name}: link {target}"));
             } else if !anchor.is_empty() && !anchors(&file).iter().any(|a| a == anchor) {
@@ -108,7 +123,9 @@ fn every_link_and_path_the_docs_name_exists() {
         }
         for outside in ["/home/", "/root/", "/work/", "/Users/"] {
             if text.contains(outside) {
-                missing.push(format!("{name}: names a path outside the repository ({outside}…)"));
+                missing.push(format!(
+                    "{name}: names a path outside the repository ({outside}…)"
+                ));
             }
         }
     }
@@ -163,7 +180,10 @@ fn no_doc_or_source_cites_an_issue_number() {
 
 #[test]
 fn the_checks_see_what_they_look_for() {
-    assert_eq!(links("see [a](docs/a.md#x) and [b](https://x)"), ["docs/a.md#x", "https://x"]);
+    assert_eq!(
+        links("see [a](docs/a.md#x) and [b](https://x)"),
+        ["docs/a.md#x", "https://x"]
+    );
     assert_eq!(
         repo_paths("run `hack/run.sh --x`, not `deploy/base/<binary>/` nor `ls`"),
         ["hack/run.sh"]
@@ -171,7 +191,11 @@ fn the_checks_see_what_they_look_for() {
     let dir = std::env::temp_dir().join(format!("docs-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("a.md");
-    std::fs::write(&file, "# Timeouts and slow clusters\n```\n# not a heading\n```\n").unwrap();
+    std::fs::write(
+        &file,
+        "# Timeouts and slow clusters\n```\n# not a heading\n```\n",
+    )
+    .unwrap();
     assert_eq!(anchors(&file), ["timeouts-and-slow-clusters"]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(cites_an_issue("// fixed in issue 22"));

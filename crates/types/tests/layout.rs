@@ -1,4 +1,4 @@
-//! The code's shape, checked: no source file is longer than a reader can
+//! The code's shape, checked: no source file (nor end-to-end test file) is longer than a reader can
 //! hold (600 lines before its unit tests), and no two files need each other.
 //!
 //! "Need" is a reference from one file to an item of another: `use
@@ -316,6 +316,11 @@ fn no_source_file_is_longer_than_600_lines_before_its_tests() {
         "found the crates' sources: {}",
         files.len()
     );
+    // The end-to-end tests too: one binary per area (`e2e/tests/<area>.rs`
+    // or `<area>/main.rs`), split into modules by behaviour.
+    let before = files.len();
+    rust_files(&workspace().join("e2e/tests"), &mut files);
+    assert!(files.len() - before > 30, "found the end-to-end tests");
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let n = code_of(&text).len();

@@ -1,0 +1,73 @@
+//! Real packages, as shipped: packages built and pushed by upstream's own
+//! `crossplane` CLI, installed by the six controllers running as pods from
+//! `deploy/` on the real node (the local-node overlay plus the registry's
+//! CA, operator configuration), as a platform engineer would. Each test
+//! asserts what a user sees: conditions, the runtime's pod, its managed
+//! resources, `kubectl get` answers during an upgrade.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod shapes;
+mod upgrades;
+
+use e2e::packages::{
+    apply, condition, get_json, kubectl, kubectl_try, provider_healthy, provider_yaml,
+    revisions_of, test_crd, wait_blocking,
+};
+use e2e::shipped::{RUNTIMES, explain, package_dir, shipped, xpkg_push};
+use serde_json::Value;
+use std::{
+    sync::{
+        Arc, OnceLock,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+/// provider-kubernetes, built and pushed by `crossplane xpkg`: one
+/// reference per release in hack/versions.env, oldest first.
+struct Upstream {
+    references: Vec<String>,
+}
+
+static UPSTREAM: OnceLock<Upstream> = OnceLock::new();
+
+fn upstream() -> &'static Upstream {
+    UPSTREAM.get_or_init(|| {
+        let s = shipped();
+        // Upstream's provider-kubernetes serves the API group crossplane-rs's
+        // own Object provider serves (kubernetes.crossplane.io): whoever
+        // runs upstream's removes ours first, as here. The package-manager
+        // never takes over CRDs it did not install.
+        e2e::shipped::remove_object_provider();
+        let references = e2e::upstream::provider_kubernetes_versions()
+            .iter()
+            .map(|v| {
+                let reference = format!(
+                    "{}/crossplane-contrib/provider-kubernetes:{v}",
+                    s.registry.address
+                );
+                e2e::upstream::build_and_push(v, &reference, &s.ca_file, &s.work);
+                reference
+            })
+            .collect::<Vec<_>>();
+        assert!(
+            references.len() >= 2,
+            "hack/versions.env names two provider-kubernetes releases (an upgrade is tested)"
+        );
+        Upstream { references }
+    })
+}
+
+/// The running runtime pods of a Provider (every revision's).
+fn runtime_pods(provider: &str) -> Vec<Value> {
+    get_json(&[
+        "pods",
+        "-n",
+        RUNTIMES,
+        "-l",
+        &format!("pkg.crossplane.io/provider={provider}"),
+    ])
+    .and_then(|l| l["items"].as_array().cloned())
+    .unwrap_or_default()
+}
