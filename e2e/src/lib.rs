@@ -7,7 +7,7 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod artifacts;
-pub mod bench;
+pub mod extensions;
 pub mod hostile;
 pub mod kubectl;
 pub mod objects;
@@ -143,6 +143,15 @@ impl Running {
         }
     }
 
+    /// Reconciles of `controller` it has finished so far (any result).
+    pub fn reconciles(&self, controller: &str) -> f64 {
+        metric_sum(
+            &self.metrics(),
+            "crossplane_rs_reconcile_total",
+            &[("controller", controller)],
+        )
+    }
+
     /// Kills the process at once (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -180,22 +189,62 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// The sum of the samples of metric `name` whose labels include every pair
-/// in `labels`, in Prometheus text `metrics` (0 when there is none).
-pub fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+/// One sample of Prometheus text: its metric name, labels and value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// The metric's name.
+    pub name: String,
+    /// Its labels, in the order written.
+    pub labels: Vec<(String, String)>,
+    /// Its value.
+    pub value: f64,
+}
+
+impl Sample {
+    /// The value of label `key` ("" when it has none).
+    pub fn label(&self, key: &str) -> &str {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or("", |(_, v)| v.as_str())
+    }
+}
+
+/// The samples of Prometheus text `metrics` (what `/metrics` serves):
+/// the one parser the tests and the benchmarks read metrics with.
+pub fn samples(metrics: &str) -> Vec<Sample> {
     metrics
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| {
-            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            let rest = format!(",{rest}");
-            n == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!(",{k}=\"{v}\"")))
+        .filter_map(|(series, value)| {
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            let mut labels = Vec::new();
+            let mut rest = rest.trim_end_matches('}');
+            while let Some((key, after)) = rest.split_once("=\"") {
+                let end = after.find('"')?;
+                labels.push((
+                    key.trim_start_matches(',').to_owned(),
+                    after[..end].to_owned(),
+                ));
+                rest = &after[end + 1..];
+            }
+            Some(Sample {
+                name: name.to_owned(),
+                labels,
+                value: value.parse().ok()?,
+            })
         })
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .collect()
+}
+
+/// The sum of the samples of metric `name` whose labels include every pair
+/// in `labels`, in Prometheus text `metrics` (0 when there is none).
+pub fn metric_sum(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples(metrics)
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == *v))
+        .map(|s| s.value)
         .sum()
 }
 
@@ -282,4 +331,41 @@ pub fn impersonating_kubeconfig_for(
     let path = std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name(binary)));
     std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
     path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_read_names_labels_and_values_and_sums_match_by_label() {
+        let text = "# HELP x A counter.\n# TYPE x counter\n\
+                    crossplane_rs_reconcile_total{controller=\"object\",result=\"success\"} 3\n\
+                    crossplane_rs_reconcile_total{controller=\"object\",result=\"error\"} 2\n\
+                    crossplane_rs_reconcile_total{controller=\"other\",result=\"success\"} 7\n\
+                    crossplane_rs_leader 1\n";
+        let s = samples(text);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[0].label("result"), "success");
+        assert_eq!(s[3].name, "crossplane_rs_leader");
+        assert!(s[3].labels.is_empty());
+        assert_eq!(
+            metric_sum(
+                text,
+                "crossplane_rs_reconcile_total",
+                &[("controller", "object")]
+            ),
+            5.0
+        );
+        assert_eq!(metric_sum(text, "crossplane_rs_reconcile_total", &[]), 12.0);
+        // A label whose value only contains the one asked for does not match.
+        assert_eq!(
+            metric_sum(
+                text,
+                "crossplane_rs_reconcile_total",
+                &[("controller", "obj")]
+            ),
+            0.0
+        );
+    }
 }

@@ -3,11 +3,7 @@
 //! installation, [`crate::shipped`]), kubectl against the test binary's
 //! control plane (with a node), and waits that explain themselves.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::OnceLock,
-    time::Duration,
-};
+use std::{path::PathBuf, sync::OnceLock, time::Duration};
 
 use serde_json::Value;
 
@@ -19,19 +15,23 @@ pub use crate::{
     kubectl::{apply, get_json, kubectl, kubectl_try},
 };
 
-pub use crate::shipped::{NS, RUNTIMES};
+pub use crate::shipped::{NS, RUNTIMES, xpkg_push, xpkg_push_as};
 
-/// What the package tests of one test binary share.
+/// What the package tests of one test binary share: the shipped
+/// installation (its registry, CA file and scratch directory, through
+/// `Deref`) and the object-provider runtime image pushed there.
 pub struct Env {
-    /// The registry packages are pushed to (HTTPS, testenv's CA): the
-    /// shipped installation's, which the node pulls from by its address.
-    pub registry: &'static testenv::registry::Registry,
-    /// Its CA, as a file (for `xpkg --ca-file`).
-    pub ca_file: PathBuf,
+    shipped: &'static crate::shipped::Shipped,
     /// The object-provider runtime image, as the node pulls it.
     pub runtime_image: String,
-    /// A scratch directory.
-    pub work: PathBuf,
+}
+
+impl std::ops::Deref for Env {
+    type Target = crate::shipped::Shipped;
+
+    fn deref(&self) -> &Self::Target {
+        self.shipped
+    }
 }
 
 static ENV: OnceLock<Env> = OnceLock::new();
@@ -69,12 +69,10 @@ pub fn push_runtime_image(registry: &testenv::registry::Registry) -> String {
 /// pods, made on first use) and the runtime image pushed to its registry.
 pub fn env() -> &'static Env {
     ENV.get_or_init(|| {
-        let s = crate::shipped::shipped();
+        let shipped = crate::shipped::shipped();
         Env {
-            registry: &s.registry,
-            ca_file: s.ca_file.clone(),
-            runtime_image: push_runtime_image(&s.registry),
-            work: s.work.clone(),
+            shipped,
+            runtime_image: push_runtime_image(&shipped.registry),
         }
     })
 }
@@ -94,21 +92,6 @@ pub fn package_dir_with(
     spec_extra: &str,
 ) -> PathBuf {
     package_dir_in(&env().work, name, version, crds, spec_extra)
-}
-
-/// `xpkg push DIR REF --runtime-image IMAGE`; returns the pushed digest.
-pub fn xpkg_push(dir: &Path, reference: &str, runtime_image: Option<&str>) -> String {
-    xpkg_push_as(dir, reference, runtime_image, None)
-}
-
-/// Like [`xpkg_push`], as `user` with `password` (read from stdin).
-pub fn xpkg_push_as(
-    dir: &Path,
-    reference: &str,
-    runtime_image: Option<&str>,
-    credentials: Option<(&str, &str)>,
-) -> String {
-    xpkg_push_trusting(&env().ca_file, dir, reference, runtime_image, credentials)
 }
 
 pub fn provider_yaml(name: &str, package: &str, extra: &str) -> String {
@@ -205,7 +188,7 @@ pub fn push_raw(reference: &str, package_yaml: &str) -> String {
         .file("package.yaml", 0o644, package_yaml.as_bytes().to_vec())
         .build()
         .unwrap();
-    push_base_layer(env().registry, reference, layer)
+    crate::shipped::push_layer(reference, layer)
 }
 
 pub fn meta(name: &str) -> String {
@@ -229,19 +212,6 @@ pub fn wait_provider_gone(name: &str) {
         || provider(name).is_none().then_some(()),
         explain_packages,
     );
-}
-
-/// A listener that accepts connections and never answers.
-pub fn silent_listener(ip: std::net::IpAddr) -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind((ip, 0)).unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for c in l.incoming().flatten() {
-            held.push(c);
-        }
-    });
-    addr
 }
 
 pub fn revision_names(provider: &str) -> Vec<String> {

@@ -432,7 +432,23 @@ pub fn explain() -> String {
 /// `xpkg push DIR REF` (trusting the registry's CA), with the runtime
 /// image given; returns the pushed digest.
 pub fn xpkg_push(dir: &std::path::Path, reference: &str, runtime_image: Option<&str>) -> String {
-    crate::artifacts::xpkg_push_trusting(&shipped().ca_file, dir, reference, runtime_image, None)
+    xpkg_push_as(dir, reference, runtime_image, None)
+}
+
+/// Like [`xpkg_push`], as `user` with `password` (read from stdin).
+pub fn xpkg_push_as(
+    dir: &std::path::Path,
+    reference: &str,
+    runtime_image: Option<&str>,
+    credentials: Option<(&str, &str)>,
+) -> String {
+    crate::artifacts::xpkg_push_trusting(
+        &shipped().ca_file,
+        dir,
+        reference,
+        runtime_image,
+        credentials,
+    )
 }
 
 /// A Provider package directory (version v1): its meta (with

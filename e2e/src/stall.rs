@@ -125,8 +125,15 @@ fn pki() -> &'static Pki {
 impl Stalled {
     /// Starts a stalled listener on a free loopback port.
     pub fn start(mode: Mode) -> Self {
-        let tls = pki().server.clone();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on([127, 0, 0, 1].into(), mode)
+    }
+
+    /// Starts a stalled listener on a free port of `ip` (the node's host
+    /// address, for pods to reach; [`Mode::Tls`]'s certificate is for
+    /// 127.0.0.1 only).
+    pub fn start_on(ip: std::net::IpAddr, mode: Mode) -> Self {
+        let tls = (mode == Mode::Tls).then(|| pki().server.clone());
+        let listener = TcpListener::bind((ip, 0)).unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
@@ -139,7 +146,7 @@ impl Stalled {
                 match mode {
                     Mode::Tcp => held.lock().unwrap().push(Box::new(stream)),
                     Mode::Tls => {
-                        let tls = tls.clone();
+                        let Some(tls) = tls.clone() else { continue };
                         let held = held.clone();
                         std::thread::spawn(move || handshake_then_hang(stream, tls, &held));
                     }

@@ -402,3 +402,14 @@ where
     })
     .await;
 }
+
+/// A KubernetesCluster's Ready condition (status, message), once written.
+pub async fn cluster_ready(client: &Client, ns: &str, name: &str) -> Option<(String, String)> {
+    let kc = Api::<types::compute::v1alpha1::KubernetesCluster>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()?;
+    let c = condition(&kc.status?.conditions, "Ready")?.clone();
+    Some((c.status, c.message.unwrap_or_default()))
+}

@@ -34,14 +34,6 @@ fn control_patches(r: &Running) -> f64 {
     )
 }
 
-fn reconciles(r: &Running, controller: &str) -> f64 {
-    metric_sum(
-        &r.metrics(),
-        "crossplane_rs_reconcile_total",
-        &[("controller", controller)],
-    )
-}
-
 fn service(rns: &str, name: &str, type_: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": rns},
@@ -105,7 +97,7 @@ async fn a_remote_status_changing_ten_times_in_a_burst_is_written_once_within_tw
 
     let before = (
         control_patches(&controller),
-        reconciles(&controller, "kubernetesapplicationresource"),
+        controller.reconciles("kubernetesapplicationresource"),
     );
     const CHANGES: usize = 10;
     for k in 1..=CHANGES {
@@ -135,7 +127,7 @@ async fn a_remote_status_changing_ten_times_in_a_burst_is_written_once_within_tw
     let shown = last_change.elapsed();
     // The status shows the last state: nothing is held back any more.
     let writes = control_patches(&controller) - before.0;
-    let woken = reconciles(&controller, "kubernetesapplicationresource") - before.1;
+    let woken = controller.reconciles("kubernetesapplicationresource") - before.1;
     eprintln!(
         "{CHANGES} remote status changes: {writes} status writes, {woken} reconciles, the last shown after {shown:?}"
     );
@@ -242,7 +234,7 @@ async fn an_application_whose_resources_all_change_at_once_writes_its_status_a_f
         let before = (
             control_patches(&c.application),
             control_patches(&c.resource),
-            reconciles(&c.application, "kubernetesapplication"),
+            c.application.reconciles("kubernetesapplication"),
         );
         flip_all(&remote, &rns, N, ready).await;
         wait_app_ready(&client, &ns, status, |m| {
@@ -253,7 +245,7 @@ async fn an_application_whose_resources_all_change_at_once_writes_its_status_a_f
         // is held back any more.
         let app_writes = control_patches(&c.application) - before.0;
         let res_writes = control_patches(&c.resource) - before.1;
-        let app_reconciles = reconciles(&c.application, "kubernetesapplication") - before.2;
+        let app_reconciles = c.application.reconciles("kubernetesapplication") - before.2;
         eprintln!(
             "{N} resources Ready={status} at once: {app_writes} application status writes \
              ({app_reconciles} reconciles), {res_writes} resource status writes"

@@ -93,19 +93,11 @@ fn request_lines(r: &Running) -> String {
         .join("\n")
 }
 
-fn reconciles(r: &Running) -> f64 {
-    metric_sum(
-        &r.metrics(),
-        "crossplane_rs_reconcile_total",
-        &[("controller", "kubernetesapplicationresource")],
-    )
-}
-
 /// Wakes every resource of cluster "target" (a change to the cluster) and
 /// waits until at least `n` more reconciles have run; answers how many
 /// requests they cost.
 async fn wake_all(client: &Client, ns: &str, r: &Running, n: f64, round: u32) -> f64 {
-    let before = (requests(r), reconciles(r));
+    let before = (requests(r), r.reconciles("kubernetesapplicationresource"));
     Api::<KubernetesCluster>::namespaced(client.clone(), ns)
         .patch(
             "target",
@@ -115,7 +107,7 @@ async fn wake_all(client: &Client, ns: &str, r: &Running, n: f64, round: u32) ->
         .await
         .unwrap();
     wait(WAIT, "the woken resources to be reconciled", || {
-        let done = reconciles(r) >= before.1 + n;
+        let done = r.reconciles("kubernetesapplicationresource") >= before.1 + n;
         async move { done.then_some(()) }
     })
     .await;

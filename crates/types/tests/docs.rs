@@ -67,7 +67,7 @@ fn anchors(file: &Path) -> Vec<String> {
 
 /// Words in backticks that name a file or directory of the repository.
 fn repo_paths(text: &str) -> Vec<&str> {
-    const TOP: [&str; 8] = [
+    const TOP: [&str; 9] = [
         "crates/",
         "docs/",
         "deploy/",
@@ -76,6 +76,7 @@ fn repo_paths(text: &str) -> Vec<&str> {
         "hack/",
         "bench/",
         "crds/",
+        "benchmarks/",
     ];
     text.split('`')
         .skip(1)

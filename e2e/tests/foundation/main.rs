@@ -24,7 +24,6 @@ use kube::{Api, Client, api::PostParams};
 use oci::project::BINARIES;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-use types::compute::v1alpha1::KubernetesCluster;
 
 /// Whether a /metrics body says this replica leads (the sample line, not
 /// the HELP text, which also starts with "1").
@@ -56,23 +55,17 @@ async fn wait_leads(addr: std::net::SocketAddr, who: &str, timeout: Duration) {
     .await;
 }
 
-/// The status of a KubernetesCluster's Ready condition, once written.
-async fn cluster_ready(client: &Client, ns: &str, name: &str) -> Option<String> {
-    let cluster = Api::<KubernetesCluster>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .ok()
-        .flatten()?;
-    let status = cluster.status?;
-    workloads::condition(&status.conditions, "Ready").map(|c| c.status.clone())
-}
-
 /// Waits until a KubernetesCluster's Ready condition is `want`.
 async fn wait_cluster_ready(client: &Client, ns: &str, name: &str, want: &str) {
     wait(
         Duration::from_secs(30),
         &format!("KubernetesCluster {ns}/{name} to be Ready={want}"),
-        || async { (cluster_ready(client, ns, name).await.as_deref() == Some(want)).then_some(()) },
+        || async {
+            let ready = workloads::cluster_ready(client, ns, name).await;
+            ready
+                .is_some_and(|(status, _)| status == want)
+                .then_some(())
+        },
     )
     .await;
 }

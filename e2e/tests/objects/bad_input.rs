@@ -1,4 +1,4 @@
-//! Bad input gets a condition that says what to fix; the provider keeps working. And trace.
+//! Bad input gets a condition that says what to fix; the provider keeps working.
 
 use super::*;
 
@@ -260,92 +260,4 @@ async fn a_string_written_over_the_manifest_metadata_is_refused_and_the_provider
     for name in [&bad, &good] {
         delete_and_wait_gone(&client, name).await;
     }
-}
-
-/// `crossplane-rs trace object/NAME` as a user of crossplane-view: the
-/// Object, its ProviderConfig, its references (an Object it depends on,
-/// with that Object's status; a ConfigMap it reads, which crossplane-view
-/// may not read, so the node says what to bind and the rest still prints)
-/// and the managed object as the Object's status records it.
-#[tokio::test]
-async fn trace_shows_an_object_its_references_and_the_managed_object() {
-    let (client, _remote, _dump, ns) = begin(&PROVIDER, "trace").await;
-    let settings = local_cm(&client, "trace-settings", json!({"region": "eu-west-1"})).await;
-    let first = format!("{ns}-first");
-    apply_object(
-        &client,
-        object(
-            &first,
-            "remote",
-            configmap("first", &ns, json!({"a": "b"})),
-            json!({}),
-        ),
-    )
-    .await;
-    let name = format!("{ns}-traced");
-    apply_object(
-        &client,
-        object(
-            &name,
-            "remote",
-            configmap("app", &ns, json!({"fixed": "x"})),
-            json!({"references": [
-                {"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": first}},
-                {"fromObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": settings, "namespace": "default", "fieldPath": "data.region"}, "toFieldPath": "spec.forProvider.manifest.data.region"},
-            ]}),
-        ),
-    )
-    .await;
-    wait_ready(&client, &name).await;
-    let viewer = e2e::trace::viewer(&testenv::control_plane().control, false, &[]);
-    let tree = e2e::trace::json(&viewer, &[&format!("object/{name}")]);
-    assert_eq!(tree["kind"], "Object");
-    assert_eq!(tree["apiVersion"], "kubernetes.crossplane.io/v1alpha1");
-    assert!(tree.get("namespace").is_none(), "{tree:#}");
-    assert_eq!(tree["status"]["ready"], "True", "{tree:#}");
-    assert_eq!(tree["status"]["state"], "Synced=True", "{tree:#}");
-    e2e::trace::node(&tree, "ProviderConfig", "remote");
-    let dependency = e2e::trace::node(&tree, "Object", &first);
-    assert_eq!(dependency["status"]["ready"], "True", "{dependency:#}");
-    assert_eq!(dependency["status"]["reference"], "dependsOn");
-    let cm = e2e::trace::node(&tree, "ConfigMap", &settings);
-    assert_eq!(cm["status"]["state"], "forbidden", "{cm:#}");
-    assert_eq!(
-        cm["status"]["message"],
-        "forbidden: configmaps in default (bind crossplane-view)"
-    );
-    let managed = e2e::trace::node(&tree, "ConfigMap", "app");
-    assert_eq!(managed["namespace"], ns.as_str());
-    assert_eq!(managed["status"]["managed"], "status.atProvider.manifest");
-    assert_ne!(managed["status"]["state"], "not observed", "{managed:#}");
-    let text = e2e::trace::text(&viewer, &["objects", &name]);
-    for shown in [
-        format!("Object/{name}"),
-        format!("Object/{first}"),
-        "ConfigMap/app".into(),
-    ] {
-        assert!(text.contains(&shown), "{shown} missing from:\n{text}");
-    }
-    // --watch redraws when something in the tree changes: the Object it
-    // depends on being deleted (held by this one until it goes).
-    let (mut watching, trees) = e2e::trace::watch(&viewer, &[&format!("object/{name}")]);
-    let first_tree = trees.recv_timeout(Duration::from_secs(30)).unwrap();
-    let dependency = e2e::trace::node(&first_tree, "Object", &first);
-    assert_eq!(dependency["status"]["ready"], "True", "{dependency:#}");
-    assert!(dependency["status"]["deleting"].is_null(), "{dependency:#}");
-    delete_object(&client, &first).await;
-    let redrawn = loop {
-        let tree = trees
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a redraw after the dependency was deleted");
-        let dependency = e2e::trace::node(&tree, "Object", &first);
-        if dependency["status"]["deleting"] == "true" || dependency["status"]["state"] == "missing"
-        {
-            break tree;
-        }
-    };
-    let _ = watching.kill();
-    let _ = watching.wait();
-    assert_eq!(redrawn["name"], name.as_str());
-    delete_object(&client, &name).await;
 }

@@ -156,7 +156,7 @@ async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_
             p.name
         );
     }
-    let before = blocking(|| reconciles(&pods));
+    let before = blocking(|| counted_reconciles(&pods));
     tokio::time::sleep(API_DOWN.saturating_sub(down.elapsed())).await;
     blocking(|| plane.start_apiserver(&plane.control).unwrap());
     let back = Instant::now();
@@ -196,7 +196,7 @@ async fn an_api_server_stopped_and_etcd_paused_cost_no_restart_and_work_resumes_
     let paused = Instant::now();
     plane.pause_etcd().unwrap();
     let stood_down_etcd = blocking(|| wait_all_stood_down(&pods, paused));
-    let before = blocking(|| reconciles(&pods));
+    let before = blocking(|| counted_reconciles(&pods));
     tokio::time::sleep(ETCD_PAUSED.saturating_sub(paused.elapsed())).await;
     plane.resume_etcd().unwrap();
     let back = Instant::now();

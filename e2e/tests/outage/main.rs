@@ -134,7 +134,7 @@ fn sum_of(pods: &[Pod], binary: &str, metric: &str, labels: &[(&str, &str)]) -> 
 }
 
 /// Reconciles of this test's kinds by each counted binary so far.
-fn reconciles(pods: &[Pod]) -> BTreeMap<&'static str, f64> {
+fn counted_reconciles(pods: &[Pod]) -> BTreeMap<&'static str, f64> {
     COUNTED
         .iter()
         .map(|(binary, controller, _)| {
@@ -350,7 +350,7 @@ fn resumed(
                 led.insert(b, back.elapsed());
             }
         }
-        let now = reconciles(pods);
+        let now = counted_reconciles(pods);
         for (binary, _, n) in COUNTED {
             if !covered.contains_key(binary) && now[binary] >= before[binary] + n as f64 {
                 covered.insert(binary, back.elapsed());

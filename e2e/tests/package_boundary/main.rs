@@ -49,9 +49,7 @@ fn conditions_text(obj: &Value) -> String {
 
 fn namespace(prefix: &str) -> String {
     shipped();
-    let ns = testenv::unique_name(prefix);
-    kubectl(&["create", "namespace", &ns]);
-    ns
+    e2e::extensions::namespace(prefix)
 }
 
 /// Whether the API server lets `subject` `verb` the kind `plural` of

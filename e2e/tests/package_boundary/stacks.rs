@@ -3,21 +3,7 @@
 
 use super::*;
 
-fn extension(ns: &str, name: &str) -> Option<Value> {
-    get_json(&["extensions.extensions.crossplane.io", name, "-n", ns])
-}
-
-fn explain_ns(ns: &str) -> String {
-    let (_, objects) = kubectl_try(&[
-        "get",
-        "extensions,deployments,serviceaccounts,pods",
-        "-n",
-        ns,
-        "-o",
-        "yaml",
-    ]);
-    format!("{objects}\n{}", explain())
-}
+use e2e::extensions::{explain_ns, extension};
 
 /// Waits until the Extension's RBACReady is False and says every one of
 /// `says`; returns its message.

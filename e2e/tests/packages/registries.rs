@@ -9,7 +9,7 @@ fn an_unreachable_registry_is_reported_and_a_registry_that_comes_up_is_used_with
     let node = plane.node.as_ref().unwrap();
     // A registry that accepts and never answers: the pull times out and
     // says so (the controller does not hang).
-    let silent = silent_listener(node.host_ip.into());
+    let silent = e2e::stall::Stalled::start_on(node.host_ip.into(), e2e::stall::Mode::Tcp).addr;
     let hung = testenv::unique_name("hung");
     let reference = format!("{silent}/test/hung:v1");
     apply(&provider_yaml(&hung, &reference, ""));
@@ -268,7 +268,7 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
                 .unwrap(),
         );
     for n in [1, 2] {
-        e2e::artifacts::push_image(e.registry, &format!("{}/pause:v1", runtime_at(n)), &pause);
+        e2e::artifacts::push_image(&e.registry, &format!("{}/pause:v1", runtime_at(n)), &pause);
     }
     // B (CRDs only) and A (depends on B, runs the public runtime name).
     let (ga, gb) = (group("ica"), group("icb"));

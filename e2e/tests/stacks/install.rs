@@ -353,7 +353,7 @@ fn a_malformed_app_yaml_is_refused_with_its_line() {
         .annotate("io.crossplane.xpkg", "base");
     let e = env();
     push_image(
-        e.registry,
+        &e.registry,
         &format!("{}/{g}/bad:v1.0.0", e.registry.address),
         &oci::Image::new(oci::Config::default()).layer(layer),
     );

@@ -13,6 +13,7 @@ mod dependencies;
 mod install;
 mod ownership;
 
+use e2e::extensions::{explain_ns as explain, extension, namespace};
 use e2e::packages::*;
 use e2e::{
     pods::{PackageManagerFlags, package_manager_flags},
@@ -55,7 +56,7 @@ fn stacks() -> &'static Stacks {
         )
         .unwrap();
         let controller_image = push_binary_image(
-            e.registry,
+            &e.registry,
             "stack-controller",
             "stacks-test/stack-controller:dev",
         );
@@ -92,12 +93,6 @@ fn stacks() -> &'static Stacks {
 /// test's duration (every test of this binary shares them).
 fn rewriting() -> PackageManagerFlags {
     package_manager_flags(&stacks().flags)
-}
-
-fn namespace(prefix: &str) -> String {
-    let ns = testenv::unique_name(prefix);
-    kubectl(&["create", "namespace", &ns]);
-    ns
 }
 
 /// A namespaced CRD `<plural>.<group>` of kind `kind` (v1alpha1).
@@ -200,22 +195,6 @@ fn apply_in(ns: &str, yaml: &str) {
 
 fn request(ns: &str, name: &str) -> Option<Value> {
     get_json(&["extensionrequests.extensions.crossplane.io", name, "-n", ns])
-}
-
-fn extension(ns: &str, name: &str) -> Option<Value> {
-    get_json(&["extensions.extensions.crossplane.io", name, "-n", ns])
-}
-
-fn explain(ns: &str) -> String {
-    let (_, objects) = kubectl_try(&[
-        "get",
-        "extensionrequests,extensions,deployments,pods",
-        "-n",
-        ns,
-        "-o",
-        "yaml",
-    ]);
-    objects
 }
 
 fn wait_request(ns: &str, name: &str, status: &str, says: &[&str], timeout: Duration) -> Value {

@@ -45,7 +45,7 @@ fn a_crd_two_stacks_own_is_refused_naming_both() {
     );
     let e = env();
     push_image(
-        e.registry,
+        &e.registry,
         &format!("{}/{g}/amb-two:v1.0.0", e.registry.address),
         &oci::Image::new(oci::Config::default()).layer(layer),
     );

@@ -29,24 +29,8 @@ fn base64(bytes: &[u8]) -> String {
 // Listeners owned by the test
 
 /// A loopback listener that counts accepted connections and never answers.
-struct Silent {
-    addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
-}
-
-fn silent_listener() -> Silent {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            count.fetch_add(1, Ordering::SeqCst);
-            held.push(stream);
-        }
-    });
-    Silent { addr, accepted }
+fn silent_listener() -> e2e::stall::Stalled {
+    e2e::stall::Stalled::start(e2e::stall::Mode::Tcp)
 }
 
 /// A loopback HTTPS listener with its own CA-less self-signed certificate
@@ -195,7 +179,7 @@ async fn an_exec_kubeconfig_never_runs_its_command_in_the_scheduler_or_the_resou
         "the exec command ran: {}",
         marker.display()
     );
-    assert_eq!(silent.accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(silent.accepted(), 0);
 }
 
 #[tokio::test]
@@ -271,9 +255,7 @@ async fn a_proxy_url_kubeconfig_is_refused_and_the_proxy_never_called() {
         json!({"token": token}),
     );
     cluster_with(&client, &ns, "proxied", &kc).await;
-    let used = |_: &str, _: &str| {
-        (proxy.accepted.load(Ordering::SeqCst) > 0).then(|| "the proxy was called".to_owned())
-    };
+    let used = |_: &str, _: &str| (proxy.accepted() > 0).then(|| "the proxy was called".to_owned());
     let msg = wait_cluster_refused(
         &client,
         &ns,
@@ -284,7 +266,7 @@ async fn a_proxy_url_kubeconfig_is_refused_and_the_proxy_never_called() {
     .await;
     assert!(!msg.contains(&proxy.addr.to_string()), "{msg}");
     more_reconciles(bins.get("scheduler"), "kubernetescluster", 2).await;
-    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 0);
+    assert_eq!(proxy.accepted(), 0);
 }
 
 #[tokio::test]

@@ -82,23 +82,14 @@ impl Drop for Binaries {
     }
 }
 
-/// The sum of a counter's series for one controller, from /metrics.
-fn reconciles(binary: &Running, controller: &str) -> u64 {
-    e2e::metric_sum(
-        &binary.metrics(),
-        "crossplane_rs_reconcile_total",
-        &[("controller", controller)],
-    ) as u64
-}
-
 /// Waits until `controller` in `binary` has finished `n` more reconciles
 /// than it had when called: proof that it looked again, not a sleep.
 async fn more_reconciles(binary: &Running, controller: &str, n: u64) {
-    let start = reconciles(binary, controller);
+    let start = binary.reconciles(controller);
     wait(
         WAIT,
         &format!("{n} more {controller} reconciles in {}", binary.name),
-        || async { (reconciles(binary, controller) >= start + n).then_some(()) },
+        || async { (binary.reconciles(controller) >= start + n as f64).then_some(()) },
     )
     .await;
 }
@@ -175,14 +166,7 @@ async fn scheduled_resource(client: &Client, ns: &str, name: &str, cluster: &str
     apply_json(client, ns, "kubernetesapplicationresources", &body).await;
 }
 
-async fn cluster_ready(client: &Client, ns: &str, name: &str) -> Option<(String, String)> {
-    let kc = Api::<KubernetesCluster>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()?;
-    let c = condition(&kc.status?.conditions, "Ready")?.clone();
-    Some((c.status, c.message.unwrap_or_default()))
-}
+use e2e::workloads::cluster_ready;
 
 /// What must never be seen while waiting, given a condition's status and
 /// message: Some(why the test fails at once).

@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use e2e::bench::{Reached, latency_json, scaled_timeout};
+use benchmarks::{Reached, latency_json, scaled_timeout};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -341,7 +341,7 @@ pub async fn delete(run: &Run) -> Value {
             }
         })
         .await;
-    let (gone, waited) = e2e::bench::wait_until(scaled_timeout(all.len()), || async {
+    let (gone, waited) = benchmarks::wait_until(scaled_timeout(all.len()), || async {
         objects
             .list_metadata(&ListParams::default().limit(1))
             .await

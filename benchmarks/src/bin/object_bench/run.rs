@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::bench::{AuditMark, Reached, Usage, latency_json, metrics_delta, scrape};
+use benchmarks::{AuditMark, Reached, Usage, latency_json, metrics_delta, scrape};
 use futures::StreamExt as _;
 use kube::{
     Api,
@@ -143,7 +143,7 @@ pub fn merge(mut a: Value, b: Value) -> Value {
 }
 
 /// Met when the object's `data.<key>` is `want`.
-pub fn data_is(key: &'static str, want: String) -> e2e::bench::Predicate {
+pub fn data_is(key: &'static str, want: String) -> benchmarks::Predicate {
     Box::new(move |o: &Value| o["data"][key].as_str() == Some(want.as_str()))
 }
 

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use e2e::bench::Probe;
+use benchmarks::Probe;
 use kube::{Api, api::DynamicObject, discovery::ApiResource};
 use serde_json::json;
 use types::{compute::v1alpha1::KubernetesCluster, workload::v1alpha1::KubernetesApplication};
@@ -44,9 +44,9 @@ pub async fn set_up(args: &Args) -> Run {
     let remotes: Vec<&testenv::Cluster> = plane.remotes().collect();
     let remote_count = remotes.len();
     for (c, remote) in remotes.iter().enumerate() {
-        e2e::bench::grant_cluster_admin(remote, REMOTE_USER);
+        benchmarks::grant_cluster_admin(remote, REMOTE_USER);
         let secret = format!("r{c}-kubeconfig");
-        e2e::bench::kubeconfig_secret(
+        benchmarks::kubeconfig_secret(
             &plane.control,
             NS,
             &secret,
@@ -116,7 +116,7 @@ pub async fn set_up(args: &Args) -> Run {
 
     // The clusters must be Ready before anything can be scheduled to them.
     let clusters: Api<KubernetesCluster> = Api::namespaced(control.clone(), NS);
-    let (ready, waited) = e2e::bench::wait_until(Duration::from_secs(120), || async {
+    let (ready, waited) = benchmarks::wait_until(Duration::from_secs(120), || async {
         clusters.list(&Default::default()).await.is_ok_and(|l| {
             l.items.len() == remote_count
                 && l.items.iter().all(|c| {

@@ -317,8 +317,8 @@ fn write_result(run: &Run, args: &Args, o: Outcome) {
         .collect();
     let result = json!({
         "benchmark": "workloads",
-        "date": e2e::bench::now(),
-        "machine": e2e::bench::machine(),
+        "date": benchmarks::now(),
+        "machine": benchmarks::machine(),
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
         "applications": m,
         "templates_per_application": TEMPLATES,
@@ -331,6 +331,6 @@ fn write_result(run: &Run, args: &Args, o: Outcome) {
         "phases": {"one": o.one, "many": o.many, "deleted": o.deleted},
         "null_writer": o.null_writer,
     });
-    e2e::bench::write_json(&args.out, &result);
+    benchmarks::write_json(&args.out, &result);
     println!("workloads: written to {}", args.out.display());
 }

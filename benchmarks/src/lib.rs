@@ -1,8 +1,12 @@
-//! What the benchmarks in src/bin share: watching for the moment each object
+//! The benchmark commands (`object-bench`, `workload-bench`; run by
+//! `hack/bench-*.sh`, not by the tests) and what they share: watching for the moment each object
 //! reaches a state, counting requests (a binary's /metrics and the API
 //! servers' audit logs) between two marks, a process's CPU time and memory,
 //! latency percentiles, and phases that report how far they got instead of
 //! failing.
+
+// Benchmark commands, not product code: a broken measurement fails loudly.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -75,7 +79,7 @@ impl Probe {
 
     /// Waits (up to `timeout`) for the watch's first list to finish.
     pub async fn synced(&self, timeout: Duration) -> bool {
-        crate::wait::poll(timeout, PROBE_EVERY, "the probe's first list", || {
+        e2e::wait::poll(timeout, PROBE_EVERY, "the probe's first list", || {
             std::future::ready(self.0.lock().expect("probe lock").synced)
         })
         .await
@@ -101,7 +105,7 @@ impl Probe {
             let s = self.0.lock().expect("probe lock");
             names.iter().filter(|n| s.met.contains_key(*n)).count()
         };
-        let all = crate::wait::poll(timeout, PROBE_EVERY, "every object to be met", || {
+        let all = e2e::wait::poll(timeout, PROBE_EVERY, "every object to be met", || {
             std::future::ready(done() == names.len())
         })
         .await;
@@ -163,7 +167,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    match crate::wait::poll(timeout, crate::wait::EVERY, "a benchmark phase", check).await {
+    match e2e::wait::poll(timeout, e2e::wait::EVERY, "a benchmark phase", check).await {
         Ok(((), took)) => (true, took),
         Err(out) => (false, out.waited),
     }
@@ -302,32 +306,21 @@ fn clock_ticks() -> f64 {
 /// `crossplane_rs_reconcile_total` by ("reconciles", result), of the binary
 /// serving /metrics at `addr` (empty when it does not answer).
 pub fn scrape(addr: SocketAddr) -> BTreeMap<(String, String), f64> {
-    let body = crate::http_get(addr, "/metrics")
+    let body = e2e::http_get(addr, "/metrics")
         .map(|(_, b)| b)
         .unwrap_or_default();
     let mut out = BTreeMap::new();
-    for (series, value) in body
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-    {
-        let Some((name, labels)) = series.split_once('{') else {
-            continue;
-        };
-        let label = |k: &str| {
-            labels
-                .split(&format!("{k}=\""))
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .unwrap_or("")
-                .to_owned()
-        };
-        let key = match name {
-            "crossplane_rs_kube_api_requests_total" => (label("cluster"), label("verb")),
-            "crossplane_rs_reconcile_total" => ("reconciles".to_owned(), label("result")),
+    for s in e2e::samples(&body) {
+        let key = match s.name.as_str() {
+            "crossplane_rs_kube_api_requests_total" => {
+                (s.label("cluster").to_owned(), s.label("verb").to_owned())
+            }
+            "crossplane_rs_reconcile_total" => {
+                ("reconciles".to_owned(), s.label("result").to_owned())
+            }
             _ => continue,
         };
-        *out.entry(key).or_default() += value.parse::<f64>().unwrap_or(0.0);
+        *out.entry(key).or_default() += s.value;
     }
     out
 }
@@ -480,7 +473,7 @@ pub async fn client_of(kubeconfig: kube::config::Kubeconfig) -> kube::Client {
 /// A client of the control cluster acting as `binary`'s ServiceAccount, as
 /// the binaries do: what a null writer writes with.
 pub async fn client_as(control: &testenv::Cluster, binary: &str) -> kube::Client {
-    let path = crate::impersonating_kubeconfig_for(control, binary);
+    let path = e2e::impersonating_kubeconfig_for(control, binary);
     client_of(kube::config::Kubeconfig::read_from(path).expect("the kubeconfig")).await
 }
 

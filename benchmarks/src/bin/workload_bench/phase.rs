@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use e2e::bench::{
+use benchmarks::{
     AuditMark, MachineCpu, Probe, Reached, Usage, latency_json, metrics_delta, scrape,
 };
 use futures::StreamExt as _;
@@ -218,7 +218,7 @@ pub async fn delete_all(bench: &Bench, apps: &Api<DynamicObject>, timeout: Durat
         .delete_collection(&kube::api::DeleteParams::default(), &all)
         .await;
     let first = kube::api::ListParams::default().limit(1);
-    let (deleted, _) = e2e::bench::wait_until(timeout, || async {
+    let (deleted, _) = benchmarks::wait_until(timeout, || async {
         apps.list_metadata(&first)
             .await
             .is_ok_and(|l| l.items.is_empty())
@@ -231,7 +231,7 @@ pub async fn delete_all(bench: &Bench, apps: &Api<DynamicObject>, timeout: Durat
     let applications_s = started.elapsed().as_secs_f64();
     let remotes: Vec<kube::Client> =
         futures::future::join_all(bench.plane.remotes().map(|r| r.client())).await;
-    let (pods_gone, _) = e2e::bench::wait_until(timeout, || async {
+    let (pods_gone, _) = benchmarks::wait_until(timeout, || async {
         let mut left = 0;
         for c in &remotes {
             let pods: Api<Pod> = Api::all(c.clone());

@@ -41,7 +41,7 @@ mod phases;
 mod run;
 mod setup;
 
-use e2e::bench::Usage;
+use benchmarks::Usage;
 use serde_json::{Map, Value, json};
 
 use run::{CONTROL_USER, REMOTE_USER, report};
@@ -96,8 +96,8 @@ fn write_result(run: &mut Run, phases: Map<String, Value>) {
         .map(|status| status.to_string());
     let result = json!({
         "benchmark": "object-provider",
-        "date": e2e::bench::now(),
-        "machine": e2e::bench::machine(),
+        "date": benchmarks::now(),
+        "machine": benchmarks::machine(),
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
         "objects": n,
         "changes": k,
@@ -112,7 +112,7 @@ fn write_result(run: &mut Run, phases: Map<String, Value>) {
         "phase_order": ["create", "idle", "update", "remote_change", "drift", "referenced_change", "delete"],
         "phases": phases,
     });
-    e2e::bench::write_json(&args.out, &result);
+    benchmarks::write_json(&args.out, &result);
     println!(
         "object-provider: {n} Objects, peak RSS {:.1} MiB, {:.1} CPU s; written to {}",
         end.peak_rss_mib,

@@ -26,7 +26,7 @@ use std::{
     time::Instant,
 };
 
-use e2e::bench::scaled_timeout;
+use benchmarks::scaled_timeout;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
@@ -80,7 +80,7 @@ async fn provide(objects: &Api<Object>, remote: &Api<ConfigMap>, obj: Object) ->
         meta.remove("managedFields");
     }
     let mut status = types::kubernetes::v1alpha1::ObjectStatus::default();
-    let now = e2e::bench::now();
+    let now = benchmarks::now();
     for c in [conditions::reconcile_success(), conditions::available()] {
         conditions::set(&mut status.conditions, c, &now);
     }
@@ -230,7 +230,7 @@ async fn gone<K>(api: &Api<K>, lp: &ListParams, n: usize) -> bool
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    e2e::bench::wait_until(scaled_timeout(n), || async {
+    benchmarks::wait_until(scaled_timeout(n), || async {
         api.list_metadata(&lp.clone().limit(1))
             .await
             .is_ok_and(|l| l.items.is_empty())

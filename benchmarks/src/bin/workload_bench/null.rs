@@ -104,7 +104,7 @@ fn remote_resource(kind: &str) -> ApiResource {
 }
 
 fn now() -> String {
-    e2e::bench::now()
+    benchmarks::now()
 }
 
 fn condition(type_: &str, reason: &str) -> Value {
@@ -309,18 +309,18 @@ pub async fn null_writer(
         }
         let kubeconfig = Kubeconfig::from_yaml(remote.kubeconfig_for(REMOTE_USER).unwrap())
             .expect("the remote kubeconfig");
-        remotes.push(e2e::bench::client_of(kubeconfig).await);
+        remotes.push(benchmarks::client_of(kubeconfig).await);
     }
     let admin = plane.control.client().await;
-    let resource = e2e::bench::client_as(&plane.control, "resource-controller").await;
+    let resource = benchmarks::client_as(&plane.control, "resource-controller").await;
     let writers = Arc::new(Writers {
         user: apps_api(admin.clone()),
-        scheduler: apps_api(e2e::bench::client_as(&plane.control, "scheduler").await),
+        scheduler: apps_api(benchmarks::client_as(&plane.control, "scheduler").await),
         application: apps_api(
-            e2e::bench::client_as(&plane.control, "application-controller").await,
+            benchmarks::client_as(&plane.control, "application-controller").await,
         ),
         resources: resources_api(
-            e2e::bench::client_as(&plane.control, "application-controller").await,
+            benchmarks::client_as(&plane.control, "application-controller").await,
         ),
         resource_status: resources_api(resource),
         remotes,
@@ -406,7 +406,7 @@ async fn clear(plane: &testenv::ControlPlane, admin: &Client, which: &[(String, 
     let remote_clients: Vec<Client> =
         futures::future::join_all(plane.remotes().map(|r| r.client())).await;
     let timeout = Duration::from_secs(120) + Duration::from_millis(20) * which.len() as u32 * 43;
-    e2e::bench::wait_until(timeout, || async {
+    benchmarks::wait_until(timeout, || async {
         let local = resources
             .list_metadata(&all.clone().limit(1))
             .await

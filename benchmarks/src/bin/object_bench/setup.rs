@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::bench::{Probe, scaled_timeout};
+use benchmarks::{Probe, scaled_timeout};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,
@@ -135,8 +135,8 @@ async fn null_provider(
     let remote_user = plane.remote.kubeconfig_for(REMOTE_USER).unwrap();
     let clients = crate::null::Clients {
         user: control.clone(),
-        provider: e2e::bench::client_as(&plane.control, "object-provider").await,
-        remote: e2e::bench::client_of(kube::config::Kubeconfig::from_yaml(remote_user).unwrap())
+        provider: benchmarks::client_as(&plane.control, "object-provider").await,
+        remote: benchmarks::client_of(kube::config::Kubeconfig::from_yaml(remote_user).unwrap())
             .await,
     };
     let ceiling = crate::null::null_provider(clients, n, concurrency).await;
@@ -153,8 +153,8 @@ async fn null_provider(
 /// Secret; and the benchmark's namespaces.
 fn identities(plane: &testenv::ControlPlane) {
     e2e::apply_deploy(&plane.control);
-    e2e::bench::grant_cluster_admin(&plane.remote, REMOTE_USER);
-    e2e::bench::kubeconfig_secret(
+    benchmarks::grant_cluster_admin(&plane.remote, REMOTE_USER);
+    benchmarks::kubeconfig_secret(
         &plane.control,
         "default",
         "bench-kubeconfig",
@@ -192,7 +192,7 @@ pub async fn null_writer(control: &Client, n: usize, concurrency: usize) -> Valu
     let ours = ListParams::default().labels("bench=null");
     let cleared = match api.delete_collection(&DeleteParams::default(), &ours).await {
         Ok(_) => {
-            e2e::bench::wait_until(scaled_timeout(n), || async {
+            benchmarks::wait_until(scaled_timeout(n), || async {
                 api.list_metadata(&ours.clone().limit(1))
                     .await
                     .is_ok_and(|l| l.items.is_empty())
