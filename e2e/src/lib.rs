@@ -98,11 +98,23 @@ impl Running {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits until /healthz answers 200, failing with the binary's log.
+    /// Waits until the binary is up: /healthz and /readyz answer 200 (it
+    /// reached the API server and found its CRDs; leading or standing by),
+    /// failing with the binary's log.
     pub async fn wait_healthy(&mut self, timeout: Duration) {
-        let what = format!("{} healthy", self.name);
+        self.wait_for(timeout, "/readyz").await;
+    }
+
+    /// Waits until /healthz answers 200 (the process serves; it may still
+    /// be waiting for the API server or its CRDs).
+    pub async fn wait_live(&mut self, timeout: Duration) {
+        self.wait_for(timeout, "/healthz").await;
+    }
+
+    async fn wait_for(&mut self, timeout: Duration, path: &str) {
+        let what = format!("{} to answer {path}", self.name);
         let healthy = poll(timeout, Duration::from_millis(100), &what, || {
-            std::future::ready(self.healthy())
+            std::future::ready(self.answers(path))
         })
         .await;
         if let Err(out) = healthy {
@@ -115,9 +127,9 @@ impl Running {
         }
     }
 
-    /// Whether /healthz answers 200 (what it answered instead); fails the
+    /// Whether `path` answers 200 (what it answered instead); fails the
     /// test when the binary exited.
-    fn healthy(&mut self) -> Result<(), String> {
+    fn answers(&mut self, path: &str) -> Result<(), String> {
         if let Ok(Some(status)) = self.child.try_wait() {
             panic!(
                 "{} exited ({status}) before becoming healthy; log:\n{}",
@@ -125,9 +137,9 @@ impl Running {
                 self.log()
             );
         }
-        match http_get(self.addr, "/healthz") {
+        match http_get(self.addr, path) {
             Some((200, _)) => Ok(()),
-            other => Err(format!("/healthz answered {other:?}")),
+            other => Err(format!("{path} answered {other:?}")),
         }
     }
 

@@ -20,6 +20,7 @@ mod args;
 mod convert;
 mod crds;
 mod deps;
+mod failure;
 mod image_configs;
 mod labels;
 mod manager;

@@ -99,6 +99,15 @@ impl FetchError {
             Self::Oci(e) => e.is_transient(),
         }
     }
+
+    /// Whether credentials are missing or refused (a pull Secret, the
+    /// registry's 401).
+    pub fn is_credentials(&self) -> bool {
+        matches!(
+            self,
+            Self::PullSecret(_) | Self::Oci(oci::Error::Unauthorized { .. })
+        )
+    }
 }
 
 impl Packages {

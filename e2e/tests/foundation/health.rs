@@ -22,7 +22,25 @@ async fn every_binary_serves_health_and_the_common_metrics() {
         // watches must work with its deploy/ role alone.
         let mut bin = Running::start(name, &impersonating_kubeconfig(name), &[]);
         bin.wait_healthy(Duration::from_secs(30)).await;
-        let metrics = bin.metrics();
+        // Ready once it found its CRDs; its controllers (and their series,
+        // at zero) exist once it leads, which it does at once without
+        // --leader-elect.
+        wait(Duration::from_secs(30), "/readyz to say it leads", || async {
+            matches!(e2e::http_get(bin.addr, "/readyz"), Some((200, body)) if body == "ok: leading")
+                .then_some(())
+        })
+        .await;
+        let metrics = wait(
+            Duration::from_secs(10),
+            "the controllers' series",
+            || async {
+                let metrics = bin.metrics();
+                metrics
+                    .contains("crossplane_rs_reconcile_total{")
+                    .then_some(metrics)
+            },
+        )
+        .await;
         for metric in COMMON_METRICS {
             assert!(
                 metrics.contains(metric),
@@ -38,10 +56,6 @@ async fn every_binary_serves_health_and_the_common_metrics() {
             leads(&metrics),
             "{name} without --leader-elect leads: {metrics}"
         );
-        let ready = wait(Duration::from_secs(10), "/readyz", || async {
-            matches!(e2e::http_get(bin.addr, "/readyz"), Some((200, _))).then_some(())
-        });
-        ready.await;
     }
 }
 
@@ -52,7 +66,7 @@ async fn a_binary_waits_for_its_crds_and_the_api_server_and_never_exits_for_them
     // which and how to install them, answers /healthz (a kubelet leaves it
     // running) and /readyz says it waits.
     let mut bin = Running::start("scheduler", &plane.remote.kubeconfig_path, &[]);
-    bin.wait_healthy(Duration::from_secs(30)).await;
+    bin.wait_live(Duration::from_secs(30)).await;
     let log = wait(
         Duration::from_secs(30),
         "the scheduler to say what it waits for",
@@ -109,7 +123,7 @@ async fn a_binary_waits_for_its_crds_and_the_api_server_and_never_exits_for_them
     let (proxy, via_proxy) = Proxy::in_front_of(&plane.control.kubeconfig_path).await;
     proxy.cut();
     let mut waiting = Running::start("scheduler", &via_proxy, &[]);
-    waiting.wait_healthy(Duration::from_secs(30)).await;
+    waiting.wait_live(Duration::from_secs(30)).await;
     assert!(matches!(http_get(waiting.addr, "/readyz"), Some((503, _))));
     wait(
         Duration::from_secs(60),

@@ -83,13 +83,13 @@ fn every_bad_package_is_refused_with_what_to_fix_and_makes_nothing() {
         "-o",
         "json",
     ]);
-    let events_all = if events.contains("CannotInstallPackage") {
+    let events_all = if events.contains("CannotReadPackage") {
         events
     } else {
         kubectl_try(&["get", "events", "-A", "-o", "json"]).1
     };
     assert!(
-        events_all.contains("CannotInstallPackage"),
+        events_all.contains("CannotReadPackage"),
         "no Warning event: {events_all}"
     );
     for (name, _) in names {

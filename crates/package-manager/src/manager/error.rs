@@ -8,7 +8,7 @@ use runtime::{
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
 };
 
-use crate::packages::FetchError;
+use crate::failure::{CANNOT_READ_PACKAGE, PackageError};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "provider";
@@ -26,15 +26,9 @@ pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The package could not be read or is not a valid package (the
-    /// source names the package).
-    #[error("{source}")]
-    Package {
-        /// The package reference.
-        package: String,
-        /// Why.
-        #[source]
-        source: FetchError,
-    },
+    /// message names the package).
+    #[error(transparent)]
+    Package(#[from] PackageError),
     /// The pull policy forbids pulling and nothing was pulled before.
     #[error(
         "package {0} has never been pulled and spec.packagePullPolicy is Never; pull it once (IfNotPresent) or name it by digest"
@@ -51,7 +45,8 @@ pub enum Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Package { .. } | Error::NeverPulled(_) => "CannotInstallPackage",
+            Error::Package(p) => p.reason(),
+            Error::NeverPulled(_) => CANNOT_READ_PACKAGE,
             Error::Revisions(..) => "CannotManageRevisions",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
@@ -59,9 +54,7 @@ impl ReconcileError for Error {
 
     fn retry_within(&self) -> Option<Duration> {
         match self {
-            // A registry outage ends by itself: look again within a bounded
-            // time rather than at the full backoff.
-            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
+            Error::Package(p) => p.retry_within(),
             _ => None,
         }
     }

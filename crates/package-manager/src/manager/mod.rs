@@ -223,10 +223,7 @@ impl Providers {
             .packages
             .fetch(&package, &digest, &p.spec.package_pull_secrets)
             .await
-            .map_err(|source| Error::Package {
-                package: package.clone(),
-                source,
-            })?;
+            .map_err(|e| Error::Package(e.into()))?;
         // A v1-style package names its runtime image; otherwise the package
         // image is the runtime, if it carries one.
         let image = match fetched.contents.meta.controller_image.clone() {
@@ -235,10 +232,7 @@ impl Providers {
                 .packages
                 .runtime_image(&package, &digest, &p.spec.package_pull_secrets)
                 .await
-                .map_err(|source| Error::Package {
-                    package: package.clone(),
-                    source,
-                })?,
+                .map_err(|e| Error::Package(e.into()))?,
         };
         let number = revisions.iter().map(|r| r.spec.revision).max().unwrap_or(0) + 1;
         let revision =
@@ -310,10 +304,7 @@ impl Providers {
             .packages
             .resolve(package, &p.spec.package_pull_secrets)
             .await
-            .map_err(|source| Error::Package {
-                package: package.clone(),
-                source,
-            })?;
+            .map_err(|e| Error::Package(e.into()))?;
         self.resolved.insert(
             p.name_any(),
             (location, d.clone(), std::time::Instant::now()),

@@ -101,7 +101,7 @@ pub fn report(
 /// naming the revision that still serves, if any.
 pub fn report_failure(status: &mut Draft<Provider>, e: &Error, serving: Option<&ProviderRevision>) {
     let mut message = runtime::events::error_chain(e);
-    let transient = matches!(e, Error::Package { source, .. } if source.is_transient());
+    let transient = matches!(e, Error::Package(p) if p.is_transient());
     let healthy_now = conditions::is_true(&status.conditions, TYPE_HEALTHY);
     if transient && healthy_now && serving.is_some() {
         // A registry outage after install does not make a healthy Provider

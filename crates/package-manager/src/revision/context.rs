@@ -148,10 +148,7 @@ impl ProviderRevisions {
             .packages
             .fetch(&r.spec.package, &digest, &r.spec.package_pull_secrets)
             .await
-            .map_err(|source| Error::Package {
-                package: r.spec.package.clone(),
-                source,
-            })?;
+            .map_err(|e| Error::Package(e.into()))?;
         Ok(fetched.map(|p| p.contents))
     }
 }

@@ -26,7 +26,7 @@ impl ProviderRevisions {
             declared,
         )
         .await
-        .map_err(|e| Error::Request("install a dependency", e))?;
+        .map_err(|e| Error::request("install a dependency", e))?;
         for name in &report.created {
             self.sk
                 .reporting
@@ -76,7 +76,7 @@ impl ProviderRevisions {
             }
             runtime::objects::delete(&api, &p.name_any())
                 .await
-                .map_err(|e| Error::Request("remove a dependency", e))?;
+                .map_err(|e| Error::request("remove a dependency", e))?;
             self.sk
                 .reporting
                 .events

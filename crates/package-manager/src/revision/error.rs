@@ -8,20 +8,18 @@ use runtime::{
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
 };
 
-use crate::{labels, packages::FetchError};
+use crate::{
+    failure::{CANNOT_READ_PACKAGE, PackageError},
+    labels,
+};
 
 /// Why reconciling a revision failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The package could not be read (the source names the package).
-    #[error("{source}")]
-    Package {
-        /// The package reference.
-        package: String,
-        /// Why.
-        #[source]
-        source: FetchError,
-    },
+    /// The package could not be read, a CRD of it was refused, or a
+    /// request about its objects failed.
+    #[error(transparent)]
+    Package(#[from] PackageError),
     /// The revision carries no digest annotation.
     #[error(
         "revision has no {} annotation; delete it and the Provider makes it again",
@@ -40,14 +38,6 @@ pub enum Error {
     /// Dependencies are missing, incompatible or cyclic.
     #[error("{0}")]
     Dependencies(String),
-    /// The API server refused a CRD of the package.
-    #[error("the API server refuses CustomResourceDefinition {name} of the package: {message}")]
-    InvalidCrd {
-        /// The CRD.
-        name: String,
-        /// The API server's message.
-        message: String,
-    },
     /// The runtime config is missing or of a kind the package manager
     /// cannot use.
     #[error("{0}")]
@@ -55,9 +45,6 @@ pub enum Error {
     /// The runtime could not be rendered from the runtime config.
     #[error("cannot render the package runtime: {0}")]
     Render(String),
-    /// A request for the revision's CRDs or runtime failed.
-    #[error("failed to {0}")]
-    Request(&'static str, #[source] kube::Error),
     /// Another request to the control cluster failed.
     #[error(transparent)]
     Control(#[from] ControlError),
@@ -66,28 +53,29 @@ pub enum Error {
     Tls(#[from] crate::tls::Error),
 }
 
+impl Error {
+    /// A request about the revision's CRDs or runtime that failed.
+    pub fn request(what: &'static str, e: kube::Error) -> Self {
+        Self::Package(PackageError::Request(what, e))
+    }
+}
+
 impl From<crate::crds::DryRunError> for Error {
     fn from(e: crate::crds::DryRunError) -> Self {
-        match e {
-            crate::crds::DryRunError::Refused { name, message } => {
-                Error::InvalidCrd { name, message }
-            }
-            crate::crds::DryRunError::Failed(e) => Error::Request("check a CRD (dry run)", e),
-        }
+        Self::Package(e.into())
     }
 }
 
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Package { .. } | Error::NoDigest => "CannotReadPackage",
+            Error::Package(p) => p.reason(),
+            Error::NoDigest => CANNOT_READ_PACKAGE,
             Error::Conflict(_) => "ConflictingCustomResourceDefinition",
             Error::Dependencies(_) => "UnresolvedDependencies",
             Error::Constraint(_) => "IncompatibleCrossplaneVersion",
             Error::Meta(_) => "InvalidPackage",
-            Error::InvalidCrd { .. } => "CannotEstablishPackageObjects",
             Error::RuntimeConfig(_) | Error::Render(_) | Error::Tls(_) => "CannotRunPackageRuntime",
-            Error::Request(..) => "CannotEstablishPackageObjects",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
         }
     }
@@ -99,7 +87,7 @@ impl ReconcileError for Error {
             Error::Conflict(_) | Error::RuntimeConfig(_) | Error::Dependencies(_) => {
                 Some(Duration::from_secs(10))
             }
-            Error::Package { source, .. } if source.is_transient() => Some(Duration::from_secs(30)),
+            Error::Package(p) => p.retry_within(),
             _ => None,
         }
     }

@@ -164,7 +164,7 @@ impl ProviderRevisions {
             let live = crds
                 .get_opt(&name)
                 .await
-                .map_err(|e| Error::Request("read a CRD", e))?;
+                .map_err(|e| Error::request("read a CRD", e))?;
             if let Some(live) = &live {
                 match self.control(r, &siblings, live) {
                     Control::Ours => {}
@@ -207,7 +207,7 @@ impl ProviderRevisions {
                     let body = body_of(object, &owners);
                     let applied = ssa::apply(&crds, &name, &body, &self.field_manager)
                         .await
-                        .map_err(|e| Error::Request("apply a CRD", e))?;
+                        .map_err(|e| Error::request("apply a CRD", e))?;
                     (applied.uid(), crate::crds::established(&applied))
                 }
             };
@@ -279,7 +279,7 @@ impl ProviderRevisions {
         let live = api
             .get_opt(name)
             .await
-            .map_err(|e| Error::Request("read a webhook configuration", e))?;
+            .map_err(|e| Error::request("read a webhook configuration", e))?;
         if let Some(live) = &live {
             match self.control_of(r, siblings, &format!("{kind} {name}"), &live.metadata) {
                 Control::Ours => {}
@@ -302,7 +302,7 @@ impl ProviderRevisions {
             Some(l) if ssa::applied(&l, &body, &self.field_manager) => l,
             _ => ssa::apply(&api, name, &body, &self.field_manager)
                 .await
-                .map_err(|e| Error::Request("apply a webhook configuration", e))?,
+                .map_err(|e| Error::request("apply a webhook configuration", e))?,
         };
         Ok(Some(TypedReference {
             api_version: "admissionregistration.k8s.io/v1".into(),

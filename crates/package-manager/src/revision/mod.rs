@@ -103,7 +103,7 @@ impl Reconciler for ProviderRevisions {
         let contents = match self.package(r).await {
             Ok(c) => c,
             Err(e) => {
-                let keep = matches!(&e, Error::Package { source, .. } if source.is_transient())
+                let keep = matches!(&e, Error::Package(p) if p.is_transient())
                     && condition_true(status, TYPE_HEALTHY);
                 if !keep {
                     unhealthy(status, "UnhealthyPackageRevision", &e);
@@ -179,7 +179,7 @@ impl Reconciler for ProviderRevisions {
             Api::<Service>::namespaced(self.sk.client().clone(), &self.settings.namespace)
                 .get_opt(&service)
                 .await
-                .map_err(|e| Error::Request("read the runtime's Service", e))?
+                .map_err(|e| Error::request("read the runtime's Service", e))?
         } else {
             None
         };
@@ -244,7 +244,7 @@ impl Reconciler for ProviderRevisions {
             let Some(live) = crds
                 .get_opt(&name)
                 .await
-                .map_err(|e| Error::Request("read a CRD", e))?
+                .map_err(|e| Error::request("read a CRD", e))?
             else {
                 continue;
             };
@@ -275,19 +275,19 @@ impl Reconciler for ProviderRevisions {
                 });
                 crds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(|e| Error::Request("release a CRD", e))?;
+                    .map_err(|e| Error::request("release a CRD", e))?;
                 continue;
             }
             let users = usage::custom_resources(self.sk.client(), std::slice::from_ref(&name))
                 .await
-                .map_err(|e| Error::Request("list custom resources", e))?;
+                .map_err(|e| Error::request("list custom resources", e))?;
             if let Some(users) = users {
                 waiting.push(users);
                 continue;
             }
             runtime::objects::delete(&crds, &name)
                 .await
-                .map_err(|e| Error::Request("delete a CRD", e))?;
+                .map_err(|e| Error::request("delete a CRD", e))?;
         }
         if waiting.is_empty() {
             self.release_dependencies(r).await?;

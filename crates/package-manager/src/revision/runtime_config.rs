@@ -29,7 +29,7 @@ impl ProviderRevisions {
             let found = api
                 .get_opt(&cc.name)
                 .await
-                .map_err(|e| Error::Request("read a ControllerConfig", e))?;
+                .map_err(|e| Error::request("read a ControllerConfig", e))?;
             let Some(found) = found else {
                 return Err(Error::RuntimeConfig(format!(
                     "ControllerConfig {} (spec.controllerConfigRef) does not exist; create it or remove the reference",
@@ -72,7 +72,7 @@ impl ProviderRevisions {
         let found = api
             .get_opt(&name)
             .await
-            .map_err(|e| Error::Request("read a DeploymentRuntimeConfig", e))?;
+            .map_err(|e| Error::request("read a DeploymentRuntimeConfig", e))?;
         match found {
             Some(c) => Ok((c.spec, false)),
             None => Err(Error::RuntimeConfig(format!(

@@ -28,7 +28,7 @@ const HANDOVER_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl From<ApplyError> for Error {
     fn from(e: ApplyError) -> Self {
-        Error::Request(e.what, e.source)
+        Error::request(e.what, e.source)
     }
 }
 
@@ -247,7 +247,7 @@ impl ProviderRevisions {
         let live = Api::<K>::namespaced(self.sk.client().clone(), ns)
             .get_metadata_opt(name)
             .await
-            .map_err(|e| Error::Request("read what the runtime would be applied over", e))?;
+            .map_err(|e| Error::request("read what the runtime would be applied over", e))?;
         match live.and_then(|m| crate::runtime::apply::takes_over(&m.metadata, wanted)) {
             Some(why) => Err(Error::RuntimeConfig(format!(
                 "{} {ns}/{name} exists and {why}: the package-manager never takes over what it did not make for this Provider; delete or rename it, or name another in the runtime config",
@@ -321,13 +321,13 @@ impl ProviderRevisions {
                 &ListParams::default().labels(&format!("{}={revision}", labels::REVISION)),
             )
             .await
-            .map_err(|e| Error::Request("list the runtime's pods", e))?;
+            .map_err(|e| Error::request("list the runtime's pods", e))?;
         let own: std::collections::BTreeSet<String> =
             pods.items.iter().map(|p| p.name_any()).collect();
         let slices = Api::<EndpointSlice>::namespaced(self.sk.client().clone(), ns)
             .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
             .await
-            .map_err(|e| Error::Request("list the runtime Service's endpoints", e))?;
+            .map_err(|e| Error::request("list the runtime Service's endpoints", e))?;
         let mut strangers = Vec::new();
         let mut ready = 0;
         for e in slices
@@ -379,7 +379,7 @@ impl ProviderRevisions {
         let pods = Api::<Pod>::namespaced(self.sk.client().clone(), &self.settings.namespace)
             .list(&ListParams::default().labels(&format!("{}={}", labels::REVISION, r.name_any())))
             .await
-            .map_err(|e| Error::Request("list the runtime's pods", e))?;
+            .map_err(|e| Error::request("list the runtime's pods", e))?;
         let reasons = health::waiting_reasons(&pods.items);
         let mut message = format!(
             "Deployment {}/{deployment} is not available",

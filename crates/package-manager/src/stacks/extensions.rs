@@ -230,7 +230,7 @@ impl Reconciler for Extensions {
             let Some(crd) = crds
                 .get_opt(&marked)
                 .await
-                .map_err(|e| Error::Request("read a CRD of the stack", e))?
+                .map_err(|e| Error::request("read a CRD of the stack", e))?
             else {
                 continue;
             };
@@ -251,7 +251,7 @@ impl Reconciler for Extensions {
                 match crds.delete(&crd.name_any(), &dp).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(a)) if a.code == 404 => {}
-                    Err(e) => return Err(Error::Request("delete a CRD of the stack", e)),
+                    Err(e) => return Err(Error::request("delete a CRD of the stack", e)),
                 }
                 continue;
             }
@@ -266,7 +266,7 @@ impl Reconciler for Extensions {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(|e| Error::Request("let go of a CRD another stack still uses", e))?;
+            .map_err(|e| Error::request("let go of a CRD another stack still uses", e))?;
         }
         self.runtimes.forget(&e.uid().unwrap_or_default());
         Ok(Cleanup::Done)
@@ -295,7 +295,7 @@ impl Extensions {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(|e| Error::Request("label a CRD with the stack that uses it", e))?;
+            .map_err(|e| Error::request("label a CRD with the stack that uses it", e))?;
         Ok(())
     }
 
@@ -310,7 +310,7 @@ impl Extensions {
         let live = Api::<Deployment>::namespaced(self.sk.client().clone(), ns)
             .get_opt(deployment)
             .await
-            .map_err(|e| Error::Request("read the stack's controller Deployment", e))?;
+            .map_err(|e| Error::request("read the stack's controller Deployment", e))?;
         if live.is_some_and(|live| self.ours(&live, extension)) {
             self.delete_controller(ns, deployment).await?;
         }
@@ -323,7 +323,7 @@ impl Extensions {
         let api = Api::<Deployment>::namespaced(self.sk.client().clone(), ns);
         runtime::objects::delete(&api, deployment)
             .await
-            .map_err(|e| Error::Request("delete the stack's controller Deployment", e))
+            .map_err(|e| Error::request("delete the stack's controller Deployment", e))
     }
 
     fn ours(&self, d: &Deployment, extension: &str) -> bool {
@@ -358,7 +358,7 @@ impl Extensions {
         let live = Api::<Deployment>::namespaced(client.clone(), &ns)
             .get_opt(&d.name)
             .await
-            .map_err(|e| Error::Request("read the stack's controller Deployment", e))?;
+            .map_err(|e| Error::request("read the stack's controller Deployment", e))?;
         if let Some(live) = &live
             && !self.ours(live, &name)
         {
@@ -385,7 +385,7 @@ impl Extensions {
         let existing = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
             .get_opt(&service_account)
             .await
-            .map_err(|e| Error::Request("read the controller's ServiceAccount", e))?;
+            .map_err(|e| Error::request("read the controller's ServiceAccount", e))?;
         if let Some(sa) = &existing
             && !runtime::objects::controlled_by(sa.owner_references(), &uid)
         {
@@ -432,7 +432,7 @@ impl Extensions {
                     "the API server refuses the controller Deployment {ns}/{}: {}; fix spec.controller.deployment",
                     d.name, a.message
                 )),
-                None => Error::Request(e.what, e.source),
+                None => Error::request(e.what, e.source),
             })?;
         if applied {
             return Ok(Some(format!(

@@ -143,7 +143,7 @@ impl Known {
             .api
             .get_opt(name)
             .await
-            .map_err(|e| Error::Request("read a CRD", e))?
+            .map_err(|e| Error::request("read a CRD", e))?
             .map(|c| Arc::new(c.into_crd())))
     }
 

@@ -102,7 +102,7 @@ pub async fn extension_exists(client: &kube::Client, key: &str) -> Result<bool, 
     Ok(kube::Api::<Extension>::namespaced(client.clone(), ns)
         .get_opt(name)
         .await
-        .map_err(|e| Error::Request("read the Extension that owns a CRD", e))?
+        .map_err(|e| Error::request("read the Extension that owns a CRD", e))?
         .is_some())
 }
 

@@ -383,7 +383,7 @@ impl ExtensionRequests {
             &self.manager_of(r),
         )
         .await
-        .map_err(|e| Error::Request("add the request to the Extension's owners", e))?;
+        .map_err(|e| Error::request("add the request to the Extension's owners", e))?;
         Ok(())
     }
 
@@ -504,7 +504,7 @@ impl ExtensionRequests {
                             p.reference, a.message
                         ))
                     }
-                    e => Error::Request("apply the Extension record", e),
+                    e => Error::request("apply the Extension record", e),
                 })?;
         }
         for (crd_name, body, unchanged) in bodies {
@@ -513,7 +513,7 @@ impl ExtensionRequests {
             }
             let applied = ssa::apply(&crds, &crd_name, &body, &self.field_manager)
                 .await
-                .map_err(|e| Error::Request("apply a CRD of the stack", e))?;
+                .map_err(|e| Error::request("apply a CRD of the stack", e))?;
             if !crate::crds::established(&applied) {
                 tracing::debug!(crd = %crd_name, "installed; not established yet");
             }
