@@ -100,6 +100,16 @@ fn roll_out(binary: &str, args: &[String]) {
 }
 
 /// Runs a controller (not the package-manager: see
+/// [`package_manager_flags`]) with exactly `args`, as an operator would
+/// configure it (e.g. putting back what [`controller_flags`] changed).
+pub fn controller_args(binary: &str, args: &[String]) {
+    shipped();
+    if container_args(binary) != args {
+        roll_out(binary, args);
+    }
+}
+
+/// Runs a controller (not the package-manager: see
 /// [`package_manager_flags`]) with deploy/'s args plus `flags`, as an
 /// operator would configure it; nothing when it already does.
 pub fn controller_flags(binary: &str, flags: &[&str]) {

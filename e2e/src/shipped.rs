@@ -224,7 +224,7 @@ pub(crate) fn patch_deployment(binary: &str, patch: &Value) {
 }
 
 /// The args of a controller Deployment's container.
-pub(crate) fn container_args(binary: &str) -> Vec<String> {
+pub fn container_args(binary: &str) -> Vec<String> {
     let d = get_json(&["deployment", binary, "-n", NS]).unwrap_or_default();
     d.pointer("/spec/template/spec/containers/0/args")
         .and_then(Value::as_array)

@@ -145,3 +145,37 @@ fn assert_cannot_mint(subject: &str, ns: &str, for_sa: &str) {
     );
     assert!(get_json(&["secret", &name, "-n", ns]).is_none());
 }
+
+/// The rbac-manager's flags are shared by every test of this binary: the
+/// test that narrows runtimes' Secrets runs alone, and puts the flags back.
+static RBAC_MANAGER: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The rbac-manager as installed, held for a whole test.
+fn rbac_manager_as_installed() -> std::sync::RwLockReadGuard<'static, ()> {
+    RBAC_MANAGER
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The rbac-manager to itself, its deploy/ args put back when dropped.
+struct Narrowed {
+    args: Vec<String>,
+    _alone: std::sync::RwLockWriteGuard<'static, ()>,
+}
+
+impl Drop for Narrowed {
+    fn drop(&mut self) {
+        e2e::pods::controller_args("rbac-manager", &self.args);
+    }
+}
+
+fn narrowed_rbac_manager() -> Narrowed {
+    shipped();
+    let alone = RBAC_MANAGER
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Narrowed {
+        args: e2e::shipped::container_args("rbac-manager"),
+        _alone: alone,
+    }
+}

@@ -5,6 +5,7 @@ use super::*;
 
 #[test]
 fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     let (name, _) = install_provider(
         "asks",
@@ -46,6 +47,7 @@ fn a_package_cannot_ask_for_impersonation_deployments_or_binding() {
 
 #[test]
 fn a_package_never_takes_over_a_crd_it_did_not_create() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     let g = format!("{}.example.org", testenv::unique_name("handmade"));
     // The administrator's CRD: a strict schema.
@@ -181,6 +183,7 @@ fn counting_listener(
 
 #[test]
 fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_service() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     let node = testenv::control_plane_with_node().node.as_ref().unwrap();
     let (listener, connections) = counting_listener(node.host_ip.into());
@@ -236,6 +239,7 @@ fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_servic
 
 #[test]
 fn a_refused_permission_request_is_shown_escaped_and_the_provider_is_not_healthy() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     // A verb that would retitle the terminal of whoever reads it raw.
     let (name, _) = install_provider(
@@ -291,6 +295,7 @@ fn providers_from(repository_prefix: &str) -> Vec<Value> {
 
 #[test]
 fn dependency_lists_and_chains_past_their_bounds_are_refused_naming_the_bound() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     let registry = &shipped().registry.address;
     // 33 dependencies: refused before any is looked up or installed.
@@ -360,6 +365,7 @@ fn dependency_lists_and_chains_past_their_bounds_are_refused_naming_the_bound() 
 
 #[test]
 fn a_provider_never_takes_over_a_service_account_it_did_not_make() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     // Someone else's ServiceAccount in the runtimes' namespace, named as a
     // Provider's runtime would be.

@@ -35,6 +35,7 @@ fn warnings_about(name: &str) -> u64 {
 
 #[test]
 fn bombs_are_refused_within_seconds_and_the_package_manager_keeps_working() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     let (pod, restarts) = pod_of("package-manager");
     let (holder, transitions) = package_manager_lease();
@@ -191,6 +192,7 @@ fn install_from(
 
 #[test]
 fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
+    let _rbac = rbac_manager_as_installed();
     let (pod, restarts) = pod_of("package-manager");
     let registry = hostile_registry();
     let other = Hostile::http(host_ip()).unwrap();
@@ -284,6 +286,7 @@ fn registry_credentials_never_follow_a_redirect_or_a_foreign_token_realm() {
 
 #[test]
 fn a_mebibyte_error_body_leaves_a_short_written_condition() {
+    let _rbac = rbac_manager_as_installed();
     let registry = hostile_registry();
     registry.script("/v2/", Reply::new(200));
     // A registry that fails with a mebibyte of text, as JSON errors and as
@@ -308,6 +311,7 @@ fn a_mebibyte_error_body_leaves_a_short_written_condition() {
 
 #[test]
 fn a_hostile_token_cannot_crash_the_package_manager() {
+    let _rbac = rbac_manager_as_installed();
     let (pod, restarts) = pod_of("package-manager");
     let registry = hostile_registry();
     let realm = registry.url("/token");

@@ -5,6 +5,7 @@ use super::*;
 
 #[test]
 fn a_runtime_config_cannot_make_a_runtime_privileged_or_borrow_a_controller() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     let g = format!("{}.example.org", testenv::unique_name("drc"));
     let (file, crd) = test_crd(&g, "Thing");
@@ -54,6 +55,7 @@ const RUNTIMES_POLICY: &str = "crossplane-rs-package-runtimes";
 
 #[test]
 fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
+    let _rbac = rbac_manager_as_installed();
     shipped();
     // A package that asks for nothing: only its own kinds and the runtime's
     // defaults.
@@ -228,6 +230,7 @@ fn a_provider_runtime_cannot_mint_a_token_or_take_a_controllers_lease() {
 
 #[test]
 fn with_runtime_secret_namespaces_set_a_runtime_reads_secrets_only_there() {
+    let _alone = narrowed_rbac_manager();
     let creds = namespace("creds");
     // Operator configuration: runtimes keep Secrets in the controllers'
     // namespace (credentials there) and in `creds`, nowhere else.

@@ -30,6 +30,7 @@ fn grabbing_extension(ns: &str, name: &str, owns: &str) -> String {
 
 #[test]
 fn an_extension_cannot_own_built_in_kinds_or_make_itself_cluster_admin() {
+    let _rbac = rbac_manager_as_installed();
     let ns = namespace("grab");
     apply(&grabbing_extension(
         &ns,
@@ -117,6 +118,7 @@ fn hostile_extension(ns: &str, name: &str, service_account: &str) -> String {
 
 #[test]
 fn a_stack_controller_cannot_take_host_access_or_another_identity() {
+    let _rbac = rbac_manager_as_installed();
     let ns = namespace("hostile");
     apply(&hostile_extension(&ns, "hostile", "default"));
     let message = wait_refused_fields(&ns, "hostile", Duration::from_secs(60));
@@ -178,6 +180,7 @@ fn a_stack_controller_cannot_take_host_access_or_another_identity() {
 
 #[test]
 fn tenant_deployments_with_the_extension_label_do_not_grow_the_package_manager() {
+    let _rbac = rbac_manager_as_installed();
     let ns = namespace("tenant");
     let (pod, restarts) = pod_of("package-manager");
     let before = resident_bytes("package-manager");
@@ -274,6 +277,7 @@ fn tenant_deployments_with_the_extension_label_do_not_grow_the_package_manager()
 
 #[test]
 fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
+    let _rbac = rbac_manager_as_installed();
     let ns = namespace("hostile-stack");
     let dir = shipped().work.join(testenv::unique_name("hostile-stack"));
     let reg = dir.join(".registry");
@@ -320,6 +324,7 @@ fn a_stack_package_whose_install_yaml_asks_for_the_host_runs_nothing() {
 
 #[test]
 fn seed_001s_extension_has_its_rights_in_its_namespace_only_and_mints_no_token() {
+    let _rbac = rbac_manager_as_installed();
     let ns = namespace("seed001");
     let seed = testenv::repo_root().join("examples/seeds/001-extension-redis.yaml");
     kubectl(&[
@@ -449,6 +454,7 @@ fn stack_extension(ns: &str, name: &str, deployment: &str, pod: &str, container:
 
 #[test]
 fn a_stack_pod_spec_may_set_only_what_a_controller_needs() {
+    let _rbac = rbac_manager_as_installed();
     let ns = namespace("fields");
     kubectl(&[
         "create",
