@@ -302,11 +302,7 @@ pub fn lease_of(binary: &str) -> (String, i64) {
     shipped();
     let lease = lease(binary);
     (
-        lease
-            .pointer("/spec/holderIdentity")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+        holder(&lease),
         lease
             .pointer("/spec/leaseTransitions")
             .and_then(Value::as_i64)
@@ -321,7 +317,12 @@ fn lease(binary: &str) -> Value {
 
 /// Who holds a controller's Lease ("" when nobody does).
 fn lease_holder(binary: &str) -> String {
-    lease(binary)
+    holder(&lease(binary))
+}
+
+/// The holder a Lease (as JSON) names ("" when none).
+fn holder(lease: &Value) -> String {
+    lease
         .pointer("/spec/holderIdentity")
         .and_then(Value::as_str)
         .unwrap_or_default()
@@ -506,20 +507,26 @@ fn pod_field(pod: &str, jsonpath: &str) -> String {
 pub fn metrics_of(binary: &str) -> String {
     let (pod, _) = pod_of(binary);
     let ip = pod_field(&pod, "{.status.podIP}");
+    metrics_at(&ip).unwrap_or_else(|answer| {
+        panic!(
+            "scrape {binary}: {}",
+            answer.chars().take(300).collect::<String>()
+        )
+    })
+}
+
+/// The /metrics of the pod at `ip`, scraped through the node (no API
+/// server needed); what answered instead when it is not a 200.
+pub fn metrics_at(ip: &str) -> Result<String, String> {
     let node = testenv::control_plane_with_node()
         .node
         .as_ref()
         .expect("testenv's node");
     let answer = through_node(node, &format!("http://{ip}:8080/metrics"));
-    answer
-        .strip_prefix("200 ")
-        .unwrap_or_else(|| {
-            panic!(
-                "scrape {binary}: {}",
-                answer.chars().take(300).collect::<String>()
-            )
-        })
-        .to_owned()
+    match answer.strip_prefix("200 ") {
+        Some(body) => Ok(body.to_owned()),
+        None => Err(answer),
+    }
 }
 
 /// What a controller keeps once it is idle: its live heap

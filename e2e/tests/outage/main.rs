@@ -103,9 +103,7 @@ struct Pod {
 impl Pod {
     /// Its /metrics, or None when it does not answer.
     fn metrics(&self) -> Option<String> {
-        let node = testenv::control_plane_with_node().node.as_ref().unwrap();
-        let answer = through_node(node, &format!("http://{}:8080/metrics", self.ip));
-        answer.strip_prefix("200 ").map(str::to_owned)
+        e2e::shipped::metrics_at(&self.ip).ok()
     }
 
     /// Its /healthz status code (0 when it does not answer).
