@@ -12,7 +12,10 @@ use crate::{
     Digest, Error, Image,
     guard::unwinding,
     image::{INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE},
-    registry::{Auth, RegistryPolicy, Session, TIMEOUT, Tls, http::upload_client},
+    registry::{
+        Auth, RegistryPolicy, Session, TIMEOUT, Tls,
+        http::{Transport, upload_client},
+    },
     text::{RegistryText, text},
 };
 
@@ -128,7 +131,13 @@ impl<'a> Uploads<'a> {
         };
         let repository = image.repository().to_owned();
         Ok(Self {
-            session: Session::new(reference, image.resolve_registry(), auth, tls, policy)?,
+            session: Session::new(
+                reference,
+                image.resolve_registry(),
+                auth,
+                &Transport::new(tls),
+                policy,
+            )?,
             upload: upload_client(tls).map_err(fail)?,
             scope: format!("repository:{repository}:pull,push"),
             tag: image

@@ -14,6 +14,7 @@ use crate::{
     Config, LayerBuilder,
     pull::Fetcher,
     test_server::{Reply, Seen, Server},
+    xpkg::Contents,
     xpkg::{BASE_ANNOTATION, PACKAGE_FILE},
 };
 
@@ -181,14 +182,11 @@ async fn a_pushed_package_is_pulled_back_and_a_second_push_skips_its_blobs() {
     assert!(!server.saw_authorization());
 
     let dir = tempfile::tempdir().unwrap();
-    let fetcher = Fetcher::new(dir.path().join("cache"), 1 << 20);
-    let digest = fetcher
-        .resolve(&reference, &Auth::Anonymous, &tls)
-        .await
-        .unwrap();
+    let fetcher = Fetcher::new(dir.path().join("cache"), 1 << 20).with_tls(&tls);
+    let digest = fetcher.resolve(&reference, &Auth::Anonymous).await.unwrap();
     assert_eq!(digest, s.digest);
     let p = fetcher
-        .fetch(&reference, &digest, &Auth::Anonymous, &tls)
+        .fetch::<Contents>(&reference, &digest, &Auth::Anonymous)
         .await
         .unwrap();
     assert_eq!(p.contents.meta.name, "provider-pushed");

@@ -77,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
     // API objects do not.
     let fetcher = std::sync::Arc::new(
         oci::xpkg::Fetcher::new(args.package_cache_dir.clone(), args.package_cache_max_bytes)
+            .with_tls(&tls)
             .with_policy(oci::RegistryPolicy {
                 realm_hosts: args.registry_token_realm_hosts.clone(),
                 plain_http: args.registry_plain_http.clone(),
@@ -96,13 +97,7 @@ async fn main() -> anyhow::Result<()> {
     let build = {
         let rt = rt.clone();
         move || {
-            let work = work(
-                &rt,
-                &args,
-                fetcher.clone(),
-                tls.clone(),
-                &controllers_namespace,
-            );
+            let work = work(&rt, &args, fetcher.clone(), &controllers_namespace);
             async move {
                 work.await;
                 Ok(())
@@ -121,7 +116,6 @@ fn work(
     rt: &Runtime,
     args: &Args,
     fetcher: std::sync::Arc<oci::xpkg::Fetcher>,
-    tls: oci::Tls,
     controllers_namespace: &str,
 ) -> impl Future<Output = ()> + use<> {
     let namespace = args.runtime_namespace.clone();
@@ -129,7 +123,6 @@ fn work(
         image_configs::ImageConfigs::watch(rt.client.clone());
     let packages = packages::Packages::new(
         fetcher,
-        tls,
         Api::namespaced(rt.client.clone(), &namespace),
         image_configs.clone(),
         args.max_packages_in_memory,

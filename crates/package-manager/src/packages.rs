@@ -1,13 +1,20 @@
 //! Reading packages from registries for the controllers: where from and
 //! with which credentials as the ImageConfigs say (`crate::image_configs`),
-//! else a package's own pull secrets; the CA bundle of `--ca-bundle-path`;
-//! and the digest-keyed cache of `oci::xpkg::Fetcher`.
+//! else a package's own pull secrets, through the one `oci::xpkg::Fetcher`
+//! (the CA bundle of `--ca-bundle-path` and the digest-keyed cache are
+//! its own). Every read is the same three steps: [`Packages::access`]
+//! (where and as whom), the fetcher's call, and [`Access::answer`] (a
+//! refusal explained with where credentials come from).
 
 use std::{ops::Deref, sync::Arc};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use oci::{Auth, Digest, Tls, xpkg};
+use oci::{
+    Auth, Digest,
+    pull::{Fetched, Format, LayerInfo, StackPackage},
+    xpkg,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use types::common::LocalObjectReference;
 use types::pkg::v1beta1::Resolved;
@@ -48,11 +55,43 @@ const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 #[derive(Clone)]
 pub struct Packages {
     fetcher: Arc<xpkg::Fetcher>,
-    tls: Tls,
     secrets: Api<Secret>,
     image_configs: Arc<ImageConfigs>,
     /// The places for Provider packages in memory ([`Held`]).
     in_memory: Arc<Semaphore>,
+}
+
+/// Where a reference is read from and as whom: what the ImageConfigs and
+/// the pull secrets make of it.
+pub struct Access {
+    resolved: Resolved,
+    auth: Auth,
+    /// The namespace pull secrets are read from (for messages).
+    secrets_namespace: String,
+}
+
+impl Access {
+    /// The reference to read, after the ImageConfigs.
+    fn image(&self) -> &str {
+        &self.resolved.image
+    }
+
+    /// What a registry answered, a refusal explained with where
+    /// credentials come from.
+    fn answer<T>(&self, answered: Result<T, oci::Error>) -> Result<T, FetchError> {
+        answered.map_err(|e| match (&e, &self.resolved.pull_secret) {
+            (oci::Error::Unauthorized { registry, .. }, Some((config, secret))) => {
+                FetchError::PullSecret(format!(
+                    "{e}; the credentials come from Secret {}/{secret} (ImageConfig {config}): give it an entry for {registry}",
+                    self.secrets_namespace
+                ))
+            }
+            (oci::Error::Unauthorized { registry, .. }, None) => FetchError::PullSecret(format!(
+                "{e}; give the package a packagePullSecret, or make an ImageConfig whose spec.registry.authentication.pullSecretRef names a kubernetes.io/dockerconfigjson Secret with an entry for {registry}"
+            )),
+            _ => FetchError::Oci(e),
+        })
+    }
 }
 
 /// An object name for a repository (`host/path/name`): its last path
@@ -111,19 +150,17 @@ impl FetchError {
 }
 
 impl Packages {
-    /// Packages fetched through `fetcher`, trusting `tls`, with pull secrets
-    /// read from `secrets` (the runtimes' namespace), read where
-    /// and with the credentials `image_configs` say.
+    /// Packages fetched through `fetcher` (which fixes how registries are
+    /// reached), with pull secrets read from `secrets` (the runtimes'
+    /// namespace), read where and with the credentials `image_configs` say.
     pub fn new(
         fetcher: Arc<xpkg::Fetcher>,
-        tls: Tls,
         secrets: Api<Secret>,
         image_configs: Arc<ImageConfigs>,
         max_in_memory: usize,
     ) -> Self {
         Self {
             fetcher,
-            tls,
             secrets,
             image_configs,
             in_memory: Arc::new(Semaphore::new(max_in_memory.max(1))),
@@ -139,6 +176,30 @@ impl Packages {
     /// the pull secret they give it, and which applied.
     pub async fn resolved(&self, reference: &str) -> Resolved {
         self.image_configs.resolve(reference).await
+    }
+
+    /// Where `reference` is read from (after the ImageConfigs) and as
+    /// whom (see [`Packages::auth`]).
+    async fn access(
+        &self,
+        reference: &str,
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<Access, FetchError> {
+        let resolved = self.resolved(reference).await;
+        self.access_to(resolved, pull_secrets).await
+    }
+
+    /// As whom `resolved` is read.
+    async fn access_to(
+        &self,
+        resolved: Resolved,
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<Access, FetchError> {
+        Ok(Access {
+            auth: self.auth(&resolved, pull_secrets).await?,
+            resolved,
+            secrets_namespace: self.secrets_namespace(),
+        })
     }
 
     /// The credentials for `resolved` (a reference after the ImageConfigs):
@@ -197,23 +258,6 @@ impl Packages {
         Ok(xpkg::auth_from_docker_config(&json.0, registry))
     }
 
-    /// A registry failure, with where credentials come from when the
-    /// registry wants some.
-    fn explain(&self, resolved: &Resolved, e: oci::Error) -> FetchError {
-        match (&e, &resolved.pull_secret) {
-            (oci::Error::Unauthorized { registry, .. }, Some((config, secret))) => {
-                FetchError::PullSecret(format!(
-                    "{e}; the credentials come from Secret {}/{secret} (ImageConfig {config}): give it an entry for {registry}",
-                    self.secrets_namespace()
-                ))
-            }
-            (oci::Error::Unauthorized { registry, .. }, None) => FetchError::PullSecret(format!(
-                "{e}; give the package a packagePullSecret, or make an ImageConfig whose spec.registry.authentication.pullSecretRef names a kubernetes.io/dockerconfigjson Secret with an entry for {registry}"
-            )),
-            _ => FetchError::Oci(e),
-        }
-    }
-
     fn secrets_namespace(&self) -> String {
         self.secrets.namespace().unwrap_or("default").to_owned()
     }
@@ -224,12 +268,8 @@ impl Packages {
         reference: &str,
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Digest, FetchError> {
-        let resolved = self.resolved(reference).await;
-        let auth = self.auth(&resolved, pull_secrets).await?;
-        self.fetcher
-            .resolve(&resolved.image, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))
+        let to = self.access(reference, pull_secrets).await?;
+        to.answer(self.fetcher.resolve(to.image(), &to.auth).await)
     }
 
     /// The tags of `repository` (`host/repository`).
@@ -238,12 +278,24 @@ impl Packages {
         repository: &str,
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Vec<String>, FetchError> {
-        let resolved = self.resolved(repository).await;
-        let auth = self.auth(&resolved, pull_secrets).await?;
-        self.fetcher
-            .tags(&resolved.image, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))
+        let to = self.access(repository, pull_secrets).await?;
+        to.answer(self.fetcher.tags(to.image(), &to.auth).await)
+    }
+
+    /// The package at `digest` of `reference`'s repository in the format
+    /// `F`, from the cache when it is there, named by `reference`.
+    async fn fetch_as<F: Format>(
+        &self,
+        reference: &str,
+        digest: &Digest,
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<Fetched<F>, FetchError> {
+        let to = self.access(reference, pull_secrets).await?;
+        let fetched = to.answer(self.fetcher.fetch::<F>(to.image(), digest, &to.auth).await)?;
+        Ok(Fetched {
+            reference: reference.to_owned(),
+            ..fetched
+        })
     }
 
     /// The package at `digest` of `reference`'s repository (from the cache
@@ -258,16 +310,9 @@ impl Packages {
     ) -> Result<Held<xpkg::Package>, FetchError> {
         // The semaphore is never closed: a place always comes.
         let place = self.in_memory.clone().acquire_owned().await.ok();
-        let resolved = self.resolved(reference).await;
-        let auth = self.auth(&resolved, pull_secrets).await?;
-        let mut package = self
-            .fetcher
-            .fetch(&resolved.image, digest, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))?;
-        package.reference = reference.to_owned();
+        let value = self.fetch_as(reference, digest, pull_secrets).await?;
         Ok(Held {
-            value: package,
+            value,
             _place: place,
         })
     }
@@ -278,35 +323,22 @@ impl Packages {
         &self,
         reference: &str,
         digest: &Digest,
-    ) -> Result<oci::pull::StackPackage, FetchError> {
-        let resolved = self.resolved(reference).await;
-        let auth = self.auth(&resolved, &[]).await?;
-        let mut package = self
-            .fetcher
-            .fetch_stack(&resolved.image, digest, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))?;
-        package.reference = reference.to_owned();
-        Ok(package)
+    ) -> Result<StackPackage, FetchError> {
+        self.fetch_as(reference, digest, &[]).await
     }
 
     /// The runtime image of a package that names none in its meta
     /// (`spec.controller.image`): the package image itself, pinned to
     /// `digest` under the name the package has (the ImageConfigs rewrite
-    /// it where the runtime is rendered), when it carries a runtime; `None` for a package of files alone. One manifest read.
+    /// it where the runtime is rendered), when it carries a runtime; `None`
+    /// for a package of files alone. One manifest read.
     pub async fn runtime_image(
         &self,
         reference: &str,
         digest: &Digest,
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Option<String>, FetchError> {
-        let resolved = self.resolved(reference).await;
-        let auth = self.auth(&resolved, pull_secrets).await?;
-        let info = self
-            .fetcher
-            .layer_info(&resolved.image, digest, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))?;
+        let info = self.layer_info(reference, digest, pull_secrets).await?;
         Ok(info
             .carries_runtime()
             .then(|| format!("{}@{}", xpkg::repository_of(reference), digest.as_str())))
@@ -318,35 +350,25 @@ impl Packages {
         &self,
         reference: &str,
         digest: &Digest,
-    ) -> Result<oci::pull::LayerInfo, FetchError> {
-        let resolved = self.resolved(reference).await;
-        let auth = self.auth(&resolved, &[]).await?;
-        self.fetcher
-            .layer_info(&resolved.image, digest, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<LayerInfo, FetchError> {
+        let to = self.access(reference, pull_secrets).await?;
+        to.answer(self.fetcher.layer_info(to.image(), digest, &to.auth).await)
     }
 
     /// The repositories of the registry `source` (`host[:port][/path]`)
-    /// names, under its path, as `source/<rest>`.
+    /// names, under its path, as `source/<rest>`; read with the
+    /// credentials the ImageConfigs give `source` for its registry.
     pub async fn repositories(&self, source: &str) -> Result<Vec<String>, FetchError> {
         let resolved = self.resolved(source).await;
         let location = resolved.image.clone();
         let (host, path) = location.split_once('/').unwrap_or((&location, ""));
-        let auth = self
-            .auth(
-                &Resolved {
-                    image: format!("{host}/x"),
-                    ..resolved.clone()
-                },
-                &[],
-            )
-            .await?;
-        let all = self
-            .fetcher
-            .catalog(host, &auth, &self.tls)
-            .await
-            .map_err(|e| self.explain(&resolved, e))?;
+        let registry = Resolved {
+            image: format!("{host}/x"),
+            ..resolved
+        };
+        let to = self.access_to(registry, &[]).await?;
+        let all = to.answer(self.fetcher.catalog(host, &to.auth).await)?;
         let prefix = if path.is_empty() {
             String::new()
         } else {

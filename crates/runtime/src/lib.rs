@@ -18,6 +18,7 @@ pub mod index;
 pub mod kubeconfig;
 pub mod leader;
 pub mod limits;
+pub mod lru;
 pub mod managed;
 pub mod metrics;
 pub mod objects;

@@ -159,16 +159,22 @@ async fn main() -> anyhow::Result<()> {
             let (auth, tls) = (registry.auth()?, registry.tls()?);
             let cache = tempfile::tempdir()?;
             let fetcher = xpkg::Fetcher::new(cache.path().to_path_buf(), u64::MAX)
+                .with_tls(&tls)
                 .with_policy(registry.policy());
-            let digest = fetcher.resolve(&reference, &auth, &tls).await?;
-            let info = fetcher.layer_info(&reference, &digest, &auth, &tls).await?;
+            let digest = fetcher.resolve(&reference, &auth).await?;
+            let info = fetcher.layer_info(&reference, &digest, &auth).await?;
             if info.annotations.contains_key(stack::OWNS_ANNOTATION) {
                 let s = fetcher
-                    .fetch_stack(&reference, &digest, &auth, &tls)
+                    .fetch::<stack::Stack>(&reference, &digest, &auth)
                     .await?;
-                print!("{}", stack::describe(&reference, digest.as_str(), &s.stack));
+                print!(
+                    "{}",
+                    stack::describe(&reference, digest.as_str(), &s.contents)
+                );
             } else {
-                let package = fetcher.fetch(&reference, &digest, &auth, &tls).await?;
+                let package = fetcher
+                    .fetch::<xpkg::Contents>(&reference, &digest, &auth)
+                    .await?;
                 print!("{}", xpkg::describe(&package));
             }
         }

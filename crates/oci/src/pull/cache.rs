@@ -1,8 +1,15 @@
-//! The pull-side cache: a package's `package.yaml` (and a stack's files)
-//! by manifest digest, in a directory kept under a size bound (the least
-//! recently used go first), so a digest is downloaded once. Only checked
-//! packages are written; a cache that cannot be written only costs a pull
-//! later.
+//! The pull-side cache: the files a package format reads from a package
+//! layer (a package's `package.yaml`, a stack's `.registry/` files), by
+//! manifest digest and format, in a directory kept under a size bound (the
+//! least recently used go first), so a digest is downloaded once. Only
+//! checked packages are written; a cache that cannot be written only costs
+//! a pull later.
+//!
+//! One file format for every package format: a JSON header line (the
+//! format version, the layer, each file's path and length), then the
+//! files' bytes in that order. A file whose header or length does not
+//! match is not read; files of earlier formats are never read under the
+//! current names, and are deleted at the next write.
 
 use std::{
     collections::BTreeMap,
@@ -11,16 +18,30 @@ use std::{
     time::SystemTime,
 };
 
-use base64::Engine as _;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
 use crate::Digest;
 
-/// The first line of a cache file: the layer package.yaml came from.
-const CACHE_LAYER_PREFIX: &str = "# layer: ";
+/// The version in every header this code writes and reads.
+const FORMAT: u32 = 2;
 
-/// The package cache: package.yaml (and stacks' files) by digest, in a
-/// directory kept under `max` bytes.
+/// The name every cache file of [`FORMAT`] ends with.
+const SUFFIX: &str = ".cache";
+
+/// What the files of one cache entry are.
+#[derive(Debug, Deserialize, Serialize)]
+struct Header {
+    format: u32,
+    layer: String,
+    /// Each file's path and length, in the order their bytes follow.
+    files: Vec<(String, u64)>,
+}
+
+/// What a cache entry holds: the layer the files came from, and the files.
+pub(crate) type Entry = (String, BTreeMap<String, Vec<u8>>);
+
+/// The package cache: files by digest and format, in a directory kept
+/// under `max` bytes.
 #[derive(Clone, Debug)]
 pub(crate) struct Cache {
     /// Where the files are (made when first written); layers are
@@ -35,12 +56,8 @@ impl Cache {
         Self { dir, max }
     }
 
-    fn package_file(&self, digest: &Digest) -> PathBuf {
-        self.dir.join(format!("{}.yaml", digest.hex()))
-    }
-
-    fn stack_file(&self, digest: &Digest) -> PathBuf {
-        self.dir.join(format!("{}.stack.json", digest.hex()))
+    fn file(&self, format: &str, digest: &Digest) -> PathBuf {
+        self.dir.join(format!("{}.{format}{SUFFIX}", digest.hex()))
     }
 
     /// An anonymous temporary file in the cache directory (made if
@@ -51,74 +68,40 @@ impl Cache {
         tempfile::tempfile_in(&self.dir)
     }
 
-    /// The layer and package.yaml cached for `digest`, marking the file
-    /// used (trimming removes the least recently used first).
-    pub(crate) fn package(&self, digest: &Digest) -> Option<(String, Vec<u8>)> {
-        read_cached(&self.package_file(digest), |bytes| {
-            let text = std::str::from_utf8(bytes).ok()?;
-            let (first, yaml) = text.split_once('\n')?;
-            let layer = first.strip_prefix(CACHE_LAYER_PREFIX)?.trim().to_owned();
-            Some((layer, yaml.as_bytes().to_vec()))
-        })
+    /// The layer and files cached for `digest` in `format`, marking the
+    /// file used (trimming removes the least recently used first).
+    pub(crate) fn get(&self, format: &str, digest: &Digest) -> Option<Entry> {
+        let path = self.file(format, digest);
+        if std::fs::metadata(&path).ok()?.len() > MAX_CACHE_FILE_BYTES {
+            return None;
+        }
+        let found = decode(&std::fs::read(&path).ok()?)?;
+        if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Some(found)
     }
 
-    /// The layer and `.registry/` files cached for `digest`, marking the
-    /// file used.
-    pub(crate) fn stack(&self, digest: &Digest) -> Option<(String, BTreeMap<String, Vec<u8>>)> {
-        read_cached(&self.stack_file(digest), |bytes| {
-            let json: Value = serde_json::from_slice(bytes).ok()?;
-            let layer = json.get("layer")?.as_str()?.to_owned();
-            let mut files = BTreeMap::new();
-            for (k, v) in json.get("files")?.as_object()? {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(v.as_str()?)
-                    .ok()?;
-                files.insert(k.clone(), bytes);
-            }
-            Some((layer, files))
-        })
-    }
-
-    /// Writes a checked package.yaml to the cache.
-    pub(crate) fn store_package(&self, digest: &Digest, layer: &str, yaml: &[u8]) {
-        self.write(
-            &self.package_file(digest),
-            &[format!("{CACHE_LAYER_PREFIX}{layer}\n").as_bytes(), yaml],
-        );
-    }
-
-    pub(crate) fn store_stack(
+    /// Writes checked files to the cache (atomically: a temporary file
+    /// renamed) and trims it.
+    pub(crate) fn store(
         &self,
+        format: &str,
         digest: &Digest,
         layer: &str,
         files: &BTreeMap<String, Vec<u8>>,
     ) {
-        let encoded: serde_json::Map<String, Value> = files
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    Value::String(base64::engine::general_purpose::STANDARD.encode(v)),
-                )
-            })
-            .collect();
-        let json = serde_json::json!({"layer": layer, "files": encoded});
-        self.write(&self.stack_file(digest), &[json.to_string().as_bytes()]);
-    }
-
-    /// Writes `parts` as the cache file `path` (atomically: a temporary
-    /// file renamed) and trims the cache. A cache that cannot be written
-    /// only costs a pull later.
-    fn write(&self, path: &Path, parts: &[&[u8]]) {
+        let Some(bytes) = encode(layer, files) else {
+            return;
+        };
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(&self.dir)?;
             let mut tmp = tempfile::Builder::new()
                 .prefix(".tmp-")
                 .tempfile_in(&self.dir)?;
-            for part in parts {
-                tmp.write_all(part)?;
-            }
-            tmp.persist(path).map_err(|e| e.error)?;
+            tmp.write_all(&bytes)?;
+            tmp.persist(self.file(format, digest))
+                .map_err(|e| e.error)?;
             Ok(())
         };
         if write().is_ok() {
@@ -127,44 +110,73 @@ impl Cache {
     }
 }
 
-/// The largest cache file read: a package.yaml or a stack's files (base64)
-/// within the default bounds, with room to spare.
+/// The largest cache file read: a package's files within the default
+/// bounds, with room to spare.
 const MAX_CACHE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// What `parse` reads from the cache file `path`, marking the file used
-/// when it holds something (trimming removes the least recently used
-/// first).
-fn read_cached<T>(path: &Path, parse: impl FnOnce(&[u8]) -> Option<T>) -> Option<T> {
-    if std::fs::metadata(path).ok()?.len() > MAX_CACHE_FILE_BYTES {
-        return None;
+/// A cache file: the header line, then the files' bytes.
+fn encode(layer: &str, files: &BTreeMap<String, Vec<u8>>) -> Option<Vec<u8>> {
+    let header = Header {
+        format: FORMAT,
+        layer: layer.to_owned(),
+        files: files
+            .iter()
+            .map(|(p, b)| (p.clone(), b.len() as u64))
+            .collect(),
+    };
+    let mut out = serde_json::to_vec(&header).ok()?;
+    out.push(b'\n');
+    for bytes in files.values() {
+        out.extend_from_slice(bytes);
     }
-    let found = parse(&std::fs::read(path).ok()?)?;
-    if let Ok(f) = std::fs::File::options().append(true).open(path) {
-        let _ = f.set_modified(SystemTime::now());
-    }
-    Some(found)
+    Some(out)
 }
 
-/// Deletes the least recently modified files of `dir` (not the temporary
-/// files of writes under way) until it holds at most `max` bytes.
+/// What a cache file holds, when it is of the current format and whole.
+fn decode(bytes: &[u8]) -> Option<Entry> {
+    let newline = bytes.iter().position(|b| *b == b'\n')?;
+    let header: Header = serde_json::from_slice(&bytes[..newline]).ok()?;
+    if header.format != FORMAT {
+        return None;
+    }
+    let mut rest = &bytes[newline + 1..];
+    let mut files = BTreeMap::new();
+    for (path, len) in header.files {
+        let len = usize::try_from(len).ok()?;
+        if len > rest.len() {
+            return None;
+        }
+        let (file, after) = rest.split_at(len);
+        files.insert(path, file.to_vec());
+        rest = after;
+    }
+    rest.is_empty().then_some((header.layer, files))
+}
+
+/// Deletes the files of earlier formats, then the least recently modified
+/// files of `dir` (not the temporary files of writes under way) until it
+/// holds at most `max` bytes.
 fn trim(dir: &Path, max: u64) {
     let Ok(read) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut files: Vec<(SystemTime, u64, PathBuf)> = read
-        .filter_map(|e| e.ok())
-        .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp"))
-        .filter_map(|e| {
-            let m = e.metadata().ok()?;
-            m.is_file().then(|| {
-                (
-                    m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                    m.len(),
-                    e.path(),
-                )
-            })
-        })
-        .collect();
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+    for e in read.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(m) = e.metadata() else { continue };
+        if name.starts_with(".tmp") || !m.is_file() {
+            continue;
+        }
+        if !name.ends_with(SUFFIX) {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        files.push((
+            m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            m.len(),
+            e.path(),
+        ));
+    }
     let mut total: u64 = files.iter().map(|f| f.1).sum();
     files.sort();
     for (_, len, path) in files {
@@ -185,10 +197,20 @@ mod tests {
 
     use super::*;
 
+    fn files(pairs: &[(&str, &[u8])]) -> BTreeMap<String, Vec<u8>> {
+        pairs
+            .iter()
+            .map(|(p, b)| ((*p).to_owned(), b.to_vec()))
+            .collect()
+    }
+
     #[test]
     fn the_cache_keeps_the_newest_files_under_its_bound() {
         let dir = tempfile::tempdir().unwrap();
-        for (i, name) in ["a.yaml", "b.yaml", "c.yaml", ".tmp-x"].iter().enumerate() {
+        for (i, name) in ["a.cache", "b.cache", "c.cache", ".tmp-x"]
+            .iter()
+            .enumerate()
+        {
             std::fs::write(dir.path().join(name), vec![0u8; 100]).unwrap();
             let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1000 + i as u64);
             std::fs::File::options()
@@ -200,10 +222,71 @@ mod tests {
         }
         trim(dir.path(), 250);
         let left = |n: &str| dir.path().join(n).exists();
-        assert!(!left("a.yaml"));
-        assert!(left("b.yaml") && left("c.yaml"));
+        assert!(!left("a.cache"));
+        assert!(left("b.cache") && left("c.cache"));
         assert!(left(".tmp-x"), "a write under way is not trimmed");
         trim(dir.path(), 0);
-        assert!(!left("b.yaml") && !left("c.yaml"));
+        assert!(!left("b.cache") && !left("c.cache"));
+    }
+
+    #[test]
+    fn every_format_is_kept_in_one_file_format_and_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_path_buf(), 1 << 20);
+        let digest = Digest::of(b"manifest");
+        let package = files(&[("package.yaml", b"kind: Provider\n")]);
+        let stack = files(&[
+            (".registry/app.yaml", b"title: x\n"),
+            (".registry/icon.png", &[0, 10, 255, b'\n']),
+            (".registry/empty", b""),
+        ]);
+        cache.store("package", &digest, "sha256:layer", &package);
+        cache.store("stack", &digest, "all layers", &stack);
+        assert_eq!(
+            cache.get("package", &digest),
+            Some(("sha256:layer".to_owned(), package))
+        );
+        assert_eq!(
+            cache.get("stack", &digest),
+            Some(("all layers".to_owned(), stack))
+        );
+        assert_eq!(cache.get("other", &digest), None);
+    }
+
+    #[test]
+    fn an_entry_of_an_earlier_format_or_cut_short_is_never_read_and_old_files_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_path_buf(), 1 << 20);
+        let digest = Digest::of(b"manifest");
+        // The files earlier versions wrote: package.yaml after a layer
+        // line, a stack's files as base64 JSON.
+        let old_package = dir.path().join(format!("{}.yaml", digest.hex()));
+        let old_stack = dir.path().join(format!("{}.stack.json", digest.hex()));
+        std::fs::write(&old_package, "# layer: sha256:old\nkind: Provider\n").unwrap();
+        std::fs::write(&old_stack, r#"{"layer":"x","files":{}}"#).unwrap();
+        assert_eq!(cache.get("package", &digest), None);
+        assert_eq!(cache.get("stack", &digest), None);
+        // A current file cut short, or with bytes past its files, or of
+        // another version, is a miss, not a misreading.
+        let whole = encode("sha256:layer", &files(&[("package.yaml", b"kind: X\n")])).unwrap();
+        let path = cache.file("package", &digest);
+        for bad in [
+            whole[..whole.len() - 1].to_vec(),
+            [whole.as_slice(), b"more"].concat(),
+            String::from_utf8(whole.clone())
+                .unwrap()
+                .replacen("\"format\":2", "\"format\":3", 1)
+                .into_bytes(),
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert_eq!(cache.get("package", &digest), None);
+        }
+        // The next write drops the earlier format's files.
+        cache.store("stack", &digest, "l", &files(&[]));
+        assert!(!old_package.exists() && !old_stack.exists());
+        assert_eq!(
+            cache.get("stack", &digest),
+            Some(("l".to_owned(), files(&[])))
+        );
     }
 }

@@ -10,7 +10,7 @@ use super::*;
 use crate::{
     Config, Image, LayerBuilder,
     test_server::{Reply, Seen, Server},
-    xpkg::BASE_ANNOTATION,
+    xpkg::{BASE_ANNOTATION, PACKAGE_FILE},
 };
 
 /// The CA that signed the certificate [`https`] serves (for 127.0.0.1 and
@@ -108,33 +108,29 @@ async fn a_package_is_pulled_into_a_cache_directory_made_for_it() {
     let digest = serve(&server, &package(META), None, |_| true);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache/xpkg");
-    let fetcher = Fetcher::new(cache.clone(), 1 << 20);
+    let fetcher = Fetcher::new(cache.clone(), 1 << 20).with_tls(&Tls::PlainHttp);
     let reference = format!("{}/pkg/x:v1", server.host());
-    let tls = Tls::PlainHttp;
     assert_eq!(
-        fetcher
-            .resolve(&reference, &Auth::Anonymous, &tls)
-            .await
-            .unwrap(),
+        fetcher.resolve(&reference, &Auth::Anonymous).await.unwrap(),
         digest
     );
     let p = fetcher
-        .fetch(&reference, &digest, &Auth::Anonymous, &tls)
+        .fetch::<Contents>(&reference, &digest, &Auth::Anonymous)
         .await
         .unwrap();
     assert_eq!(p.contents.meta.name, "provider-test");
-    assert!(cache.join(format!("{}.yaml", digest.hex())).exists());
+    assert!(
+        cache
+            .join(format!("{}.package.cache", digest.hex()))
+            .exists()
+    );
 }
 
 #[tokio::test]
 async fn an_unqualified_reference_is_refused_without_asking_any_registry() {
-    let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::System);
     let e = fetcher
-        .resolve(
-            "crossplane-contrib/provider-nop:v0.4.0",
-            &Auth::Anonymous,
-            &Tls::System,
-        )
+        .resolve("crossplane-contrib/provider-nop:v0.4.0", &Auth::Anonymous)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Reference { .. }), "{e:?}");
@@ -159,11 +155,8 @@ async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
     );
     tokens.route("/token", |_| Reply::new(200).body(r#"{"token":"t0ken"}"#));
     let reference = format!("{}/pkg/x:v1", registry.host());
-    let fetcher = Fetcher::new(std::env::temp_dir(), 0);
-    let e = fetcher
-        .resolve(&reference, &basic(), &Tls::PlainHttp)
-        .await
-        .unwrap_err();
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::PlainHttp);
+    let e = fetcher.resolve(&reference, &basic()).await.unwrap_err();
     assert!(
         matches!(e, Error::Untrusted { .. }) && !e.is_transient(),
         "{e:?}"
@@ -185,10 +178,7 @@ async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
         realm_hosts: vec![host],
         ..RegistryPolicy::default()
     });
-    let got = fetcher
-        .resolve(&reference, &basic(), &Tls::PlainHttp)
-        .await
-        .unwrap();
+    let got = fetcher.resolve(&reference, &basic()).await.unwrap();
     assert_eq!(got, digest);
     let asked = tokens.requests();
     assert_eq!(asked.len(), 1);
@@ -199,10 +189,10 @@ async fn a_token_service_on_another_host_gets_no_credentials_unless_allowed() {
         asked[0].path
     );
     // Anonymous reads may use any token service: nothing to leak.
-    let anonymous = Fetcher::new(std::env::temp_dir(), 0);
+    let anonymous = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::PlainHttp);
     assert_eq!(
         anonymous
-            .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+            .resolve(&reference, &Auth::Anonymous)
             .await
             .unwrap(),
         digest
@@ -220,13 +210,15 @@ async fn an_https_registry_sends_no_credentials_to_a_plain_http_token_service() 
         Some(format!("Bearer realm=\"{realm}\"")),
         |_| false,
     );
-    let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_policy(RegistryPolicy {
-        realm_hosts: vec!["127.0.0.1".to_owned()],
-        ..RegistryPolicy::default()
-    });
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0)
+        .with_tls(&Tls::Ca(CA.to_vec()))
+        .with_policy(RegistryPolicy {
+            realm_hosts: vec!["127.0.0.1".to_owned()],
+            ..RegistryPolicy::default()
+        });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = fetcher
-        .resolve(&reference, &basic(), &Tls::Ca(CA.to_vec()))
+        .resolve(&reference, &basic())
         .await
         .unwrap_err()
         .to_string();
@@ -252,9 +244,9 @@ async fn a_hostile_token_cannot_panic_the_process() {
         Reply::new(200).body("{\"token\":\"a\\u0001b\"}")
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
-    let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+    let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::PlainHttp);
     let e = fetcher
-        .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .resolve(&reference, &Auth::Anonymous)
         .await
         .unwrap_err();
     assert!(!e.is_transient(), "{e:?}");
@@ -325,7 +317,8 @@ async fn a_redirect_from_https_to_http_is_not_followed() {
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(std::env::temp_dir(), 0)
-        .resolve(&reference, &basic(), &Tls::Ca(CA.to_vec()))
+        .with_tls(&Tls::Ca(CA.to_vec()))
+        .resolve(&reference, &basic())
         .await
         .unwrap_err();
     let manifest = registry.requests_to("/v2/pkg/x/manifests/v1");
@@ -360,7 +353,8 @@ async fn credentials_do_not_follow_a_redirect_to_another_host() {
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let got = Fetcher::new(std::env::temp_dir(), 0)
-        .resolve(&reference, &basic(), &Tls::PlainHttp)
+        .with_tls(&Tls::PlainHttp)
+        .resolve(&reference, &basic())
         .await
         .unwrap();
     assert_eq!(got, s.digest);
@@ -379,7 +373,8 @@ async fn registry_text_in_errors_is_sanitized_and_capped() {
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(std::env::temp_dir(), 0)
-        .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .with_tls(&Tls::PlainHttp)
+        .resolve(&reference, &Auth::Anonymous)
         .await
         .unwrap_err();
     assert!(e.is_transient(), "{e:?}");
@@ -413,7 +408,8 @@ async fn a_manifest_over_the_bound_is_refused() {
     });
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(std::env::temp_dir(), 0)
-        .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+        .with_tls(&Tls::PlainHttp)
+        .resolve(&reference, &Auth::Anonymous)
         .await
         .unwrap_err();
     assert_eq!(
@@ -444,7 +440,8 @@ async fn a_layer_of_zeros_from_a_registry_is_refused_naming_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let reference = format!("{}/pkg/x:v1", registry.host());
     let e = Fetcher::new(dir.path().to_path_buf(), 1 << 20)
-        .fetch(&reference, &digest, &Auth::Anonymous, &Tls::PlainHttp)
+        .with_tls(&Tls::PlainHttp)
+        .fetch::<Contents>(&reference, &digest, &Auth::Anonymous)
         .await
         .unwrap_err();
     assert!(!e.is_transient(), "{e:?}");

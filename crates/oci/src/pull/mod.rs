@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use oci_spec::distribution::Reference;
 
 mod cache;
+mod format;
 mod layers;
 mod manifest;
 
@@ -28,6 +29,7 @@ pub use crate::{
     reference::{registry_of, repository_of, tag_of},
     registry::auth_from_docker_config,
 };
+pub use format::Format;
 pub use layers::Pulled;
 pub use manifest::LayerInfo;
 
@@ -39,54 +41,59 @@ use self::{
 use crate::{
     Auth, Digest, Error, Limits, RegistryPolicy, Tls,
     guard::{off_workers, unwinding},
-    registry::{Session, pages},
-    stack,
-    xpkg::{self, Contents, PACKAGE_FILE},
+    registry::{Session, http::Transport, pages},
+    stack::Stack,
+    xpkg::Contents,
 };
 
-/// A package read from a registry.
+/// A package read from a registry, in the format `F`.
 #[derive(Clone, Debug)]
-pub struct Package {
+pub struct Fetched<F> {
     /// The reference it was read by.
     pub reference: String,
     /// Its manifest digest.
     pub digest: Digest,
     /// What it holds.
-    pub contents: Contents,
+    pub contents: F,
 }
+
+/// A Crossplane package read from a registry.
+pub type Package = Fetched<Contents>;
 
 /// A stack package read from a registry.
-#[derive(Clone, Debug)]
-pub struct StackPackage {
-    /// The reference it was read by.
-    pub reference: String,
-    /// Its manifest digest.
-    pub digest: Digest,
-    /// What it holds.
-    pub stack: stack::Stack,
-}
+pub type StackPackage = Fetched<Stack>;
 
-/// Pulls packages, keeping their `package.yaml` by digest in a
-/// size-bounded directory.
+/// Pulls packages, keeping what each format reads of them by digest in a
+/// size-bounded directory. How registries are reached (TLS, and where
+/// credentials may go) is fixed when it is made; one HTTP client serves
+/// every request. The credentials are each request's own.
 #[derive(Debug)]
 pub struct Fetcher {
     cache: Cache,
     limits: Limits,
     policy: RegistryPolicy,
+    transport: Transport,
 }
 
 impl Fetcher {
     /// Packages cached in `cache_dir` (made when first written), which is
     /// kept under `max_cache_bytes` (the least recently used go first).
     /// Layers are downloaded to temporary files in `cache_dir` too: the one
-    /// place the shipped pod may write. Default [`Limits`] and
-    /// [`RegistryPolicy`].
+    /// place the shipped pod may write. Default [`Limits`],
+    /// [`RegistryPolicy`] and [`Tls`].
     pub fn new(cache_dir: PathBuf, max_cache_bytes: u64) -> Self {
         Self {
             cache: Cache::new(cache_dir, max_cache_bytes),
             limits: Limits::default(),
             policy: RegistryPolicy::default(),
+            transport: Transport::default(),
         }
+    }
+
+    /// Reaches registries as `tls` says (a CA bundle, plain HTTP).
+    pub fn with_tls(mut self, tls: &Tls) -> Self {
+        self.transport = Transport::new(tls);
+        self
     }
 
     /// Reads registries as `policy` allows (token services on other hosts,
@@ -108,18 +115,23 @@ impl Fetcher {
         reference: &'a str,
         image: &Reference,
         auth: &'a Auth,
-        tls: &Tls,
     ) -> Result<Session<'a>, Error> {
-        Session::new(reference, image.resolve_registry(), auth, tls, &self.policy)
+        Session::new(
+            reference,
+            image.resolve_registry(),
+            auth,
+            &self.transport,
+            &self.policy,
+        )
     }
 
     /// The manifest digest `reference` (a tag or a digest) names now; for
     /// an image index, the digest of its linux/amd64 manifest (an index
     /// without one is [`Error::Invalid`], naming the platforms it has).
-    pub async fn resolve(&self, reference: &str, auth: &Auth, tls: &Tls) -> Result<Digest, Error> {
+    pub async fn resolve(&self, reference: &str, auth: &Auth) -> Result<Digest, Error> {
         unwinding(reference, "resolving the reference", async {
             let image = crate::reference::parse(reference)?;
-            let session = self.session(reference, &image, auth, tls)?;
+            let session = self.session(reference, &image, auth)?;
             let bytes = session
                 .manifest(image.repository(), tag_or_digest(&image))
                 .await?;
@@ -134,15 +146,10 @@ impl Fetcher {
 
     /// The tags of `repository` (`host[:port]/repository`, a tag or digest
     /// is ignored), every page of them.
-    pub async fn tags(
-        &self,
-        repository: &str,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<Vec<String>, Error> {
+    pub async fn tags(&self, repository: &str, auth: &Auth) -> Result<Vec<String>, Error> {
         unwinding(repository, "listing tags", async {
             let image = crate::reference::parse(&repository_of(repository))?;
-            let session = self.session(repository, &image, auth, tls)?;
+            let session = self.session(repository, &image, auth)?;
             pages::all_tags(&session, image.repository()).await
         })
         .await
@@ -150,135 +157,57 @@ impl Fetcher {
 
     /// The repositories of `registry` (`host[:port]`), every page of them
     /// (the registry's catalog).
-    pub async fn catalog(
-        &self,
-        registry: &str,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<Vec<String>, Error> {
+    pub async fn catalog(&self, registry: &str, auth: &Auth) -> Result<Vec<String>, Error> {
         unwinding(registry, "listing the registry's repositories", async {
             let image = crate::reference::parse(&format!("{registry}/catalog"))?;
-            let session = self.session(registry, &image, auth, tls)?;
+            let session = self.session(registry, &image, auth)?;
             pages::all_repositories(&session).await
         })
         .await
     }
 
-    /// The package at `digest` in `reference`'s repository: from the cache,
-    /// else pulled (by digest), checked and cached. Unpacking and parsing
-    /// run off the async workers.
-    pub async fn fetch(
+    /// The package at `digest` in `reference`'s repository, in the format
+    /// `F` ([`Contents`] for a Crossplane package, [`Stack`] for a stack):
+    /// from the cache, else pulled (by digest), checked and cached.
+    /// Unpacking and parsing run off the async workers.
+    pub async fn fetch<F: Format>(
         &self,
         reference: &str,
         digest: &Digest,
         auth: &Auth,
-        tls: &Tls,
-    ) -> Result<Package, Error> {
-        unwinding(reference, "reading the package", async {
+    ) -> Result<Fetched<F>, Error> {
+        unwinding(reference, F::READING, async {
             let cache = self.cache.clone();
             let key = digest.clone();
             let hit = off_workers(reference, "reading the package cache", move || {
-                Ok(cache.package(&key))
+                Ok(cache.get(F::NAME, &key))
             })
             .await?;
-            let (layer, yaml, fresh) = match hit {
-                Some((layer, yaml)) => (layer, yaml, false),
+            let (layer, files, fresh) = match hit {
+                Some((layer, files)) => (layer, files, false),
                 None => {
-                    let (layer, yaml) = self.pull(reference, digest, auth, tls).await?;
-                    (layer, yaml, true)
+                    let pulled = self.pull_files(reference, digest, auth, F::wanted).await?;
+                    (pulled.layer, pulled.files, true)
                 }
             };
             let (cache, key, limits) = (self.cache.clone(), digest.clone(), self.limits.clone());
             let owned = reference.to_owned();
-            let contents = off_workers(reference, "parsing package.yaml", move || {
-                let contents = xpkg::parse_within(&owned, &layer, &yaml, &limits)?;
+            let contents = off_workers(reference, F::PARSING, move || {
+                let contents = F::parse(&owned, &layer, &files, &limits)?;
                 // Checked before it is cached: a bad package is never kept.
                 if fresh {
-                    cache.store_package(&key, &layer, &yaml);
+                    cache.store(F::NAME, &key, &layer, &files);
                 }
                 Ok(contents)
             })
             .await?;
-            Ok(Package {
+            Ok(Fetched {
                 reference: reference.to_owned(),
                 digest: digest.clone(),
                 contents,
             })
         })
         .await
-    }
-
-    /// The stack package (seed 001) at `digest` in `reference`'s
-    /// repository: from the cache, else pulled (by digest), checked and
-    /// cached. Its tag (when `reference` has one) gives app.yaml's version
-    /// when it has none.
-    pub async fn fetch_stack(
-        &self,
-        reference: &str,
-        digest: &Digest,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<StackPackage, Error> {
-        unwinding(reference, "reading the stack", async {
-            let cache = self.cache.clone();
-            let key = digest.clone();
-            let hit = off_workers(reference, "reading the package cache", move || {
-                Ok(cache.stack(&key))
-            })
-            .await?;
-            let (layer, files, fresh) = match hit {
-                Some((layer, files)) => (layer, files, false),
-                None => {
-                    let pulled = self
-                        .pull_files(reference, digest, auth, tls, stack::is_stack_file)
-                        .await?;
-                    (pulled.layer, pulled.files, true)
-                }
-            };
-            let (cache, key, limits) = (self.cache.clone(), digest.clone(), self.limits.clone());
-            let (owned, tag) = (reference.to_owned(), tag_of(reference));
-            let stack = off_workers(reference, "parsing the stack", move || {
-                let stack = stack::parse_within(&owned, &layer, &files, tag.as_deref(), &limits)?;
-                if fresh {
-                    cache.store_stack(&key, &layer, &files);
-                }
-                Ok(stack)
-            })
-            .await?;
-            Ok(StackPackage {
-                reference: reference.to_owned(),
-                digest: digest.clone(),
-                stack,
-            })
-        })
-        .await
-    }
-
-    /// Pulls `repository@digest` and returns the layer package.yaml is in
-    /// and its bytes.
-    async fn pull(
-        &self,
-        reference: &str,
-        digest: &Digest,
-        auth: &Auth,
-        tls: &Tls,
-    ) -> Result<(String, Vec<u8>), Error> {
-        let pulled = self
-            .pull_files(reference, digest, auth, tls, is_package_file)
-            .await?;
-        let layer = pulled.layer;
-        pulled
-            .files
-            .into_iter()
-            .find(|(p, _)| p == PACKAGE_FILE)
-            .map(|(_, yaml)| (layer.clone(), yaml))
-            .ok_or_else(|| {
-                Error::invalid(
-                    reference,
-                    &layer,
-                    format!("no {PACKAGE_FILE} in the package"),
-                )
-            })
     }
 
     /// What the manifest of the image at `digest` says about its package
@@ -288,11 +217,10 @@ impl Fetcher {
         reference: &str,
         digest: &Digest,
         auth: &Auth,
-        tls: &Tls,
     ) -> Result<LayerInfo, Error> {
         unwinding(reference, "reading the manifest", async {
             let image = crate::reference::parse(reference)?;
-            let session = self.session(reference, &image, auth, tls)?;
+            let session = self.session(reference, &image, auth)?;
             let json = image_manifest(&session, reference, &image, digest).await?;
             Ok(LayerInfo::of(&json))
         })
@@ -308,12 +236,11 @@ impl Fetcher {
         reference: &str,
         digest: &Digest,
         auth: &Auth,
-        tls: &Tls,
         wanted: fn(&str) -> bool,
     ) -> Result<Pulled, Error> {
         unwinding(reference, "pulling the package", async {
             let image = crate::reference::parse(reference)?;
-            let session = self.session(reference, &image, auth, tls)?;
+            let session = self.session(reference, &image, auth)?;
             let json = image_manifest(&session, reference, &image, digest).await?;
             let layers = Layers {
                 session: &session,
@@ -325,10 +252,6 @@ impl Fetcher {
         })
         .await
     }
-}
-
-fn is_package_file(path: &str) -> bool {
-    path == PACKAGE_FILE
 }
 
 #[cfg(test)]
@@ -355,22 +278,22 @@ mod tests {
         "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-test\n";
     const CRD: &str = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\nspec:\n  group: example.org\n";
 
+    fn package_yaml(yaml: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+        [("package.yaml".to_owned(), yaml.as_bytes().to_vec())].into()
+    }
+
     #[tokio::test]
     async fn a_cached_package_is_read_without_the_registry_and_kept_used() {
         let dir = tempfile::tempdir().unwrap();
-        let fetcher = Fetcher::new(dir.path().to_path_buf(), 1 << 20);
+        let fetcher = Fetcher::new(dir.path().to_path_buf(), 1 << 20).with_tls(&Tls::PlainHttp);
         let digest = Digest::of(b"manifest");
-        fetcher.cache.store_package(
+        fetcher.cache.store(
+            "package",
             &digest,
             "sha256:layer",
-            format!("{META}---\n{CRD}").as_bytes(),
+            &package_yaml(&format!("{META}---\n{CRD}")),
         );
-        let path = dir.path().join(format!("{}.yaml", digest.hex()));
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(
-            text.starts_with("# layer: sha256:layer\napiVersion"),
-            "{text}"
-        );
+        let path = dir.path().join(format!("{}.package.cache", digest.hex()));
         std::fs::File::options()
             .write(true)
             .open(&path)
@@ -379,12 +302,7 @@ mod tests {
             .unwrap();
         // Port 9 on loopback: nothing is asked of it.
         let p = fetcher
-            .fetch(
-                "127.0.0.1:9/x:v1",
-                &digest,
-                &Auth::Anonymous,
-                &Tls::PlainHttp,
-            )
+            .fetch::<Contents>("127.0.0.1:9/x:v1", &digest, &Auth::Anonymous)
             .await
             .unwrap();
         assert_eq!(p.contents.meta.name, "provider-test");
@@ -394,17 +312,19 @@ mod tests {
             touched > SystemTime::UNIX_EPOCH,
             "a hit marks the file used"
         );
+        // The same digest read as a stack is not that entry: it is pulled
+        // (and port 9 refuses).
+        let e = fetcher
+            .fetch::<Stack>("127.0.0.1:9/x:v1", &digest, &Auth::Anonymous)
+            .await
+            .unwrap_err();
+        assert!(e.is_transient(), "{e}");
         // A cached package that is (no longer) valid names the cached layer.
         fetcher
             .cache
-            .store_package(&digest, "sha256:layer", CRD.as_bytes());
+            .store("package", &digest, "sha256:layer", &package_yaml(CRD));
         let f = fetcher
-            .fetch(
-                "127.0.0.1:9/x:v1",
-                &digest,
-                &Auth::Anonymous,
-                &Tls::PlainHttp,
-            )
+            .fetch::<Contents>("127.0.0.1:9/x:v1", &digest, &Auth::Anonymous)
             .await
             .unwrap_err()
             .to_string();
@@ -421,9 +341,9 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let reference = format!("127.0.0.1:{port}/pkg/x:v1");
-        let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+        let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::PlainHttp);
         let e = fetcher
-            .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+            .resolve(&reference, &Auth::Anonymous)
             .await
             .unwrap_err();
         assert!(e.is_transient(), "{e:?}");
@@ -446,10 +366,10 @@ mod tests {
             }
         });
         let reference = format!("{address}/pkg/x:v1");
-        let fetcher = Fetcher::new(std::env::temp_dir(), 0);
+        let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::PlainHttp);
         let started = std::time::Instant::now();
         let e = fetcher
-            .resolve(&reference, &Auth::Anonymous, &Tls::PlainHttp)
+            .resolve(&reference, &Auth::Anonymous)
             .await
             .unwrap_err();
         let took = started.elapsed();

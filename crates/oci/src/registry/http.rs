@@ -60,10 +60,32 @@ fn redirect_policy() -> reqwest::redirect::Policy {
     })
 }
 
-/// An HTTP client for `tls`: connecting and each read give up after
-/// [`TIMEOUT`]; redirects as [`redirect_policy`].
-pub(crate) fn client(tls: &Tls) -> Result<reqwest::Client, reqwest::Error> {
-    client_with(tls, true)
+/// How one TLS setting reaches registries: its HTTP client, built once
+/// (connecting and each read give up after [`TIMEOUT`]; redirects as
+/// [`redirect_policy`]), so every session shares its connections and a CA
+/// bundle is parsed once. A client that cannot be built (a CA bundle that
+/// is not PEM) fails each request that would use it, saying why.
+#[derive(Clone, Debug)]
+pub(crate) struct Transport {
+    client: Result<reqwest::Client, String>,
+    /// Whether every registry is spoken to over plain HTTP.
+    plain: bool,
+}
+
+impl Transport {
+    /// The transport for `tls`.
+    pub(crate) fn new(tls: &Tls) -> Self {
+        Self {
+            client: client_with(tls, true).map_err(|e| e.to_string()),
+            plain: matches!(tls, Tls::PlainHttp),
+        }
+    }
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Self::new(&Tls::default())
+    }
 }
 
 /// As [`client`], but a request may wait for its answer as long as it
@@ -215,16 +237,16 @@ pub(crate) struct Endpoint<'a> {
 
 impl<'a> Endpoint<'a> {
     /// `registry` (`host[:port]`), reading `reference`: over https, or
-    /// plain http when `tls` says so or the policy allows it for this
+    /// plain http when `transport` says so or the policy allows it for this
     /// registry.
     pub(crate) fn new(
         reference: &'a str,
         registry: &str,
         with_credentials: bool,
-        tls: &Tls,
+        transport: &Transport,
         policy: &RegistryPolicy,
     ) -> Result<Self, Error> {
-        let plain = matches!(tls, Tls::PlainHttp) || policy.allows_plain_http(registry);
+        let plain = transport.plain || policy.allows_plain_http(registry);
         let scheme = if plain { "http" } else { "https" };
         let base = Url::parse(&format!("{scheme}://{registry}"))
             .ok()
@@ -233,12 +255,12 @@ impl<'a> Endpoint<'a> {
                 reference: text(reference),
                 reason: format!("{:?} is not a registry host[:port]", text(registry)),
             })?;
-        let http = client(tls).map_err(|e| Error::Registry {
+        let http = transport.client.clone().map_err(|e| Error::Registry {
             reference: text(reference),
             step: "setting up the HTTP client",
-            detail: text(&e.to_string()),
+            detail: text(&e),
             transient: false,
-            source: Box::new(RegistryText::new(&e.to_string())),
+            source: Box::new(RegistryText::new(&e)),
         })?;
         Ok(Self {
             http,

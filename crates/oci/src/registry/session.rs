@@ -8,8 +8,8 @@ use reqwest::{
 };
 
 use super::{
-    Auth, RegistryPolicy, TIMEOUT, Tls,
-    http::{Endpoint, read_prefix},
+    Auth, RegistryPolicy, TIMEOUT,
+    http::{Endpoint, Transport, read_prefix},
     token::Credentials,
 };
 use crate::{Error, text::text};
@@ -35,17 +35,23 @@ pub(crate) struct Session<'a> {
 
 impl<'a> Session<'a> {
     /// A session with `registry` (`host[:port]`), reading `reference`: over
-    /// https, or plain http when `tls` says so or the policy allows it for
-    /// this registry.
+    /// https, or plain http when `transport` says so or the policy allows
+    /// it for this registry.
     pub(crate) fn new(
         reference: &'a str,
         registry: &str,
         auth: &'a Auth,
-        tls: &Tls,
+        transport: &Transport,
         policy: &'a RegistryPolicy,
     ) -> Result<Self, Error> {
         Ok(Self {
-            to: Endpoint::new(reference, registry, *auth != Auth::Anonymous, tls, policy)?,
+            to: Endpoint::new(
+                reference,
+                registry,
+                *auth != Auth::Anonymous,
+                transport,
+                policy,
+            )?,
             credentials: Credentials::new(auth, policy),
         })
     }

@@ -17,14 +17,13 @@
 //! is created is found by it.
 
 use std::{
-    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use oci::{Digest, stack::CrdSelector};
-use runtime::expiring::Expiring;
+use runtime::{expiring::Expiring, lru::Lru};
 
 use super::Error;
 use crate::packages::{FetchError, Packages};
@@ -59,47 +58,14 @@ pub const MAX_INDEXED: usize = 4096;
 /// 75 s.
 pub const SCAN_TTL: Duration = Duration::from_secs(60);
 
-/// What digests own, for at most [`MAX_INDEXED`] digests: the least
-/// recently used is forgotten first (reading it again costs one manifest).
-#[derive(Default)]
-struct Owners {
-    entries: HashMap<String, (u64, Owned)>,
-    /// Digests by when they were last used.
-    used: BTreeMap<u64, String>,
-    clock: u64,
-}
-
-impl Owners {
-    fn get(&mut self, digest: &str) -> Option<Owned> {
-        self.clock += 1;
-        let (at, owned) = self.entries.get_mut(digest)?;
-        self.used.remove(at);
-        *at = self.clock;
-        self.used.insert(self.clock, digest.to_owned());
-        Some(owned.clone())
-    }
-
-    fn insert(&mut self, digest: String, owned: Owned) {
-        self.clock += 1;
-        if let Some((at, _)) = self.entries.remove(&digest) {
-            self.used.remove(&at);
-        }
-        while self.entries.len() >= MAX_INDEXED {
-            let Some((_, oldest)) = self.used.pop_first() else {
-                break;
-            };
-            self.entries.remove(&oldest);
-        }
-        self.used.insert(self.clock, digest.clone());
-        self.entries.insert(digest, (self.clock, owned));
-    }
-}
-
 /// The per-digest index.
 #[derive(Clone)]
 pub struct Index {
     packages: Packages,
-    owned: Arc<Mutex<Owners>>,
+    /// What digests own, for at most [`MAX_INDEXED`] digests: the least
+    /// recently used is forgotten first (reading it again costs one
+    /// manifest).
+    owned: Arc<Mutex<Lru<String, Owned>>>,
     /// Per source: each repository's newest version (reference and digest),
     /// and when the scan began.
     scans: Expiring<String, (Timestamp, Arc<Vec<Candidate>>)>,
@@ -110,7 +76,7 @@ impl Index {
     pub fn new(packages: Packages) -> Self {
         Self {
             packages,
-            owned: Arc::default(),
+            owned: Arc::new(Mutex::new(Lru::new(MAX_INDEXED))),
             scans: Expiring::new(SCAN_TTL),
         }
     }
@@ -139,10 +105,10 @@ impl Index {
     /// What the stack at `digest` owns, as `<plural>.<group>/<version>`;
     /// `None` when the image is not a stack.
     async fn owned(&self, reference: &str, digest: &Digest) -> Result<Owned, FetchError> {
-        if let Some(hit) = self.lock().get(digest.as_str()) {
-            return Ok(hit);
+        if let Some(hit) = self.lock().get(&digest.as_str().to_owned()) {
+            return Ok(hit.clone());
         }
-        let info = self.packages.layer_info(reference, digest).await?;
+        let info = self.packages.layer_info(reference, digest, &[]).await?;
         let owned = match info.annotations.get(oci::stack::OWNS_ANNOTATION) {
             Some(list) => Some(
                 list.split(',')
@@ -152,7 +118,7 @@ impl Index {
             ),
             None if info.has_base || info.size <= MAX_UNANNOTATED_BYTES => {
                 match self.packages.fetch_stack(reference, digest).await {
-                    Ok(p) => Some(p.stack.owns()),
+                    Ok(p) => Some(p.contents.owns()),
                     Err(FetchError::Oci(oci::Error::Invalid { .. })) => None,
                     Err(e) => return Err(e),
                 }
@@ -164,7 +130,7 @@ impl Index {
         Ok(owned)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Owners> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lru<String, Owned>> {
         self.owned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -252,7 +218,7 @@ impl Index {
                 self.packages
                     .fetch_stack(reference, digest)
                     .await
-                    .map(|p| p.stack.crds.iter().any(|c| selector.matches(c)))
+                    .map(|p| p.contents.crds.iter().any(|c| selector.matches(c)))
                     .unwrap_or(false)
             };
             if hit {
@@ -301,26 +267,6 @@ pub fn newest(tags: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_index_keeps_at_most_its_bound_of_digests_forgetting_the_least_recently_used() {
-        let mut owners = Owners::default();
-        let stack = |n: usize| Some(vec![format!("things{n}.example.org/v1")]);
-        for n in 0..MAX_INDEXED {
-            owners.insert(format!("sha256:{n}"), stack(n));
-        }
-        // The first is used again: the second is now the oldest.
-        assert_eq!(owners.get("sha256:0"), Some(stack(0)));
-        owners.insert("sha256:new".to_owned(), None);
-        assert_eq!(owners.entries.len(), MAX_INDEXED);
-        assert_eq!(owners.get("sha256:1"), None);
-        assert_eq!(owners.get("sha256:0"), Some(stack(0)));
-        assert_eq!(owners.get("sha256:new"), Some(None));
-        // Writing a digest again does not grow the index.
-        owners.insert("sha256:new".to_owned(), stack(7));
-        assert_eq!(owners.entries.len(), MAX_INDEXED);
-        assert_eq!(owners.used.len(), MAX_INDEXED);
-    }
 
     #[test]
     fn the_newest_tag_is_the_highest_semver_else_latest() {

@@ -185,7 +185,7 @@ pub async fn plan(
             .await?;
         let mut resolved = Vec::new();
         let mut waits_on = Vec::new();
-        for selector in &package.stack.depends_on {
+        for selector in &package.contents.depends_on {
             if let Some(crd) = crds.installed(selector).await? {
                 if let Some(owner) = crd.annotations().get(OWNER_ANNOTATION)
                     && *owner != format!("{ns}/{}", extension_name(&c.reference))
@@ -198,7 +198,7 @@ pub async fn plan(
             let planned = stacks
                 .values()
                 .map(|p| (&p.reference, &p.stack))
-                .chain(std::iter::once((&c.reference, &package.stack)))
+                .chain(std::iter::once((&c.reference, &package.contents)))
                 .find(|(_, stack)| stack.crds.iter().any(|crd| selector.matches(crd)))
                 .map(|(reference, _)| reference.clone());
             let dependency = match planned {
@@ -234,7 +234,7 @@ pub async fn plan(
             Planned {
                 reference: c.reference,
                 digest: c.digest,
-                stack: package.stack,
+                stack: package.contents,
                 waits_on,
             },
         );

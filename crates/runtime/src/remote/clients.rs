@@ -2,7 +2,6 @@
 //! size and idle time.
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -19,7 +18,7 @@ use super::{
     CONNECT_TIMEOUT, IDLE_TIMEOUT, MAX_CLIENTS, MAX_CLUSTER_LABELS, READ_TIMEOUT,
     WATCH_READ_TIMEOUT,
 };
-use crate::{kubeconfig, metrics::Metrics};
+use crate::{kubeconfig, lru::Lru, metrics::Metrics};
 
 /// What an owner's client was built from: it is valid while all three are
 /// unchanged.
@@ -36,9 +35,10 @@ pub(super) struct Entry {
     last_used: Instant,
 }
 
-#[derive(Default)]
+/// The clients, by owner; beyond its capacity the least recently used
+/// owner's client is dropped.
 pub(super) struct Cache {
-    pub(super) by_owner: HashMap<String, Entry>,
+    pub(super) by_owner: Lru<String, Entry>,
 }
 
 /// The cache of remote clusters, one client per owner and credential (see
@@ -47,7 +47,6 @@ pub(super) struct Cache {
 pub struct RemoteClients {
     pub(super) labels: ClusterLabels,
     allow_insecure_tls: bool,
-    capacity: usize,
     idle_timeout: Duration,
     pub(super) cache: Arc<Mutex<Cache>>,
 }
@@ -76,9 +75,10 @@ impl RemoteClients {
         Self {
             labels: ClusterLabels::new(counter, max_labels),
             allow_insecure_tls,
-            capacity,
             idle_timeout,
-            cache: Arc::default(),
+            cache: Arc::new(Mutex::new(Cache {
+                by_owner: Lru::new(capacity),
+            })),
         }
     }
 
@@ -176,7 +176,7 @@ impl RemoteClients {
 
     fn lookup(&self, owner: &str, credential: &Credential) -> Option<RemoteCluster> {
         let mut cache = self.cache.lock().ok()?;
-        let entry = cache.by_owner.get_mut(owner)?;
+        let entry = cache.by_owner.get(&owner.to_owned())?;
         if entry.credential != *credential {
             return None;
         }
@@ -195,47 +195,23 @@ impl RemoteClients {
         let dropped: Vec<Entry> = self
             .cache
             .lock()
-            .map(|mut cache| {
-                let gone: Vec<String> = cache
-                    .by_owner
-                    .iter()
-                    .filter(|(o, e)| !keep(o, e))
-                    .map(|(o, _)| o.clone())
-                    .collect();
-                gone.iter()
-                    .filter_map(|o| cache.by_owner.remove(o))
-                    .collect()
-            })
+            .map(|mut cache| cache.by_owner.retain(|o, e| keep(o, e)))
             .unwrap_or_default();
         drop(dropped);
     }
 
     fn insert(&self, owner: &str, credential: Credential, cluster: RemoteCluster) {
-        let now = Instant::now();
+        let entry = Entry {
+            credential,
+            cluster,
+            last_used: Instant::now(),
+        };
         // Dropped after the lock is released.
-        let mut dropped = Vec::new();
-        if let Ok(mut cache) = self.cache.lock() {
-            dropped.extend(cache.by_owner.insert(
-                owner.to_owned(),
-                Entry {
-                    credential,
-                    cluster,
-                    last_used: now,
-                },
-            ));
-            while cache.by_owner.len() > self.capacity {
-                let Some(lru) = cache
-                    .by_owner
-                    .iter()
-                    .filter(|(o, _)| o.as_str() != owner)
-                    .min_by_key(|(_, e)| e.last_used)
-                    .map(|(o, _)| o.clone())
-                else {
-                    break;
-                };
-                dropped.extend(cache.by_owner.remove(&lru));
-            }
-        }
+        let dropped = self
+            .cache
+            .lock()
+            .map(|mut cache| cache.by_owner.insert(owner.to_owned(), entry))
+            .unwrap_or_default();
         drop(dropped);
     }
 
@@ -247,7 +223,7 @@ impl RemoteClients {
             .cache
             .lock()
             .ok()
-            .and_then(|mut c| c.by_owner.remove(owner));
+            .and_then(|mut c| c.by_owner.remove(&owner.to_owned()));
         drop(dropped);
     }
 

@@ -76,7 +76,11 @@ fn same(a: &RemoteCluster, b: &RemoteCluster) -> bool {
 }
 
 fn holds(rc: &RemoteClients, owner: &str) -> bool {
-    rc.cache.lock().unwrap().by_owner.contains_key(owner)
+    rc.cache
+        .lock()
+        .unwrap()
+        .by_owner
+        .contains_key(&owner.to_owned())
 }
 
 #[tokio::test]
