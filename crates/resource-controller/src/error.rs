@@ -3,29 +3,33 @@
 
 use runtime::{
     events::ReconcileError,
-    limits::NotAnswering,
-    managed::{ConnectError, KindError, ManagedError, RequestFailed},
+    managed::{ManagedError, RemoteFailure, RemoteReasons},
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
+};
+
+/// How this controller names a failed request to a remote cluster and a
+/// remote cluster that did not answer.
+pub const REASONS: RemoteReasons = RemoteReasons {
+    request_failed: "RemoteRequestFailed",
+    not_answering: "ClusterNotAnswering",
 };
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The cluster could not be connected to: the KubernetesCluster or its
-    /// connection Secret is missing or unreadable, or the kubeconfig is
-    /// unusable (worded by [`crate::context::WORDING`]).
+    /// The remote cluster could not be reached: the KubernetesCluster or
+    /// its connection Secret is missing or unreadable, or the kubeconfig is
+    /// unusable (worded by [`crate::context::WORDING`]); it does not serve
+    /// the template's kind; it refused or failed a request; or it did not
+    /// answer in time (--remote-timeout).
     #[error(transparent)]
-    Connect(#[from] ConnectError),
+    Remote(#[from] RemoteFailure),
     /// Reading from the control cluster failed.
     #[error("failed to read {0} from the control cluster")]
     Read(String, #[source] kube::Error),
     /// The template is unusable.
     #[error("{0}")]
     InvalidTemplate(String),
-    /// The remote cluster does not serve the template's kind, or did not
-    /// answer discovery.
-    #[error(transparent)]
-    Kind(#[from] KindError),
     /// A Secret listed in spec.secrets does not exist locally.
     #[error(
         "Secret {0} listed in spec.secrets not found: create it, or remove it from spec.secrets"
@@ -34,41 +38,36 @@ pub enum Error {
     /// A remote object exists that is not ours.
     #[error("{0}")]
     Conflict(String),
-    /// The remote cluster refused or failed a request.
-    #[error(transparent)]
-    Remote(#[from] RequestFailed),
     /// A request to the control cluster (finalizer, status) failed.
     #[error(transparent)]
     Control(#[from] ControlError),
     /// Serializing failed.
     #[error("failed to serialize {0}")]
     Serialize(&'static str, #[source] serde_json::Error),
-    /// The remote cluster did not answer in time (--remote-timeout).
-    #[error(transparent)]
-    NotAnswering(#[from] NotAnswering),
 }
+
+runtime::remote_failure_from!(Error::Remote);
 
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Connect(e) => e.category(),
+            Error::Remote(e) => e.category(&REASONS),
             Error::Read(..) => "CannotReadLocalObject",
             Error::InvalidTemplate(_) => "InvalidTemplate",
-            Error::Kind(KindError::NotServed { .. }) => "KindNotServed",
-            Error::Kind(KindError::Request(_)) | Error::Remote(_) => "RemoteRequestFailed",
             Error::LocalSecretNotFound(_) => "SecretNotFound",
             Error::Conflict(_) => "RemoteObjectConflict",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
             Error::Serialize(..) => "CannotSerialize",
-            Error::NotAnswering(_) => "ClusterNotAnswering",
         }
     }
 
-    /// A cluster that did not answer is probed at least every
-    /// `limits::PROBE_CAP`: its objects are retried as often, so they follow
-    /// within that time once it answers again.
+    /// A remote cluster that did not answer: within
+    /// [`runtime::limits::PROBE_CAP`] (see [`RemoteFailure::retry_within`]).
     fn retry_within(&self) -> Option<std::time::Duration> {
-        matches!(self, Error::NotAnswering(_)).then_some(runtime::limits::PROBE_CAP)
+        match self {
+            Error::Remote(e) => e.retry_within(),
+            _ => None,
+        }
     }
 }
 
@@ -76,25 +75,27 @@ impl ManagedError for Error {
     /// The cluster or its Secret is gone: the remote objects can never be
     /// reached again.
     fn target_gone(&self) -> bool {
-        matches!(self, Error::Connect(e) if e.target_gone())
+        matches!(self, Error::Remote(e) if e.target_gone())
     }
 
     /// Nothing of that kind can exist there: nothing to remove.
     fn nothing_made(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidTemplate(_) | Error::Kind(KindError::NotServed { .. })
-        )
+        match self {
+            Error::InvalidTemplate(_) => true,
+            Error::Remote(e) => e.nothing_made(),
+            _ => false,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runtime::managed::{ConnectError, KindError, RequestFailed};
 
     #[test]
     fn only_a_gone_cluster_orphans_at_once_and_only_a_bad_kind_made_nothing() {
-        let gone = Error::Connect(ConnectError::SecretNotFound {
+        let gone = Error::from(ConnectError::SecretNotFound {
             wording: &crate::context::WORDING,
             secret: "ns/s".into(),
             owner: "ns/c".into(),
@@ -110,12 +111,41 @@ mod tests {
 
     #[test]
     fn a_cluster_that_did_not_answer_is_retried_within_the_probe_cap() {
-        let stalled = Error::NotAnswering(runtime::limits::NotAnswering {
+        let stalled = Error::from(runtime::limits::NotAnswering {
             cluster: "KubernetesCluster ns/c".into(),
             why: "nothing came back within 10s".into(),
             skipped: true,
         });
         assert_eq!(stalled.retry_within(), Some(runtime::limits::PROBE_CAP));
         assert_eq!(Error::InvalidTemplate("x".into()).retry_within(), None);
+    }
+
+    #[test]
+    fn remote_failures_keep_this_controllers_reasons() {
+        let cause = || kube::Error::LinesCodecMaxLineLengthExceeded;
+        let failed = || RequestFailed::new("applying a".into(), "the cluster", "f", cause());
+        let not_served = Error::from(KindError::NotServed {
+            cluster: "the cluster".into(),
+            kind: "Widget".into(),
+            api_version: "example.org/v1".into(),
+            field: "spec.template",
+            source: Box::new(cause()),
+        });
+        assert_eq!(not_served.category(), "KindNotServed");
+        assert!(not_served.nothing_made() && !not_served.target_gone());
+        let discovery = Error::from(KindError::from(failed()));
+        assert_eq!(discovery.category(), "RemoteRequestFailed");
+        assert_eq!(Error::from(failed()).category(), "RemoteRequestFailed");
+        let stalled = Error::from(runtime::limits::NotAnswering {
+            cluster: "KubernetesCluster ns/c".into(),
+            why: "nothing came back within 10s".into(),
+            skipped: false,
+        });
+        assert_eq!(stalled.category(), "ClusterNotAnswering");
+        let gone = Error::from(ConnectError::OwnerNotFound {
+            wording: &crate::context::WORDING,
+            owner: "ns/c".into(),
+        });
+        assert_eq!(gone.category(), "ClusterNotFound");
     }
 }

@@ -2,28 +2,32 @@
 
 use runtime::{
     events::{ReconcileError, error_chain},
-    limits::NotAnswering,
-    managed::{ConnectError, KindError, ManagedError, RequestFailed},
+    managed::{ManagedError, RemoteFailure, RemoteReasons},
     reconciler::{CONTROL_REQUEST_FAILED, ControlError},
 };
 
 use crate::policy;
 
+/// How this provider names a failed request to the target and a target
+/// that did not answer.
+pub const REASONS: RemoteReasons = RemoteReasons {
+    request_failed: "TargetRequestFailed",
+    not_answering: "TargetNotAnswering",
+};
+
 /// Why reconciling an Object failed; each message says what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The target could not be connected to: the ProviderConfig or its
+    /// The target could not be reached: the ProviderConfig or its
     /// credentials Secret is missing or unreadable, or the kubeconfig is
-    /// unusable (worded by [`super::context::WORDING`]).
+    /// unusable (worded by [`super::context::WORDING`]); it does not serve
+    /// the manifest's kind; a request to it failed; or it did not answer in
+    /// time (--remote-timeout).
     #[error(transparent)]
-    Connect(#[from] ConnectError),
+    Remote(#[from] RemoteFailure),
     /// The manifest is unusable.
     #[error("{0}")]
     InvalidManifest(String),
-    /// The target does not serve the manifest's kind, or did not answer
-    /// discovery.
-    #[error(transparent)]
-    Kind(#[from] KindError),
     /// A reference is not resolvable yet (its object or field is missing).
     #[error("reference {index} ({what}) cannot be resolved yet: {why}; waiting")]
     ReferenceNotReady {
@@ -43,18 +47,12 @@ pub enum Error {
     /// The policy forbids what is needed.
     #[error("{0}")]
     NotAllowed(String),
-    /// A request to the target failed.
-    #[error(transparent)]
-    Target(#[from] RequestFailed),
     /// A request to the control cluster failed.
     #[error("failed to {0}")]
     Control(String, #[source] Box<kube::Error>),
     /// Serializing failed.
     #[error("failed to serialize")]
     Serialize(#[from] serde_json::Error),
-    /// The target cluster did not answer in time (--remote-timeout).
-    #[error(transparent)]
-    NotAnswering(#[from] NotAnswering),
     /// An error whose text held a value read from a Secret: the same error,
     /// with the value replaced, so it reaches no condition, event or log.
     #[error("{message}")]
@@ -68,6 +66,8 @@ pub enum Error {
     },
 }
 
+runtime::remote_failure_from!(Error::Remote);
+
 impl From<ControlError> for Error {
     fn from(e: ControlError) -> Self {
         Error::Control(e.what.to_owned(), e.source)
@@ -77,17 +77,14 @@ impl From<ControlError> for Error {
 impl ReconcileError for Error {
     fn category(&self) -> &'static str {
         match self {
-            Error::Connect(e) => e.category(),
+            Error::Remote(e) => e.category(&REASONS),
             Error::InvalidManifest(_) => "InvalidManifest",
-            Error::Kind(KindError::NotServed { .. }) => "KindNotServed",
-            Error::Kind(KindError::Request(_)) | Error::Target(_) => "TargetRequestFailed",
             Error::ReferenceNotReady { .. } => "ReferenceNotResolved",
             Error::InvalidReference(..) => "InvalidReference",
             Error::Cycle(_) => "ReferenceCycle",
             Error::NotAllowed(_) => "NotAllowedByPolicy",
             Error::Control(..) => CONTROL_REQUEST_FAILED,
             Error::Serialize(_) => "CannotSerialize",
-            Error::NotAnswering(_) => "TargetNotAnswering",
             Error::Redacted { category, .. } => category,
         }
     }
@@ -99,21 +96,23 @@ impl ReconcileError for Error {
         }
     }
 
-    /// A cluster that did not answer is probed at least every
-    /// `limits::PROBE_CAP`: its objects are retried as often, so they follow
-    /// within that time once it answers again.
+    /// A target that did not answer: within [`runtime::limits::PROBE_CAP`]
+    /// (see [`RemoteFailure::retry_within`]).
     fn retry_within(&self) -> Option<std::time::Duration> {
-        matches!(self, Error::NotAnswering(_)).then_some(runtime::limits::PROBE_CAP)
+        match self {
+            Error::Remote(e) => e.retry_within(),
+            _ => None,
+        }
     }
 }
 
 impl ManagedError for Error {
     fn target_gone(&self) -> bool {
-        matches!(self, Error::Connect(e) if e.target_gone())
+        matches!(self, Error::Remote(e) if e.target_gone())
     }
 
     fn nothing_made(&self) -> bool {
-        self.unresolvable() || matches!(self, Error::Kind(KindError::NotServed { .. }))
+        self.unresolvable() || matches!(self, Error::Remote(e) if e.nothing_made())
     }
 }
 
@@ -156,6 +155,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runtime::managed::{ConnectError, KindError, RequestFailed};
 
     #[test]
     fn a_redacted_error_keeps_its_category_and_loses_the_value() {
@@ -170,13 +170,13 @@ mod tests {
     fn only_a_missing_config_or_secret_means_the_target_is_gone() {
         let wording = &super::super::context::WORDING;
         let config_not_found = |owner: &str| {
-            Error::Connect(ConnectError::OwnerNotFound {
+            Error::from(ConnectError::OwnerNotFound {
                 wording,
                 owner: owner.to_owned(),
             })
         };
         let credentials_not_found = |secret: &str, owner: &str| {
-            Error::Connect(ConnectError::SecretNotFound {
+            Error::from(ConnectError::SecretNotFound {
                 wording,
                 secret: secret.to_owned(),
                 owner: owner.to_owned(),
@@ -187,5 +187,31 @@ mod tests {
         assert!(!Error::InvalidManifest("x".into()).target_gone());
         assert!(Error::Cycle("a → a".into()).nothing_made());
         assert!(!config_not_found("a").nothing_made());
+    }
+
+    #[test]
+    fn remote_failures_keep_this_providers_reasons() {
+        let cause = || kube::Error::LinesCodecMaxLineLengthExceeded;
+        let failed = || RequestFailed::new("applying a".into(), "the target", "f", cause());
+        let not_served = Error::from(KindError::NotServed {
+            cluster: "the target".into(),
+            kind: "Widget".into(),
+            api_version: "example.org/v1".into(),
+            field: "spec.forProvider.manifest",
+            source: Box::new(cause()),
+        });
+        assert_eq!(not_served.category(), "KindNotServed");
+        assert!(not_served.nothing_made() && !not_served.target_gone());
+        let discovery = Error::from(KindError::from(failed()));
+        assert_eq!(discovery.category(), "TargetRequestFailed");
+        assert_eq!(Error::from(failed()).category(), "TargetRequestFailed");
+        let stalled = Error::from(runtime::limits::NotAnswering {
+            cluster: "ProviderConfig pc".into(),
+            why: "nothing came back within 10s".into(),
+            skipped: true,
+        });
+        assert_eq!(stalled.category(), "TargetNotAnswering");
+        assert_eq!(stalled.retry_within(), Some(runtime::limits::PROBE_CAP));
+        assert_eq!(Error::Cycle("a → a".into()).retry_within(), None);
     }
 }

@@ -11,7 +11,9 @@
 //! Secret into a client and reads targets through their shared watch, else
 //! with one GET; [`locate`] resolves a kind in the target and words the
 //! fix-it hints of failed requests, so both controllers word them alike;
-//! [`AppliedMemory`] tells drift from change.
+//! [`RemoteFailure`] is every way reaching a target fails, with its reason
+//! (in each controller's [`RemoteReasons`]), its retry bound and what it
+//! means to a deletion; [`AppliedMemory`] tells drift from change.
 
 use std::time::Duration;
 
@@ -25,12 +27,14 @@ use crate::{
 
 mod applied;
 mod connector;
+mod failure;
 mod locate;
 
 pub use applied::{AppliedMemory, project};
 pub use connector::{
     ConnectError, Connector, Found, Known, Reasons, SecretKey, Wording, read_cached, read_through,
 };
+pub use failure::{KIND_NOT_SERVED, RemoteFailure, RemoteReasons};
 pub use locate::{KindError, Located, RequestFailed, hint, locate, not_found};
 
 /// How soon a deletion that is under way is looked at again if no watch
