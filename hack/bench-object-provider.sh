@@ -11,5 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_line=$(hack/build-binaries.sh | tail -n 1)
 export "${bin_line?}"
+hack/install-debian-packages.sh
 cargo build --release --locked -p object-provider -p benchmarks --bins
 exec target/release/object-bench "$@"

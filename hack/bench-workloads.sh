@@ -11,5 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_line=$(hack/build-binaries.sh | tail -n 1)
 export "${bin_line?}"
+hack/install-debian-packages.sh
 cargo build --release --locked -p scheduler -p application-controller -p resource-controller -p benchmarks --bins
 exec target/release/workload-bench "$@"

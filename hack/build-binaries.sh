@@ -4,10 +4,11 @@
 # kube-proxy, kubectl, registry, the upstream crossplane CLI `crank`, and
 # provider-kubernetes at every pinned release together with that release's
 # unmodified package/ directory) from source via the Go module proxy, once per
-# version, into a cache outside the repo; builds the test node's small static
-# programs from hack/node-programs/; and installs Debian's containerd, runc,
-# containernetworking-plugins and iptables (the test node's runtime) when they
-# are missing.
+# version, into a cache outside the repo; and builds the test node's small
+# static programs from hack/node-programs/. It builds only: Debian packages
+# are hack/install-debian-packages.sh's (the test node's containerd, runc,
+# containernetworking-plugins and iptables, which the callers install after
+# this; docker-registry, which stands in for a registry that fails to build).
 #
 #   hack/build-binaries.sh            # prints CROSSPLANE_RS_BIN=<dir> as its last stdout line
 #
@@ -25,11 +26,10 @@
 #     bin/provider-kubernetes-<ver> -> ../provider-kubernetes-<ver>/provider
 #     bin/provider-kubernetes-<ver>-package -> ../provider-kubernetes-<ver>/package
 #   work/      throwaway Go modules used for the builds
-#   logs/      full output of every go / apt invocation
+#   logs/      full output of every go invocation
 #
-# Binaries that already exist are not rebuilt and packages already installed
-# are not touched, so a warm run takes seconds and needs neither Go nor the
-# network. Progress goes to stderr.
+# Binaries that already exist are not rebuilt, so a warm run takes seconds and
+# needs neither Go nor the network. Progress goes to stderr.
 #
 # Environment knobs:
 #   CROSSPLANE_RS_CACHE           cache root (default $HOME/.cache/crossplane-rs)
@@ -429,16 +429,17 @@ build_registry() {
 
   log "registry $ver: source build failed (see above) — falling back to Debian's docker-registry package"
   if [[ ! -x /usr/bin/docker-registry ]]; then
-    command -v apt-get >/dev/null 2>&1 ||
-      die "registry: building $mod $ver failed and apt-get is not available for the docker-registry fallback"
-    [[ "$(id -u)" == 0 ]] ||
-      die "registry: building $mod $ver failed; fallback needs root to run 'apt-get install docker-registry' — run that yourself or fix the build"
-    log "registry: apt-get install docker-registry…"
-    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry)
-    if ! run_bg "$FETCH_TIMEOUT" "$logs/registry-apt.log" "$logs/registry-apt.log" "${apt[@]}"; then
-      run_logged "registry fallback: apt-get update" "$FETCH_TIMEOUT" "$logs/registry-apt.log" apt-get update
-      run_logged "registry fallback: apt-get install docker-registry" "$FETCH_TIMEOUT" "$logs/registry-apt.log" "${apt[@]}"
-    fi
+    # Installed (needs root and apt-get) by the script that installs every
+    # Debian package the tests use; a background job like the build above,
+    # so that the traps can stop it (its TERM trap stops apt-get).
+    rc=0
+    CROSSPLANE_RS_CACHE="$CACHE" "$HACK_DIR/install-debian-packages.sh" docker-registry </dev/null &
+    CHILD=$! CHILD_SIG=TERM
+    wait "$CHILD" || rc=$?
+    CHILD=""
+    ((rc >= 128)) && exit "$rc"
+    ((rc == 0)) ||
+      die "registry: building $mod $ver failed, and so did installing Debian's docker-registry in its place (see above) — fix the build, or run 'hack/install-debian-packages.sh docker-registry' as root"
   fi
   [[ -x /usr/bin/docker-registry ]] || die "registry fallback: /usr/bin/docker-registry missing after apt-get install"
   log "registry: WARNING using /usr/bin/docker-registry (Debian), not $mod $ver"
@@ -551,43 +552,6 @@ build_node_programs() {
   done
 }
 
-# The test node's container runtime comes from Debian: containerd, runc, the
-# CNI plugins (bridge, host-local, loopback, portmap) and iptables (for
-# kube-proxy and the bridge plugin's masquerading). Installed only when
-# missing; needs root and apt-get.
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables)
-node_package_present() { # <package>
-  case "$1" in
-    containerd) command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 ;;
-    runc) command -v runc >/dev/null 2>&1 || [[ -x /usr/sbin/runc ]] ;;
-    containernetworking-plugins) [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback && -x /usr/lib/cni/portmap ]] ;;
-    iptables) command -v iptables >/dev/null 2>&1 || [[ -x /usr/sbin/iptables ]] ;;
-  esac
-}
-install_node_packages() {
-  local p logf="$CACHE/logs/node-packages-apt.log"
-  local -a missing=()
-  for p in "${NODE_PACKAGES[@]}"; do node_package_present "$p" || missing+=("$p"); done
-  if ((${#missing[@]} == 0)); then log "node packages: installed (${NODE_PACKAGES[*]})"; return 0; fi
-  command -v apt-get >/dev/null 2>&1 ||
-    die "the test node needs ${missing[*]} and apt-get is not available — install them with your package manager"
-  [[ "$(id -u)" == 0 ]] ||
-    die "the test node needs ${missing[*]}: run 'apt-get install ${missing[*]}' as root (or rerun this as root)"
-  log "node packages: installing ${missing[*]} with apt-get (the test node's container runtime)…"
-  local t0=$SECONDS
-  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}")
-  : >"$logf"
-  if ! run_bg "$FETCH_TIMEOUT" "$logf" "$logf" "${apt[@]}"; then
-    log "node packages: apt-get install failed; running apt-get update and trying again…"
-    run_logged "node packages: apt-get update" "$FETCH_TIMEOUT" "$logf" apt-get update
-    run_logged "node packages: apt-get install ${missing[*]}" "$FETCH_TIMEOUT" "$logf" "${apt[@]}"
-  fi
-  for p in "${missing[@]}"; do
-    node_package_present "$p" || die "node packages: $p is still missing after apt-get install (log: $logf)"
-  done
-  log "node packages: installed ${missing[*]} in $(fmt_secs $((SECONDS - t0)))"
-}
-
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -607,7 +571,6 @@ build_registry
 build_crank
 build_provider_kubernetes
 build_node_programs
-install_node_packages
 
 # (Re)create bin/ — each link is replaced atomically so concurrent readers
 # never see a missing file; anything else in bin/ is removed.

@@ -43,6 +43,8 @@ say "building upstream binaries"
 bin_line=$(hack/build-binaries.sh | tail -n 1)
 export "${bin_line?}"
 export PATH="$CROSSPLANE_RS_BIN:$PATH"
+say "installing the node's Debian packages when missing"
+hack/install-debian-packages.sh
 
 say "building crossplane-rs"
 cargo build --workspace --bins --locked

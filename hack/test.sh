@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: everything CI checks, from a fresh clone.
 #   1. builds the pinned upstream Kubernetes binaries (once per version, cached
-#      outside the repo) with hack/build-binaries.sh;
+#      outside the repo) with hack/build-binaries.sh, and installs the test
+#      node's Debian packages when missing with hack/install-debian-packages.sh;
 #   2. checks formatting, clippy and that crds/ matches the types;
 #   3. builds the six binaries and runs every test against real API servers.
 set -euo pipefail
@@ -16,6 +17,8 @@ step "building upstream binaries (etcd, kube-apiserver, kube-controller-manager,
 bin_line=$(hack/build-binaries.sh | tail -n 1)
 export "${bin_line?}"
 [[ -n "${CROSSPLANE_RS_BIN:-}" ]] || { echo "test: hack/build-binaries.sh did not print CROSSPLANE_RS_BIN" >&2; exit 1; }
+step "installing the test node's Debian packages when missing (containerd, runc, CNI plugins, iptables)"
+hack/install-debian-packages.sh
 
 # Two cores: keep rustc from oversubscribing them while test servers run.
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"

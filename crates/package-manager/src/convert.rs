@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use serde_json::{Map, Value, json};
 use types::pkg::{v1alpha1::ControllerConfigSpec, v1beta1::DeploymentRuntimeConfigSpec};
 
-use crate::runtime::render::RUNTIME_CONTAINER;
+use crate::package_runtime::render::RUNTIME_CONTAINER;
 
 /// The DeploymentRuntimeConfig spec equivalent to a ControllerConfig's;
 /// the package manager renders a ControllerConfig through it (with
@@ -180,7 +180,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-    use crate::runtime::render::{Input, render};
+    use crate::package_runtime::render::{Input, render};
 
     fn input(config: &DeploymentRuntimeConfigSpec, config_image_wins: bool) -> Input<'_> {
         Input {

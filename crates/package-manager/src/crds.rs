@@ -243,7 +243,7 @@ pub struct WebhookTarget<'a> {
     pub service: &'a str,
     /// Its namespace (the package-manager's).
     pub namespace: &'a str,
-    /// The Service port ([`crate::runtime::handover`]).
+    /// The Service port ([`crate::package_runtime::handover`]).
     pub port: i64,
     /// The CA bundle (PEM) that signed the runtime's certificate.
     pub ca_bundle: &'a str,

@@ -24,16 +24,15 @@ mod failure;
 mod image_configs;
 mod labels;
 mod manager;
+mod package_runtime;
 mod packages;
 mod podsecurity;
 mod revision;
-mod runtime;
 mod stacks;
 mod tls;
 mod usage;
 mod webhooks;
 
-use ::runtime::controller::{Runtime, api_resource, observe};
 use anyhow::Context as _;
 use clap::Parser as _;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -41,6 +40,7 @@ use kube::{
     Api,
     api::{DeleteParams, ListParams, ObjectMeta, PostParams},
 };
+use runtime::controller::{Runtime, api_resource, observe};
 use types::extensions::v1alpha1::Extension;
 use types::extensions::v1alpha1::ExtensionRequest;
 use types::pkg::v1::Provider;
@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     {
         return convert::command(file, provider.as_deref());
     }
-    ::runtime::init_process(args.common.log_format);
+    runtime::init_process(args.common.log_format);
     tracing::info!(
         package_runtime = ?args.package_runtime,
         enable_runtime_config = args.enable_runtime_config,
@@ -201,7 +201,7 @@ async fn stop_runtimes_left_in(client: &kube::Client, namespace: &str, runtimes:
     let left = match listed {
         Ok(l) => l.items,
         Err(e) => {
-            let error = ::runtime::events::error_chain(&e);
+            let error = runtime::events::error_chain(&e);
             tracing::warn!(%error, namespace, "cannot list runtimes an earlier release left in the controllers' namespace");
             return;
         }
@@ -217,7 +217,7 @@ async fn stop_runtimes_left_in(client: &kube::Client, namespace: &str, runtimes:
             ),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
-                let error = ::runtime::events::error_chain(&e);
+                let error = runtime::events::error_chain(&e);
                 tracing::warn!(%error, namespace, deployment = name, "cannot remove a runtime an earlier release left in the controllers' namespace");
             }
         }
@@ -249,7 +249,7 @@ async fn default_runtime_config(client: &kube::Client) {
         Ok(_) => tracing::info!("created the default DeploymentRuntimeConfig"),
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => {
-            let error = ::runtime::events::error_chain(&e);
+            let error = runtime::events::error_chain(&e);
             tracing::warn!(%error, "cannot create the default DeploymentRuntimeConfig; runtimes that use it wait for it");
         }
     }

@@ -46,10 +46,13 @@ use runtime::{
 use types::extensions::v1alpha1::{Extension, OWNER_ANNOTATION};
 
 use crate::{
+    allow_list::AllowList,
     boundary,
+    error::Error,
     kinds::{self, Found, Target},
-    revisions::{AllowList, Error, RbacMetrics, write_rbac_ready},
+    metrics::RbacMetrics,
     roles,
+    status::write_rbac_ready,
     subjects::{self, ExtensionSubject},
 };
 

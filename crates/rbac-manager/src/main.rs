@@ -12,13 +12,21 @@
 //! ([`kinds`]), and roles are bound only to identities the package did not
 //! pick ([`subjects`]); [`roles`] renders what passed. Narrowed, runtimes'
 //! Secrets and ConfigMaps are granted per named namespace ([`secrets`]).
+//!
+//! What the controllers share lives apart from them: the watched allow-list
+//! ([`allow_list`]), the metrics ([`metrics`]), the reconcile error
+//! ([`error`]) and the writer of the RBACReady condition ([`status`]).
 
+mod allow_list;
 mod boundary;
+mod error;
 mod extensions;
 mod kinds;
+mod metrics;
 mod revisions;
 mod roles;
 mod secrets;
+mod status;
 mod subjects;
 
 use clap::Parser;
@@ -79,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<ProviderRevision>(),
         api_resource::<Extension>(),
     ];
-    let metrics = revisions::RbacMetrics::new(&rt)?;
+    let metrics = metrics::RbacMetrics::new(&rt)?;
     let secret_namespaces: Vec<String> = args
         .runtime_secret_namespaces
         .iter()
@@ -91,7 +99,7 @@ async fn main() -> anyhow::Result<()> {
     let build = {
         let rt = rt.clone();
         move || {
-            let (allow_list, allow_changes) = revisions::AllowList::watch(&rt, allowed.clone());
+            let (allow_list, allow_changes) = allow_list::AllowList::watch(&rt, allowed.clone());
             let extensions = extensions::controller(&rt, allow_list.clone(), metrics.clone());
             let secrets = narrowed.then(|| {
                 let scope = secrets::Scope(secret_namespaces.clone(), namespace.clone());

@@ -26,19 +26,15 @@ use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleBinding},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding},
 };
 use kube::{
     Api, Resource, ResourceExt,
     runtime::{Controller, WatchStreamExt, controller::Action, reflector::Store, watcher},
 };
 use runtime::{
-    conditions,
     controller::{Runtime, cache_ready},
-    events::ReconcileError,
-    reconciler::{
-        self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Draft, Reconciler, Skeleton,
-    },
+    reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     ssa,
 };
 use types::pkg::{
@@ -46,45 +42,20 @@ use types::pkg::{
     v1::{ProviderRevision, RevisionState},
 };
 
-use crate::{boundary, kinds, roles};
+use crate::{
+    allow_list::AllowList, boundary, error::Error, kinds, metrics::RbacMetrics, roles,
+    status::write_rbac_ready,
+};
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "providerrevision";
 /// Holds a revision until its roles and binding are gone.
 pub const FINALIZER: &str = "rbac.crossplane.io/revision";
-/// The revision's condition this controller owns.
-pub const TYPE_RBAC_READY: &str = types::pkg::contract::conditions::RBAC_READY;
 /// The label the package-manager puts on a revision's runtime objects.
 const REVISION_LABEL: &str = types::pkg::contract::labels::REVISION;
 /// How often a revision is looked at again; its Deployment, the allow-list
 /// and the revision itself wake it sooner when they change.
 const RESYNC: Duration = Duration::from_secs(3600);
-
-/// Why rendering a revision's or an Extension's roles failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Writing a role or binding failed.
-    #[error("failed to {0}")]
-    Request(&'static str, #[source] kube::Error),
-    /// The package asks for rules outside the boundary (the allow-list or
-    /// the never-grantable list), names kinds it may not have, or its
-    /// requests cannot be read; the message says which and what to do.
-    #[error("{0}")]
-    Refused(String),
-    /// Another request to the control cluster failed.
-    #[error(transparent)]
-    Control(#[from] ControlError),
-}
-
-impl ReconcileError for Error {
-    fn category(&self) -> &'static str {
-        match self {
-            Error::Request(..) => "CannotRenderRoles",
-            Error::Refused(_) => "PermissionRequestRefused",
-            Error::Control(_) => CONTROL_REQUEST_FAILED,
-        }
-    }
-}
 
 /// What a bound revision's runtime is bound with: its `system` role,
 /// cluster-wide, and its Leases in its own namespace (its Secrets and
@@ -112,35 +83,6 @@ pub struct ProviderRevisions {
     /// writes nothing.
     applier: ssa::Applier,
     metrics: RbacMetrics,
-}
-
-/// The rbac-manager's own metrics.
-#[derive(Clone)]
-pub struct RbacMetrics {
-    /// ClusterRoles written (created or changed).
-    pub roles_rendered: prometheus::IntCounter,
-    /// Reconciles that refused a package's or an Extension's permissions.
-    pub requests_refused: prometheus::IntCounter,
-}
-
-impl RbacMetrics {
-    /// Registers them with the binary's registry.
-    pub fn new(rt: &Runtime) -> Result<Self, prometheus::Error> {
-        let roles_rendered = prometheus::IntCounter::new(
-            "crossplane_rs_rbac_roles_rendered_total",
-            "ClusterRoles the rbac-manager wrote (created or changed) for package revisions and Extensions.",
-        )?;
-        let requests_refused = prometheus::IntCounter::new(
-            "crossplane_rs_rbac_permission_requests_refused_total",
-            "Reconciles that refused a package's or an Extension's permissions (outside the allow-list, never grantable, or kinds it may not have).",
-        )?;
-        let roles_rendered = rt.metrics.register(roles_rendered)?;
-        let requests_refused = rt.metrics.register(requests_refused)?;
-        Ok(Self {
-            roles_rendered,
-            requests_refused,
-        })
-    }
 }
 
 impl Reconciler for ProviderRevisions {
@@ -450,92 +392,6 @@ impl ProviderRevisions {
             &self.field_manager,
         )
         .await
-    }
-}
-
-/// Writes an object's RBACReady condition (and only it: the package-manager
-/// owns the rest of the status) as `(ok, reason, message)`, only when it
-/// changed; says whether it did.
-pub async fn write_rbac_ready<K>(
-    api: &Api<K>,
-    obj: &K,
-    (ok, reason, message): (bool, &str, &str),
-    field_manager: &str,
-) -> Result<bool, Error>
-where
-    K: kube::Resource<DynamicType = ()>
-        + types::common::Conditioned
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    // conditions::set says whether anything would change (it also bounds
-    // the message, so a long one is compared as it would be kept).
-    let mut conds = conditions::of(obj).to_vec();
-    let changed = conditions::set(
-        &mut conds,
-        conditions::custom(TYPE_RBAC_READY, ok, reason, Some(message.to_owned())),
-        &conditions::now(),
-    );
-    if !changed {
-        return Ok(false);
-    }
-    let ours: Vec<_> = conds
-        .into_iter()
-        .filter(|c| c.type_ == TYPE_RBAC_READY)
-        .collect();
-    ssa::apply_status(
-        api,
-        &obj.name_any(),
-        serde_json::json!({"conditions": ours}),
-        field_manager,
-    )
-    .await
-    .map_err(|e| Error::Request("write RBACReady", e))?;
-    Ok(true)
-}
-
-/// The allow-list ClusterRole (`--allowed-permissions-clusterrole`), as
-/// one watch of it by name keeps it; both controllers read it from here.
-#[derive(Clone)]
-pub struct AllowList {
-    /// Its name.
-    pub name: String,
-    /// The watch's cache (the one ClusterRole, or none).
-    pub store: Store<ClusterRole>,
-}
-
-impl AllowList {
-    /// The watch of the ClusterRole `name` and the cache it fills; the
-    /// stream must be polled (the revision controller does: a change looks
-    /// at every revision again).
-    pub fn watch(
-        rt: &Runtime,
-        name: String,
-    ) -> (
-        Self,
-        impl futures::Stream<Item = Result<ClusterRole, watcher::Error>> + Send + use<>,
-    ) {
-        let (store, writer) = kube::runtime::reflector::store();
-        let stream = watcher(
-            Api::<ClusterRole>::all(rt.client.clone()),
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-        (Self { name, store }, stream)
-    }
-
-    /// Its rules (none while the ClusterRole is missing: then nothing is
-    /// allowed).
-    pub fn rules(&self) -> Vec<PolicyRule> {
-        self.store
-            .state()
-            .iter()
-            .find(|c| c.name_any() == self.name)
-            .and_then(|c| c.rules.clone())
-            .unwrap_or_default()
     }
 }
 

@@ -69,7 +69,7 @@ pub struct ProviderRevisions {
     pub(super) providers: Store<Provider>,
     /// Applies and stops the revisions' runtimes (an unchanged runtime is
     /// not written again).
-    pub(super) runtimes: crate::runtime::apply::Runtimes,
+    pub(super) runtimes: crate::package_runtime::apply::Runtimes,
     /// The Warning events said once per revision and reason.
     pub(super) warned: Expiring<String, ()>,
     /// The Providers' certificates.

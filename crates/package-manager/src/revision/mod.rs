@@ -16,7 +16,7 @@
 //! reconciles (apply, cleanup, the controller's watches); [`establish`]
 //! installs the package's objects and says who controls one that exists;
 //! [`runtime_objects`] runs the revision's runtime through
-//! [`crate::runtime`] and [`runtime_config`] finds what it is rendered
+//! [`crate::package_runtime`] and [`runtime_config`] finds what it is rendered
 //! from; [`dependencies`] resolves and releases the package's
 //! dependencies; [`context`] and [`error`] hold what they all share.
 
@@ -141,7 +141,7 @@ impl Reconciler for ProviderRevisions {
             PackageRuntime::External => None,
         };
         let service = match &config {
-            Some(Ok((c, _))) => crate::runtime::render::service_name(c, &provider),
+            Some(Ok((c, _))) => crate::package_runtime::render::service_name(c, &provider),
             _ => provider.clone(),
         };
         let webhooks = contents
@@ -174,7 +174,7 @@ impl Reconciler for ProviderRevisions {
             None
         };
         // Which of its Service's ports the API server is pointed at, and
-        // which revision the Service serves (crate::runtime::handover).
+        // which revision the Service serves (crate::package_runtime::handover).
         let live_service = if webhooks && self.settings.mode == PackageRuntime::Deployment {
             Api::<Service>::namespaced(self.sk.client().clone(), &self.settings.namespace)
                 .get_opt(&service)
@@ -183,7 +183,7 @@ impl Reconciler for ProviderRevisions {
         } else {
             None
         };
-        let handover = crate::runtime::handover::Live::of(live_service.as_ref());
+        let handover = crate::package_runtime::handover::Live::of(live_service.as_ref());
         let webhook_target = tls.as_deref().map(|bundle| crate::crds::WebhookTarget {
             service: &service,
             namespace: &self.settings.namespace,
@@ -422,7 +422,10 @@ pub fn controller(
         revisions,
         deployments,
         providers,
-        runtimes: crate::runtime::apply::Runtimes::new(rt.client.clone(), &rt.field_manager()),
+        runtimes: crate::package_runtime::apply::Runtimes::new(
+            rt.client.clone(),
+            &rt.field_manager(),
+        ),
         warned: Expiring::new(Duration::from_secs(3600)),
         certificates: crate::tls::Certificates::new(
             rt.client.clone(),

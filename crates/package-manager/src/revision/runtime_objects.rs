@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     labels,
-    runtime::{apply::ApplyError, handover, health, render},
+    package_runtime::{apply::ApplyError, handover, health, render},
 };
 
 /// How soon a runtime handing over is looked at again.
@@ -217,7 +217,7 @@ impl ProviderRevisions {
 
     /// Refuses (a runtime config error naming the object) to apply a
     /// runtime over a ServiceAccount, Service or Deployment that exists and
-    /// was not made for it ([`crate::runtime::apply::takes_over`]).
+    /// was not made for it ([`crate::package_runtime::apply::takes_over`]).
     async fn refuse_takeover(&self, rendered: &render::Rendered) -> Result<(), Error> {
         use k8s_openapi::api::{
             apps::v1::Deployment,
@@ -248,7 +248,7 @@ impl ProviderRevisions {
             .get_metadata_opt(name)
             .await
             .map_err(|e| Error::request("read what the runtime would be applied over", e))?;
-        match live.and_then(|m| crate::runtime::apply::takes_over(&m.metadata, wanted)) {
+        match live.and_then(|m| crate::package_runtime::apply::takes_over(&m.metadata, wanted)) {
             Some(why) => Err(Error::RuntimeConfig(format!(
                 "{} {ns}/{name} exists and {why}: the package-manager never takes over what it did not make for this Provider; delete or rename it, or name another in the runtime config",
                 K::kind(&())
@@ -258,7 +258,7 @@ impl ProviderRevisions {
     }
 
     /// For a runtime that is available and serves webhooks: healthy only
-    /// once the API server's calls reach it alone (crate::runtime::handover):
+    /// once the API server's calls reach it alone (crate::package_runtime::handover):
     /// the Service selects its pods, the CRDs and webhook configurations
     /// were pointed at the Service's port (`handover`, which this
     /// reconcile's install used, is what `serving` says), and the Service's

@@ -37,7 +37,7 @@ use super::{
 };
 use crate::{
     image_configs::ImageConfigs,
-    runtime::{apply::Runtimes, stack},
+    package_runtime::{apply::Runtimes, stack},
 };
 
 /// Name of this controller in metrics and events.
@@ -440,7 +440,7 @@ impl Extensions {
                 d.name
             )));
         }
-        let available = crate::runtime::health::available(live.as_ref()).cloned();
+        let available = crate::package_runtime::health::available(live.as_ref()).cloned();
         Ok(match available {
             Some(c) if c.status == "True" => None,
             Some(c) => Some(format!(

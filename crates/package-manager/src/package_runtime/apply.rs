@@ -43,7 +43,7 @@ impl ApplyError {
 #[derive(Clone)]
 pub struct Runtimes {
     client: kube::Client,
-    applier: ::runtime::ssa::Applier,
+    applier: runtime::ssa::Applier,
 }
 
 impl Runtimes {
@@ -51,7 +51,7 @@ impl Runtimes {
     pub fn new(client: kube::Client, field_manager: &str) -> Self {
         Self {
             client,
-            applier: ::runtime::ssa::Applier::new(field_manager),
+            applier: runtime::ssa::Applier::new(field_manager),
         }
     }
 
@@ -138,7 +138,7 @@ impl Runtimes {
             + std::fmt::Debug,
     {
         let api = Api::<K>::namespaced(self.client.clone(), namespace);
-        ::runtime::ssa::apply(&api, name_of(object), object, self.applier.field_manager())
+        runtime::ssa::apply(&api, name_of(object), object, self.applier.field_manager())
             .await
             .map_err(|source| ApplyError {
                 what,
