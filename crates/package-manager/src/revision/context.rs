@@ -120,6 +120,23 @@ pub(super) fn unhealthy(status: &mut Draft<ProviderRevision>, reason: &str, e: &
     );
 }
 
+/// A step of a reconcile whose failure makes the revision unhealthy.
+pub(super) trait Unhealthy<T> {
+    /// Healthy=False for `reason`, with the error's message, when this
+    /// failed; the result unchanged.
+    fn unhealthy(self, status: &mut Draft<ProviderRevision>, reason: &str) -> Result<T, Error>;
+}
+
+impl<T, E: Into<Error>> Unhealthy<T> for Result<T, E> {
+    fn unhealthy(self, status: &mut Draft<ProviderRevision>, reason: &str) -> Result<T, Error> {
+        self.map_err(|e| {
+            let e = e.into();
+            unhealthy(status, reason, &e);
+            e
+        })
+    }
+}
+
 pub(super) fn condition_true(status: &Draft<ProviderRevision>, type_: &str) -> bool {
     conditions::is_true(&status.conditions, type_)
 }

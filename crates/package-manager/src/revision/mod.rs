@@ -62,7 +62,7 @@ use crate::{
     packages::Packages,
     usage,
 };
-use context::{WAIT_POLL, condition_true, provider_owner, set, unhealthy};
+use context::{Unhealthy as _, WAIT_POLL, condition_true, provider_owner, set, unhealthy};
 
 impl Reconciler for ProviderRevisions {
     type Object = ProviderRevision;
@@ -115,25 +115,15 @@ impl Reconciler for ProviderRevisions {
             && let Some(constraint) = &contents.meta.crossplane_version
             && let Err(why) = deps::crossplane_admits(constraint)
         {
-            let e = Error::Constraint(why);
-            unhealthy(status, "IncompatibleCrossplaneVersion", &e);
-            return Err(e);
+            Err(Error::Constraint(why)).unhealthy(status, "IncompatibleCrossplaneVersion")?;
         }
         // What the package asks for its runtime, for the rbac-manager.
-        match permission_requests(&contents.meta.raw) {
-            Ok(rules) => status.permission_requests = rules,
-            Err(e) => {
-                unhealthy(status, "InvalidPackage", &e);
-                return Err(e);
-            }
-        }
+        status.permission_requests =
+            permission_requests(&contents.meta.raw).unhealthy(status, "InvalidPackage")?;
         let declared = deps::declared(r, &contents.meta.depends_on);
-        if r.spec.skip_dependency_resolution != Some(true)
-            && !declared.is_empty()
-            && let Err(e) = self.dependencies(r, &declared, status).await
-        {
-            unhealthy(status, "UnresolvedDependencies", &e);
-            return Err(e);
+        if r.spec.skip_dependency_resolution != Some(true) && !declared.is_empty() {
+            let resolved = self.dependencies(r, &declared, status).await;
+            resolved.unhealthy(status, "UnresolvedDependencies")?;
         }
         let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
         let config = match self.settings.mode {
@@ -153,7 +143,7 @@ impl Reconciler for ProviderRevisions {
         // webhooks (whoever runs it).
         let tls = if r.spec.image.is_some() || webhooks {
             let owner = provider_owner(r);
-            match self
+            let bundle = self
                 .certificates
                 .ensure(
                     &provider,
@@ -162,14 +152,8 @@ impl Reconciler for ProviderRevisions {
                     owner.as_ref(),
                 )
                 .await
-            {
-                Ok(bundle) => Some(bundle),
-                Err(e) => {
-                    let e = Error::Tls(e);
-                    unhealthy(status, "UnhealthyPackageRevision", &e);
-                    return Err(e);
-                }
-            }
+                .map_err(Error::Tls);
+            Some(bundle.unhealthy(status, "UnhealthyPackageRevision")?)
         } else {
             None
         };
@@ -190,16 +174,11 @@ impl Reconciler for ProviderRevisions {
             port: handover.port,
             ca_bundle: bundle,
         });
-        match self
+        let installed = self
             .install(r, &contents, webhook_target.as_ref(), status)
-            .await
-        {
-            Ok(Some(action)) => return Ok(action),
-            Ok(None) => {}
-            Err(e) => {
-                unhealthy(status, "UnhealthyPackageRevision", &e);
-                return Err(e);
-            }
+            .await;
+        if let Some(action) = installed.unhealthy(status, "UnhealthyPackageRevision")? {
+            return Ok(action);
         }
         match self.settings.mode {
             PackageRuntime::External => {
