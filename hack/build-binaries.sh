@@ -41,9 +41,9 @@ set -euo pipefail
 
 PROG=build-binaries
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
+# log, die, fmt_secs, signal traps, run_bg, run_logged
+# shellcheck source=lib/steps.sh
+source "$HACK_DIR/lib/steps.sh"
 
 # ---------------------------------------------------------------------------
 # Versions and settings
@@ -78,10 +78,9 @@ for tool in flock timeout; do
 done
 
 # ---------------------------------------------------------------------------
-# Process / cleanup handling
+# Process / cleanup handling (CHILD, CHILD_SIG, on_signal, run_bg and
+# run_logged are hack/lib/steps.sh's)
 # ---------------------------------------------------------------------------
-CHILD=""          # pid of the currently running background job
-CHILD_SIG=INT     # signal that stops it (see run_bg)
 TMP_PATHS=()      # partial outputs to remove on exit
 
 cleanup() {
@@ -91,49 +90,8 @@ cleanup() {
   [[ -n "${GO_READY:-}" ]] && rm -rf -- "$CACHE/work/.gotmp"
   return 0
 }
-on_signal() {
-  log "interrupted by SIG$1 — stopping"
-  if [[ -n "$CHILD" ]]; then kill -"$CHILD_SIG" "$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
-  exit 130
-}
 trap cleanup EXIT
-trap 'on_signal INT' INT
-trap 'on_signal TERM' TERM
-trap 'on_signal HUP' HUP
-
-fmt_secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
-
-# run_bg <timeout-secs> <stdout-file> <stderr-file> <cmd...>
-# Runs cmd under `timeout` as a background job and waits for it, so that the
-# INT/TERM/HUP traps above can stop it: they send SIGINT to timeout, which
-# forwards it to the command's whole process group (timeout gives it its own).
-# On expiry timeout also sends SIGINT, then SIGKILL 30s later. Returns cmd's status.
-run_bg() {
-  local secs="$1" out="$2" err="$3" rc=0
-  shift 3
-  timeout -s INT --kill-after=30 "$secs" "$@" >>"$out" 2>>"$err" </dev/null &
-  CHILD=$! CHILD_SIG=INT
-  wait "$CHILD" || rc=$?
-  CHILD=""
-  return "$rc"
-}
-
-# run_logged <what> <timeout-secs> <logfile> <cmd...>
-# Runs cmd with a timeout, stdout+stderr appended to logfile. On failure prints
-# the tail of the log and then one line naming the step and the reason, and exits.
-run_logged() {
-  local what="$1" secs="$2" logf="$3" rc=0 reason
-  shift 3
-  { printf '### %s\n### %s\n' "$(date -u +%FT%TZ)" "$*"; } >>"$logf"
-  run_bg "$secs" "$logf" "$logf" "$@" || rc=$?
-  ((rc == 0)) && return 0
-  if ((rc == 124 || rc == 137)); then
-    die "$what timed out after ${secs}s (full log: $logf)"
-  fi
-  tail -n 15 "$logf" | sed 's/^/  | /' >&2
-  reason="$(grep -v '^[[:space:]]*$' "$logf" | grep -v '^###' | tail -n 1 | cut -c1-400)"
-  die "$what failed (exit $rc): ${reason:-no output} (full log: $logf)"
-}
+install_signal_traps
 
 # ---------------------------------------------------------------------------
 # Go helpers

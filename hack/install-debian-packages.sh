@@ -22,10 +22,9 @@
 set -euo pipefail
 
 PROG=install-debian-packages
-
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
-fmt_secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+# log, die, fmt_secs, signal traps, run_bg, run_logged
+# shellcheck source=lib/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/steps.sh"
 
 # package_present <package>: whether what the tests use of it is there.
 package_present() {
@@ -79,51 +78,8 @@ CACHE="$(cd "$CACHE" && pwd -P)"
 FETCH_TIMEOUT="${CROSSPLANE_RS_FETCH_TIMEOUT:-1800}"
 LOCK_TIMEOUT="${CROSSPLANE_RS_LOCK_TIMEOUT:-7200}"
 
-# ---------------------------------------------------------------------------
-# Process handling (as hack/build-binaries.sh's): apt-get runs as a
-# background job so that INT/TERM/HUP stop it.
-# ---------------------------------------------------------------------------
-CHILD=""
-on_signal() {
-  log "interrupted by SIG$1 — stopping"
-  if [[ -n "$CHILD" ]]; then kill -INT "$CHILD" 2>/dev/null || true; wait "$CHILD" 2>/dev/null || true; fi
-  exit 130
-}
-trap 'on_signal INT' INT
-trap 'on_signal TERM' TERM
-trap 'on_signal HUP' HUP
-
-# run_bg <timeout-secs> <stdout-file> <stderr-file> <cmd...>
-# Runs cmd under `timeout` as a background job and waits for it; the traps
-# above send SIGINT to timeout, which forwards it to the command's process
-# group. On expiry timeout also sends SIGINT, then SIGKILL 30s later.
-# Returns cmd's status.
-run_bg() {
-  local secs="$1" out="$2" err="$3" rc=0
-  shift 3
-  timeout -s INT --kill-after=30 "$secs" "$@" >>"$out" 2>>"$err" </dev/null &
-  CHILD=$!
-  wait "$CHILD" || rc=$?
-  CHILD=""
-  return "$rc"
-}
-
-# run_logged <what> <timeout-secs> <logfile> <cmd...>
-# Runs cmd with a timeout, stdout+stderr appended to logfile. On failure prints
-# the tail of the log and then one line naming the step and the reason, and exits.
-run_logged() {
-  local what="$1" secs="$2" logf="$3" rc=0 reason
-  shift 3
-  { printf '### %s\n### %s\n' "$(date -u +%FT%TZ)" "$*"; } >>"$logf"
-  run_bg "$secs" "$logf" "$logf" "$@" || rc=$?
-  ((rc == 0)) && return 0
-  if ((rc == 124 || rc == 137)); then
-    die "$what timed out after ${secs}s (full log: $logf)"
-  fi
-  tail -n 15 "$logf" | sed 's/^/  | /' >&2
-  reason="$(grep -v '^[[:space:]]*$' "$logf" | grep -v '^###' | tail -n 1 | cut -c1-400)"
-  die "$what failed (exit $rc): ${reason:-no output} (full log: $logf)"
-}
+# apt-get runs as a background job (run_bg) so that INT/TERM/HUP stop it.
+install_signal_traps
 
 # ---------------------------------------------------------------------------
 # Main: one run at a time installs (apt-get itself refuses a second one).

@@ -482,7 +482,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
 }
 
 #[test]
-fn a_crd_a_new_version_dropped_stays_while_its_custom_resources_exist() {
+fn upgrades_that_drop_a_crd_keep_it_while_custom_resources_exist_and_keep_one_inactive_revision() {
     let e = env();
     let unique = testenv::unique_name("dropped");
     let g = group("dropped");

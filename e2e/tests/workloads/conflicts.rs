@@ -5,19 +5,14 @@ use super::*;
 
 #[tokio::test]
 async fn conflicts_are_reported_and_the_first_owner_is_untouched() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "conflict").await;
-    let rns = remote_ns(&remote, "conflict").await;
-    let _c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
+    let Setup {
+        plane: _,
+        client,
+        remote,
+        ns,
+        rns,
+        controllers: _c,
+    } = with_target("conflict").await;
     let sel = json!({"matchLabels": {"c": "1"}});
 
     // Two applications templating a resource with the same name.
@@ -161,20 +156,15 @@ async fn conflicts_are_reported_and_the_first_owner_is_untouched() {
 
 #[tokio::test]
 async fn a_bad_template_fails_alone_and_a_missing_namespace_converges() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "bad").await;
-    let rns = remote_ns(&remote, "bad").await;
+    let Setup {
+        plane: _,
+        client,
+        remote,
+        ns,
+        rns,
+        controllers: _c,
+    } = with_target("bad").await;
     let late = testenv::unique_name("late");
-    let _c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
     let templates = json!([
         configmap_template("good", &rns, "good", json!({"x": "1"})),
         {"metadata": {"name": "no-kind"}, "spec": {"template": {"apiVersion": "v1", "metadata": {"name": "x", "namespace": rns}}}},

@@ -20,31 +20,15 @@ async fn orphaned_message(client: &Client, ns: &str) -> String {
 
 #[tokio::test]
 async fn deleting_after_the_cluster_secret_is_gone_orphans_with_an_event_instead_of_hanging() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "orphan").await;
-    let rns = remote_ns(&remote, "orphan").await;
-    let _c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
-    apply_app(
-        &client,
-        &ns,
-        app(
-            "app",
-            &ns,
-            json!({"matchLabels": {"c": "1"}}),
-            json!([configmap_template("cm", &rns, "cm", json!({"x": "1"}))]),
-        ),
-    )
-    .await;
-    wait_app_state(&client, &ns, "app", "Submitted").await;
+    let Setup {
+        plane: _,
+        client,
+        remote,
+        ns,
+        rns,
+        controllers: _c,
+    } = with_target("orphan").await;
+    deliver_one_configmap(&client, &ns, &rns).await;
     Api::<Secret>::namespaced(client.clone(), &ns)
         .delete("target-kubeconfig", &DeleteParams::default())
         .await
@@ -70,19 +54,14 @@ async fn deleting_after_the_cluster_secret_is_gone_orphans_with_an_event_instead
 
 #[tokio::test]
 async fn killing_each_controller_midway_converges_without_duplicates_or_orphans() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "chaos").await;
-    let rns = remote_ns(&remote, "chaos").await;
-    let mut c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
+    let Setup {
+        plane,
+        client,
+        remote,
+        ns,
+        rns,
+        controllers: mut c,
+    } = with_target("chaos").await;
     let templates: Vec<Value> = (0..6)
         .map(|i| {
             configmap_template(
@@ -202,31 +181,15 @@ async fn killing_each_controller_midway_converges_without_duplicates_or_orphans(
 
 #[tokio::test]
 async fn deleting_while_the_cluster_does_not_answer_orphans_after_the_deletion_timeout() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "unreachable").await;
-    let rns = remote_ns(&remote, "unreachable").await;
-    let _c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
-    apply_app(
-        &client,
-        &ns,
-        app(
-            "app",
-            &ns,
-            json!({"matchLabels": {"c": "1"}}),
-            json!([configmap_template("cm", &rns, "cm", json!({"x": "1"}))]),
-        ),
-    )
-    .await;
-    wait_app_state(&client, &ns, "app", "Submitted").await;
+    let Setup {
+        plane,
+        client,
+        remote,
+        ns,
+        rns,
+        controllers: _c,
+    } = with_target("unreachable").await;
+    deliver_one_configmap(&client, &ns, &rns).await;
     // The cluster stops answering: its kubeconfig now points at a closed port.
     let dead = plane.remote.kubeconfig.replace(
         &plane

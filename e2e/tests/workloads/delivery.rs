@@ -332,19 +332,14 @@ async fn the_seed_wordpress_demo_is_delivered_to_the_remote_cluster_and_cleaned_
 
 #[tokio::test]
 async fn removing_a_template_deletes_its_resource_and_remote_object() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "remove").await;
-    let rns = remote_ns(&remote, "remove").await;
-    let _c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
+    let Setup {
+        plane: _,
+        client,
+        remote,
+        ns,
+        rns,
+        controllers: _c,
+    } = with_target("remove").await;
     let sel = json!({"matchLabels": {"c": "1"}});
     let a = configmap_template("keep", &rns, "keep", json!({"x": "1"}));
     let b = configmap_template("drop", &rns, "drop", json!({"x": "2"}));
@@ -424,20 +419,15 @@ async fn a_namespaced_template_without_a_namespace_lands_in_default() {
 /// says so). Neither the remote cluster nor a Secret is read.
 #[tokio::test]
 async fn trace_shows_an_application_its_resources_and_their_remote_objects() {
-    let plane = testenv::control_plane();
-    let (client, remote) = clients().await;
-    let ns = plane.control.namespace(&client, "trace").await;
-    let rns = remote_ns(&remote, "trace").await;
+    let Setup {
+        plane,
+        client,
+        remote: _,
+        ns,
+        rns,
+        controllers: _c,
+    } = with_target("trace").await;
     let remote_space = testenv::unique_name("trace-space");
-    let _c = Controllers::start(&ns).await;
-    cluster(
-        &client,
-        &ns,
-        "target",
-        json!({"c": "1"}),
-        Some(&plane.remote.kubeconfig),
-    )
-    .await;
     let templates = json!([
         configmap_template("settings", &rns, "settings", json!({"x": "1"})),
         {"metadata": {"name": "space"}, "spec": {"template": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": remote_space}}}},

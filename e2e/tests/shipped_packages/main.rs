@@ -1,14 +1,19 @@
-//! Real packages, as shipped: packages built and pushed by upstream's own
-//! `crossplane` CLI, installed by the six controllers running as pods from
-//! `deploy/` on the real node (the local-node overlay plus the registry's
-//! CA, operator configuration), as a platform engineer would. Each test
-//! asserts what a user sees: conditions, the runtime's pod, its managed
-//! resources, `kubectl get` answers during an upgrade.
+//! Packages installed by the six controllers running as pods from `deploy/`
+//! on the real node (the local-node overlay plus the registry's CA,
+//! operator configuration), as a platform engineer would:
+//! - `upstream_built`: provider-kubernetes built and pushed by upstream's
+//!   own `crossplane` CLI, installed, run and upgraded;
+//! - `shapes`: the package shapes upstream allows (CRDs alone, labels and
+//!   annotations, webhook configurations, dependencies on functions and
+//!   configurations), built by this project's `xpkg`.
+//!
+//! Each test asserts what a user sees: conditions, the runtime's pod, its
+//! managed resources, `kubectl get` answers during an upgrade.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod shapes;
-mod upgrades;
+mod upstream_built;
 
 use e2e::packages::{
     apply, condition, get_json, kubectl, kubectl_try, provider_healthy, provider_yaml,

@@ -1,5 +1,6 @@
-//! Package shapes upstream allows: CRDs alone, labels and annotations for everything, webhook
-//! configurations, a revision without spec, function and configuration dependencies.
+//! Package shapes upstream allows, built by this project's `xpkg`: CRDs alone, labels and
+//! annotations for everything, webhook configurations, a revision without spec, function and
+//! configuration dependencies.
 
 use super::*;
 
