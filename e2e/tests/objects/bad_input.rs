@@ -61,14 +61,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     // An unreadable kubeconfig and a target that does not answer: a
     // listener that accepts connections and never says a word (a closed
     // port would fail at once and prove nothing about waiting).
-    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let stalled_addr = stalled.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for conn in stalled.incoming().flatten() {
-            held.push(conn);
-        }
-    });
+    let stalled_addr = e2e::stall::Stalled::start(e2e::stall::Mode::Tcp).addr;
     let dead = plane.remote.kubeconfig.replace(
         plane
             .remote

@@ -159,34 +159,14 @@ fn a_package_never_takes_over_a_crd_it_did_not_create() {
     }
 }
 
-/// A listener that accepts connections (TLS or not, it never answers) and
-/// counts them.
-fn counting_listener(
-    ip: std::net::IpAddr,
-) -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
-    let l = std::net::TcpListener::bind((ip, 0)).unwrap();
-    let addr = l.local_addr().unwrap();
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = count.clone();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for c in l.incoming().flatten() {
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            held.push(c);
-        }
-    });
-    (addr, count)
-}
-
 #[test]
 fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_service() {
     let _rbac = rbac_manager_as_installed();
     shipped();
     let node = testenv::control_plane_with_node().node.as_ref().unwrap();
-    let (listener, connections) = counting_listener(node.host_ip.into());
+    // Accepts connections (TLS or not) and never answers; counts them.
+    let stalled = e2e::stall::Stalled::start_on(node.host_ip.into(), e2e::stall::Mode::Tcp);
+    let listener = stalled.addr;
     let g = format!("{}.example.org", testenv::unique_name("convert"));
     let crd = format!(
         "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.{g}\nspec:\n  group: {g}\n  scope: Cluster\n  names: {{kind: Thing, plural: things, singular: thing, listKind: ThingList}}\n  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [v1]\n      clientConfig:\n        url: https://{listener}/convert\n  versions:\n  - name: v1alpha1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n  - name: v1alpha2\n    served: true\n    storage: false\n    schema:\n      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
@@ -224,7 +204,7 @@ fn a_conversion_webhook_url_in_a_package_is_replaced_by_the_providers_own_servic
     let (ok, out) = kubectl_try(&["get", &format!("things.v1alpha2.{g}"), "one"]);
     eprintln!("conversion without a runtime: {ok} {}", out.trim());
     assert_eq!(
-        connections.load(std::sync::atomic::Ordering::SeqCst),
+        stalled.accepted(),
         0,
         "the API server connected to the package's webhook URL"
     );
