@@ -63,7 +63,7 @@ pub struct Packages {
 
 /// Where a reference is read from and as whom: what the ImageConfigs and
 /// the pull secrets make of it.
-pub struct Access {
+struct Access {
     resolved: Resolved,
     auth: Auth,
     /// The namespace pull secrets are read from (for messages).

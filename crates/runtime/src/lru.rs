@@ -4,6 +4,7 @@
 //! owns). Not synchronized: callers hold it in their own lock.
 
 use std::{
+    borrow::Borrow,
     collections::{BTreeMap, HashMap},
     hash::Hash,
 };
@@ -37,12 +38,17 @@ impl<K: Clone + Eq + Hash, V> Lru<K, V> {
     }
 
     /// The value of `key`, marked used.
-    pub fn get(&mut self, key: &K) -> Option<&mut V> {
+    pub fn get<Q>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let now = self.tick();
         let (at, value) = self.entries.get_mut(key)?;
-        self.used.remove(at);
+        if let Some(k) = self.used.remove(at) {
+            self.used.insert(now, k);
+        }
         *at = now;
-        self.used.insert(now, key.clone());
         Some(value)
     }
 
@@ -63,7 +69,11 @@ impl<K: Clone + Eq + Hash, V> Lru<K, V> {
     }
 
     /// Forgets `key`, returning its value.
-    pub fn remove(&mut self, key: &K) -> Option<V> {
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let (at, value) = self.entries.remove(key)?;
         self.used.remove(&at);
         Some(value)
@@ -81,7 +91,11 @@ impl<K: Clone + Eq + Hash, V> Lru<K, V> {
     }
 
     /// Whether `key` has an entry (not marking it used).
-    pub fn contains_key(&self, key: &K) -> bool {
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.entries.contains_key(key)
     }
 

@@ -61,24 +61,36 @@ fn redirect_policy() -> reqwest::redirect::Policy {
 }
 
 /// How one TLS setting reaches registries: its HTTP client, built once
-/// (connecting and each read give up after [`TIMEOUT`]; redirects as
-/// [`redirect_policy`]), so every session shares its connections and a CA
-/// bundle is parsed once. A client that cannot be built (a CA bundle that
-/// is not PEM) fails each request that would use it, saying why.
-#[derive(Clone, Debug)]
+/// when first used (connecting and each read give up after [`TIMEOUT`];
+/// redirects as [`redirect_policy`]), so every session shares its
+/// connections and a CA bundle is parsed once. A client that cannot be
+/// built (a CA bundle that is not PEM) fails each request that would use
+/// it, saying why.
+#[derive(Debug)]
 pub(crate) struct Transport {
-    client: Result<reqwest::Client, String>,
-    /// Whether every registry is spoken to over plain HTTP.
-    plain: bool,
+    tls: Tls,
+    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
 }
 
 impl Transport {
     /// The transport for `tls`.
     pub(crate) fn new(tls: &Tls) -> Self {
         Self {
-            client: client_with(tls, true).map_err(|e| e.to_string()),
-            plain: matches!(tls, Tls::PlainHttp),
+            tls: tls.clone(),
+            client: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Whether every registry is spoken to over plain HTTP.
+    fn plain(&self) -> bool {
+        matches!(self.tls, Tls::PlainHttp)
+    }
+
+    /// The client, built on first use.
+    fn client(&self) -> Result<reqwest::Client, String> {
+        self.client
+            .get_or_init(|| client_with(&self.tls, true).map_err(|e| e.to_string()))
+            .clone()
     }
 }
 
@@ -246,7 +258,7 @@ impl<'a> Endpoint<'a> {
         transport: &Transport,
         policy: &RegistryPolicy,
     ) -> Result<Self, Error> {
-        let plain = transport.plain || policy.allows_plain_http(registry);
+        let plain = transport.plain() || policy.allows_plain_http(registry);
         let scheme = if plain { "http" } else { "https" };
         let base = Url::parse(&format!("{scheme}://{registry}"))
             .ok()
@@ -255,7 +267,7 @@ impl<'a> Endpoint<'a> {
                 reference: text(reference),
                 reason: format!("{:?} is not a registry host[:port]", text(registry)),
             })?;
-        let http = transport.client.clone().map_err(|e| Error::Registry {
+        let http = transport.client().map_err(|e| Error::Registry {
             reference: text(reference),
             step: "setting up the HTTP client",
             detail: text(&e),

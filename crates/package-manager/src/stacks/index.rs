@@ -105,7 +105,7 @@ impl Index {
     /// What the stack at `digest` owns, as `<plural>.<group>/<version>`;
     /// `None` when the image is not a stack.
     async fn owned(&self, reference: &str, digest: &Digest) -> Result<Owned, FetchError> {
-        if let Some(hit) = self.lock().get(&digest.as_str().to_owned()) {
+        if let Some(hit) = self.lock().get(digest.as_str()) {
             return Ok(hit.clone());
         }
         let info = self.packages.layer_info(reference, digest, &[]).await?;

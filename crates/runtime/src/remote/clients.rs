@@ -176,7 +176,7 @@ impl RemoteClients {
 
     fn lookup(&self, owner: &str, credential: &Credential) -> Option<RemoteCluster> {
         let mut cache = self.cache.lock().ok()?;
-        let entry = cache.by_owner.get(&owner.to_owned())?;
+        let entry = cache.by_owner.get(owner)?;
         if entry.credential != *credential {
             return None;
         }
@@ -223,7 +223,7 @@ impl RemoteClients {
             .cache
             .lock()
             .ok()
-            .and_then(|mut c| c.by_owner.remove(&owner.to_owned()));
+            .and_then(|mut c| c.by_owner.remove(owner));
         drop(dropped);
     }
 

@@ -76,11 +76,7 @@ fn same(a: &RemoteCluster, b: &RemoteCluster) -> bool {
 }
 
 fn holds(rc: &RemoteClients, owner: &str) -> bool {
-    rc.cache
-        .lock()
-        .unwrap()
-        .by_owner
-        .contains_key(&owner.to_owned())
+    rc.cache.lock().unwrap().by_owner.contains_key(owner)
 }
 
 #[tokio::test]
