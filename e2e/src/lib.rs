@@ -45,6 +45,22 @@ pub struct Running {
     log: std::path::PathBuf,
 }
 
+/// The object-provider serves its CRD's conversion webhook: run here, on a
+/// free port of this host, named by URL (unless `args` say otherwise).
+fn webhook_args(name: &str, args: &[&str]) -> Vec<String> {
+    let said = args
+        .iter()
+        .any(|a| a.starts_with("--webhook") || a.starts_with("--serve-webhook"));
+    if name != "object-provider" || said {
+        return Vec::new();
+    }
+    let addr = free_addr();
+    vec![
+        format!("--webhook-addr={addr}"),
+        format!("--webhook-url=https://{addr}/convert"),
+    ]
+}
+
 impl Running {
     /// Starts `name` against the cluster whose kubeconfig is `kubeconfig`, with
     /// `--metrics-addr` on a free port and the extra `args`.
@@ -65,6 +81,7 @@ impl Running {
                 std::env::var("E2E_CONTROLLER_LOG").unwrap_or_else(|_| "info".to_owned()),
             )
             .arg(format!("--metrics-addr={addr}"))
+            .args(webhook_args(name, args))
             .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("clone log handle"))

@@ -86,10 +86,10 @@ pub fn start_provider(setup: &ProviderSetup) -> &'static Mutex<Running> {
         let running = Running::start("object-provider", &as_its_service_account, setup.args);
         wait_blocking(
             Duration::from_secs(30),
-            "the object-provider to be healthy",
-            || match crate::http_get(running.addr, "/healthz") {
+            "the object-provider to be ready (its conversion webhook serving)",
+            || match crate::http_get(running.addr, "/readyz") {
                 Some((200, _)) => Ok(()),
-                other => Err(format!("/healthz answered {other:?}")),
+                other => Err(format!("/readyz answered {other:?}")),
             },
             || format!("its log:\n{}", running.log()),
         );
@@ -163,6 +163,37 @@ pub async fn apply_object(client: &Client, body: Value) {
         )
         .await
         .unwrap_or_else(|e| panic!("applying Object: {e}"));
+}
+
+/// Objects at `version` (`v1alpha1` or `v1alpha2`), for a dynamic Api.
+pub fn at_version(version: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: "kubernetes.crossplane.io".into(),
+        version: version.into(),
+        api_version: format!("kubernetes.crossplane.io/{version}"),
+        kind: "Object".into(),
+        plural: "objects".into(),
+    }
+}
+
+/// Server-side applies the Object `body` (written at v1alpha1, as
+/// [`object`] makes it) at v1alpha2, the stored version: no conversion
+/// webhook is called.
+pub async fn apply_object_v1alpha2(client: &Client, body: Value) {
+    let to = types::kubernetes::conversion::Version::V1alpha2.api_version();
+    let body = types::kubernetes::conversion::convert(&body, to).expect("a v1alpha1 Object");
+    let name = body["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Api::<types::kubernetes::v1alpha2::Object>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying Object {name} at v1alpha2: {e}"));
 }
 
 /// Reads an Object.

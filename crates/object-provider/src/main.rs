@@ -2,6 +2,7 @@
 //! remote cluster through Objects, with management policies, references and
 //! ordered uninstall.
 
+mod conversion;
 mod object;
 mod policy;
 mod providerconfig;
@@ -13,7 +14,7 @@ use runtime::{
     CommonArgs,
     controller::{Runtime, api_resource},
 };
-use types::kubernetes::v1alpha1::{Object, ProviderConfig};
+use types::kubernetes::{v1alpha1::ProviderConfig, v1alpha2::Object};
 
 const BINARY: &str = "object-provider";
 
@@ -29,6 +30,9 @@ struct Args {
     /// a Warning event) and goes.
     #[arg(long, env = "DELETION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     deletion_timeout: Duration,
+
+    #[command(flatten)]
+    webhook: conversion::WebhookArgs,
 }
 
 #[tokio::main]
@@ -36,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
+    conversion::serve(&rt, &args.webhook, BINARY).await?;
     let kinds = [api_resource::<Object>(), api_resource::<ProviderConfig>()];
     // Built again each time this replica leads again (fresh caches).
     let build = {
@@ -67,5 +72,8 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     rt.run(&kinds, build).await?;
+    // Not ready any more: conversions go on while the Service forgets this
+    // replica.
+    tokio::time::sleep(args.webhook.webhook_drain).await;
     Ok(())
 }

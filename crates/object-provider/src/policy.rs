@@ -4,36 +4,91 @@
 use serde_json::{Value, json};
 use types::{
     common::DeletionPolicy,
-    kubernetes::v1alpha1::{ManagementPolicy, ReadinessPolicy},
+    kubernetes::v1alpha2::{ManagementAction, Readiness, ReadinessPolicy},
 };
 
+/// Whether `policies` name `action`, or `*`.
+fn allows(policies: &[ManagementAction], action: ManagementAction) -> bool {
+    policies
+        .iter()
+        .any(|p| *p == action || *p == ManagementAction::All)
+}
+
+/// Whether `policies` name `action` and nothing else (as a set: repeats
+/// count once).
+fn only(policies: &[ManagementAction], action: ManagementAction) -> bool {
+    !policies.is_empty() && policies.iter().all(|p| *p == action)
+}
+
 /// May the provider create the managed object?
-pub fn can_create(p: ManagementPolicy) -> bool {
-    matches!(
-        p,
-        ManagementPolicy::Default | ManagementPolicy::ObserveCreateUpdate
-    )
+pub fn can_create(policies: &[ManagementAction]) -> bool {
+    allows(policies, ManagementAction::Create)
 }
 
-/// May the provider update the managed object?
-pub fn can_update(p: ManagementPolicy) -> bool {
-    can_create(p)
+/// May the provider update the managed object? (LateInitialize is accepted
+/// and changes nothing: this provider never fills the manifest from the
+/// live object.)
+pub fn can_update(policies: &[ManagementAction]) -> bool {
+    allows(policies, ManagementAction::Update)
 }
 
-/// May the provider delete the managed object, given both policies? Orphan
-/// always wins; with Delete the management policy decides.
-pub fn can_delete(p: ManagementPolicy, d: DeletionPolicy) -> bool {
-    d == DeletionPolicy::Delete
-        && matches!(
-            p,
-            ManagementPolicy::Default | ManagementPolicy::ObserveDelete
-        )
+/// May the provider delete the managed object? With the default policies
+/// (`["*"]`) the deletion policy decides; any other list decides alone, by
+/// naming Delete (or `*`), and the deletion policy is ignored, as upstream
+/// Crossplane does.
+pub fn can_delete(policies: &[ManagementAction], d: DeletionPolicy) -> bool {
+    if only(policies, ManagementAction::All) {
+        return d != DeletionPolicy::Orphan;
+    }
+    allows(policies, ManagementAction::Delete)
 }
 
-/// None when Ready by `policy`, else why not.
-pub fn unready(policy: ReadinessPolicy, live: &Value) -> Option<String> {
+/// Whether the provider only reads the managed object (the policies are
+/// exactly Observe).
+pub fn observe_only(policies: &[ManagementAction]) -> bool {
+    only(policies, ManagementAction::Observe)
+}
+
+/// None when an Object with these policies may be reconciled, else what to
+/// fix: every reconcile starts by observing, so the list must name Observe
+/// (or `*`).
+pub fn invalid(policies: &[ManagementAction]) -> Option<String> {
+    if policies.is_empty() {
+        return Some(
+            "managementPolicies is empty: set it to [\"*\"], or to a list that includes Observe (to stop reconciling, annotate the Object crossplane.io/paused: \"true\" instead)"
+                .to_owned(),
+        );
+    }
+    if allows(policies, ManagementAction::Observe) {
+        return None;
+    }
+    Some(format!(
+        "managementPolicies {} must include Observe (or be [\"*\"])",
+        listed(policies)
+    ))
+}
+
+/// The policies as a user writes them, e.g. `[Observe, Create]` or
+/// `["*"]` (a bare `*` is not a YAML string).
+pub fn listed(policies: &[ManagementAction]) -> String {
+    let names: Vec<&str> = policies
+        .iter()
+        .map(|p| match p {
+            ManagementAction::All => "\"*\"",
+            ManagementAction::Observe => "Observe",
+            ManagementAction::Create => "Create",
+            ManagementAction::Update => "Update",
+            ManagementAction::Delete => "Delete",
+            ManagementAction::LateInitialize => "LateInitialize",
+        })
+        .collect();
+    format!("[{}]", names.join(", "))
+}
+
+/// None when Ready by `readiness`, else why not.
+pub fn unready(readiness: &Readiness, live: &Value) -> Option<String> {
     let conditions = live["status"]["conditions"].as_array();
-    match policy {
+    match readiness.policy {
         ReadinessPolicy::SuccessfulCreate => None,
         ReadinessPolicy::DeriveFromObject => {
             match conditions.and_then(|cs| cs.iter().find(|c| c["type"] == "Ready")) {
@@ -55,6 +110,12 @@ pub fn unready(policy: ReadinessPolicy, live: &Value) -> Option<String> {
             }),
             _ => Some("the managed object has no conditions yet".to_owned()),
         },
+        // No CEL engine yet: readiness.celQuery is not evaluated, and the
+        // Object says so (it is looked at again at the next poll).
+        ReadinessPolicy::DeriveFromCelQuery => Some(
+            "readiness.policy DeriveFromCelQuery is not supported yet: set readiness.policy to SuccessfulCreate, DeriveFromObject or AllTrue"
+                .to_owned(),
+        ),
     }
 }
 
@@ -180,43 +241,123 @@ pub fn fold_string_data(manifest: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ManagementAction::*;
 
     #[test]
-    fn the_management_policy_table_of_the_seed() {
-        use ManagementPolicy::*;
-        // Observe | Create & Update | Delete, as the seed's table rows.
-        let rows = [
-            (Default, true, true),
-            (ObserveCreateUpdate, true, false),
-            (ObserveDelete, false, true),
-            (Observe, false, false),
+    fn create_and_update_follow_their_policy_or_the_wildcard() {
+        // (policies, create, update)
+        let rows: [(&[ManagementAction], bool, bool); 7] = [
+            (&[All], true, true),
+            (&[Observe, Create, Update], true, true),
+            (&[Observe, Create], true, false),
+            (&[Observe, Update, LateInitialize], false, true),
+            (&[Observe, Delete], false, false),
+            (&[Observe, LateInitialize], false, false),
+            (&[Observe], false, false),
         ];
-        for (p, cu, d) in rows {
-            assert_eq!(can_create(p), cu, "{p:?} create");
-            assert_eq!(can_update(p), cu, "{p:?} update");
-            assert_eq!(can_delete(p, DeletionPolicy::Delete), d, "{p:?} delete");
+        for (p, create, update) in rows {
+            assert_eq!(can_create(p), create, "{p:?} create");
+            assert_eq!(can_update(p), update, "{p:?} update");
         }
     }
 
     #[test]
-    fn orphan_wins_over_every_management_policy() {
-        use ManagementPolicy::*;
-        for p in [Default, ObserveCreateUpdate, ObserveDelete, Observe] {
-            assert!(!can_delete(p, DeletionPolicy::Orphan), "{p:?}");
+    fn the_deletion_policy_decides_only_with_the_default_policies() {
+        use DeletionPolicy::{Delete as Del, Orphan};
+        // (policies, deletionPolicy, may delete)
+        let rows: [(&[ManagementAction], DeletionPolicy, bool); 10] = [
+            (&[All], Del, true),
+            (&[All], Orphan, false),
+            (&[All, All], Orphan, false),
+            (&[Observe, Delete], Del, true),
+            (&[Observe, Delete], Orphan, true),
+            (&[Observe, Create, Update], Del, false),
+            (&[Observe], Del, false),
+            (&[All, Observe], Orphan, true),
+            (&[], Del, false),
+            (&[Create], Del, false),
+        ];
+        for (p, d, delete) in rows {
+            assert_eq!(can_delete(p, d), delete, "{p:?} {d:?}");
         }
+    }
+
+    #[test]
+    fn observe_only_is_exactly_observe() {
+        assert!(observe_only(&[Observe]));
+        assert!(observe_only(&[Observe, Observe]));
+        assert!(!observe_only(&[]));
+        assert!(!observe_only(&[All]));
+        assert!(!observe_only(&[Observe, LateInitialize]));
+        assert!(!observe_only(&[Observe, Create]));
+    }
+
+    #[test]
+    fn policies_without_observe_are_refused_saying_what_to_fix() {
+        for ok in [&[All][..], &[Observe], &[Create, All], &[Delete, Observe]] {
+            assert_eq!(invalid(ok), None, "{ok:?}");
+        }
+        assert_eq!(
+            invalid(&[Create]).unwrap(),
+            "managementPolicies [Create] must include Observe (or be [\"*\"])"
+        );
+        assert!(
+            invalid(&[Create, Delete])
+                .unwrap()
+                .starts_with("managementPolicies [Create, Delete] must include Observe")
+        );
+        assert!(
+            invalid(&[])
+                .unwrap()
+                .starts_with("managementPolicies is empty: set it to [\"*\"]")
+        );
+    }
+
+    #[test]
+    fn policies_are_listed_as_a_user_writes_them() {
+        assert_eq!(listed(&[All]), "[\"*\"]");
+        assert_eq!(
+            listed(&[Observe, LateInitialize]),
+            "[Observe, LateInitialize]"
+        );
+        assert_eq!(listed(&[]), "[]");
     }
 
     #[test]
     fn readiness_follows_its_policy() {
+        let by = |policy: ReadinessPolicy| Readiness {
+            policy,
+            cel_query: None,
+        };
         let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Synced", "status": "False"}]}});
-        assert_eq!(unready(ReadinessPolicy::SuccessfulCreate, &json!({})), None);
-        assert_eq!(unready(ReadinessPolicy::DeriveFromObject, &ready), None);
+        assert_eq!(
+            unready(&by(ReadinessPolicy::SuccessfulCreate), &json!({})),
+            None
+        );
+        assert_eq!(
+            unready(&by(ReadinessPolicy::DeriveFromObject), &ready),
+            None
+        );
         assert!(
-            unready(ReadinessPolicy::AllTrue, &ready)
+            unready(&by(ReadinessPolicy::AllTrue), &ready)
                 .unwrap()
                 .contains("Synced")
         );
-        assert!(unready(ReadinessPolicy::DeriveFromObject, &json!({})).is_some());
+        assert!(unready(&by(ReadinessPolicy::DeriveFromObject), &json!({})).is_some());
+    }
+
+    #[test]
+    fn a_cel_query_is_not_evaluated_yet_and_says_so() {
+        let cel = Readiness {
+            policy: ReadinessPolicy::DeriveFromCelQuery,
+            cel_query: Some("object.data.color == 'blue'".to_owned()),
+        };
+        let live = json!({"data": {"color": "blue"}});
+        let why = unready(&cel, &live).unwrap();
+        assert!(
+            why.contains("readiness.policy DeriveFromCelQuery is not supported yet"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -23,7 +23,10 @@ use runtime::{
     events::ReconcileError,
     reconciler::{self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Reconciler, Skeleton},
 };
-use types::kubernetes::v1alpha1::{Object, ProviderConfig, ProviderConfigStatus};
+use types::kubernetes::{
+    v1alpha1::{ProviderConfig, ProviderConfigStatus},
+    v1alpha2::Object,
+};
 
 use crate::object::usage;
 

@@ -36,11 +36,11 @@ use k8s_openapi::{
     ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
 use kube::{Api, api::ObjectMeta};
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+use runtime::certificates::service_dns_names;
+use runtime::{
+    certificates::{self, Authority, LIFETIME as LEAF_LIFETIME, Usage, digest, rfc3339},
+    expiring::Expiring,
 };
-use runtime::expiring::Expiring;
 use time::OffsetDateTime;
 
 /// When a certificate expires (RFC 3339).
@@ -54,8 +54,6 @@ const SUBJECT: &str = "pkg.crossplane.io/tls-subject";
 const PREVIOUS_CA: &str = "previous.crt";
 /// When the previous CA's certificates expire (RFC 3339).
 const PREVIOUS_NOT_AFTER: &str = "pkg.crossplane.io/tls-previous-not-after";
-/// How long a CA, a server and a client certificate are valid.
-const LEAF_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a good check is remembered.
 const RECHECK: Duration = Duration::from_secs(600);
 
@@ -68,23 +66,13 @@ pub fn secret_names(provider: &str) -> (String, String, String) {
     )
 }
 
-/// The DNS names a Service answers to inside the cluster.
-pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![
-        service.to_owned(),
-        format!("{service}.{namespace}"),
-        format!("{service}.{namespace}.svc"),
-        format!("{service}.{namespace}.svc.cluster.local"),
-    ]
-}
-
 /// Why a provider's certificates could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot {0}: {1}")]
     Request(&'static str, #[source] kube::Error),
     #[error("cannot make a certificate: {0}")]
-    Certificate(#[from] rcgen::Error),
+    Certificate(#[from] certificates::Error),
     #[error(
         "Secret {0} exists with type {1}, not {2}, and a Secret's type cannot change; delete it and the package manager makes it again"
     )]
@@ -103,7 +91,7 @@ pub struct Certificates {
 
 /// A new CA at work: what it signs with and what a certificate records.
 struct Signed<'a> {
-    issuer: &'a Issuer<'a, KeyPair>,
+    authority: &'a Authority,
     digest: String,
     bundle: &'a str,
     now: OffsetDateTime,
@@ -151,10 +139,6 @@ fn timestamp(s: &Secret, key: &str) -> Option<OffsetDateTime> {
     .ok()
 }
 
-fn digest(cert_pem: &str) -> String {
-    oci::Digest::of(cert_pem.as_bytes()).as_str().to_owned()
-}
-
 /// Decides what `live` needs for certificates naming `subjects` (server,
 /// client) at `now`.
 fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
@@ -179,7 +163,7 @@ fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
                 .all(|k| s.data.as_ref().is_some_and(|d| d.contains_key(*k)))
                 && annotation(s, ISSUER).as_deref() == Some(issuer.as_str())
                 && annotation(s, SUBJECT).as_deref() == Some(subject)
-                && !due(s, now, LEAF_LIFETIME)
+                && !due(s, now)
         })
     };
     if !leaves.iter().zip(subjects).all(|(l, s)| good(l, s)) {
@@ -287,9 +271,12 @@ impl Certificates {
             }
             Plan::Renew { previous } => {
                 // The key signs the two certificates below and is dropped.
-                let ca_key = KeyPair::generate()?;
-                let ca_cert = ca_params(provider, now).self_signed(&ca_key)?.pem();
-                let issuer = Issuer::new(ca_params(provider, now), ca_key);
+                let authority = Authority::new(
+                    &format!("{provider} CA"),
+                    "crossplane-rs package-manager",
+                    now,
+                )?;
+                let ca_cert = authority.cert_pem().to_owned();
                 let mut bundle = ca_cert.clone();
                 let mut data = BTreeMap::from([(
                     "tls.crt".to_owned(),
@@ -303,7 +290,7 @@ impl Certificates {
                     annotations.insert(PREVIOUS_NOT_AFTER.to_owned(), rfc3339(until));
                 }
                 let signed = Signed {
-                    issuer: &issuer,
+                    authority: &authority,
                     digest: digest(&ca_cert),
                     bundle: &bundle,
                     now,
@@ -359,33 +346,12 @@ impl Certificates {
         owner: Option<&OwnerReference>,
     ) -> Result<(), Error> {
         let now = signed.now;
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(names.to_vec())?;
-        let mut dn = DistinguishedName::new();
-        dn.push(
-            DnType::CommonName,
-            names.first().cloned().unwrap_or_default(),
-        );
-        params.distinguished_name = dn;
-        params.not_before = now - time::Duration::minutes(5);
-        params.not_after = now + LEAF_LIFETIME;
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![if server {
-            ExtendedKeyUsagePurpose::ServerAuth
-        } else {
-            ExtendedKeyUsagePurpose::ClientAuth
-        }];
-        params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, signed.issuer)?;
+        let leaf = signed
+            .authority
+            .issue(names, if server { Usage::Server } else { Usage::Client })?;
         let data = BTreeMap::from([
-            ("tls.crt".to_owned(), ByteString(cert.pem().into_bytes())),
-            (
-                "tls.key".to_owned(),
-                ByteString(key.serialize_pem().into_bytes()),
-            ),
+            ("tls.crt".to_owned(), ByteString(leaf.cert_pem.into_bytes())),
+            ("tls.key".to_owned(), ByteString(leaf.key_pem.into_bytes())),
             (
                 "ca.crt".to_owned(),
                 ByteString(signed.bundle.to_owned().into_bytes()),
@@ -440,34 +406,10 @@ impl Certificates {
     }
 }
 
-/// The CA's parameters: the same for a provider each time, so that a
-/// certificate it signs names it as its issuer.
-fn ca_params(provider: &str, now: OffsetDateTime) -> CertificateParams {
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, format!("{provider} CA"));
-    dn.push(DnType::OrganizationName, "crossplane-rs package-manager");
-    params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params.not_before = now - time::Duration::minutes(5);
-    params.not_after = now + LEAF_LIFETIME + time::Duration::days(1);
-    params
-}
-
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
-/// Whether a certificate of `lifetime` in `s` should be issued again: a
-/// third of its life or less is left (or its expiry is unknown).
-fn due(s: &Secret, now: OffsetDateTime, lifetime: Duration) -> bool {
-    timestamp(s, NOT_AFTER).is_none_or(|t| t - now < lifetime / 3)
+/// Whether the certificate in `s` should be issued again: a third of its
+/// life or less is left (or its expiry is unknown).
+fn due(s: &Secret, now: OffsetDateTime) -> bool {
+    certificates::due(timestamp(s, NOT_AFTER), now)
 }
 
 #[cfg(test)]
@@ -475,25 +417,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
-
-    #[test]
-    fn a_leaf_names_the_ca_that_signed_it() {
-        let now = OffsetDateTime::now_utc();
-        let ca_key = KeyPair::generate().unwrap();
-        let ca = ca_params("p", now).self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(
-            ca_params("p", now),
-            KeyPair::from_pem(&ca_key.serialize_pem()).unwrap(),
-        );
-        let key = KeyPair::generate().unwrap();
-        let leaf = CertificateParams::new(service_dns_names("p", "ns"))
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        // The issuer DN of the leaf is the CA's subject DN (DER-equal).
-        assert!(ca.der().len() > 100 && leaf.der().len() > 100);
-        assert!(leaf.pem().starts_with("-----BEGIN CERTIFICATE-----"));
-    }
 
     #[test]
     fn a_certificate_is_due_with_a_third_of_its_life_left_or_unknown_expiry() {
@@ -505,9 +428,9 @@ mod tests {
             },
             ..Secret::default()
         };
-        assert!(!due(&with(now + LEAF_LIFETIME), now, LEAF_LIFETIME));
-        assert!(due(&with(now + LEAF_LIFETIME / 4), now, LEAF_LIFETIME));
-        assert!(due(&Secret::default(), now, LEAF_LIFETIME));
+        assert!(!due(&with(now + LEAF_LIFETIME), now));
+        assert!(due(&with(now + LEAF_LIFETIME / 4), now));
+        assert!(due(&Secret::default(), now));
     }
 
     fn secret(data: &[(&str, &str)], annotations: &[(&str, String)]) -> Option<Secret> {

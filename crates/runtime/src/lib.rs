@@ -6,6 +6,7 @@
 mod alloc;
 pub mod args;
 pub mod backoff;
+pub mod certificates;
 pub mod coalesce;
 pub mod conditions;
 pub mod controller;
@@ -29,6 +30,7 @@ pub mod server;
 pub mod ssa;
 pub mod telemetry;
 pub mod watches;
+pub mod webhook;
 
 pub use args::CommonArgs;
 pub use metrics::Metrics;

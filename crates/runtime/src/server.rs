@@ -2,7 +2,7 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, Ordering},
+    atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
@@ -14,6 +14,19 @@ use crate::metrics::Metrics;
 #[derive(Clone, Default)]
 pub struct Health {
     ready: Arc<AtomicBool>,
+    /// What else the binary waits for before it is ready ([`Hold`]s).
+    holds: Arc<AtomicUsize>,
+}
+
+/// Keeps a binary not ready until dropped (a webhook that is not serving
+/// yet: a Service must not send the API server to it).
+#[derive(Debug)]
+pub struct Hold(Arc<AtomicUsize>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Health {
@@ -22,9 +35,15 @@ impl Health {
         self.ready.store(ready, Ordering::Release);
     }
 
-    /// Whether the binary is ready.
+    /// Whether the binary is ready: marked so, and nothing holds it.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire) && self.holds.load(Ordering::Acquire) == 0
+    }
+
+    /// Holds the binary not ready until the [`Hold`] is dropped.
+    pub fn hold(&self) -> Hold {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+        Hold(self.holds.clone())
     }
 }
 
@@ -58,7 +77,8 @@ async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Ready once the API server answered and the CRDs are installed, leading
+/// Ready once the API server answered, the CRDs are installed and a webhook
+/// the binary serves is up (see [`Health::hold`]), leading
 /// or standing by: a standby is a correctly working replica (a rolling
 /// update waits for the new pod to be Ready while the old one still leads).
 /// The body says which; `crossplane_rs_leader` says it to Prometheus.
@@ -71,7 +91,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         ),
         (false, _) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: waiting for the API server and this binary's CRDs",
+            "not ready: waiting for the API server, this binary's CRDs and, where it serves one, its webhook",
         ),
     }
 }

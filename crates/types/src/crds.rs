@@ -17,11 +17,19 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         "v1beta1",
     )
     .context("merging DeploymentRuntimeConfig versions")?;
+    let object = kube::core::crd::merge_crds(
+        vec![
+            kubernetes::v1alpha2::Object::crd(),
+            kubernetes::v1alpha1::Object::crd(),
+        ],
+        "v1alpha2",
+    )
+    .context("merging Object versions")?;
     Ok(vec![
         workload::v1alpha1::KubernetesApplication::crd(),
         workload::v1alpha1::KubernetesApplicationResource::crd(),
         compute::v1alpha1::KubernetesCluster::crd(),
-        kubernetes::v1alpha1::Object::crd(),
+        converted_by_object_provider(object),
         kubernetes::v1alpha1::ProviderConfig::crd(),
         kubernetes::v1alpha1::ProviderConfigUsage::crd(),
         extensions::v1alpha1::ExtensionRequest::crd(),
@@ -35,6 +43,33 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         pkg::v1beta1::ImageConfig::crd(),
         pkg::v1alpha1::ControllerConfig::crd(),
     ])
+}
+
+/// `crd` converted between its versions by the object-provider's webhook,
+/// reached through its Service in `crossplane-system` (the object-provider
+/// points it at itself with the CA bundle it made, and at its own namespace).
+/// Until then a version other than the stored one cannot be read or
+/// written: refused, never converted wrongly.
+fn converted_by_object_provider(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        CustomResourceConversion, ServiceReference, WebhookClientConfig, WebhookConversion,
+    };
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "Webhook".to_owned(),
+        webhook: Some(WebhookConversion {
+            conversion_review_versions: vec!["v1".to_owned()],
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    namespace: "crossplane-system".to_owned(),
+                    name: "object-provider-webhook".to_owned(),
+                    path: Some("/convert".to_owned()),
+                    port: Some(443),
+                }),
+                ..WebhookClientConfig::default()
+            }),
+        }),
+    });
+    crd
 }
 
 /// `crd` with `spec` optional, as upstream's (kube-derive always requires

@@ -16,7 +16,9 @@ pub mod compute {
 
 /// `kubernetes.crossplane.io`
 pub mod kubernetes {
+    pub mod conversion;
     pub mod v1alpha1;
+    pub mod v1alpha2;
 }
 
 /// `extensions.crossplane.io`

@@ -69,8 +69,19 @@ fn subset(want: &Value, got: &Value, path: &str, diffs: &mut Vec<String>) {
     }
 }
 
+/// An object-provider, as its shipped ServiceAccount: it serves the
+/// conversion webhook the seed's `v1alpha1` Objects are written through
+/// (they are stored at `v1alpha2`), and reconciles them against the remote
+/// cluster.
+const OBJECT_PROVIDER: e2e::objects::ProviderSetup = e2e::objects::ProviderSetup {
+    configs: "apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: ProviderConfig\nmetadata: {name: kubernetes-provider}\nspec: {credentials: {source: Secret, secretRef: {namespace: default, name: remote-kubeconfig, key: kubeconfig}}}\n",
+    prepare: || {},
+    args: &["--poll-interval", "1m"],
+};
+
 #[tokio::test]
 async fn every_seed_example_applies_unchanged_and_reads_back_equal() {
+    e2e::objects::start_provider(&OBJECT_PROVIDER);
     let plane = testenv::control_plane();
     let control = &plane.control;
     // The seed's wordpress-demo lives in namespace `complex`, as written.
@@ -341,8 +352,19 @@ async fn kubectl_explain_teaches_the_fields() {
             "kubernetescluster.spec.connectionSecretRef",
             "holds a kubeconfig",
         ),
-        ("object.spec.managementPolicy", "ObserveCreateUpdate (never"),
-        ("object.spec.references.fromObject", "copies the value"),
+        (
+            "object.spec.managementPolicy --api-version=kubernetes.crossplane.io/v1alpha1",
+            "ObserveCreateUpdate (never",
+        ),
+        (
+            "object.spec.references.fromObject --api-version=kubernetes.crossplane.io/v1alpha1",
+            "copies the value",
+        ),
+        // kubectl prefers v1alpha2, upstream's shape.
+        (
+            "object.spec.references.patchesFrom",
+            "copies the value at its fieldPath into the manifest",
+        ),
         ("providerconfig.spec.credentials.source", "InjectedIdentity"),
         (
             "extensionrequest.spec.crd",
@@ -366,7 +388,10 @@ async fn kubectl_explain_teaches_the_fields() {
         ),
     ];
     for (field, needle) in cases {
-        let out = control.kubectl(&["explain", field]);
+        let args: Vec<&str> = std::iter::once("explain")
+            .chain(field.split_whitespace())
+            .collect();
+        let out = control.kubectl(&args);
         assert!(
             out.status.success(),
             "kubectl explain {field}: {}",

@@ -44,7 +44,7 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
             &p("bad-path"),
             "remote",
             configmap("y", &ns, json!({})),
-            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "Namespace", "name": "default", "fieldPath": "metadata.name"}, "toFieldPath": "spec..name"}]}),
+            json!({"references": [{"fromObject": {"apiVersion": "v1", "kind": "Namespace", "name": "default", "fieldPath": "metadata.name"}, "toFieldPath": "spec.forProvider.manifest..name"}]}),
         ),
     )
     .await;

@@ -10,6 +10,7 @@ mod policies;
 mod provider_configs;
 mod references;
 mod seeds;
+mod versions;
 
 use e2e::{objects::*, wait};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};

@@ -101,7 +101,7 @@ async fn every_row_of_the_management_policy_table_is_honoured() {
     wait_synced_false(
         &client,
         &format!("{ns}-observe-missing"),
-        "does not exist and managementPolicy Observe does not allow creating it",
+        "does not exist and managementPolicies [Observe] only observe it",
     )
     .await;
     assert!(remote_cm(&remote, &ns, "missing").await.is_none());

@@ -30,13 +30,25 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
         manifest["status"]["phase"], "Active",
         "atProvider.manifest includes the live status"
     );
-    let out = plane
-        .control
-        .kubectl(&["get", "object", "sample-namespace"]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    // kubectl prefers v1alpha2 and shows upstream's columns; v1alpha1
+    // shows the design's.
+    let header = |resource: &str| {
+        let out = plane
+            .control
+            .kubectl(&["get", resource, "sample-namespace"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.lines().next().unwrap_or_default().to_owned();
+        first
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
-        header,
+        header("object"),
+        ["NAME", "KIND", "PROVIDERCONFIG", "SYNCED", "READY", "AGE"]
+    );
+    assert_eq!(
+        header("objects.v1alpha1.kubernetes.crossplane.io"),
         [
             "NAME",
             "KIND",
@@ -48,6 +60,10 @@ async fn the_seed_namespace_object_is_created_in_the_remote_cluster_and_locally_
             "AGE"
         ]
     );
+    let out = plane
+        .control
+        .kubectl(&["get", "object", "sample-namespace"]);
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("kubernetes-provider") && text.contains("True"),
         "{text}"

@@ -5,7 +5,7 @@
 //! reads the Object [`opened`]; the reconciler gets every Object opened
 //! (`Reconciler::open_cached`).
 
-use types::kubernetes::v1alpha1::Object;
+use types::kubernetes::v1alpha2::Object;
 
 /// The Object's two manifests: the desired one, and the one last observed
 /// when there is one.
@@ -45,7 +45,7 @@ mod tests {
             json!("{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\"}"),
         ] {
             let written: Object = serde_json::from_value(json!({
-                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+                "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
                 "metadata": {"name": "o"},
                 "spec": {"forProvider": {"manifest": manifest}},
                 "status": {"atProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"uid": "u"}}}},

@@ -11,7 +11,10 @@ use runtime::{
     managed::{Known, SecretKey},
     remote::RemoteCluster,
 };
-use types::kubernetes::v1alpha1::{CredentialsSource, Object, ProviderConfig};
+use types::kubernetes::{
+    v1alpha1::{CredentialsSource, ProviderConfig},
+    v1alpha2::Object,
+};
 
 use super::context::Objects;
 use super::errors::Error;

@@ -11,7 +11,7 @@ use runtime::{
     remote::RemoteCluster,
     watches::Watches,
 };
-use types::kubernetes::v1alpha1::{Object, ProviderConfig};
+use types::kubernetes::{v1alpha1::ProviderConfig, v1alpha2::Object};
 
 use super::metrics::ObjectMetrics;
 use super::published::Published;

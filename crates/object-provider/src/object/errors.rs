@@ -47,6 +47,10 @@ pub enum Error {
     /// The policy forbids what is needed.
     #[error("{0}")]
     NotAllowed(String),
+    /// spec.managementPolicies is a list this provider cannot reconcile
+    /// (it does not observe); nothing is done until it is fixed.
+    #[error("{0}")]
+    InvalidPolicies(String),
     /// A request to the control cluster failed.
     #[error("failed to {0}")]
     Control(String, #[source] Box<kube::Error>),
@@ -83,6 +87,7 @@ impl ReconcileError for Error {
             Error::InvalidReference(..) => "InvalidReference",
             Error::Cycle(_) => "ReferenceCycle",
             Error::NotAllowed(_) => "NotAllowedByPolicy",
+            Error::InvalidPolicies(_) => "InvalidManagementPolicies",
             Error::Control(..) => CONTROL_REQUEST_FAILED,
             Error::Serialize(_) => "CannotSerialize",
             Error::Redacted { category, .. } => category,

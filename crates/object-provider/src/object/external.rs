@@ -14,7 +14,7 @@ use runtime::{
     watches::{Cached, Scope, Session, Target},
 };
 use serde_json::Value;
-use types::kubernetes::v1alpha1::Object;
+use types::kubernetes::v1alpha2::Object;
 
 use super::context::{CONTROLLER, Objects, target_of};
 use super::errors::Error;
@@ -242,9 +242,10 @@ impl External for ManagedObject<'_> {
 
 /// What the policies of an Object allow.
 pub fn allowed(obj: &Object) -> managed::Allowed {
+    let policies = &obj.spec.management_policies;
     managed::Allowed {
-        create: policy::can_create(obj.spec.management_policy),
-        update: policy::can_update(obj.spec.management_policy),
-        delete: policy::can_delete(obj.spec.management_policy, obj.spec.deletion_policy),
+        create: policy::can_create(policies),
+        update: policy::can_update(policies),
+        delete: policy::can_delete(policies, obj.spec.deletion_policy),
     }
 }

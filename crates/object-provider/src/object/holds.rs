@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use kube::{ResourceExt, runtime::watcher};
 use runtime::index::Index;
-use types::kubernetes::v1alpha1::Object;
+use types::kubernetes::v1alpha2::Object;
 
 /// Prefix of the finalizers referrers put on referenced Objects.
 pub const REFERRED_BY: &str = "referred-by.kubernetes.crossplane.io/";
@@ -68,7 +68,7 @@ mod tests {
 
     fn object(name: &str, finalizers: &[&str]) -> Object {
         serde_json::from_value(json!({
-            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
             "metadata": {"name": name, "finalizers": finalizers},
             "spec": {"forProvider": {"manifest": {}}},
         }))

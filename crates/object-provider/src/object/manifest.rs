@@ -6,16 +6,33 @@ use runtime::fieldpath;
 use serde_json::{Value, json};
 use types::{
     common::ANNOTATION_EXTERNAL_NAME,
-    kubernetes::v1alpha1::{ManagedObjectReference, Object, ObjectObservation, ObjectStatus},
+    kubernetes::{
+        v1alpha1::{ManagedObjectReference, ObjectObservation},
+        v1alpha2::{Object, ObjectStatus},
+    },
 };
 
 use super::errors::Error;
 use crate::policy;
 
+/// Where the manifest is in an Object.
+const MANIFEST: [&str; 3] = ["spec", "forProvider", "manifest"];
+
+/// Where a reference's toFieldPath (a path in the manifest, e.g.
+/// `data.color`) is in the Object: `spec.forProvider.manifest.data.color`.
+pub fn path_in_manifest(to: &str) -> Result<Vec<fieldpath::Segment>, String> {
+    let relative = fieldpath::parse(to)?;
+    Ok(MANIFEST
+        .iter()
+        .map(|f| fieldpath::Segment::Field((*f).to_owned()))
+        .chain(relative)
+        .collect())
+}
+
 /// The manifest to apply: resolved, named (external-name, else the Object's
 /// name), with type metadata checked. A reference's toFieldPath may have put
-/// anything anywhere under spec, so every step is checked and a wrong shape
-/// is named, never assumed.
+/// anything anywhere in the manifest, so every step is checked and a wrong
+/// shape is named, never assumed.
 pub fn desired(obj: &Object, resolved: &Value) -> Result<Value, Error> {
     let mut manifest = resolved
         .pointer("/spec/forProvider/manifest")
@@ -71,7 +88,7 @@ fn check_shape(manifest: &Value) -> Result<(), Error> {
         .is_some_and(|m| !m.is_object() && !m.is_null())
     {
         return bad(
-            "spec.forProvider.manifest.metadata is not an object: it must hold the managed object's metadata (name, namespace, labels); fix the manifest, or the reference whose toFieldPath writes spec.forProvider.manifest.metadata",
+            "spec.forProvider.manifest.metadata is not an object: it must hold the managed object's metadata (name, namespace, labels); fix the manifest, or the reference whose toFieldPath writes metadata",
         );
     }
     Ok(())
@@ -140,7 +157,7 @@ mod tests {
 
     fn object() -> Object {
         serde_json::from_value(json!({
-            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
             "metadata": {"name": "obj"},
             "spec": {"forProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "ns"}}}},
         }))
@@ -151,13 +168,48 @@ mod tests {
     fn a_string_written_over_the_manifest_metadata_is_refused_naming_the_path() {
         let obj = object();
         let mut doc = serde_json::to_value(&obj).unwrap();
-        let path = fieldpath::parse("spec.forProvider.manifest.metadata").unwrap();
+        let path = path_in_manifest("metadata").unwrap();
         fieldpath::set(&mut doc, &path, json!("a-string")).unwrap();
         let err = desired(&obj, &doc).unwrap_err().to_string();
         assert!(
             err.contains("spec.forProvider.manifest.metadata is not an object"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_to_field_path_is_in_the_manifest() {
+        for (to, absolute) in [
+            ("data.color", "spec.forProvider.manifest.data.color"),
+            ("metadata.name", "spec.forProvider.manifest.metadata.name"),
+            (
+                "metadata.annotations[example.org/key]",
+                "spec.forProvider.manifest.metadata.annotations[example.org/key]",
+            ),
+            (
+                "spec.containers[0].image",
+                "spec.forProvider.manifest.spec.containers[0].image",
+            ),
+        ] {
+            assert_eq!(
+                path_in_manifest(to).unwrap(),
+                fieldpath::parse(absolute).unwrap(),
+                "{to}"
+            );
+        }
+        for bad in ["", "spec..name", "data[x"] {
+            assert!(path_in_manifest(bad).is_err(), "{bad:?}");
+        }
+        let obj = object();
+        let mut doc = serde_json::to_value(&obj).unwrap();
+        fieldpath::set(
+            &mut doc,
+            &path_in_manifest("data.color").unwrap(),
+            json!("blue"),
+        )
+        .unwrap();
+        let m = desired(&obj, &doc).unwrap();
+        assert_eq!(m.pointer("/data/color"), Some(&json!("blue")));
     }
 
     #[test]
@@ -229,19 +281,19 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
-        /// Whatever a reference writes wherever under spec, working out the
-        /// manifest answers Ok or an error; it never panics.
+        /// Whatever a reference writes wherever in the manifest, working out
+        /// the manifest answers Ok or an error; it never panics.
         #[test]
         fn no_value_written_by_a_reference_crashes_the_provider(
             to in prop_oneof![
-                "spec\\.forProvider\\.manifest(\\.(metadata|name|namespace|apiVersion|kind|data|[a-z])){0,3}",
-                "spec(\\.(forProvider|manifest|metadata|[a-z])){0,4}",
+                "(metadata|name|namespace|apiVersion|kind|data|status|[a-z])(\\.(metadata|name|namespace|apiVersion|kind|data|[a-z])){0,3}",
+                "[a-z]{1,3}(\\[[0-2]\\])?(\\.[a-z]{1,3}(\\[[0-2]\\])?){0,3}",
             ],
             value in json_value(),
         ) {
             let obj = object();
             let mut doc = serde_json::to_value(&obj).unwrap();
-            if let Ok(path) = fieldpath::parse(&to) && fieldpath::set(&mut doc, &path, value).is_ok() {
+            if let Ok(path) = path_in_manifest(&to) && fieldpath::set(&mut doc, &path, value).is_ok() {
                 let _ = desired(&obj, &doc);
             }
         }

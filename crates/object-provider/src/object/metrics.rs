@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::runtime::reflector::Store;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGaugeVec, Opts};
 use runtime::conditions;
-use types::kubernetes::v1alpha1::Object;
+use types::kubernetes::v1alpha2::Object;
 
 /// The Object controller's metrics.
 #[derive(Clone)]
@@ -112,7 +112,7 @@ mod tests {
     fn objects_are_counted_by_synced_and_ready_and_odd_statuses_are_unknown() {
         let o = |synced: &str, ready: &str| -> Object {
             serde_json::from_value(json!({
-                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+                "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
                 "metadata": {"name": "o"},
                 "spec": {"forProvider": {"manifest": {}}},
                 "status": {"conditions": [

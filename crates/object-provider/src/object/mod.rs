@@ -4,14 +4,19 @@
 //! shared reconcile skeleton (runtime::reconciler) and managed-resource
 //! contract (runtime::managed).
 //!
-//! Event-driven: the managed object, fromObject and connection-detail
+//! Objects are read and reconciled as `kubernetes.crossplane.io/v1alpha2`
+//! (v1alpha1 Objects reach the provider converted by the API server).
+//!
+//! Event-driven: the managed object, patchesFrom and connection-detail
 //! sources are read through shared watches (runtime::watches) that wake
 //! exactly the Object that read what changed; --poll-interval is only a
-//! safety resync answered from those caches. Secrets in the control cluster
-//! are the exception: the provider may not list or watch them, so they are
-//! read with a GET (the credentials Secret at most once per ProviderConfig
-//! per 30 s), and a change to a Secret a fromObject reference names reaches
-//! the managed object at the next resync or any other wake.
+//! safety resync answered from those caches. spec.watch is accepted and
+//! changes nothing: this provider always watches. Secrets in the control
+//! cluster are the exception: the provider may not list or watch them, so
+//! they are read with a GET (the credentials Secret at most once per
+//! ProviderConfig per 30 s), and a change to a Secret a patchesFrom
+//! reference names reaches the managed object at the next resync or any
+//! other wake.
 //!
 //! Deletion policy when the target does not answer: retried with backoff
 //! for --deletion-timeout (default 5m) after the Object was deleted, then
@@ -58,7 +63,10 @@ use runtime::{
     watches::{Session, Watches},
 };
 use serde_json::Value;
-use types::kubernetes::v1alpha1::{Object, ObjectStatus, ProviderConfig, ReadinessPolicy};
+use types::kubernetes::{
+    v1alpha1::ProviderConfig,
+    v1alpha2::{Object, ObjectStatus},
+};
 
 use connect::{CREDENTIALS_TTL, connect};
 pub use context::{CONTROLLER, FINALIZER, Objects};
@@ -73,13 +81,7 @@ const COUNT_EVERY: Duration = Duration::from_secs(5);
 
 /// Ready by the Object's readiness policy.
 fn readiness(obj: &Object, live: &Value, secrets: &policy::Redactions) -> types::common::Condition {
-    let policy = obj
-        .spec
-        .readiness
-        .as_ref()
-        .map(|r| r.policy)
-        .unwrap_or(ReadinessPolicy::SuccessfulCreate);
-    match policy::unready(policy, live) {
+    match policy::unready(&obj.spec.readiness, live) {
         None => conditions::available(),
         Some(why) => conditions::unavailable(secrets.text(&why)),
     }
@@ -123,9 +125,16 @@ impl Objects {
         references::hold(self, obj, &resolved.referenced).await?;
         let synced = managed::sync(&managed, allowed(obj)).await?;
         let Some(live) = synced.live().cloned() else {
+            let policies = &obj.spec.management_policies;
+            let why = if policy::observe_only(policies) {
+                "only observe it"
+            } else {
+                "do not allow creating it"
+            };
             return Err(Error::NotAllowed(format!(
-                "{} does not exist and managementPolicy {:?} does not allow creating it: create it there, or change the policy",
-                managed.what, obj.spec.management_policy
+                "{} does not exist and managementPolicies {} {why}: create it there, or add Create to spec.managementPolicies",
+                managed.what,
+                policy::listed(policies)
             )));
         };
         if matches!(synced, Synced::Updated { drifted: true, .. }) {
@@ -217,6 +226,11 @@ impl Reconciler for Objects {
     }
 
     async fn apply(&self, obj: &Arc<Object>, status: &mut ObjectStatus) -> Result<Action, Error> {
+        // Nothing is done with policies that do not observe: Synced=False
+        // says what to fix, retried with the error backoff.
+        if let Some(fix) = policy::invalid(&obj.spec.management_policies) {
+            return Err(Error::InvalidPolicies(fix));
+        }
         let mut secrets = policy::Redactions::default();
         let mut session = self.watches.session(ObjectRef::from_obj(obj.as_ref()));
         let cluster = self.prepare(obj).await?;
@@ -466,7 +480,7 @@ mod tests {
 
     fn object(extra: Value) -> Object {
         let mut v = json!({
-            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
             "metadata": {"name": "o", "generation": 1},
             "spec": {"forProvider": {"manifest": {}}},
         });
@@ -474,6 +488,12 @@ mod tests {
             m.extend(e.clone());
         }
         serde_json::from_value(v).unwrap()
+    }
+
+    fn with_readiness(readiness: Value) -> Object {
+        let mut obj = object(json!({}));
+        obj.spec.readiness = serde_json::from_value(readiness).unwrap();
+        obj
     }
 
     #[test]
@@ -491,5 +511,32 @@ mod tests {
         let obj = object(json!({}));
         let ready = readiness(&obj, &json!({"kind": "ConfigMap"}), &Default::default());
         assert_eq!(ready.status, "True");
+        let mut secrets = policy::Redactions::default();
+        secrets.add(&json!("s3cr3t"));
+        let live = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "message": "bad password s3cr3t"}]}});
+        let unready = readiness(
+            &with_readiness(json!({"policy": "DeriveFromObject"})),
+            &live,
+            &secrets,
+        );
+        assert_eq!(unready.status, "False");
+        let message = unready.message.unwrap_or_default();
+        assert!(
+            message.contains("REDACTED") && !message.contains("s3cr3t"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_cel_readiness_query_leaves_the_object_unready_saying_it_is_not_supported() {
+        let obj = with_readiness(json!({"policy": "DeriveFromCelQuery", "celQuery": "true"}));
+        let ready = readiness(&obj, &json!({"kind": "ConfigMap"}), &Default::default());
+        assert_eq!(ready.status, "False");
+        assert!(
+            ready
+                .message
+                .unwrap_or_default()
+                .contains("readiness.policy DeriveFromCelQuery is not supported yet")
+        );
     }
 }

@@ -13,7 +13,10 @@ use runtime::{
     watches::{Cached, Scope, Session, Target},
 };
 use serde_json::Value;
-use types::kubernetes::v1alpha1::{Object, Reference};
+use types::kubernetes::{
+    conversion::GROUP,
+    v1alpha2::{DependsOn, Object, Reference},
+};
 
 use super::context::Objects;
 use super::errors::Error;
@@ -45,16 +48,26 @@ pub fn finalizer_for(referrer: &str) -> String {
     format!("{REFERRED_BY}{}-{hash:016x}", &name[..46])
 }
 
+/// The object a reference names: patchesFrom's when it is set (it wins
+/// over dependsOn, as upstream), else dependsOn's.
+fn referenced(r: &Reference) -> Option<&DependsOn> {
+    match (&r.patches_from, &r.depends_on) {
+        (Some(p), _) => Some(&p.object),
+        (None, d) => d.as_ref(),
+    }
+}
+
+/// Whether `api_version` and `kind` name an Object, of any version of its
+/// group (a reference written against v1alpha1 names the same Objects).
+fn is_object(api_version: &str, kind: &str) -> bool {
+    kind == "Object" && api_version.split_once('/').is_some_and(|(g, _)| g == GROUP)
+}
+
 /// Whether a reference points at an Object (only those are ordered by
 /// finalizers and part of cycles).
 pub fn object_target(r: &Reference) -> Option<&str> {
-    let (api_version, kind, name) = match (&r.from_object, &r.depends_on) {
-        (Some(f), _) => (&f.api_version, &f.kind, &f.name),
-        (None, Some(d)) => (&d.api_version, &d.kind, &d.name),
-        (None, None) => return None,
-    };
-    (api_version == "kubernetes.crossplane.io/v1alpha1" && kind == "Object")
-        .then_some(name.as_str())
+    let d = referenced(r)?;
+    is_object(&d.api_version, &d.kind).then_some(d.name.as_str())
 }
 
 /// A cycle through `start` in the graph of Object references, as the path
@@ -89,8 +102,8 @@ pub fn cycle_through(start: &str, edges: &BTreeMap<String, Vec<String>>) -> Opti
 
 /// What resolving an Object's references found.
 pub struct Resolved {
-    /// The Object as JSON, every fromObject value written at its
-    /// toFieldPath.
+    /// The Object as JSON, every patchesFrom value written in its manifest
+    /// at the reference's toFieldPath.
     pub doc: Value,
     /// The Objects it references (held by referrer finalizers).
     pub referenced: Vec<String>,
@@ -123,48 +136,34 @@ impl Named<'_> {
 }
 
 fn named(index: usize, r: &Reference) -> Result<Named<'_>, Error> {
-    match (&r.from_object, &r.depends_on) {
-        (Some(f), _) => Ok(Named {
-            api_version: &f.api_version,
-            kind: &f.kind,
-            name: &f.name,
-            namespace: f.namespace.as_deref(),
-            field_path: Some(f.field_path.as_str()),
-        }),
-        (None, Some(d)) => Ok(Named {
-            api_version: &d.api_version,
-            kind: &d.kind,
-            name: &d.name,
-            namespace: d.namespace.as_deref(),
-            field_path: None,
-        }),
-        (None, None) => Err(Error::InvalidReference(
+    let Some(d) = referenced(r) else {
+        return Err(Error::InvalidReference(
             index,
-            "set dependsOn or fromObject".to_owned(),
-        )),
-    }
+            "set dependsOn or patchesFrom".to_owned(),
+        ));
+    };
+    Ok(Named {
+        api_version: &d.api_version,
+        kind: &d.kind,
+        name: &d.name,
+        namespace: d.namespace.as_deref(),
+        field_path: r.patches_from.as_ref().map(|p| p.field_path.as_str()),
+    })
 }
 
-/// The paths of a fromObject reference, checked first: a malformed one is
+/// The paths of a patchesFrom reference, checked first: a malformed one is
 /// the user's to fix, whatever the referenced object holds (and whether or
-/// not it may be read).
+/// not it may be read). toFieldPath is in the manifest, and is
+/// patchesFrom.fieldPath when unset.
 fn paths<'a>(index: usize, r: &'a Reference, n: &Named<'a>) -> Result<Option<Paths<'a>>, Error> {
     let Some(field_path) = n.field_path else {
         return Ok(None);
     };
     let from = fieldpath::parse(field_path)
-        .map_err(|e| Error::InvalidReference(index, format!("fromObject.fieldPath: {e}")))?;
-    let to = r.to_field_path.as_deref().unwrap_or_default();
-    let to_path = fieldpath::parse(to)
+        .map_err(|e| Error::InvalidReference(index, format!("patchesFrom.fieldPath: {e}")))?;
+    let to = r.to_field_path.as_deref().unwrap_or(field_path);
+    let to_path = manifest::path_in_manifest(to)
         .map_err(|e| Error::InvalidReference(index, format!("invalid toFieldPath: {e}")))?;
-    if !to.starts_with("spec.") {
-        return Err(Error::InvalidReference(
-            index,
-            format!(
-                "invalid toFieldPath {to:?}: it must be under spec, e.g. spec.forProvider.manifest.metadata.name"
-            ),
-        ));
-    }
     Ok(Some(Paths {
         field_path,
         from,
@@ -383,6 +382,8 @@ pub fn held(obj: &Object) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn graph(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
@@ -404,7 +405,7 @@ mod tests {
             .map(|n| serde_json::json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": n}}))
             .collect();
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
             "metadata": {"name": name},
             "spec": {"forProvider": {"manifest": {}}, "references": refs},
         }))
@@ -436,6 +437,85 @@ mod tests {
         let edges = reachable(&object("a", &["b"]), get);
         assert_eq!(read.borrow().as_slice(), ["b", "c"]);
         assert_eq!(cycle_through("a", &edges).unwrap(), ["a", "b", "c", "a"]);
+    }
+
+    fn reference(r: Value) -> Reference {
+        serde_json::from_value(r).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn an_object_of_either_version_is_an_object_target() {
+        let cases = [
+            (json!({"dependsOn": {"name": "a"}}), Some("a")),
+            (
+                json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": "a"}}),
+                Some("a"),
+            ),
+            (
+                json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object", "name": "a"}}),
+                Some("a"),
+            ),
+            (
+                json!({"patchesFrom": {"apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object", "name": "a", "fieldPath": "status.atProvider.manifest.data.x"}}),
+                Some("a"),
+            ),
+            (
+                json!({"dependsOn": {"apiVersion": "example.org/v1", "kind": "Object", "name": "a"}}),
+                None,
+            ),
+            (
+                json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig", "name": "a"}}),
+                None,
+            ),
+            (
+                json!({"patchesFrom": {"apiVersion": "v1", "kind": "ConfigMap", "name": "a", "namespace": "ns", "fieldPath": "data.x"}}),
+                None,
+            ),
+            // patchesFrom wins over dependsOn, as upstream.
+            (
+                json!({"dependsOn": {"name": "b"}, "patchesFrom": {"name": "a", "fieldPath": "metadata.uid"}}),
+                Some("a"),
+            ),
+            (json!({}), None),
+        ];
+        for (r, target) in cases {
+            assert_eq!(object_target(&reference(r.clone())), target, "{r}");
+        }
+    }
+
+    #[test]
+    fn a_reference_names_what_it_reads_and_where_the_value_goes_in_the_manifest() {
+        let r = reference(json!({}));
+        let err = named(3, &r).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("reference 3: set dependsOn or patchesFrom")
+        );
+        let paths_of = |r: &Reference| -> Result<Option<String>, String> {
+            let n = named(0, r).map_err(|e| e.to_string())?;
+            let p = paths(0, r, &n).map_err(|e| e.to_string())?;
+            Ok(p.map(|p| fieldpath::display(&p.to_path)))
+        };
+        let from = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "namespace": "ns", "fieldPath": "data.color"});
+        let defaulted = reference(json!({"patchesFrom": from}));
+        assert_eq!(
+            paths_of(&defaulted),
+            Ok(Some("spec.forProvider.manifest.data.color".to_owned()))
+        );
+        let named_to = reference(
+            json!({"patchesFrom": from, "toFieldPath": "metadata.labels[example.org/color]"}),
+        );
+        assert_eq!(
+            paths_of(&named_to),
+            Ok(Some(
+                "spec.forProvider.manifest.metadata.labels[example.org/color]".to_owned()
+            ))
+        );
+        let bad = reference(json!({"patchesFrom": from, "toFieldPath": "spec..name"}));
+        let err = paths_of(&bad).unwrap_err();
+        assert!(err.starts_with("reference 0: invalid toFieldPath"), "{err}");
+        let depends = reference(json!({"dependsOn": {"name": "a"}, "toFieldPath": "spec..name"}));
+        assert_eq!(paths_of(&depends), Ok(None));
     }
 
     #[test]

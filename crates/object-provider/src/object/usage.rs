@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kube::{ResourceExt, runtime::watcher};
 use runtime::index::Relation;
-use types::kubernetes::v1alpha1::{Object, ProviderConfig};
+use types::kubernetes::{v1alpha1::ProviderConfig, v1alpha2::Object};
 
 use super::references;
 
@@ -147,7 +147,7 @@ mod tests {
             .map(|r| json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object", "name": r}}))
             .collect();
         let mut o: Object = serde_json::from_value(json!({
-            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
             "metadata": {"name": name},
             "spec": {"providerConfigRef": {"name": config}, "references": references,
                      "forProvider": {"manifest": {}}},

@@ -12,6 +12,8 @@
 // Test helpers fail the test loudly, with what went wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod rollout;
+
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -20,7 +22,7 @@ use std::{
 
 use e2e::{
     metric_sum,
-    objects::{apply_object, configmap, object, own_config_with},
+    objects::{apply_object_v1alpha2, configmap, object, own_config_with},
     pods::{controller_flags, remote_kubeconfig_for_pods, restart},
     shipped::{log_tail, metrics_of, shipped},
     wait,
@@ -38,7 +40,7 @@ use kube::{
 };
 use serde_json::json;
 use types::{
-    kubernetes::v1alpha1::Object,
+    kubernetes::v1alpha2::Object,
     workload::v1alpha1::{KubernetesApplication, KubernetesApplicationResource},
 };
 
@@ -142,7 +144,9 @@ async fn apply_range(
                 meta.insert("labels".to_owned(), json!({LABEL: id}));
             }
             let client = client.clone();
-            async move { apply_object(&client, body).await }
+            // At the stored version: while the one replica restarts, no
+            // webhook converts v1alpha1 (a rollout keeps one serving).
+            async move { apply_object_v1alpha2(&client, body).await }
         })
         .buffer_unordered(PARALLEL)
         .collect::<()>()
