@@ -87,14 +87,7 @@ async fn an_exec_kubeconfig_in_a_provider_config_never_runs_in_the_object_provid
         "object-provider",
         // As its shipped ServiceAccount: its deploy/ role is what it needs.
         &impersonating_kubeconfig("object-provider"),
-        // This binary's shared provider serves the conversion webhook.
-        &[
-            "--poll-interval",
-            "1s",
-            "--deletion-timeout",
-            "10s",
-            "--serve-webhook=false",
-        ],
+        &["--poll-interval", "1s", "--deletion-timeout", "10s"],
     );
     provider.wait_healthy(Duration::from_secs(30)).await;
     let marker = temp_path("trust-pc-marker");
