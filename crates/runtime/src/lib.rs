@@ -6,6 +6,7 @@
 mod alloc;
 pub mod args;
 pub mod backoff;
+pub mod cel;
 pub mod certificates;
 pub mod coalesce;
 pub mod conditions;

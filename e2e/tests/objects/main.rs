@@ -10,6 +10,7 @@ mod policies;
 mod provider_configs;
 mod references;
 mod seeds;
+mod upstream_fields;
 mod versions;
 
 use e2e::{objects::*, wait};

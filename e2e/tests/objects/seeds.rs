@@ -248,17 +248,29 @@ async fn the_seed_subscription_csv_kong_chain_installs_in_order_and_uninstalls_i
     // Install order: the Kong is created only after the CSV exists. Both
     // creations are awaited (their events may arrive in either order), then
     // their revisions compared.
+    // Nothing existed when the watches started (asserted above): an object
+    // a watch lists again after a restart (`existed`) was created since,
+    // and its revision still orders it.
+    let created = |order: &[(&str, &str, u64)], kind: &str| {
+        [
+            position(order, kind, "Added"),
+            position(order, kind, "existed"),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    };
     wait(WAIT, "the Kong and its CSV to be created", || {
         receive(&mut rx, &mut order);
-        let created = ["Kong", "ClusterServiceVersion"]
+        let both = ["Kong", "ClusterServiceVersion"]
             .iter()
-            .all(|k| position(&order, k, "Added").is_some());
-        std::future::ready(created.then_some(()).ok_or(format!("{order:?}")))
+            .all(|k| created(&order, k).is_some());
+        std::future::ready(both.then_some(()).ok_or(format!("{order:?}")))
     })
     .await;
     let (csv_added, kong_added) = (
-        position(&order, "ClusterServiceVersion", "Added"),
-        position(&order, "Kong", "Added"),
+        created(&order, "ClusterServiceVersion"),
+        created(&order, "Kong"),
     );
     assert!(
         csv_added.is_some() && csv_added < kong_added,

@@ -39,6 +39,9 @@ pub async fn connect(ctx: &Objects, obj: &Object) -> Result<RemoteCluster, Error
         return Err(ctx.connector.owner_not_found(name).into());
     };
     protect(ctx, &pc).await?;
+    if let Some(why) = unsupported(&pc) {
+        return Err(Error::UnsupportedCredentials(why));
+    }
     if pc.spec.credentials.source == CredentialsSource::InjectedIdentity {
         // A client built while the config read a Secret is not needed.
         ctx.connector.release(name);
@@ -55,6 +58,32 @@ pub async fn connect(ctx: &Objects, obj: &Object) -> Result<RemoteCluster, Error
     };
     let known = Known::Generation(pc.metadata.generation);
     Ok(ctx.connector.connect(name, at, known).await?)
+}
+
+/// Why the credentials `pc` names are not used by this provider, if they
+/// are not: upstream's words this provider accepts and refuses, never
+/// silently ignores.
+fn unsupported(pc: &ProviderConfig) -> Option<String> {
+    let name = pc.metadata.name.as_deref().unwrap_or_default();
+    if let Some(identity) = &pc.spec.identity {
+        return Some(format!(
+            "ProviderConfig {name}: identity.type {:?} is not supported: this provider does not exchange cloud identities for tokens; put a kubeconfig whose user has its own credentials (a token or a client certificate) in the Secret and remove spec.identity",
+            identity.type_
+        ));
+    }
+    let why = match pc.spec.credentials.source {
+        CredentialsSource::Secret | CredentialsSource::InjectedIdentity => return None,
+        CredentialsSource::None => "None gives no cluster to reach",
+        CredentialsSource::Environment => {
+            "Environment is not supported: whoever writes a ProviderConfig would choose which of the provider's environment variables it reads"
+        }
+        CredentialsSource::Filesystem => {
+            "Filesystem is not supported: whoever writes a ProviderConfig would choose which of the provider's files it reads"
+        }
+    };
+    Some(format!(
+        "ProviderConfig {name}: credentials.source {why}; use source Secret (a kubeconfig in a Secret key) or InjectedIdentity (this cluster)"
+    ))
 }
 
 /// Puts the in-use finalizer on a ProviderConfig that does not carry it yet

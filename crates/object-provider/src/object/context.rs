@@ -52,6 +52,8 @@ pub struct Objects {
     pub(crate) lifecycle: Lifecycle,
     pub(crate) field_manager: String,
     pub(crate) metrics: ObjectMetrics,
+    /// Compiled readiness queries (`readiness.celQuery`), by source.
+    pub(crate) queries: runtime::cel::Queries,
 }
 
 /// The target cluster of an Object, as messages and --remote-timeout's

@@ -51,6 +51,9 @@ pub enum Error {
     /// (it does not observe); nothing is done until it is fixed.
     #[error("{0}")]
     InvalidPolicies(String),
+    /// The ProviderConfig names credentials this provider does not use.
+    #[error("{0}")]
+    UnsupportedCredentials(String),
     /// A request to the control cluster failed.
     #[error("failed to {0}")]
     Control(String, #[source] Box<kube::Error>),
@@ -88,6 +91,7 @@ impl ReconcileError for Error {
             Error::Cycle(_) => "ReferenceCycle",
             Error::NotAllowed(_) => "NotAllowedByPolicy",
             Error::InvalidPolicies(_) => "InvalidManagementPolicies",
+            Error::UnsupportedCredentials(_) => "UnsupportedCredentials",
             Error::Control(..) => CONTROL_REQUEST_FAILED,
             Error::Serialize(_) => "CannotSerialize",
             Error::Redacted { category, .. } => category,
@@ -113,7 +117,10 @@ impl ReconcileError for Error {
 
 impl ManagedError for Error {
     fn target_gone(&self) -> bool {
+        // Credentials this provider does not use reach nothing, like a
+        // ProviderConfig that is gone.
         matches!(self, Error::Remote(e) if e.target_gone())
+            || matches!(self, Error::UnsupportedCredentials(_))
     }
 
     fn nothing_made(&self) -> bool {

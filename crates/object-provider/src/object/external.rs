@@ -43,6 +43,8 @@ pub struct ManagedObject<'a> {
     /// Whether status shows it was never observed (its first apply needs
     /// no read before it).
     never_observed: bool,
+    /// How its dependents go when it is deleted.
+    propagation: DeleteParams,
 }
 
 /// Works out the managed object from the resolved Object and registers the
@@ -135,6 +137,18 @@ fn at<'a>(
         field_manager: manifest::field_manager(obj),
         cluster: target_of(obj),
         never_observed: obj.status.as_ref().is_none_or(|s| s.at_provider.is_none()),
+        propagation: propagation(obj),
+    }
+}
+
+/// The deletion of the managed object, as
+/// `spec.forProvider.deletionPropagationPolicy` says (Background unset).
+fn propagation(obj: &Object) -> DeleteParams {
+    use types::kubernetes::v1alpha2::DeletionPropagation as P;
+    match obj.spec.for_provider.deletion_propagation_policy {
+        Some(P::Foreground) => DeleteParams::foreground(),
+        Some(P::Orphan) => DeleteParams::orphan(),
+        Some(P::Background) | None => DeleteParams::background(),
     }
 }
 
@@ -214,11 +228,7 @@ impl External for ManagedObject<'_> {
                 }
                 _ => {}
             }
-            match self
-                .api
-                .delete(&self.target.name, &DeleteParams::background())
-                .await
-            {
+            match self.api.delete(&self.target.name, &self.propagation).await {
                 // The object is still there (it has finalizers): its watch
                 // wakes the Object when it goes.
                 Ok(answer) => match answer.left() {
@@ -247,5 +257,32 @@ pub fn allowed(obj: &Object) -> managed::Allowed {
         create: policy::can_create(policies),
         update: policy::can_update(policies),
         delete: policy::can_delete(policies, obj.spec.deletion_policy),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_managed_object_is_deleted_with_the_propagation_its_object_names() {
+        let with = |policy: Option<&str>| {
+            let mut for_provider = json!({"manifest": {}});
+            if let (Some(p), Some(f)) = (policy, for_provider.as_object_mut()) {
+                f.insert("deletionPropagationPolicy".into(), json!(p));
+            }
+            let o: Object = serde_json::from_value(json!({
+                "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
+                "metadata": {"name": "o"}, "spec": {"forProvider": for_provider},
+            }))
+            .unwrap();
+            propagation(&o)
+        };
+        assert_eq!(with(None), DeleteParams::background());
+        assert_eq!(with(Some("Background")), DeleteParams::background());
+        assert_eq!(with(Some("Foreground")), DeleteParams::foreground());
+        assert_eq!(with(Some("Orphan")), DeleteParams::orphan());
     }
 }

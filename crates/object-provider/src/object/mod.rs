@@ -79,9 +79,32 @@ use crate::policy;
 /// How often the managed-objects gauge is recounted from the cache.
 const COUNT_EVERY: Duration = Duration::from_secs(5);
 
-/// Ready by the Object's readiness policy.
-fn readiness(obj: &Object, live: &Value, secrets: &policy::Redactions) -> types::common::Condition {
-    match policy::unready(&obj.spec.readiness, live) {
+/// How many compiled readiness queries are kept.
+const QUERIES: usize = 1024;
+
+/// Ready by the Object's readiness policy; a CEL query is compiled once
+/// and evaluated within its bounds ([`runtime::cel`]).
+async fn readiness(
+    queries: &runtime::cel::Queries,
+    obj: &Object,
+    live: &Value,
+    secrets: &policy::Redactions,
+) -> types::common::Condition {
+    let why = match (&obj.spec.readiness.policy, &obj.spec.readiness.cel_query) {
+        (types::kubernetes::v1alpha2::ReadinessPolicy::DeriveFromCelQuery, Some(query)) => {
+            let answer = match queries.get(query) {
+                Ok(q) => q.evaluate(live).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(true) => None,
+                Ok(false) => Some("readiness.celQuery is false for the managed object".to_owned()),
+                Err(e) => Some(format!("readiness.celQuery: {e}")),
+            }
+        }
+        _ => policy::unready(&obj.spec.readiness, live),
+    };
+    match why {
         None => conditions::available(),
         Some(why) => conditions::unavailable(secrets.text(&why)),
     }
@@ -142,7 +165,7 @@ impl Objects {
         }
         let was_ready = is_ready(status);
         manifest::observe_into(status, &live, secrets);
-        let ready = readiness(obj, &live, secrets);
+        let ready = readiness(&self.queries, obj, &live, secrets).await;
         conditions::set(&mut status.conditions, ready, &conditions::now());
         connection::publish(self, obj, cluster, session).await?;
         if is_ready(status) && !was_ready {
@@ -418,6 +441,7 @@ pub fn controller(
         },
         field_manager: rt.field_manager(),
         metrics,
+        queries: runtime::cel::Queries::new(QUERIES),
     });
     let controller = Controller::for_stream(watch.events, objects)
         .reconcile_on(woken)
@@ -506,19 +530,28 @@ mod tests {
         assert_ne!(desired_state_hash(&deleting), base);
     }
 
-    #[test]
-    fn readiness_follows_the_policy_and_hides_secret_values() {
+    #[tokio::test]
+    async fn readiness_follows_the_policy_and_hides_secret_values() {
+        let queries = runtime::cel::Queries::new(4);
         let obj = object(json!({}));
-        let ready = readiness(&obj, &json!({"kind": "ConfigMap"}), &Default::default());
+        let ready = readiness(
+            &queries,
+            &obj,
+            &json!({"kind": "ConfigMap"}),
+            &Default::default(),
+        )
+        .await;
         assert_eq!(ready.status, "True");
         let mut secrets = policy::Redactions::default();
         secrets.add(&json!("s3cr3t"));
         let live = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "message": "bad password s3cr3t"}]}});
         let unready = readiness(
+            &queries,
             &with_readiness(json!({"policy": "DeriveFromObject"})),
             &live,
             &secrets,
-        );
+        )
+        .await;
         assert_eq!(unready.status, "False");
         let message = unready.message.unwrap_or_default();
         assert!(
@@ -527,16 +560,39 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_cel_readiness_query_leaves_the_object_unready_saying_it_is_not_supported() {
-        let obj = with_readiness(json!({"policy": "DeriveFromCelQuery", "celQuery": "true"}));
-        let ready = readiness(&obj, &json!({"kind": "ConfigMap"}), &Default::default());
-        assert_eq!(ready.status, "False");
-        assert!(
-            ready
-                .message
-                .unwrap_or_default()
-                .contains("readiness.policy DeriveFromCelQuery is not supported yet")
-        );
+    #[tokio::test]
+    async fn a_cel_readiness_query_decides_ready_and_a_bad_one_is_named() {
+        let queries = runtime::cel::Queries::new(4);
+        let by = |query: &str| {
+            with_readiness(json!({"policy": "DeriveFromCelQuery", "celQuery": query}))
+        };
+        let live = json!({"kind": "ConfigMap", "data": {"color": "blue"}});
+        let ready = readiness(
+            &queries,
+            &by("object.data.color == 'blue'"),
+            &live,
+            &Default::default(),
+        )
+        .await;
+        assert_eq!(ready.status, "True");
+        let unready = readiness(
+            &queries,
+            &by("object.data.color == 'red'"),
+            &live,
+            &Default::default(),
+        )
+        .await;
+        assert_eq!(unready.status, "False");
+        assert!(unready.message.unwrap_or_default().contains("is false"));
+        let missing = readiness(
+            &queries,
+            &by("object.status.phase == 'Running'"),
+            &live,
+            &Default::default(),
+        )
+        .await;
+        assert_eq!(missing.status, "False");
+        let message = missing.message.unwrap_or_default();
+        assert!(message.starts_with("readiness.celQuery: "), "{message}");
     }
 }

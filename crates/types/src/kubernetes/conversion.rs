@@ -173,9 +173,24 @@ fn put_stash(object: &mut Value, stash: &Stash) {
     };
     let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
     if let Some(a) = annotations.as_object_mut() {
-        a.insert(STASH_ANNOTATION.into(), Value::String(text));
+        // The API server refuses an object whose annotations exceed 256
+        // KiB, and with it a whole list at this version: a stash that
+        // would not fit is not kept (the conversion is then the plain
+        // mapping, as after a change), never a list that fails.
+        let used: usize = a
+            .iter()
+            .filter(|(k, _)| k.as_str() != STASH_ANNOTATION)
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+            .sum();
+        if used + STASH_ANNOTATION.len() + text.len() <= MAX_ANNOTATIONS {
+            a.insert(STASH_ANNOTATION.into(), Value::String(text));
+        }
     }
 }
+
+/// How many bytes of annotations an object may have (the API server's
+/// limit), less a margin for what others add.
+const MAX_ANNOTATIONS: usize = 256 * 1024 - 4096;
 
 /// The spec without `forProvider.manifest`, and the manifest.
 fn split_manifest(spec: &Map<String, Value>) -> (Map<String, Value>, Option<Value>) {
@@ -322,8 +337,9 @@ fn down(spec: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for (key, value) in spec {
         match key.as_str() {
-            // Nothing in v1alpha1 says these.
-            "managementPolicies" | "watch" | "publishConnectionDetailsTo" => {}
+            // Nothing in v1alpha1 says these (nor anything of forProvider
+            // beside the manifest, such as deletionPropagationPolicy).
+            "managementPolicies" | "watch" | "publishConnectionDetailsTo" | "forProvider" => {}
             "references" => {
                 let refs = value.as_array().map(Vec::as_slice).unwrap_or_default();
                 out.insert(key.clone(), refs.iter().map(reference_down).collect());

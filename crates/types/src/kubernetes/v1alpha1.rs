@@ -272,6 +272,37 @@ pub struct ObjectObservation {
 pub struct ProviderConfigSpec {
     /// Credentials used to reach the target cluster.
     pub credentials: ProviderCredentials,
+    /// Identity supplements the kubeconfig with a cloud identity
+    /// (upstream's field). Accepted, and refused in the condition of every
+    /// Object using this ProviderConfig: this provider does not exchange
+    /// cloud identities for tokens; put a kubeconfig with its own
+    /// credentials in the Secret instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
+}
+
+/// A cloud identity that supplements a kubeconfig (upstream's field).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    /// Type of the identity.
+    #[serde(rename = "type")]
+    pub type_: IdentityType,
+    /// Where the identity's own credentials come from.
+    #[serde(flatten)]
+    pub credentials: ProviderCredentials,
+}
+
+/// The cloud identity types upstream's provider knows.
+#[allow(clippy::upper_case_acronyms)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum IdentityType {
+    GoogleApplicationCredentials,
+    AzureServicePrincipalCredentials,
+    AzureWorkloadIdentityCredentials,
+    UpboundTokens,
+    AWSWebIdentityCredentials,
+    NebiusServiceAccountCredentials,
 }
 
 /// Credentials for the target cluster.
@@ -284,12 +315,35 @@ pub struct ProviderConfigSpec {
 pub struct ProviderCredentials {
     /// Source of the credentials: Secret (a kubeconfig in a Secret key) or
     /// InjectedIdentity (the provider's own in-cluster identity, so the target
-    /// is the control cluster).
+    /// is the control cluster). None, Environment and Filesystem are
+    /// upstream's words, accepted and refused in the Objects' condition.
     pub source: CredentialsSource,
     /// SecretRef selects the Secret key holding a kubeconfig, when source is
     /// Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretKeySelector>,
+    /// Env names an environment variable of the provider, for source
+    /// Environment (refused: see `source`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvSelector>,
+    /// Fs names a file of the provider, for source Filesystem (refused: see
+    /// `source`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs: Option<FsSelector>,
+}
+
+/// An environment variable (upstream's selector).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EnvSelector {
+    /// Name of the variable.
+    pub name: String,
+}
+
+/// A file (upstream's selector).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FsSelector {
+    /// Path of the file.
+    pub path: String,
 }
 
 /// Where credentials come from.
@@ -300,6 +354,15 @@ pub enum CredentialsSource {
     Secret,
     /// The provider's own in-cluster identity.
     InjectedIdentity,
+    /// No credentials (refused: an Object needs a cluster to reach).
+    None,
+    /// An environment variable of the provider (refused: whoever writes a
+    /// ProviderConfig would choose what of the provider's own environment
+    /// it reads).
+    Environment,
+    /// A file of the provider (refused: whoever writes a ProviderConfig
+    /// would choose which of the provider's files it reads).
+    Filesystem,
 }
 
 /// Observed state of a ProviderConfig.

@@ -93,6 +93,21 @@ pub struct ObjectParameters {
     /// Manifest of the managed object: any kind the target cluster knows.
     #[schemars(schema_with = "embedded_object_schema")]
     pub manifest: serde_json::Value,
+
+    /// DeletionPropagationPolicy is how the managed object's dependents go
+    /// when it is deleted: Foreground (before it), Background (after it) or
+    /// Orphan (they stay). Unset: Background.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_propagation_policy: Option<DeletionPropagation>,
+}
+
+/// How a deleted object's dependents go (the API server's
+/// `propagationPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeletionPropagation {
+    Orphan,
+    Background,
+    Foreground,
 }
 
 /// One thing the provider may do to the managed object.

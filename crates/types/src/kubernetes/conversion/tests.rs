@@ -353,3 +353,19 @@ fn a_stash_still_restores_once_the_api_server_filled_in_v1alpha2_defaults() {
         v1
     );
 }
+
+#[test]
+fn a_stash_too_big_for_annotations_is_not_kept_and_the_conversion_still_answers() {
+    let query = "true || ".repeat(64 * 1024) + "true";
+    let v2 = json!({"apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
+        "metadata": {"name": "o"},
+        "spec": {"forProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap"}},
+            "readiness": {"policy": "DeriveFromCelQuery", "celQuery": query}}});
+    let v1 = convert(&v2, "kubernetes.crossplane.io/v1alpha1").unwrap();
+    assert!(
+        v1["metadata"]
+            .get("annotations")
+            .is_none_or(|a| a.get(STASH_ANNOTATION).is_none())
+    );
+    assert_eq!(v1["spec"]["readiness"]["policy"], "SuccessfulCreate");
+}
