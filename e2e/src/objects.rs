@@ -177,11 +177,12 @@ pub fn at_version(version: &str) -> kube::api::ApiResource {
 }
 
 /// Server-side applies the Object `body` (written at v1alpha1, as
-/// [`object`] makes it) at v1alpha2, the stored version: no conversion
-/// webhook is called.
+/// [`object`] makes it, or at v1alpha2) at v1alpha2, the stored version:
+/// no conversion webhook is called.
 pub async fn apply_object_v1alpha2(client: &Client, body: Value) {
     let to = types::kubernetes::conversion::Version::V1alpha2.api_version();
-    let body = types::kubernetes::conversion::convert(&body, to).expect("a v1alpha1 Object");
+    let body = types::kubernetes::conversion::convert(&body, to)
+        .expect("a kubernetes.crossplane.io Object");
     let name = body["metadata"]["name"]
         .as_str()
         .unwrap_or_default()

@@ -38,7 +38,10 @@ use k8s_openapi::{
 use kube::{Api, api::ObjectMeta};
 use runtime::certificates::service_dns_names;
 use runtime::{
-    certificates::{self, Authority, LIFETIME as LEAF_LIFETIME, Usage, digest, rfc3339},
+    certificates::{
+        self, Authority, LIFETIME as LEAF_LIFETIME, Usage, annotated_time, annotation, digest,
+        rfc3339, secret_text,
+    },
     expiring::Expiring,
 };
 use time::OffsetDateTime;
@@ -119,26 +122,6 @@ enum Plan {
     },
 }
 
-/// A value of a Secret's `data`, as text.
-fn field(s: &Secret, key: &str) -> Option<String> {
-    s.data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .and_then(|b| String::from_utf8(b.0.clone()).ok())
-}
-
-fn annotation(s: &Secret, key: &str) -> Option<String> {
-    s.metadata.annotations.as_ref()?.get(key).cloned()
-}
-
-fn timestamp(s: &Secret, key: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(
-        &annotation(s, key)?,
-        &time::format_description::well_known::Rfc3339,
-    )
-    .ok()
-}
-
 /// Decides what `live` needs for certificates naming `subjects` (server,
 /// client) at `now`.
 fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
@@ -146,13 +129,13 @@ fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
     let Some((ca, ca_cert)) = live
         .ca
         .as_ref()
-        .and_then(|s| field(s, "tls.crt").map(|c| (s, c)))
+        .and_then(|s| secret_text(s, "tls.crt").map(|c| (s, c)))
     else {
         return Plan::Renew { previous: None };
     };
     // A CA Secret that holds a key is from a release that kept it there,
     // where every runtime could read it: that CA is not trusted again.
-    if field(ca, "tls.key").is_some() {
+    if secret_text(ca, "tls.key").is_some() {
         return Plan::Renew { previous: None };
     }
     let issuer = digest(&ca_cert);
@@ -172,7 +155,7 @@ fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
             .iter()
             .filter_map(|l| l.as_ref())
             .filter(|l| annotation(l, ISSUER).as_deref() == Some(issuer.as_str()))
-            .filter_map(|l| timestamp(l, NOT_AFTER))
+            .filter_map(|l| annotated_time(l, NOT_AFTER))
             .max()
             .filter(|t| *t > now);
         return Plan::Renew {
@@ -180,16 +163,16 @@ fn plan(live: &Live, subjects: [&str; 2], now: OffsetDateTime) -> Plan {
         };
     }
     let mut bundle = ca_cert.clone();
-    if let Some(old) = field(ca, PREVIOUS_CA)
-        && timestamp(ca, PREVIOUS_NOT_AFTER).is_some_and(|t| t > now)
+    if let Some(old) = secret_text(ca, PREVIOUS_CA)
+        && annotated_time(ca, PREVIOUS_NOT_AFTER).is_some_and(|t| t > now)
     {
         bundle.push_str(&old);
     }
     let stale = leaves
         .iter()
         .filter_map(|l| l.as_ref())
-        .any(|l| field(l, "ca.crt").as_deref() != Some(bundle.as_str()));
-    let expired_previous = field(ca, PREVIOUS_CA).is_some() && bundle == ca_cert;
+        .any(|l| secret_text(l, "ca.crt").as_deref() != Some(bundle.as_str()));
+    let expired_previous = secret_text(ca, PREVIOUS_CA).is_some() && bundle == ca_cert;
     if stale || expired_previous {
         Plan::Bundle {
             current: ca_cert,
@@ -409,7 +392,7 @@ impl Certificates {
 /// Whether the certificate in `s` should be issued again: a third of its
 /// life or less is left (or its expiry is unknown).
 fn due(s: &Secret, now: OffsetDateTime) -> bool {
-    certificates::due(timestamp(s, NOT_AFTER), now)
+    certificates::due(annotated_time(s, NOT_AFTER), now)
 }
 
 #[cfg(test)]

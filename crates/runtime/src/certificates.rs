@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -144,6 +145,22 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
 /// An RFC 3339 time, when `s` is one.
 pub fn parse_rfc3339(s: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}
+
+/// A value of a Secret's `data` that holds a certificate or key, as text.
+pub fn secret_text(s: &Secret, key: &str) -> Option<String> {
+    let bytes = s.data.as_ref()?.get(key)?;
+    String::from_utf8(bytes.0.clone()).ok()
+}
+
+/// An annotation of a Secret.
+pub fn annotation(s: &Secret, key: &str) -> Option<String> {
+    s.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+/// A time a Secret records in an annotation (RFC 3339).
+pub fn annotated_time(s: &Secret, key: &str) -> Option<OffsetDateTime> {
+    parse_rfc3339(&annotation(s, key)?)
 }
 
 /// Whether a certificate expiring at `not_after` (unknown: `None`) should

@@ -3,18 +3,10 @@
 
 use super::*;
 
-/// Applies a `v1alpha2` Object (upstream's shape) named `name`.
-async fn apply_v1alpha2(client: &Client, name: &str, spec: Value) {
-    let body = json!({"apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
-        "metadata": {"name": name}, "spec": spec});
-    Api::<types::kubernetes::v1alpha2::Object>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying Object {name} at v1alpha2: {e}"));
+/// An Object in upstream's shape (`v1alpha2`) named `name`.
+fn upstream_object(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
+        "metadata": {"name": name}, "spec": spec})
 }
 
 #[tokio::test]
@@ -24,12 +16,14 @@ async fn the_managed_objects_dependents_go_as_its_deletion_propagation_policy_sa
     for (policy, child_stays) in [("Orphan", true), ("Foreground", false)] {
         let name = format!("{ns}-{}", policy.to_lowercase());
         let parent = format!("parent-{}", policy.to_lowercase());
-        apply_v1alpha2(
+        apply_object_v1alpha2(
             &client,
-            &name,
-            json!({"providerConfigRef": {"name": "remote"},
+            upstream_object(
+                &name,
+                json!({"providerConfigRef": {"name": "remote"},
                 "forProvider": {"manifest": configmap(&parent, &ns, json!({})),
                     "deletionPropagationPolicy": policy}}),
+            ),
         )
         .await;
         wait_ready(&client, &name).await;
@@ -198,12 +192,12 @@ async fn a_cel_readiness_query_decides_ready_and_a_bad_one_is_a_condition_never_
     ];
     let objects = Api::<types::kubernetes::v1alpha2::Object>::all(client.clone());
     for (case, query, _) in &cases {
-        let o = serde_json::from_value(json!({
-            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
-            "metadata": {"name": format!("{ns}-{case}")},
-            "spec": {"providerConfigRef": {"name": "remote"},
+        let o = serde_json::from_value(upstream_object(
+            &format!("{ns}-{case}"),
+            json!({"providerConfigRef": {"name": "remote"},
                 "readiness": {"policy": "DeriveFromCelQuery", "celQuery": query},
-                "forProvider": {"manifest": configmap(case, &ns, json!({"color": "blue"}))}}}))
+                "forProvider": {"manifest": configmap(case, &ns, json!({"color": "blue"}))}}),
+        ))
         .unwrap();
         objects
             .create(&PostParams::default(), &o)

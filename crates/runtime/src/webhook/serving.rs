@@ -34,7 +34,9 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use super::ServingCertificate;
-use crate::certificates::{self, Authority, Leaf, Usage, digest, parse_rfc3339, rfc3339};
+use crate::certificates::{
+    self, Authority, Leaf, Usage, annotated_time, annotation, digest, rfc3339, secret_text,
+};
 
 /// When the served certificate expires (RFC 3339).
 const NOT_AFTER: &str = "tls.crossplane.io/not-after";
@@ -160,24 +162,17 @@ enum Plan {
     },
 }
 
-fn field(s: &Secret, key: &str) -> Option<String> {
-    let bytes = s.data.as_ref()?.get(key)?;
-    String::from_utf8(bytes.0.clone()).ok()
-}
-
-fn annotation(s: &Secret, key: &str) -> Option<String> {
-    s.metadata.annotations.as_ref()?.get(key).cloned()
-}
-
 /// Decides what the Secret as read needs to serve for `subject` at `now`.
 fn plan(live: Option<&Secret>, subject: &str, now: OffsetDateTime) -> Plan {
     let Some(s) = live else {
         return Plan::Renew { previous: None };
     };
-    let not_after = annotation(s, NOT_AFTER).and_then(|t| parse_rfc3339(&t));
-    let (Some(cert), Some(key), Some(authority)) =
-        (field(s, CERT), field(s, KEY), field(s, AUTHORITY))
-    else {
+    let not_after = annotated_time(s, NOT_AFTER);
+    let (Some(cert), Some(key), Some(authority)) = (
+        secret_text(s, CERT),
+        secret_text(s, KEY),
+        secret_text(s, AUTHORITY),
+    ) else {
         return Plan::Renew { previous: None };
     };
     let signed_by_it = annotation(s, ISSUER).as_deref() == Some(digest(&authority).as_str());
@@ -192,10 +187,8 @@ fn plan(live: Option<&Secret>, subject: &str, now: OffsetDateTime) -> Plan {
         return Plan::Renew { previous };
     }
     let mut bundle = authority;
-    if let Some(old) = field(s, PREVIOUS)
-        && annotation(s, PREVIOUS_NOT_AFTER)
-            .and_then(|t| parse_rfc3339(&t))
-            .is_some_and(|t| t > now)
+    if let Some(old) = secret_text(s, PREVIOUS)
+        && annotated_time(s, PREVIOUS_NOT_AFTER).is_some_and(|t| t > now)
     {
         bundle.push_str(&old);
     }
@@ -207,7 +200,7 @@ fn plan(live: Option<&Secret>, subject: &str, now: OffsetDateTime) -> Plan {
         bundle,
         not_after,
     };
-    if field(s, BUNDLE).as_deref() == Some(issued.bundle.as_str()) {
+    if secret_text(s, BUNDLE).as_deref() == Some(issued.bundle.as_str()) {
         Plan::Keep(issued)
     } else {
         Plan::Rebundle(issued)
