@@ -93,6 +93,7 @@ pub fn start_provider(setup: &ProviderSetup) -> &'static Mutex<Running> {
             },
             || format!("its log:\n{}", running.log()),
         );
+        running.wait_converting(Duration::from_secs(30));
         Mutex::new(running)
     })
 }
