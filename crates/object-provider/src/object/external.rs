@@ -146,9 +146,9 @@ fn at<'a>(
 fn propagation(obj: &Object) -> DeleteParams {
     use types::kubernetes::v1alpha2::DeletionPropagation as P;
     match obj.spec.for_provider.deletion_propagation_policy {
-        Some(P::Foreground) => DeleteParams::foreground(),
-        Some(P::Orphan) => DeleteParams::orphan(),
-        Some(P::Background) | None => DeleteParams::background(),
+        P::Foreground => DeleteParams::foreground(),
+        P::Orphan => DeleteParams::orphan(),
+        P::Background => DeleteParams::background(),
     }
 }
 

@@ -251,7 +251,8 @@ fn policy_of(policies: &[Value]) -> &'static str {
 }
 
 /// `spec` without what v1alpha2's schema fills in by default where
-/// v1alpha1 says nothing (`watch: false`, the default readiness): the same
+/// v1alpha1 says nothing (`watch: false`, the default readiness, the
+/// default deletion propagation): the same
 /// meaning, so neither a reason to keep a stash nor a change to it.
 fn without_defaults(mut spec: Map<String, Value>) -> Map<String, Value> {
     if spec.get("watch") == Some(&Value::Bool(false)) {
@@ -259,6 +260,14 @@ fn without_defaults(mut spec: Map<String, Value>) -> Map<String, Value> {
     }
     if spec.get("readiness") == Some(&json!({"policy": "SuccessfulCreate"})) {
         spec.remove("readiness");
+    }
+    if let Some(fp) = spec.get_mut("forProvider").and_then(Value::as_object_mut) {
+        if fp.get("deletionPropagationPolicy") == Some(&json!("Background")) {
+            fp.remove("deletionPropagationPolicy");
+        }
+        if fp.is_empty() {
+            spec.remove("forProvider");
+        }
     }
     spec
 }

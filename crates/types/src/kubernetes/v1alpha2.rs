@@ -95,17 +95,18 @@ pub struct ObjectParameters {
     pub manifest: serde_json::Value,
 
     /// DeletionPropagationPolicy is how the managed object's dependents go
-    /// when it is deleted: Foreground (before it), Background (after it) or
-    /// Orphan (they stay). Unset: Background.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion_propagation_policy: Option<DeletionPropagation>,
+    /// when it is deleted: Foreground (before it), Background (after it,
+    /// the default) or Orphan (they stay).
+    #[serde(default)]
+    pub deletion_propagation_policy: DeletionPropagation,
 }
 
 /// How a deleted object's dependents go (the API server's
 /// `propagationPolicy`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DeletionPropagation {
     Orphan,
+    #[default]
     Background,
     Foreground,
 }

@@ -348,6 +348,9 @@ fn a_stash_still_restores_once_the_api_server_filled_in_v1alpha2_defaults() {
     let spec = stored["spec"].as_object_mut().unwrap();
     spec.insert("watch".into(), json!(false));
     spec.insert("readiness".into(), json!({"policy": "SuccessfulCreate"}));
+    if let Some(fp) = spec.get_mut("forProvider").and_then(Value::as_object_mut) {
+        fp.insert("deletionPropagationPolicy".into(), json!("Background"));
+    }
     assert_eq!(
         convert(&stored, "kubernetes.crossplane.io/v1alpha1").unwrap(),
         v1
