@@ -208,18 +208,21 @@ pub async fn get_object(client: &Client, name: &str) -> Option<Object> {
 
 /// The condition `t` of an Object: (status, reason, message).
 pub fn cond(o: &Object, t: &str) -> Option<(String, String, String)> {
-    o.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)
-        .map(|c| {
-            (
-                c.status.clone(),
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
+    condition_in(&o.status.as_ref()?.conditions, t)
+}
+
+/// The condition `t` among `conditions`: (status, reason, message).
+pub fn condition_in(
+    conditions: &[types::common::Condition],
+    t: &str,
+) -> Option<(String, String, String)> {
+    conditions.iter().find(|c| c.type_ == t).map(|c| {
+        (
+            c.status.clone(),
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    })
 }
 
 /// Waits until the Object is Synced and Ready; fails with its last status.

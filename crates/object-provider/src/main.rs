@@ -10,6 +10,8 @@ mod providerconfig;
 use std::time::Duration;
 
 use clap::Parser;
+use futures::StreamExt as _;
+use kube::runtime::reflector::ObjectRef;
 use runtime::{
     CommonArgs,
     controller::{Runtime, api_resource},
@@ -42,31 +44,37 @@ async fn main() -> anyhow::Result<()> {
     let rt = Runtime::new(BINARY, args.common).await?;
     conversion::serve(&rt, &args.webhook, BINARY).await?;
     let kinds = [api_resource::<Object>(), api_resource::<ProviderConfig>()];
+    let metrics = object::metrics::ObjectMetrics::register(&rt.metrics)?;
     // Built again each time this replica leads again (fresh caches).
     let build = {
         let rt = rt.clone();
         move || {
             let rt = rt.clone();
+            let metrics = metrics.clone();
             async move {
                 let mut configs = providerconfig::watch_configs(&rt);
-                let mut objects = object::watch_objects(&rt);
+                let mut objects = object::watch_objects::<Object>(&rt);
                 let changed =
                     std::mem::replace(&mut configs.changed, futures::channel::mpsc::unbounded().1);
                 let config_wakes = std::mem::replace(
                     &mut objects.config_wakes,
                     futures::channel::mpsc::unbounded().1,
-                );
+                )
+                .map(|name| kube::runtime::reflector::ObjectRef::new(&name));
                 let object_store = objects.objects.clone();
                 let object_controller = object::controller(
                     &rt,
+                    object::CONTROLLER,
                     args.deletion_timeout,
                     objects,
-                    configs.store.clone(),
+                    object::configs::Configs::Cluster(configs.store.clone()),
                     changed,
-                )?;
+                    metrics.clone(),
+                );
                 let config_controller =
                     providerconfig::controller(&rt, configs, object_store, config_wakes);
-                tokio::join!(object_controller, config_controller);
+                let namespaced = namespaced(&rt, args.deletion_timeout, metrics);
+                tokio::join!(object_controller, config_controller, namespaced);
                 Ok(())
             }
         }
@@ -76,4 +84,63 @@ async fn main() -> anyhow::Result<()> {
     // replica.
     tokio::time::sleep(args.webhook.webhook_drain).await;
     Ok(())
+}
+
+/// The namespaced Objects' controller, once their CRDs are there (a
+/// cluster without `kubernetes.m.crossplane.io` still has its cluster
+/// Objects reconciled meanwhile).
+async fn namespaced(
+    rt: &Runtime,
+    deletion_timeout: Duration,
+    metrics: object::metrics::ObjectMetrics,
+) {
+    use futures::StreamExt as _;
+    use object::configs;
+    use types::kubernetes_m::v1alpha1 as m;
+    let kinds = [
+        api_resource::<m::Object>(),
+        api_resource::<m::ProviderConfig>(),
+        api_resource::<m::ClusterProviderConfig>(),
+    ];
+    runtime::crds::wait_for(&rt.client, &kinds).await;
+    let (local, local_events, local_changed) = configs::watch(rt, configs::local_key);
+    let (cluster, cluster_events, cluster_changed) = configs::watch(rt, configs::cluster_key);
+    let mut objects = object::watch_objects::<object::kind::Namespaced>(rt);
+    let object_store = objects.objects.clone();
+    // Configs whose users changed, to each kind's controller.
+    let (local_wake, local_wakes) = futures::channel::mpsc::unbounded();
+    let (cluster_wake, cluster_wakes) = futures::channel::mpsc::unbounded();
+    let wakes = std::mem::replace(
+        &mut objects.config_wakes,
+        futures::channel::mpsc::unbounded().1,
+    )
+    .for_each(move |key| {
+        match configs::parse_key(&key) {
+            Some(configs::ConfigRef::Local { namespace, name }) => {
+                let _ = local_wake.unbounded_send(ObjectRef::new(&name).within(&namespace));
+            }
+            Some(configs::ConfigRef::Cluster(name)) => {
+                let _ = cluster_wake.unbounded_send(ObjectRef::new(&name));
+            }
+            _ => {}
+        }
+        std::future::ready(())
+    });
+    let controller = object::controller(
+        rt,
+        object::NAMESPACED_CONTROLLER,
+        deletion_timeout,
+        objects,
+        configs::Configs::Namespaced {
+            local: local.clone(),
+            cluster: cluster.clone(),
+        },
+        futures::stream::select(local_changed, cluster_changed),
+        metrics,
+    );
+    let locals =
+        providerconfig::controller_of(rt, local_events, local, object_store.clone(), local_wakes);
+    let clusters =
+        providerconfig::controller_of(rt, cluster_events, cluster, object_store, cluster_wakes);
+    tokio::join!(controller, locals, clusters, wakes);
 }

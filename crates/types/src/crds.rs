@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{compute, extensions, kubernetes, pkg, workload};
+use crate::{compute, extensions, kubernetes, kubernetes_m, pkg, workload};
 
 /// Every CRD this project defines, one per kind (multi-version kinds merged).
 pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
@@ -32,6 +32,10 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         converted_by_object_provider(object),
         kubernetes::v1alpha1::ProviderConfig::crd(),
         kubernetes::v1alpha1::ProviderConfigUsage::crd(),
+        kubernetes_m::v1alpha1::Object::crd(),
+        kubernetes_m::v1alpha1::ProviderConfig::crd(),
+        kubernetes_m::v1alpha1::ClusterProviderConfig::crd(),
+        kubernetes_m::v1alpha1::provider_config_usage_crd(),
         extensions::v1alpha1::ExtensionRequest::crd(),
         extensions::v1alpha1::Extension::crd(),
         pkg::v1::Provider::crd(),

@@ -21,6 +21,11 @@ pub mod kubernetes {
     pub mod v1alpha2;
 }
 
+/// `kubernetes.m.crossplane.io`: the namespaced Objects of Crossplane v2.
+pub mod kubernetes_m {
+    pub mod v1alpha1;
+}
+
 /// `extensions.crossplane.io`
 pub mod extensions {
     pub mod v1alpha1;

@@ -25,8 +25,8 @@ async fn every_crd_installs_and_becomes_established() {
     let expected = types::crds::all().unwrap();
     assert_eq!(
         expected.len(),
-        13,
-        "one CRD per kind in the seeds, and ImageConfig"
+        17,
+        "one CRD per kind in the seeds, ImageConfig, and the four namespaced kinds of kubernetes.m.crossplane.io"
     );
     for crd in expected {
         let name = crd.metadata.name.unwrap();
@@ -366,6 +366,15 @@ async fn kubectl_explain_teaches_the_fields() {
             "copies the value at its fieldPath into the manifest",
         ),
         ("providerconfig.spec.credentials.source", "InjectedIdentity"),
+        // Crossplane v2's namespaced Objects, and how far they reach.
+        (
+            "object.spec.providerConfigRef --api-version=kubernetes.m.crossplane.io/v1alpha1",
+            "ProviderConfig (in this namespace) or",
+        ),
+        (
+            "clusterproviderconfig.spec.reach",
+            "OwnNamespace (the default)",
+        ),
         (
             "extensionrequest.spec.crd",
             "whose owning package to install",

@@ -167,7 +167,9 @@ async fn bad_input_gets_a_condition_that_says_what_to_fix() {
     };
     assert!(matches!(e2e::http_get(addr, "/healthz"), Some((200, _))));
     assert!(
-        metrics.contains("crossplane_rs_managed_objects{ready="),
+        metrics.contains(
+            "crossplane_rs_managed_objects{kind=\"objects.kubernetes.crossplane.io\",ready="
+        ),
         "{metrics}"
     );
     // Bad Objects delete cleanly, and the one whose target does not answer

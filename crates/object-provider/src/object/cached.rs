@@ -7,6 +7,8 @@
 
 use types::kubernetes::v1alpha2::Object;
 
+use super::kind::ObjectKind;
+
 /// The Object's two manifests: the desired one, and the one last observed
 /// when there is one.
 fn manifests(o: &mut Object) -> impl Iterator<Item = &mut serde_json::Value> {
@@ -19,14 +21,14 @@ fn manifests(o: &mut Object) -> impl Iterator<Item = &mut serde_json::Value> {
 }
 
 /// An Object as the Objects' cache keeps it: both manifests sealed.
-pub(crate) fn sealed(o: &mut Object) {
-    manifests(o).for_each(runtime::packed::seal);
+pub(crate) fn sealed<K: ObjectKind>(o: &mut K) {
+    manifests(o.view_mut()).for_each(runtime::packed::seal);
 }
 
 /// A cached Object with its manifests opened: as the API server has it.
-pub(crate) fn opened(o: &Object) -> Object {
+pub(crate) fn opened<K: ObjectKind>(o: &K) -> K {
     let mut o = o.clone();
-    manifests(&mut o).for_each(runtime::packed::open);
+    manifests(o.view_mut()).for_each(runtime::packed::open);
     o
 }
 

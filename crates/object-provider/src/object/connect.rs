@@ -5,20 +5,16 @@
 
 use std::time::Duration;
 
-use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
 use runtime::{
-    finalizers,
     managed::{Known, SecretKey},
     remote::RemoteCluster,
 };
-use types::kubernetes::{
-    v1alpha1::{CredentialsSource, ProviderConfig},
-    v1alpha2::Object,
-};
+use types::kubernetes::v1alpha1::CredentialsSource;
 
+use super::configs::{Config, ConfigRef, config_of};
 use super::context::Objects;
 use super::errors::Error;
-use super::usage::IN_USE;
+use super::kind::ObjectKind;
 
 /// How long a ProviderConfig's credentials Secret, once read, is used
 /// without reading it again. The provider may not list or watch Secrets (a
@@ -31,47 +27,59 @@ pub const CREDENTIALS_TTL: Duration = Duration::from_secs(30);
 /// is read with a GET at most once per ProviderConfig per
 /// [`CREDENTIALS_TTL`]; the client built from it is kept per (Secret UID,
 /// key, resourceVersion).
-pub async fn connect(ctx: &Objects, obj: &Object) -> Result<RemoteCluster, Error> {
-    let name = &obj.spec.provider_config_ref.name;
-    // The reconcile waited for this cache (`ready`); a deletion too.
-    runtime::controller::wait_cache_ready(&ctx.configs).await;
-    let Some(pc) = ctx.configs.get(&ObjectRef::new(name)) else {
-        return Err(ctx.connector.owner_not_found(name).into());
+pub async fn connect<K: ObjectKind>(ctx: &Objects<K>, obj: &K) -> Result<RemoteCluster, Error> {
+    let of = config_of(obj);
+    let key = of.key();
+    // The reconcile waited for these caches (`ready`); a deletion too.
+    ctx.configs.wait_ready().await;
+    let Some(pc) = ctx.configs.get(&of) else {
+        return Err(ctx.connector.owner_not_found(&key).into());
     };
-    protect(ctx, &pc).await?;
+    ctx.configs
+        .protect(ctx.skeleton.client(), &of)
+        .await
+        .map_err(|e| Error::control(format!("protect {of}"), e))?;
     if let Some(why) = unsupported(&pc) {
         return Err(Error::UnsupportedCredentials(why));
     }
-    if pc.spec.credentials.source == CredentialsSource::InjectedIdentity {
+    if pc.credentials.source == CredentialsSource::InjectedIdentity {
         // A client built while the config read a Secret is not needed.
-        ctx.connector.release(name);
+        ctx.connector.release(&key);
         return Ok(ctx.local.clone());
     }
-    let Some(sel) = &pc.spec.credentials.secret_ref else {
-        let unset = ctx.connector.secret_not_found(name, "<unset>".to_owned());
+    let Some(sel) = &pc.credentials.secret_ref else {
+        let unset = ctx.connector.secret_not_found(&key, "<unset>".to_owned());
         return Err(unset.into());
     };
+    if let ConfigRef::Local { namespace, .. } = &of
+        && &sel.namespace != namespace
+    {
+        return Err(Error::UnsupportedCredentials(format!(
+            "{of}: credentials.secretRef names a Secret in namespace {:?}; a namespaced ProviderConfig reads only Secrets of its own namespace: copy the kubeconfig Secret into {namespace:?}, or use a ClusterProviderConfig",
+            sel.namespace
+        )));
+    }
     let at = SecretKey {
         namespace: &sel.namespace,
         name: &sel.name,
         key: &sel.key,
     };
-    let known = Known::Generation(pc.metadata.generation);
-    Ok(ctx.connector.connect(name, at, known).await?)
+    let known = Known::Generation(pc.generation);
+    Ok(ctx.connector.connect(&key, at, known).await?)
 }
 
 /// Why the credentials `pc` names are not used by this provider, if they
 /// are not: upstream's words this provider accepts and refuses, never
 /// silently ignores.
-fn unsupported(pc: &ProviderConfig) -> Option<String> {
-    let name = pc.metadata.name.as_deref().unwrap_or_default();
-    if let Some(identity) = &pc.spec.identity {
+fn unsupported(pc: &Config) -> Option<String> {
+    let name = &pc.of;
+    if let Some(identity) = &pc.identity {
         return Some(format!(
-            "ProviderConfig {name}: identity.type {:?} is not supported: this provider does not exchange cloud identities for tokens; put a kubeconfig whose user has its own credentials (a token or a client certificate) in the Secret and remove spec.identity",
+            "{name}: identity.type {:?} is not supported: this provider does not exchange cloud identities for tokens; put a kubeconfig whose user has its own credentials (a token or a client certificate) in the Secret and remove spec.identity",
             identity.type_
         ));
     }
-    let why = match pc.spec.credentials.source {
+    let why = match pc.credentials.source {
         CredentialsSource::Secret | CredentialsSource::InjectedIdentity => return None,
         CredentialsSource::None => "None gives no cluster to reach",
         CredentialsSource::Environment => {
@@ -82,20 +90,6 @@ fn unsupported(pc: &ProviderConfig) -> Option<String> {
         }
     };
     Some(format!(
-        "ProviderConfig {name}: credentials.source {why}; use source Secret (a kubeconfig in a Secret key) or InjectedIdentity (this cluster)"
+        "{name}: credentials.source {why}; use source Secret (a kubeconfig in a Secret key) or InjectedIdentity (this cluster)"
     ))
-}
-
-/// Puts the in-use finalizer on a ProviderConfig that does not carry it yet
-/// (one request per ProviderConfig, not per Object), so that it is
-/// protected before anything is made with it, whenever its own controller
-/// gets to it.
-async fn protect(ctx: &Objects, pc: &ProviderConfig) -> Result<(), Error> {
-    if pc.metadata.deletion_timestamp.is_some() || finalizers::has(pc, IN_USE) {
-        return Ok(());
-    }
-    let api: Api<ProviderConfig> = Api::all(ctx.skeleton.client().clone());
-    finalizers::add(&api, pc, IN_USE)
-        .await
-        .map_err(|e| Error::control(format!("protect ProviderConfig {}", pc.name_any()), e))
 }

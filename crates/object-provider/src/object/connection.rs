@@ -6,7 +6,7 @@
 //! changes (see [`super::published::Published`]).
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Resource, ResourceExt, api::Patch};
+use kube::{Api, ResourceExt, api::Patch};
 use runtime::{
     fieldpath,
     managed::{self, RequestFailed},
@@ -15,35 +15,43 @@ use runtime::{
     watches::{Scope, Session, Target},
 };
 use serde_json::{Map, Value, json};
-use types::kubernetes::v1alpha2::{ConnectionDetail, Object};
+use types::kubernetes::v1alpha2::ConnectionDetail;
 
+use super::configs::{config_of, writes_confined_to};
 use super::context::{Objects, target_of};
 use super::errors::Error;
+use super::kind::ObjectKind;
 use super::manifest;
 
 /// Publishes spec.connectionDetails to spec.writeConnectionSecretToRef.
-pub async fn publish(
-    ctx: &Objects,
-    obj: &Object,
+pub async fn publish<K: ObjectKind>(
+    ctx: &Objects<K>,
+    obj: &K,
     cluster: &RemoteCluster,
-    session: &mut Session<Object>,
+    session: &mut Session<K>,
 ) -> Result<(), Error> {
-    let Some(to) = &obj.spec.write_connection_secret_to_ref else {
+    let Some(to) = &obj.view().spec.write_connection_secret_to_ref else {
         return Ok(());
     };
-    if obj.spec.connection_details.is_empty() {
+    if obj.view().spec.connection_details.is_empty() {
         return Ok(());
     }
     let details = obj
+        .view()
         .spec
         .connection_details
         .iter()
         .enumerate()
         .map(|(index, d)| Detail::of(index, d))
         .collect::<Result<Vec<_>, _>>()?;
+    let confined = ctx
+        .configs
+        .get(&config_of(obj))
+        .and_then(|c| writes_confined_to(obj, &c));
     let mut data = Map::new();
-    for d in &details {
-        let Some(source) = read_detail(obj, cluster, d, session).await? else {
+    for (index, d) in details.iter().enumerate() {
+        let confined = confined.as_deref().map(|ns| (index, ns));
+        let Some(source) = read_detail(obj, cluster, d, confined, session).await? else {
             continue;
         };
         if let Some(value) = fieldpath::get(&source, &d.path) {
@@ -132,11 +140,12 @@ impl<'a> Detail<'a> {
 
 /// The object one connection detail reads, through a shared watch of it in
 /// the target cluster.
-async fn read_detail(
-    obj: &Object,
+async fn read_detail<K: ObjectKind>(
+    obj: &K,
     cluster: &RemoteCluster,
     d: &Detail<'_>,
-    session: &mut Session<Object>,
+    confined: Option<(usize, &str)>,
+    session: &mut Session<K>,
 ) -> Result<Option<Value>, Error> {
     let described = target_of(obj);
     let located = managed::locate(
@@ -148,6 +157,15 @@ async fn read_detail(
         "spec.connectionDetails",
     )
     .await?;
+    if let Some((index, ns)) = confined
+        && located.namespace.as_deref() != Some(ns)
+    {
+        return Err(Error::OutsideNamespace(
+            format!("spec.connectionDetails[{index}]"),
+            ns.to_owned(),
+            format!("{} {}", d.kind, d.name),
+        ));
+    }
     let target = Target {
         cluster: cluster.clone(),
         resource: located.resource,
@@ -182,13 +200,18 @@ fn encoded(d: &Detail<'_>, value: Value) -> Value {
 }
 
 /// The connection Secret, owned by the Object (collected with it).
-fn connection_secret(obj: &Object, name: &str, namespace: &str, data: Map<String, Value>) -> Value {
+fn connection_secret<K: ObjectKind>(
+    obj: &K,
+    name: &str,
+    namespace: &str,
+    data: Map<String, Value>,
+) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {
             "name": name, "namespace": namespace,
             "ownerReferences": [{
-                "apiVersion": Object::api_version(&()), "kind": Object::kind(&()),
+                "apiVersion": K::api_version(&()), "kind": K::kind(&()),
                 "name": obj.name_any(), "uid": obj.uid().unwrap_or_default(), "controller": true,
             }],
         },
@@ -200,6 +223,7 @@ fn connection_secret(obj: &Object, name: &str, namespace: &str, data: Map<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     fn detail(kind: &str, field_path: &str) -> ConnectionDetail {
         serde_json::from_value(json!({

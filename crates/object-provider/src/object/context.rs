@@ -3,6 +3,8 @@
 //! published. A leaf: every room of the Object controller uses it, and it
 //! uses none of them but the memories it holds.
 
+use super::configs::Configs;
+use super::kind::ObjectKind;
 use kube::runtime::reflector::Store;
 use runtime::{
     controller::Runtime,
@@ -11,42 +13,54 @@ use runtime::{
     remote::RemoteCluster,
     watches::Watches,
 };
-use types::kubernetes::{v1alpha1::ProviderConfig, v1alpha2::Object};
 
 use super::metrics::ObjectMetrics;
 use super::published::Published;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "object";
+/// Name of the namespaced Objects' controller in metrics and events.
+pub const NAMESPACED_CONTROLLER: &str = "namespaced-object";
 /// The finalizer every Object carries until its managed object is handled.
 pub const FINALIZER: &str = types::kubernetes::v1alpha1::OBJECT_FINALIZER;
 
-/// How this controller's messages and reasons name a target's credentials.
-pub static WORDING: Wording = Wording {
-    owner: "ProviderConfig",
-    fix: "set spec.providerConfigRef.name",
-    secret: "credentials Secret",
-    connect: "with",
-    read_from: "",
-    reasons: Reasons {
-        owner_not_found: "ProviderConfigNotFound",
-        secret_not_found: "CredentialsNotFound",
-        cannot_connect: "CannotConnectToTarget",
-        cannot_read: CONTROL_REQUEST_FAILED,
-    },
-};
+/// How an Object controller's messages and reasons name a target's
+/// credentials: its config is the `owner`; `fix` says what to set.
+const fn wording(owner: &'static str, fix: &'static str) -> Wording {
+    Wording {
+        owner,
+        fix,
+        secret: "credentials Secret",
+        connect: "with",
+        read_from: "",
+        reasons: Reasons {
+            owner_not_found: "ProviderConfigNotFound",
+            secret_not_found: "CredentialsNotFound",
+            cannot_connect: "CannotConnectToTarget",
+            cannot_read: CONTROL_REQUEST_FAILED,
+        },
+    }
+}
 
-/// The Object reconciler: what its reconciles share.
-pub struct Objects {
+/// How the cluster Objects' messages name a target's credentials.
+pub static WORDING: Wording = wording("ProviderConfig", "set spec.providerConfigRef.name");
+
+/// How the namespaced Objects' messages name a target's credentials: the
+/// owner is "ProviderConfig ns/name" or "ClusterProviderConfig name"
+/// ([`super::configs::ConfigRef`]).
+pub static NAMESPACED_WORDING: Wording = wording("the", "set spec.providerConfigRef");
+
+/// The Object reconciler of one kind of Object: what its reconciles share.
+pub struct Objects<K: ObjectKind> {
     pub(crate) rt: Runtime,
     pub(crate) skeleton: Skeleton,
     pub(crate) connector: Connector,
     pub(crate) local: RemoteCluster,
-    pub(crate) objects: Store<Object>,
+    pub(crate) objects: Store<K>,
     /// Which Objects carry each referrer finalizer.
-    pub(crate) holds: super::holds::Holds,
-    pub(crate) configs: Store<ProviderConfig>,
-    pub(crate) watches: Watches<Object>,
+    pub(crate) holds: super::holds::Holds<K>,
+    pub(crate) configs: Configs,
+    pub(crate) watches: Watches<K>,
     pub(crate) applied: AppliedMemory,
     pub(crate) published: Published,
     pub(crate) lifecycle: Lifecycle,
@@ -58,9 +72,24 @@ pub struct Objects {
 
 /// The target cluster of an Object, as messages and --remote-timeout's
 /// circuit breaker name it.
-pub fn target_of(obj: &Object) -> String {
-    format!(
-        "the target cluster of ProviderConfig {}",
-        obj.spec.provider_config_ref.name
-    )
+pub fn target_of<K: ObjectKind>(obj: &K) -> String {
+    format!("the target cluster of {}", super::configs::config_of(obj))
+}
+
+/// How the Objects' keys name an Object: `namespace/name`, or `name` for
+/// a cluster Object.
+pub fn key_of(obj: &impl kube::Resource) -> String {
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    match obj.meta().namespace.as_deref() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// The reference to the Object a key names.
+pub fn ref_of<K: ObjectKind>(key: &str) -> kube::runtime::reflector::ObjectRef<K> {
+    match key.split_once('/') {
+        Some((ns, name)) => kube::runtime::reflector::ObjectRef::new(name).within(ns),
+        None => kube::runtime::reflector::ObjectRef::new(key),
+    }
 }

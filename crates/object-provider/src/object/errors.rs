@@ -54,6 +54,12 @@ pub enum Error {
     /// The ProviderConfig names credentials this provider does not use.
     #[error("{0}")]
     UnsupportedCredentials(String),
+    /// A namespaced Object names something outside its namespace that its
+    /// config does not let it reach: the field, and what it names.
+    #[error(
+        "{0} is outside namespace {1:?}: {2}; a namespaced Object reaches only its own namespace unless its ClusterProviderConfig says spec.reach: Cluster"
+    )]
+    OutsideNamespace(String, String, String),
     /// A request to the control cluster failed.
     #[error("failed to {0}")]
     Control(String, #[source] Box<kube::Error>),
@@ -92,6 +98,7 @@ impl ReconcileError for Error {
             Error::NotAllowed(_) => "NotAllowedByPolicy",
             Error::InvalidPolicies(_) => "InvalidManagementPolicies",
             Error::UnsupportedCredentials(_) => "UnsupportedCredentials",
+            Error::OutsideNamespace(..) => "OutsideNamespace",
             Error::Control(..) => CONTROL_REQUEST_FAILED,
             Error::Serialize(_) => "CannotSerialize",
             Error::Redacted { category, .. } => category,

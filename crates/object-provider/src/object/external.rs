@@ -14,10 +14,11 @@ use runtime::{
     watches::{Cached, Scope, Session, Target},
 };
 use serde_json::Value;
-use types::kubernetes::v1alpha2::Object;
 
+use super::configs::{config_of, writes_confined_to};
 use super::context::{CONTROLLER, Objects, target_of};
 use super::errors::Error;
+use super::kind::ObjectKind;
 use super::manifest;
 use super::references::Resolved;
 use crate::policy;
@@ -26,8 +27,8 @@ use crate::policy;
 const FIELD: &str = "spec.forProvider.manifest";
 
 /// One Object's managed object in its target cluster.
-pub struct ManagedObject<'a> {
-    ctx: &'a Objects,
+pub struct ManagedObject<'a, K: ObjectKind> {
+    ctx: &'a Objects<K>,
     /// Where it lives (and the shared watch that serves it).
     pub target: Target,
     api: Api<DynamicObject>,
@@ -49,22 +50,26 @@ pub struct ManagedObject<'a> {
 
 /// Works out the managed object from the resolved Object and registers the
 /// Object's interest in it.
-pub async fn locate<'a>(
-    ctx: &'a Objects,
-    obj: &Object,
+pub async fn locate<'a, K: ObjectKind>(
+    ctx: &'a Objects<K>,
+    obj: &K,
     cluster: &RemoteCluster,
     resolved: &Resolved,
-    session: &mut Session<Object>,
-) -> Result<ManagedObject<'a>, Error> {
+    session: &mut Session<K>,
+) -> Result<ManagedObject<'a, K>, Error> {
     let mut manifest = manifest::desired(obj, &resolved.doc)?;
     let (api_version, kind) = (
         manifest::text(&manifest, "/apiVersion"),
         manifest::text(&manifest, "/kind"),
     );
+    // A namespaced Object's manifest is in its own namespace unless it
+    // names another.
     let namespace = manifest
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .filter(|ns| !ns.is_empty())
+        .map(str::to_owned)
+        .or_else(|| obj.namespace());
     let located = managed::locate(
         cluster,
         &target_of(obj),
@@ -74,6 +79,28 @@ pub async fn locate<'a>(
         FIELD,
     )
     .await?;
+    let confined = ctx
+        .configs
+        .get(&config_of(obj))
+        .and_then(|c| writes_confined_to(obj, &c));
+    if let Some(ns) = confined
+        && located.namespace.as_deref() != Some(ns.as_str())
+    {
+        let name = manifest::text(&manifest, "/metadata/name");
+        let what = match &located.namespace {
+            Some(other) => format!("{kind} {other}/{name}"),
+            None => format!("{kind} {name} (cluster-scoped)"),
+        };
+        return Err(Error::OutsideNamespace(FIELD.to_owned(), ns, what));
+    }
+    if obj.namespace().is_some()
+        && let (Some(ns), Some(m)) = (
+            &located.namespace,
+            manifest.get_mut("metadata").and_then(Value::as_object_mut),
+        )
+    {
+        m.insert("namespace".to_owned(), Value::from(ns.as_str()));
+    }
     if located.namespace.is_none()
         && let Some(m) = manifest.get_mut("metadata").and_then(Value::as_object_mut)
     {
@@ -86,13 +113,13 @@ pub async fn locate<'a>(
 /// The managed object recorded in status.managedObjectRef: what was applied
 /// when the manifest can no longer be worked out (a reference's source is
 /// gone) and the Object is deleted.
-pub async fn recorded<'a>(
-    ctx: &'a Objects,
-    obj: &Object,
+pub async fn recorded<'a, K: ObjectKind>(
+    ctx: &'a Objects<K>,
+    obj: &K,
     cluster: &RemoteCluster,
-    session: &mut Session<Object>,
-) -> Option<Result<ManagedObject<'a>, Error>> {
-    let r = obj.status.as_ref()?.managed_object_ref.clone()?;
+    session: &mut Session<K>,
+) -> Option<Result<ManagedObject<'a, K>, Error>> {
+    let r = obj.view().status.as_ref()?.managed_object_ref.clone()?;
     let located = managed::locate(
         cluster,
         &target_of(obj),
@@ -109,15 +136,15 @@ pub async fn recorded<'a>(
     )
 }
 
-fn at<'a>(
-    ctx: &'a Objects,
-    obj: &Object,
+fn at<'a, K: ObjectKind>(
+    ctx: &'a Objects<K>,
+    obj: &K,
     cluster: &RemoteCluster,
     located: managed::Located,
     name: String,
     manifest: Value,
-    session: &mut Session<Object>,
-) -> ManagedObject<'a> {
+    session: &mut Session<K>,
+) -> ManagedObject<'a, K> {
     let target = Target {
         cluster: cluster.clone(),
         resource: located.resource,
@@ -136,23 +163,27 @@ fn at<'a>(
         uid: obj.uid().unwrap_or_default(),
         field_manager: manifest::field_manager(obj),
         cluster: target_of(obj),
-        never_observed: obj.status.as_ref().is_none_or(|s| s.at_provider.is_none()),
+        never_observed: obj
+            .view()
+            .status
+            .as_ref()
+            .is_none_or(|s| s.at_provider.is_none()),
         propagation: propagation(obj),
     }
 }
 
 /// The deletion of the managed object, as
 /// `spec.forProvider.deletionPropagationPolicy` says (Background unset).
-fn propagation(obj: &Object) -> DeleteParams {
+fn propagation<K: ObjectKind>(obj: &K) -> DeleteParams {
     use types::kubernetes::v1alpha2::DeletionPropagation as P;
-    match obj.spec.for_provider.deletion_propagation_policy {
+    match obj.view().spec.for_provider.deletion_propagation_policy {
         P::Foreground => DeleteParams::foreground(),
         P::Orphan => DeleteParams::orphan(),
         P::Background => DeleteParams::background(),
     }
 }
 
-impl ManagedObject<'_> {
+impl<K: ObjectKind> ManagedObject<'_, K> {
     fn failed(&self, what: &str, e: kube::Error) -> Error {
         RequestFailed::new(format!("{what} {}", self.what), &self.cluster, FIELD, e).into()
     }
@@ -184,7 +215,7 @@ impl ManagedObject<'_> {
     }
 }
 
-impl External for ManagedObject<'_> {
+impl<K: ObjectKind> External for ManagedObject<'_, K> {
     type Error = Error;
 
     async fn observe(&self) -> Result<Observation, Error> {
@@ -251,12 +282,12 @@ impl External for ManagedObject<'_> {
 }
 
 /// What the policies of an Object allow.
-pub fn allowed(obj: &Object) -> managed::Allowed {
-    let policies = &obj.spec.management_policies;
+pub fn allowed<K: ObjectKind>(obj: &K) -> managed::Allowed {
+    let policies = &obj.view().spec.management_policies;
     managed::Allowed {
         create: policy::can_create(policies),
         update: policy::can_update(policies),
-        delete: policy::can_delete(policies, obj.spec.deletion_policy),
+        delete: policy::can_delete(policies, obj.view().spec.deletion_policy),
     }
 }
 
@@ -265,6 +296,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     #[test]
     fn the_managed_object_is_deleted_with_the_propagation_its_object_names() {

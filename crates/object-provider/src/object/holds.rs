@@ -11,9 +11,12 @@
 
 use std::collections::BTreeSet;
 
-use kube::{ResourceExt, runtime::watcher};
+use super::kind::ObjectKind;
+use kube::{
+    ResourceExt,
+    runtime::{reflector::ObjectRef, watcher},
+};
 use runtime::index::Index;
-use types::kubernetes::v1alpha2::Object;
 
 /// Prefix of the finalizers referrers put on referenced Objects.
 pub const REFERRED_BY: &str = "referred-by.kubernetes.crossplane.io/";
@@ -21,16 +24,16 @@ pub const REFERRED_BY: &str = "referred-by.kubernetes.crossplane.io/";
 /// The referrer-finalizer index, shared by the watch that keeps it and the
 /// reconciles that read it.
 #[derive(Clone)]
-pub struct Holds(Index<Object>);
+pub struct Holds<K: ObjectKind>(Index<K>);
 
-impl Default for Holds {
+impl<K: ObjectKind> Default for Holds<K> {
     fn default() -> Self {
         Self(Index::new(referrer_finalizers))
     }
 }
 
 /// The referrer finalizers `obj` carries.
-fn referrer_finalizers(obj: &Object) -> BTreeSet<String> {
+fn referrer_finalizers<K: ObjectKind>(obj: &K) -> BTreeSet<String> {
     obj.finalizers()
         .iter()
         .filter(|f| is_referrer_finalizer(f))
@@ -43,20 +46,15 @@ pub fn is_referrer_finalizer(finalizer: &str) -> bool {
     finalizer.starts_with(REFERRED_BY)
 }
 
-impl Holds {
+impl<K: ObjectKind> Holds<K> {
     /// Takes in one event of the Objects' watch.
-    pub fn event(&self, event: &watcher::Event<Object>) {
+    pub fn event(&self, event: &watcher::Event<K>) {
         self.0.event(event);
     }
 
-    /// The names of the Objects carrying `finalizer`, as the watch last
-    /// showed them.
-    pub fn carrying(&self, finalizer: &str) -> Vec<String> {
-        self.0
-            .objects_with(finalizer)
-            .into_iter()
-            .map(|r| r.name)
-            .collect()
+    /// The Objects carrying `finalizer`, as the watch last showed them.
+    pub fn carrying(&self, finalizer: &str) -> Vec<ObjectRef<K>> {
+        self.0.objects_with(finalizer)
     }
 }
 
@@ -65,6 +63,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     fn object(name: &str, finalizers: &[&str]) -> Object {
         serde_json::from_value(json!({
@@ -75,24 +74,28 @@ mod tests {
         .unwrap()
     }
 
+    fn names(refs: Vec<ObjectRef<Object>>) -> Vec<String> {
+        refs.into_iter().map(|r| r.name).collect()
+    }
+
     fn by(referrer: &str) -> String {
         format!("{REFERRED_BY}{referrer}")
     }
 
     #[test]
     fn the_index_follows_finalizers_as_the_watch_shows_them() {
-        let holds = Holds::default();
+        let holds = Holds::<Object>::default();
         let (a, b) = (by("a"), by("b"));
         holds.event(&watcher::Event::Apply(object(
             "t1",
             &[&a, "finalizer.managedresource.crossplane.io"],
         )));
         holds.event(&watcher::Event::Apply(object("t2", &[&a, &b])));
-        assert_eq!(holds.carrying(&a), ["t1", "t2"]);
-        assert_eq!(holds.carrying(&b), ["t2"]);
+        assert_eq!(names(holds.carrying(&a)), ["t1", "t2"]);
+        assert_eq!(names(holds.carrying(&b)), ["t2"]);
         // A finalizer removed, an Object deleted.
         holds.event(&watcher::Event::Apply(object("t2", &[&b])));
-        assert_eq!(holds.carrying(&a), ["t1"]);
+        assert_eq!(names(holds.carrying(&a)), ["t1"]);
         holds.event(&watcher::Event::Delete(object("t2", &[&b])));
         assert!(holds.carrying(&b).is_empty());
         assert!(
@@ -104,14 +107,14 @@ mod tests {
 
     #[test]
     fn a_relist_replaces_the_index_once_it_is_done() {
-        let holds = Holds::default();
+        let holds = Holds::<Object>::default();
         let a = by("a");
         holds.event(&watcher::Event::Apply(object("gone-while-down", &[&a])));
         holds.event(&watcher::Event::Init);
         holds.event(&watcher::Event::InitApply(object("t1", &[&a])));
         // Until the relist is done, the last complete view answers.
-        assert_eq!(holds.carrying(&a), ["gone-while-down"]);
+        assert_eq!(names(holds.carrying(&a)), ["gone-while-down"]);
         holds.event(&watcher::Event::InitDone);
-        assert_eq!(holds.carrying(&a), ["t1"]);
+        assert_eq!(names(holds.carrying(&a)), ["t1"]);
     }
 }

@@ -8,11 +8,12 @@ use types::{
     common::ANNOTATION_EXTERNAL_NAME,
     kubernetes::{
         v1alpha1::{ManagedObjectReference, ObjectObservation},
-        v1alpha2::{Object, ObjectStatus},
+        v1alpha2::ObjectStatus,
     },
 };
 
 use super::errors::Error;
+use super::kind::ObjectKind;
 use crate::policy;
 
 /// Where the manifest is in an Object.
@@ -33,7 +34,7 @@ pub fn path_in_manifest(to: &str) -> Result<Vec<fieldpath::Segment>, String> {
 /// name), with type metadata checked. A reference's toFieldPath may have put
 /// anything anywhere in the manifest, so every step is checked and a wrong
 /// shape is named, never assumed.
-pub fn desired(obj: &Object, resolved: &Value) -> Result<Value, Error> {
+pub fn desired<K: ObjectKind>(obj: &K, resolved: &Value) -> Result<Value, Error> {
     let mut manifest = resolved
         .pointer("/spec/forProvider/manifest")
         .cloned()
@@ -104,7 +105,7 @@ pub fn text(manifest: &Value, pointer: &str) -> String {
 }
 
 /// The field manager of one Object: each Object owns its own fields.
-pub fn field_manager(obj: &Object) -> String {
+pub fn field_manager<K: ObjectKind>(obj: &K) -> String {
     format!("crossplane-rs/object/{}", obj.uid().unwrap_or_default())
 }
 
@@ -154,6 +155,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     fn object() -> Object {
         serde_json::from_value(json!({

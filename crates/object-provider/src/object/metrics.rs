@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::kind::ObjectKind;
 use kube::runtime::reflector::Store;
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGaugeVec, Opts};
 use runtime::conditions;
@@ -38,7 +39,7 @@ impl ObjectMetrics {
                 "crossplane_rs_managed_objects",
                 "Objects by their Synced and Ready condition status.",
             ),
-            &["synced", "ready"],
+            &["kind", "synced", "ready"],
         )?;
         let drift = registry.register(drift)?;
         let first_ready = registry.register(first_ready)?;
@@ -48,25 +49,29 @@ impl ObjectMetrics {
             first_ready,
             managed,
         };
-        metrics.count(std::iter::empty());
         Ok(metrics)
     }
 
     /// Sets the managed-objects gauge from the Objects' cache.
-    pub fn count_managed(&self, objects: &Store<Object>) {
+    pub fn count_managed<K: ObjectKind>(&self, objects: &Store<K>) {
         let state = objects.state();
-        self.count(state.iter().map(|o| o.as_ref()));
+        self.count::<K>(state.iter().map(|o| o.view()));
     }
 
     /// Counts no Objects: what a replica that does not lead says (the one
     /// that leads counts them).
-    pub fn count_none(&self) {
-        self.count(std::iter::empty());
+    pub fn count_none<K: ObjectKind>(&self) {
+        self.count::<K>(std::iter::empty());
     }
 
-    fn count<'a>(&self, objects: impl Iterator<Item = &'a Object>) {
+    /// Objects of kind `K` by condition, labelled with the kind's
+    /// resource (`objects.kubernetes.crossplane.io`).
+    fn count<'a, K: ObjectKind>(&self, objects: impl Iterator<Item = &'a Object>) {
+        let kind = format!("{}.{}", K::plural(&()), K::group(&()));
         for ((s, r), n) in by_condition(objects) {
-            self.managed.with_label_values(&[s, r]).set(n);
+            self.managed
+                .with_label_values(&[kind.as_str(), s, r])
+                .set(n);
         }
     }
 }

@@ -25,14 +25,16 @@
 //! be reached again).
 
 mod cached;
+pub mod configs;
 mod connect;
 mod connection;
 mod context;
 mod errors;
 mod external;
 pub mod holds;
+pub mod kind;
 mod manifest;
-mod metrics;
+pub mod metrics;
 mod published;
 pub mod references;
 pub mod usage;
@@ -45,7 +47,7 @@ use std::{
 
 use futures::{Stream, StreamExt, channel::mpsc};
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     runtime::{
         Controller, WatchStreamExt,
         controller::Action,
@@ -63,18 +65,16 @@ use runtime::{
     watches::{Session, Watches},
 };
 use serde_json::Value;
-use types::kubernetes::{
-    v1alpha1::ProviderConfig,
-    v1alpha2::{Object, ObjectStatus},
-};
+use types::kubernetes::v1alpha2::ObjectStatus;
 
 use connect::{CREDENTIALS_TTL, connect};
-pub use context::{CONTROLLER, FINALIZER, Objects};
+pub use context::{CONTROLLER, FINALIZER, NAMESPACED_CONTROLLER, Objects};
 use context::{WORDING, target_of};
 pub use errors::Error;
 use external::{ManagedObject, allowed};
 
 use crate::policy;
+use kind::ObjectKind;
 
 /// How often the managed-objects gauge is recounted from the cache.
 const COUNT_EVERY: Duration = Duration::from_secs(5);
@@ -84,13 +84,16 @@ const QUERIES: usize = 1024;
 
 /// Ready by the Object's readiness policy; a CEL query is compiled once
 /// and evaluated within its bounds ([`runtime::cel`]).
-async fn readiness(
+async fn readiness<K: ObjectKind>(
     queries: &runtime::cel::Queries,
-    obj: &Object,
+    obj: &K,
     live: &Value,
     secrets: &policy::Redactions,
 ) -> types::common::Condition {
-    let why = match (&obj.spec.readiness.policy, &obj.spec.readiness.cel_query) {
+    let why = match (
+        &obj.view().spec.readiness.policy,
+        &obj.view().spec.readiness.cel_query,
+    ) {
         (types::kubernetes::v1alpha2::ReadinessPolicy::DeriveFromCelQuery, Some(query)) => {
             let answer = match queries.get(query) {
                 Ok(q) => q.evaluate(live).await,
@@ -102,7 +105,7 @@ async fn readiness(
                 Err(e) => Some(format!("readiness.celQuery: {e}")),
             }
         }
-        _ => policy::unready(&obj.spec.readiness, live),
+        _ => policy::unready(&obj.view().spec.readiness, live),
     };
     match why {
         None => conditions::available(),
@@ -114,17 +117,12 @@ fn is_ready(status: &ObjectStatus) -> bool {
     conditions::get(&status.conditions, conditions::TYPE_READY).is_some_and(|c| c.status == "True")
 }
 
-impl Objects {
+impl<K: ObjectKind> Objects<K> {
     /// Drops the references the spec no longer makes, then connects to the
     /// target: work in the control cluster, done before the target's
     /// deadline starts.
-    async fn prepare(&self, obj: &Object) -> Result<RemoteCluster, Error> {
-        let wanted: BTreeSet<&str> = obj
-            .spec
-            .references
-            .iter()
-            .filter_map(references::object_target)
-            .collect();
+    async fn prepare(&self, obj: &K) -> Result<RemoteCluster, Error> {
+        let wanted: BTreeSet<String> = references::object_targets(obj).collect();
         // Only a spec change drops a reference: an Object last Synced at
         // this generation holds only what it references.
         if !synced_at_generation(obj) {
@@ -137,10 +135,10 @@ impl Objects {
     /// shows it in `status`; publishes connection details.
     async fn sync(
         &self,
-        obj: &Object,
+        obj: &K,
         cluster: &RemoteCluster,
         status: &mut ObjectStatus,
-        session: &mut Session<Object>,
+        session: &mut Session<K>,
         secrets: &mut policy::Redactions,
     ) -> Result<(), Error> {
         let resolved = references::resolve(self, obj, true, session, secrets).await?;
@@ -148,7 +146,7 @@ impl Objects {
         references::hold(self, obj, &resolved.referenced).await?;
         let synced = managed::sync(&managed, allowed(obj)).await?;
         let Some(live) = synced.live().cloned() else {
-            let policies = &obj.spec.management_policies;
+            let policies = &obj.view().spec.management_policies;
             let why = if policy::observe_only(policies) {
                 "only observe it"
             } else {
@@ -174,7 +172,7 @@ impl Objects {
         Ok(())
     }
 
-    async fn drift_corrected(&self, obj: &Object) {
+    async fn drift_corrected(&self, obj: &K) {
         self.metrics.drift.inc();
         self.skeleton
             .reporting
@@ -188,7 +186,7 @@ impl Objects {
             .await;
     }
 
-    fn first_ready(&self, obj: &Object) {
+    fn first_ready(&self, obj: &K) {
         if let Some(created) = obj.creation_timestamp() {
             let ms =
                 k8s_openapi::jiff::Timestamp::now().as_millisecond() - created.0.as_millisecond();
@@ -201,11 +199,11 @@ impl Objects {
     /// gone), the one recorded in status.managedObjectRef.
     async fn to_delete<'a>(
         &'a self,
-        obj: &Object,
+        obj: &K,
         cluster: &RemoteCluster,
-        session: &mut Session<Object>,
+        session: &mut Session<K>,
         secrets: &mut policy::Redactions,
-    ) -> Result<ManagedObject<'a>, Error> {
+    ) -> Result<ManagedObject<'a, K>, Error> {
         let located = match references::resolve(self, obj, false, session, secrets).await {
             Ok(resolved) => external::locate(self, obj, cluster, &resolved, session).await,
             Err(e) => Err(e),
@@ -223,8 +221,8 @@ impl Objects {
     }
 }
 
-impl Reconciler for Objects {
-    type Object = Object;
+impl<K: ObjectKind> Reconciler for Objects<K> {
+    type Object = K;
     type Error = Error;
 
     fn skeleton(&self) -> &Skeleton {
@@ -233,25 +231,25 @@ impl Reconciler for Objects {
 
     /// Every Object reads its ProviderConfig from that cache.
     async fn ready(&self) -> bool {
-        runtime::controller::cache_ready(&self.configs).await
+        self.configs.ready().await
     }
 
     fn finalizer(&self) -> Option<&'static str> {
         Some(FINALIZER)
     }
 
-    fn labels(&self, obj: &Object) -> BTreeMap<String, String> {
+    fn labels(&self, obj: &K) -> BTreeMap<String, String> {
         usage::labels(obj)
     }
 
-    fn open_cached(&self, obj: Arc<Object>) -> Arc<Object> {
-        Arc::new(cached::opened(&obj))
+    fn open_cached(&self, obj: Arc<K>) -> Arc<K> {
+        Arc::new(cached::opened(obj.as_ref()))
     }
 
-    async fn apply(&self, obj: &Arc<Object>, status: &mut ObjectStatus) -> Result<Action, Error> {
+    async fn apply(&self, obj: &Arc<K>, status: &mut ObjectStatus) -> Result<Action, Error> {
         // Nothing is done with policies that do not observe: Synced=False
         // says what to fix, retried with the error backoff.
-        if let Some(fix) = policy::invalid(&obj.spec.management_policies) {
+        if let Some(fix) = policy::invalid(&obj.view().spec.management_policies) {
             return Err(Error::InvalidPolicies(fix));
         }
         let mut secrets = policy::Redactions::default();
@@ -261,7 +259,7 @@ impl Reconciler for Objects {
             .rt
             .clusters
             .call(
-                &target_of(obj),
+                &target_of(obj.as_ref()),
                 &cluster,
                 self.sync(obj, &cluster, status, &mut session, &mut secrets),
             )
@@ -274,13 +272,9 @@ impl Reconciler for Objects {
         )))
     }
 
-    async fn cleanup(
-        &self,
-        obj: &Arc<Object>,
-        status: &mut ObjectStatus,
-    ) -> Result<Cleanup, Error> {
+    async fn cleanup(&self, obj: &Arc<K>, status: &mut ObjectStatus) -> Result<Cleanup, Error> {
         let deleting = || conditions::deleting();
-        if references::held(obj) {
+        if references::held(obj.as_ref()) {
             // Referrers hold this Object until their own managed objects
             // are gone; each removed finalizer wakes it.
             conditions::set(&mut status.conditions, deleting(), &conditions::now());
@@ -288,12 +282,12 @@ impl Reconciler for Objects {
         }
         let mut secrets = policy::Redactions::default();
         let mut session = self.watches.session(ObjectRef::from_obj(obj.as_ref()));
-        let allowed = allowed(obj);
+        let allowed = allowed(obj.as_ref());
         let external = if allowed.delete {
             match connect(self, obj).await {
                 Ok(cluster) => {
                     let locating = self.to_delete(obj, &cluster, &mut session, &mut secrets);
-                    let target = target_of(obj);
+                    let target = target_of(obj.as_ref());
                     self.rt.clusters.call(&target, &cluster, locating).await
                 }
                 Err(e) => Err(e),
@@ -319,7 +313,7 @@ impl Reconciler for Objects {
         }
     }
 
-    fn forget(&self, obj: &Object) {
+    fn forget(&self, obj: &K) {
         self.watches.release(&ObjectRef::from_obj(obj));
         if let Some(uid) = obj.uid() {
             self.applied.forget(&uid);
@@ -332,42 +326,43 @@ impl Reconciler for Objects {
 /// annotations (paused, external-name) and deletion. Its status (most
 /// often our own write) and its labels (the provider-config label written
 /// with the finalizer) do not.
-fn desired_state_hash(o: &Object) -> Option<u64> {
+fn desired_state_hash<K: ObjectKind>(o: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    o.metadata.generation.hash(&mut h);
-    o.metadata.annotations.hash(&mut h);
+    o.meta().generation.hash(&mut h);
+    o.meta().annotations.hash(&mut h);
     // Finalizers matter only once deleting (a referrer letting go); the
     // finalizer an Object gets on its first sync must not wake it again.
-    if let Some(deleted) = &o.metadata.deletion_timestamp {
+    if let Some(deleted) = &o.meta().deletion_timestamp {
         deleted.0.as_millisecond().hash(&mut h);
-        o.metadata.finalizers.hash(&mut h);
+        o.meta().finalizers.hash(&mut h);
     }
     Some(h.finish())
 }
 
-/// The Objects' watch, shared by the Object and the ProviderConfig
-/// controllers.
-pub struct ObjectWatch {
+/// The Objects' watch (of one kind), shared by the Object and the
+/// ProviderConfig controllers.
+pub struct ObjectWatch<K: ObjectKind> {
     /// The Objects' cache.
-    pub objects: Store<Object>,
-    /// ProviderConfigs whose users changed.
-    pub config_wakes: mpsc::UnboundedReceiver<ObjectRef<ProviderConfig>>,
-    events: futures::stream::BoxStream<'static, Result<Object, watcher::Error>>,
-    referrer_wakes: mpsc::UnboundedReceiver<ObjectRef<Object>>,
+    pub objects: Store<K>,
+    /// Configs whose users changed, by [`configs::ConfigRef::key`].
+    pub config_wakes: mpsc::UnboundedReceiver<String>,
+    events: futures::stream::BoxStream<'static, Result<K, watcher::Error>>,
+    referrer_wakes: mpsc::UnboundedReceiver<ObjectRef<K>>,
     /// Which Objects carry each referrer finalizer.
-    holds: holds::Holds,
+    holds: holds::Holds<K>,
 }
 
-/// Starts watching Objects (lazily: the watch runs with the controller).
-pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
+/// Starts watching Objects of kind `K` (lazily: the watch runs with the
+/// controller).
+pub fn watch_objects<K: ObjectKind>(rt: &Runtime) -> ObjectWatch<K> {
     let (config_tx, config_wakes) = mpsc::unbounded();
     let (referrer_tx, referrer_wakes) = mpsc::unbounded();
     let mut wakes = usage::Wakes::default();
     let holds = holds::Holds::default();
     let indexing = holds.clone();
     let (objects, events) = trim::reflected(
-        Api::<Object>::all(rt.client.clone()),
+        Api::<K>::all(rt.client.clone()),
         watcher::Config::default(),
         cached::sealed,
     );
@@ -377,10 +372,10 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
                 indexing.event(event);
                 let woken = wakes.event(event);
                 for c in woken.configs {
-                    let _ = config_tx.unbounded_send(ObjectRef::new(&c));
+                    let _ = config_tx.unbounded_send(c);
                 }
                 for r in woken.referrers {
-                    let _ = referrer_tx.unbounded_send(ObjectRef::new(&r));
+                    let _ = referrer_tx.unbounded_send(context::ref_of(&r));
                 }
             }
         })
@@ -399,34 +394,41 @@ pub fn watch_objects(rt: &Runtime) -> ObjectWatch {
     }
 }
 
-/// The Object controller. `configs` is the ProviderConfigs' cache;
-/// `config_changed` names each ProviderConfig whose spec changed (its
-/// Objects are woken to connect again).
-pub fn controller(
+/// The Object controller of kind `K`, named `name` in metrics and events.
+/// `configs` are the config caches its Objects read; `config_changed`
+/// names (by key) each config whose spec changed (its Objects are woken to
+/// connect again).
+pub fn controller<K: ObjectKind>(
     rt: &Runtime,
+    name: &'static str,
     deletion_timeout: Duration,
-    watch: ObjectWatch,
-    configs: Store<ProviderConfig>,
+    watch: ObjectWatch<K>,
+    configs: configs::Configs,
     config_changed: impl Stream<Item = String> + Send + 'static,
-) -> Result<impl Future<Output = ()>, prometheus::Error> {
-    let metrics = metrics::ObjectMetrics::register(&rt.metrics)?;
-    let (watches, woken) = Watches::new(CONTROLLER, &rt.metrics);
+    metrics: metrics::ObjectMetrics,
+) -> impl Future<Output = ()> {
+    let (watches, woken) = Watches::new(name, &rt.metrics);
     let objects = watch.objects.clone();
     let users = objects.clone();
-    let of_config = config_changed.flat_map(move |name| {
+    let of_config = config_changed.flat_map(move |key| {
         let using: Vec<_> = users
             .state()
             .iter()
-            .filter(|o| o.spec.provider_config_ref.name == name)
+            .filter(|o| configs::config_of(o.as_ref()).key() == key)
             .map(|o| ObjectRef::from_obj(o.as_ref()))
             .collect();
         futures::stream::iter(using)
     });
     let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
+    let wording = if K::group(&()) == types::kubernetes_m::v1alpha1::GROUP {
+        &context::NAMESPACED_WORDING
+    } else {
+        &WORDING
+    };
     let ctx = Arc::new(Objects {
         rt: rt.clone(),
-        skeleton: Skeleton::new(rt, CONTROLLER),
-        connector: Connector::new(clients, rt.client.clone(), &WORDING, CREDENTIALS_TTL),
+        skeleton: Skeleton::new(rt, name),
+        connector: Connector::new(clients, rt.client.clone(), wording, CREDENTIALS_TTL),
         local: RemoteCluster::new(rt.client.clone(), "control"),
         objects: objects.clone(),
         holds: watch.holds.clone(),
@@ -452,23 +454,23 @@ pub fn controller(
     let counting = count_periodically(ctx.clone());
     let run = reconciler::run(controller, ctx);
     let shutdown = rt.shutdown();
-    Ok(async move {
+    async move {
         tokio::select! {
             () = run => {},
             () = counting => {},
             () = shutdown => {},
         }
-    })
+    }
 }
 
 /// Recounts the managed-objects gauge, and drops what is remembered about
 /// Objects deleted behind our back (their finalizer removed by hand).
-async fn count_periodically(ctx: Arc<Objects>) {
+async fn count_periodically<K: ObjectKind>(ctx: Arc<Objects<K>>) {
     /// Stopped (this replica stood down), it counts none.
-    struct CountNone(Arc<Objects>);
-    impl Drop for CountNone {
+    struct CountNone<K: ObjectKind>(Arc<Objects<K>>);
+    impl<K: ObjectKind> Drop for CountNone<K> {
         fn drop(&mut self) {
-            self.0.metrics.count_none();
+            self.0.metrics.count_none::<K>();
         }
     }
     let _none_when_stopped = CountNone(ctx.clone());
@@ -485,14 +487,15 @@ async fn count_periodically(ctx: Arc<Objects>) {
 }
 
 /// Whether `obj` was last reconciled successfully at its current generation.
-fn synced_at_generation(obj: &Object) -> bool {
-    obj.status
+fn synced_at_generation<K: ObjectKind>(obj: &K) -> bool {
+    obj.view()
+        .status
         .as_ref()
         .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_SYNCED))
         .is_some_and(|c| {
             c.status == "True"
                 && c.observed_generation.is_some()
-                && c.observed_generation == obj.metadata.generation
+                && c.observed_generation == obj.meta().generation
         })
 }
 
@@ -501,6 +504,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     fn object(extra: Value) -> Object {
         let mut v = json!({

@@ -6,24 +6,24 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::{Api, ResourceExt, runtime::reflector::ObjectRef};
+use kube::ResourceExt;
+use runtime::reconciler::Reconciler as _;
 use runtime::{
     fieldpath, finalizers,
     managed::{self, KindError},
     watches::{Cached, Scope, Session, Target},
 };
 use serde_json::Value;
-use types::kubernetes::{
-    conversion::GROUP,
-    v1alpha2::{DependsOn, Object, Reference},
-};
+use types::kubernetes::v1alpha2::{DependsOn, Reference};
 
-use super::context::Objects;
+use super::configs::{config_of, reads_confined_to};
+use super::context::{Objects, key_of, ref_of};
 use super::errors::Error;
 use super::manifest;
 use crate::policy;
 
 use super::holds::{REFERRED_BY, is_referrer_finalizer};
+use super::kind::ObjectKind;
 
 /// The finalizer a referenced Object carries while `referrer` exists. A
 /// finalizer's name part is at most 63 characters; longer names are cut and
@@ -57,17 +57,36 @@ fn referenced(r: &Reference) -> Option<&DependsOn> {
     }
 }
 
-/// Whether `api_version` and `kind` name an Object, of any version of its
-/// group (a reference written against v1alpha1 names the same Objects).
-fn is_object(api_version: &str, kind: &str) -> bool {
-    kind == "Object" && api_version.split_once('/').is_some_and(|(g, _)| g == GROUP)
+/// Whether `api_version` and `kind` name an Object of `group`, of any
+/// version (a reference written against v1alpha1 names the same Objects).
+fn is_object(group: &str, api_version: &str, kind: &str) -> bool {
+    kind == "Object" && api_version.split_once('/').is_some_and(|(g, _)| g == group)
 }
 
-/// Whether a reference points at an Object (only those are ordered by
-/// finalizers and part of cycles).
-pub fn object_target(r: &Reference) -> Option<&str> {
+/// The key ([`super::context::key_of`]) of the Object a reference points
+/// at, if it points at an Object of the referrer's kind (only those are
+/// ordered by finalizers and part of cycles): `group` is the referrer's,
+/// `namespace` the referrer's (a namespaced Object's reference names its
+/// own namespace unless it says another).
+pub fn object_target(group: &str, namespace: Option<&str>, r: &Reference) -> Option<String> {
     let d = referenced(r)?;
-    is_object(&d.api_version, &d.kind).then_some(d.name.as_str())
+    if !is_object(group, &d.api_version, &d.kind) {
+        return None;
+    }
+    Some(match namespace {
+        Some(own) => format!("{}/{}", d.namespace.as_deref().unwrap_or(own), d.name),
+        None => d.name.clone(),
+    })
+}
+
+/// The keys of the Objects `obj` references.
+pub fn object_targets<K: ObjectKind>(obj: &K) -> impl Iterator<Item = String> + '_ {
+    let namespace = obj.meta().namespace.as_deref();
+    obj.view()
+        .spec
+        .references
+        .iter()
+        .filter_map(move |r| object_target(&K::group(&()), namespace, r))
 }
 
 /// A cycle through `start` in the graph of Object references, as the path
@@ -135,7 +154,7 @@ impl Named<'_> {
     }
 }
 
-fn named(index: usize, r: &Reference) -> Result<Named<'_>, Error> {
+fn named<'a>(index: usize, r: &'a Reference, own: Option<&'a str>) -> Result<Named<'a>, Error> {
     let Some(d) = referenced(r) else {
         return Err(Error::InvalidReference(
             index,
@@ -146,7 +165,7 @@ fn named(index: usize, r: &Reference) -> Result<Named<'_>, Error> {
         api_version: &d.api_version,
         kind: &d.kind,
         name: &d.name,
-        namespace: d.namespace.as_deref(),
+        namespace: d.namespace.as_deref().or(own),
         field_path: r.patches_from.as_ref().map(|p| p.field_path.as_str()),
     })
 }
@@ -176,27 +195,20 @@ fn paths<'a>(index: usize, r: &'a Reference, n: &Named<'a>) -> Result<Option<Pat
 /// referenced Objects, looked up by name in the cache. Only what a cycle
 /// through `obj` could pass is read, so the cost follows the references,
 /// not the number of Objects.
-fn edges(ctx: &Objects, obj: &Object) -> BTreeMap<String, Vec<String>> {
-    reachable(obj, |name| ctx.objects.get(&ObjectRef::new(name)))
+fn edges<K: ObjectKind>(ctx: &Objects<K>, obj: &K) -> BTreeMap<String, Vec<String>> {
+    reachable(obj, |key| ctx.objects.get(&ref_of(key)))
 }
 
 /// The edges reachable from `obj`, reading each referenced Object with
 /// `get` (`None`: not there, no edges).
-fn reachable<O: std::ops::Deref<Target = Object>>(
-    obj: &Object,
+fn reachable<K: ObjectKind, O: std::ops::Deref<Target = K>>(
+    obj: &K,
     get: impl Fn(&str) -> Option<O>,
 ) -> BTreeMap<String, Vec<String>> {
-    let targets = |o: &Object| -> Vec<String> {
-        o.spec
-            .references
-            .iter()
-            .filter_map(object_target)
-            .map(str::to_owned)
-            .collect()
-    };
+    let targets = |o: &K| -> Vec<String> { object_targets(o).collect() };
     let mut edges = BTreeMap::new();
     let mut todo = targets(obj);
-    edges.insert(obj.name_any(), todo.clone());
+    edges.insert(key_of(obj), todo.clone());
     while let Some(name) = todo.pop() {
         if edges.contains_key(&name) {
             continue;
@@ -212,35 +224,44 @@ fn reachable<O: std::ops::Deref<Target = Object>>(
 /// `installing`, a referenced Object must also be Ready; a deletion only
 /// needs the values to find what it created. Values read from a Secret
 /// (other than its metadata) are added to `secrets`.
-pub async fn resolve(
-    ctx: &Objects,
-    obj: &Object,
+pub async fn resolve<K: ObjectKind>(
+    ctx: &Objects<K>,
+    obj: &K,
     installing: bool,
-    session: &mut Session<Object>,
+    session: &mut Session<K>,
     secrets: &mut policy::Redactions,
 ) -> Result<Resolved, Error> {
-    let mut doc = serde_json::to_value(obj)?;
+    let mut doc = serde_json::to_value(obj.view())?;
     let mut referenced = Vec::new();
     // Cycles first: waiting on a cycle would wait forever.
-    if let Some(cycle) = cycle_through(&obj.name_any(), &edges(ctx, obj)) {
+    if let Some(cycle) = cycle_through(&key_of(obj), &edges(ctx, obj)) {
         return Err(Error::Cycle(cycle.join(" → ")));
     }
-    for (index, r) in obj.spec.references.iter().enumerate() {
-        let n = named(index, r)?;
+    let own = obj.meta().namespace.as_deref();
+    let confined = reads_confined_to(obj, ctx.configs.get(&config_of(obj)).as_ref());
+    let group = K::group(&());
+    for (index, r) in obj.view().spec.references.iter().enumerate() {
+        let n = named(index, r, own)?;
         let paths = paths(index, r, &n)?;
         let not_ready = |why: String| Error::ReferenceNotReady {
             index,
             what: n.what(),
             why,
         };
-        let source = match object_target(r) {
-            Some(name) => referenced_object(ctx, name, installing).map_err(not_ready)?,
-            None => read_source(ctx, index, &n, session)
+        let target = object_target(&group, own, r);
+        if let Some(ns) = &confined
+            && n.namespace != Some(ns.as_str())
+        {
+            return Err(outside(index, ns, &n));
+        }
+        let source = match &target {
+            Some(key) => referenced_object(ctx, key, installing).map_err(not_ready)?,
+            None => read_source(ctx, index, &n, confined.as_deref(), session)
                 .await?
                 .ok_or_else(|| not_ready("it does not exist".to_owned()))?,
         };
-        if object_target(r).is_some() {
-            referenced.push(n.name.to_owned());
+        if let Some(key) = target {
+            referenced.push(key);
         }
         if let Some(p) = paths {
             let value = fieldpath::get(&source, &p.from)
@@ -258,28 +279,45 @@ pub async fn resolve(
     Ok(Resolved { doc, referenced })
 }
 
-/// A referenced Object, from the Objects' watch cache. An Object is there
-/// for its dependents once it is Ready: this is what orders an install.
-fn referenced_object(ctx: &Objects, name: &str, installing: bool) -> Result<Value, String> {
-    let Some(o) = ctx.objects.get(&ObjectRef::new(name)) else {
+/// A reference of a confined Object that names something outside its
+/// namespace.
+fn outside(index: usize, namespace: &str, n: &Named<'_>) -> Error {
+    Error::OutsideNamespace(
+        format!("spec.references[{index}]"),
+        namespace.to_owned(),
+        n.what(),
+    )
+}
+
+/// A referenced Object (by key), from the Objects' watch cache. An Object
+/// is there for its dependents once it is Ready: this is what orders an
+/// install.
+fn referenced_object<K: ObjectKind>(
+    ctx: &Objects<K>,
+    key: &str,
+    installing: bool,
+) -> Result<Value, String> {
+    let Some(o) = ctx.objects.get(&ref_of(key)) else {
         return Err("it does not exist".to_owned());
     };
-    let ready = o.status.as_ref().is_some_and(|s| {
+    let ready = o.view().status.as_ref().is_some_and(|s| {
         runtime::conditions::is_true(&s.conditions, runtime::conditions::TYPE_READY)
     });
     if installing && !ready {
         return Err("that Object is not Ready yet".to_owned());
     }
-    serde_json::to_value(super::cached::opened(&o)).map_err(|e| e.to_string())
+    serde_json::to_value(super::cached::opened(o.as_ref()).view()).map_err(|e| e.to_string())
 }
 
 /// Reads what a reference names in the control cluster, through a shared
-/// watch of that one object.
-async fn read_source(
-    ctx: &Objects,
+/// watch of that one object; for an Object `confined` to a namespace, only
+/// a namespaced object of that namespace.
+async fn read_source<K: ObjectKind>(
+    ctx: &Objects<K>,
     index: usize,
     n: &Named<'_>,
-    session: &mut Session<Object>,
+    confined: Option<&str>,
+    session: &mut Session<K>,
 ) -> Result<Option<Value>, Error> {
     let located = managed::locate(
         &ctx.local,
@@ -301,6 +339,11 @@ async fn read_source(
         }
         Err(e) => return Err(e.into()),
     };
+    if let Some(ns) = confined
+        && located.namespace.as_deref() != Some(ns)
+    {
+        return Err(outside(index, ns, n));
+    }
     let target = Target {
         cluster: ctx.local.clone(),
         resource: located.resource,
@@ -329,16 +372,19 @@ fn is_secret(api_version: &str, kind: &str) -> bool {
 
 /// Puts this Object's referrer finalizer on each Object it references (no
 /// request when they carry it already).
-pub async fn hold(ctx: &Objects, obj: &Object, referenced: &[String]) -> Result<(), Error> {
-    let finalizer = finalizer_for(&obj.name_any());
-    let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
-    for name in referenced {
-        let Some(target) = ctx.objects.get(&ObjectRef::new(name)) else {
+pub async fn hold<K: ObjectKind>(
+    ctx: &Objects<K>,
+    obj: &K,
+    referenced: &[String],
+) -> Result<(), Error> {
+    let finalizer = finalizer_for(&key_of(obj));
+    for key in referenced {
+        let Some(target) = ctx.objects.get(&ref_of(key)) else {
             continue;
         };
-        finalizers::add(&api, target.as_ref(), &finalizer)
+        finalizers::add(&ctx.api(target.as_ref()), target.as_ref(), &finalizer)
             .await
-            .map_err(|e| Error::control(format!("add a finalizer to Object {name}"), e))?;
+            .map_err(|e| Error::control(format!("add a finalizer to Object {key}"), e))?;
     }
     Ok(())
 }
@@ -346,27 +392,26 @@ pub async fn hold(ctx: &Objects, obj: &Object, referenced: &[String]) -> Result<
 /// Removes this Object's referrer finalizer from every Object it no longer
 /// references (all of them when `keep` is None, i.e. when it is deleted): a
 /// reference removed from the spec must not hold its former target for ever.
-pub async fn release(
-    ctx: &Objects,
-    obj: &Object,
-    keep: Option<&BTreeSet<&str>>,
+pub async fn release<K: ObjectKind>(
+    ctx: &Objects<K>,
+    obj: &K,
+    keep: Option<&BTreeSet<String>>,
 ) -> Result<(), Error> {
-    let finalizer = finalizer_for(&obj.name_any());
-    let api: Api<Object> = Api::all(ctx.skeleton.client().clone());
+    let finalizer = finalizer_for(&key_of(obj));
     let holders: Vec<_> = ctx
         .holds
         .carrying(&finalizer)
         .iter()
-        .filter_map(|name| ctx.objects.get(&ObjectRef::new(name)))
+        .filter_map(|r| ctx.objects.get(r))
         .filter(|o| finalizers::has(o.as_ref(), &finalizer))
-        .filter(|o| keep.is_none_or(|k| !k.contains(o.name_any().as_str())))
+        .filter(|o| keep.is_none_or(|k| !k.contains(&key_of(o.as_ref()))))
         .collect();
     for holder in holders {
-        finalizers::remove(&api, holder.as_ref(), &finalizer)
+        finalizers::remove(&ctx.api(holder.as_ref()), holder.as_ref(), &finalizer)
             .await
             .map_err(|e| {
                 Error::control(
-                    format!("remove a finalizer from Object {}", holder.name_any()),
+                    format!("remove a finalizer from Object {}", key_of(holder.as_ref())),
                     e,
                 )
             })?;
@@ -376,7 +421,7 @@ pub async fn release(
 
 /// Whether an Object carries referrer finalizers (its referrers still need
 /// it).
-pub fn held(obj: &Object) -> bool {
+pub fn held<K: ObjectKind>(obj: &K) -> bool {
     obj.finalizers().iter().any(|f| is_referrer_finalizer(f))
 }
 
@@ -385,6 +430,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     fn graph(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
         pairs
@@ -478,21 +524,42 @@ mod tests {
             ),
             (json!({}), None),
         ];
+        let group = "kubernetes.crossplane.io";
         for (r, target) in cases {
-            assert_eq!(object_target(&reference(r.clone())), target, "{r}");
+            let got = object_target(group, None, &reference(r.clone()));
+            assert_eq!(got.as_deref(), target, "{r}");
         }
+    }
+
+    #[test]
+    fn a_namespaced_objects_reference_names_an_object_of_its_group_in_its_namespace_by_default() {
+        let m = "kubernetes.m.crossplane.io";
+        let own = Some("team-a");
+        let by = |r: Value| object_target(m, own, &reference(r));
+        let default = json!({"dependsOn": {"apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "Object", "name": "a"}});
+        assert_eq!(by(default).as_deref(), Some("team-a/a"));
+        let elsewhere = json!({"dependsOn": {"apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "Object", "name": "a", "namespace": "team-b"}});
+        assert_eq!(by(elsewhere).as_deref(), Some("team-b/a"));
+        // A cluster Object is not one of the namespaced controller's.
+        let cluster = json!({"dependsOn": {"apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object", "name": "a"}});
+        assert_eq!(by(cluster), None);
+        let r = reference(
+            json!({"patchesFrom": {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "fieldPath": "data.x"}}),
+        );
+        let n = named(0, &r, own).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n.namespace, Some("team-a"));
     }
 
     #[test]
     fn a_reference_names_what_it_reads_and_where_the_value_goes_in_the_manifest() {
         let r = reference(json!({}));
-        let err = named(3, &r).err().map(|e| e.to_string());
+        let err = named(3, &r, None).err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("reference 3: set dependsOn or patchesFrom")
         );
         let paths_of = |r: &Reference| -> Result<Option<String>, String> {
-            let n = named(0, r).map_err(|e| e.to_string())?;
+            let n = named(0, r, None).map_err(|e| e.to_string())?;
             let p = paths(0, r, &n).map_err(|e| e.to_string())?;
             Ok(p.map(|p| fieldpath::display(&p.to_path)))
         };

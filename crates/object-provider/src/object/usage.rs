@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kube::{ResourceExt, runtime::watcher};
 use runtime::index::Relation;
-use types::kubernetes::{v1alpha1::ProviderConfig, v1alpha2::Object};
+use types::kubernetes::v1alpha1::ProviderConfig;
 
+use super::context::key_of;
+use super::kind::ObjectKind;
 use super::references;
 
 /// The finalizer a ProviderConfig carries while Objects use it.
@@ -18,24 +20,38 @@ pub const IN_USE: &str = "in-use.crossplane.io";
 pub const LABEL: &str = types::kubernetes::v1alpha1::PROVIDER_CONFIG_LABEL;
 
 /// The labels an Object carries (written with its finalizer).
-pub fn labels(obj: &Object) -> BTreeMap<String, String> {
-    BTreeMap::from([(LABEL.to_owned(), obj.spec.provider_config_ref.name.clone())])
+pub fn labels<K: ObjectKind>(obj: &K) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        LABEL.to_owned(),
+        obj.view().spec.provider_config_ref.name.clone(),
+    )])
 }
 
 /// The ProviderConfigs an Object counts as a user of: the one its spec names
 /// and the one its label still names (until the label follows the spec).
-pub fn configs_of(obj: &Object) -> BTreeSet<String> {
-    let mut configs = BTreeSet::from([obj.spec.provider_config_ref.name.clone()]);
-    configs.extend(obj.labels().get(LABEL).cloned());
+/// Each by its [`ConfigRef::key`](super::configs::ConfigRef::key); the
+/// label is followed for a cluster Object's ProviderConfig only (a
+/// namespaced Object's configs do not count their users yet).
+pub fn configs_of<K: ObjectKind>(obj: &K) -> BTreeSet<String> {
+    let of = super::configs::config_of(obj);
+    let legacy = matches!(of, super::configs::ConfigRef::Legacy(_));
+    let mut configs = BTreeSet::from([of.key()]);
+    if legacy {
+        configs.extend(obj.labels().get(LABEL).cloned());
+    }
     configs
 }
 
-/// The Objects using the ProviderConfig `config`, sorted, as "Object name".
-pub fn users<'a>(objects: impl IntoIterator<Item = &'a Object>, config: &str) -> Vec<String> {
+/// The Objects using the config `config` (by key), sorted, as "Object
+/// name" ("Object namespace/name" for namespaced Objects).
+pub fn users<'a, K: ObjectKind>(
+    objects: impl IntoIterator<Item = &'a K>,
+    config: &str,
+) -> Vec<String> {
     let mut users: Vec<String> = objects
         .into_iter()
-        .filter(|o| configs_of(o).contains(config))
-        .map(|o| format!("Object {}", o.name_any()))
+        .filter(|o| configs_of(*o).contains(config))
+        .map(|o| format!("Object {}", key_of(o)))
         .collect();
     users.sort();
     users
@@ -62,7 +78,7 @@ pub struct Woken {
 
 impl Wakes {
     /// Takes in one event of the Objects' watch.
-    pub fn event(&mut self, event: &watcher::Event<Object>) -> Woken {
+    pub fn event<K: ObjectKind>(&mut self, event: &watcher::Event<K>) -> Woken {
         match event {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => self.seen(o),
             watcher::Event::Delete(o) => self.gone(o),
@@ -70,8 +86,8 @@ impl Wakes {
         }
     }
 
-    fn seen(&mut self, obj: &Object) -> Woken {
-        let name = obj.name_any();
+    fn seen<K: ObjectKind>(&mut self, obj: &K) -> Woken {
+        let name = key_of(obj);
         let configs = configs_of(obj);
         let previous = self.configs.insert(name.clone(), configs.clone());
         let mut woken = Woken {
@@ -84,19 +100,13 @@ impl Wakes {
                 .cloned()
                 .collect();
         }
-        let targets: BTreeSet<String> = obj
-            .spec
-            .references
-            .iter()
-            .filter_map(references::object_target)
-            .map(str::to_owned)
-            .collect();
+        let targets: BTreeSet<String> = references::object_targets(obj).collect();
         self.references.set(name, targets);
         woken
     }
 
-    fn gone(&mut self, obj: &Object) -> Woken {
-        let name = obj.name_any();
+    fn gone<K: ObjectKind>(&mut self, obj: &K) -> Woken {
+        let name = key_of(obj);
         let mut configs = self.configs.remove(&name).unwrap_or_default();
         configs.extend(configs_of(obj));
         self.references.set(name.clone(), BTreeSet::new());
@@ -140,6 +150,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use types::kubernetes::v1alpha2::Object;
 
     fn object(name: &str, config: &str, label: Option<&str>, refs: &[&str]) -> Object {
         let references: Vec<_> = refs
