@@ -257,6 +257,11 @@ pub fn remove_object_provider() {
         "objects.kubernetes.crossplane.io",
         "providerconfigs.kubernetes.crossplane.io",
         "providerconfigusages.kubernetes.crossplane.io",
+        "observedobjectcollections.kubernetes.crossplane.io",
+        "objects.kubernetes.m.crossplane.io",
+        "providerconfigs.kubernetes.m.crossplane.io",
+        "clusterproviderconfigs.kubernetes.m.crossplane.io",
+        "providerconfigusages.kubernetes.m.crossplane.io",
         "--ignore-not-found",
         "--wait=true",
     ]);

@@ -1,7 +1,8 @@
 //! `object-provider`: manages any Kubernetes manifest in the local or a
 //! remote cluster through Objects, with management policies, references and
-//! ordered uninstall.
+//! ordered uninstall, and ObservedObjectCollections of observe-only Objects.
 
+mod collection;
 mod conversion;
 mod object;
 mod policy;
@@ -62,19 +63,40 @@ async fn main() -> anyhow::Result<()> {
                 )
                 .map(|name| kube::runtime::reflector::ObjectRef::new(&name));
                 let object_store = objects.objects.clone();
+                let reach = object::Reach::new(
+                    &rt,
+                    object::configs::Configs::Cluster(configs.store.clone()),
+                    &object::WORDING,
+                );
+                // Once their CRD is there (Objects are reconciled meanwhile).
+                let collections = {
+                    let (rt, reach, objects) = (rt.clone(), reach.clone(), object_store.clone());
+                    async move {
+                        let kinds = [api_resource::<
+                            types::kubernetes::v1alpha1::ObservedObjectCollection,
+                        >()];
+                        runtime::crds::wait_for(&rt.client, &kinds).await;
+                        collection::controller(&rt, reach, objects).await;
+                    }
+                };
                 let object_controller = object::controller(
                     &rt,
                     object::CONTROLLER,
                     args.deletion_timeout,
                     objects,
-                    object::configs::Configs::Cluster(configs.store.clone()),
+                    reach,
                     changed,
                     metrics.clone(),
                 );
                 let config_controller =
                     providerconfig::controller(&rt, configs, object_store, config_wakes);
                 let namespaced = namespaced(&rt, args.deletion_timeout, metrics);
-                tokio::join!(object_controller, config_controller, namespaced);
+                tokio::join!(
+                    object_controller,
+                    config_controller,
+                    namespaced,
+                    collections
+                );
                 Ok(())
             }
         }
@@ -126,15 +148,20 @@ async fn namespaced(
         }
         std::future::ready(())
     });
+    let reach = object::Reach::new(
+        rt,
+        configs::Configs::Namespaced {
+            local: local.clone(),
+            cluster: cluster.clone(),
+        },
+        &object::NAMESPACED_WORDING,
+    );
     let controller = object::controller(
         rt,
         object::NAMESPACED_CONTROLLER,
         deletion_timeout,
         objects,
-        configs::Configs::Namespaced {
-            local: local.clone(),
-            cluster: cluster.clone(),
-        },
+        reach,
         futures::stream::select(local_changed, cluster_changed),
         metrics,
     );

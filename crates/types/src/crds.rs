@@ -36,6 +36,7 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         kubernetes_m::v1alpha1::ProviderConfig::crd(),
         kubernetes_m::v1alpha1::ClusterProviderConfig::crd(),
         kubernetes_m::v1alpha1::provider_config_usage_crd(),
+        name_at_most_63(kubernetes::v1alpha1::ObservedObjectCollection::crd()),
         extensions::v1alpha1::ExtensionRequest::crd(),
         extensions::v1alpha1::Extension::crd(),
         pkg::v1::Provider::crd(),
@@ -102,6 +103,30 @@ fn spec_optional(
         }
         if let Some(spec) = schema.properties.as_mut().and_then(|p| p.get_mut("spec")) {
             spec.default = Some(JSON(default.clone()));
+        }
+    }
+    crd
+}
+
+/// `crd` refusing names longer than 63 characters, as upstream's
+/// ObservedObjectCollection does: its name is the value of the membership
+/// label on its Objects, and a label value is at most 63 characters.
+fn name_at_most_63(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
+    for v in &mut crd.spec.versions {
+        if let Some(schema) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            schema
+                .x_kubernetes_validations
+                .get_or_insert_with(Vec::new)
+                .push(ValidationRule {
+                    rule: "size(self.metadata.name) < 64".to_owned(),
+                    message: Some("metadata.name max length is 63".to_owned()),
+                    ..ValidationRule::default()
+                });
         }
     }
     crd

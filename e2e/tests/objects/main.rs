@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod bad_input;
+mod collections;
 mod namespaced;
 mod policies;
 mod provider_configs;

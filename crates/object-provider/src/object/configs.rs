@@ -22,7 +22,9 @@ use types::{
 };
 
 use super::kind::ObjectKind;
-use super::usage::IN_USE;
+
+/// The finalizer a config carries while Objects use it.
+pub const IN_USE: &str = "in-use.crossplane.io";
 
 /// The config caches the Objects of one kind read.
 #[derive(Clone)]

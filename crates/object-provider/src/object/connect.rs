@@ -1,20 +1,21 @@
-//! The target cluster of an Object: its ProviderConfig's credentials,
-//! connected through runtime's [`Connector`](runtime::managed::Connector).
+//! The target cluster of an Object: its config's credentials, connected
+//! through runtime's [`Connector`].
 //! The ProviderConfig comes from the watch cache and is protected by the
 //! in-use finalizer before anything is made with it.
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use runtime::{
-    managed::{Known, SecretKey},
-    remote::RemoteCluster,
+    controller::Runtime,
+    managed::{Connector, Known, SecretKey, Wording},
+    remote::{RemoteClients, RemoteCluster},
 };
 use types::kubernetes::v1alpha1::CredentialsSource;
 
-use super::configs::{Config, ConfigRef, config_of};
-use super::context::Objects;
+use super::configs::{Config, ConfigRef, Configs};
 use super::errors::Error;
-use super::kind::ObjectKind;
 
 /// How long a ProviderConfig's credentials Secret, once read, is used
 /// without reading it again. The provider may not list or watch Secrets (a
@@ -23,49 +24,76 @@ use super::kind::ObjectKind;
 /// ProviderConfig per period, never one per Object.
 pub const CREDENTIALS_TTL: Duration = Duration::from_secs(30);
 
-/// The target cluster of an Object's ProviderConfig. The credentials Secret
-/// is read with a GET at most once per ProviderConfig per
-/// [`CREDENTIALS_TTL`]; the client built from it is kept per (Secret UID,
-/// key, resourceVersion).
-pub async fn connect<K: ObjectKind>(ctx: &Objects<K>, obj: &K) -> Result<RemoteCluster, Error> {
-    let of = config_of(obj);
-    let key = of.key();
-    // The reconcile waited for these caches (`ready`); a deletion too.
-    ctx.configs.wait_ready().await;
-    let Some(pc) = ctx.configs.get(&of) else {
-        return Err(ctx.connector.owner_not_found(&key).into());
-    };
-    ctx.configs
-        .protect(ctx.skeleton.client(), &of)
-        .await
-        .map_err(|e| Error::control(format!("protect {of}"), e))?;
-    if let Some(why) = unsupported(&pc) {
-        return Err(Error::UnsupportedCredentials(why));
+/// What reaching the cluster of a config takes: the configs' caches, the
+/// connector (its clients and the Secrets it read), and the control
+/// cluster for InjectedIdentity. Objects and ObservedObjectCollections of
+/// one scope reach their targets through one `Reach`, so they share its
+/// clients and Secret reads. Cheap to clone; clones share it.
+#[derive(Clone)]
+pub struct Reach {
+    pub(crate) configs: Configs,
+    pub(crate) connector: Arc<Connector>,
+    pub(crate) local: RemoteCluster,
+    client: kube::Client,
+}
+
+impl Reach {
+    /// Reaches clusters through the configs in `configs`; messages word
+    /// them as `wording` says.
+    pub fn new(rt: &Runtime, configs: Configs, wording: &'static Wording) -> Self {
+        let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
+        let connector = Connector::new(clients, rt.client.clone(), wording, CREDENTIALS_TTL);
+        Self {
+            configs,
+            connector: Arc::new(connector),
+            local: RemoteCluster::new(rt.client.clone(), "control"),
+            client: rt.client.clone(),
+        }
     }
-    if pc.credentials.source == CredentialsSource::InjectedIdentity {
-        // A client built while the config read a Secret is not needed.
-        ctx.connector.release(&key);
-        return Ok(ctx.local.clone());
+
+    /// The target cluster of the config `of`. The credentials Secret is
+    /// read with a GET at most once per config per [`CREDENTIALS_TTL`]; the
+    /// client built from it is kept per (Secret UID, key,
+    /// resourceVersion).
+    pub async fn connect(&self, of: &ConfigRef) -> Result<RemoteCluster, Error> {
+        let key = of.key();
+        // The reconcile waited for these caches (`ready`); a deletion too.
+        self.configs.wait_ready().await;
+        let Some(pc) = self.configs.get(of) else {
+            return Err(self.connector.owner_not_found(&key).into());
+        };
+        self.configs
+            .protect(&self.client, of)
+            .await
+            .map_err(|e| Error::control(format!("protect {of}"), e))?;
+        if let Some(why) = unsupported(&pc) {
+            return Err(Error::UnsupportedCredentials(why));
+        }
+        if pc.credentials.source == CredentialsSource::InjectedIdentity {
+            // A client built while the config read a Secret is not needed.
+            self.connector.release(&key);
+            return Ok(self.local.clone());
+        }
+        let Some(sel) = &pc.credentials.secret_ref else {
+            let unset = self.connector.secret_not_found(&key, "<unset>".to_owned());
+            return Err(unset.into());
+        };
+        if let ConfigRef::Local { namespace, .. } = of
+            && &sel.namespace != namespace
+        {
+            return Err(Error::UnsupportedCredentials(format!(
+                "{of}: credentials.secretRef names a Secret in namespace {:?}; a namespaced ProviderConfig reads only Secrets of its own namespace: copy the kubeconfig Secret into {namespace:?}, or use a ClusterProviderConfig",
+                sel.namespace
+            )));
+        }
+        let at = SecretKey {
+            namespace: &sel.namespace,
+            name: &sel.name,
+            key: &sel.key,
+        };
+        let known = Known::Generation(pc.generation);
+        Ok(self.connector.connect(&key, at, known).await?)
     }
-    let Some(sel) = &pc.credentials.secret_ref else {
-        let unset = ctx.connector.secret_not_found(&key, "<unset>".to_owned());
-        return Err(unset.into());
-    };
-    if let ConfigRef::Local { namespace, .. } = &of
-        && &sel.namespace != namespace
-    {
-        return Err(Error::UnsupportedCredentials(format!(
-            "{of}: credentials.secretRef names a Secret in namespace {:?}; a namespaced ProviderConfig reads only Secrets of its own namespace: copy the kubeconfig Secret into {namespace:?}, or use a ClusterProviderConfig",
-            sel.namespace
-        )));
-    }
-    let at = SecretKey {
-        namespace: &sel.namespace,
-        name: &sel.name,
-        key: &sel.key,
-    };
-    let known = Known::Generation(pc.generation);
-    Ok(ctx.connector.connect(&key, at, known).await?)
 }
 
 /// Why the credentials `pc` names are not used by this provider, if they

@@ -45,6 +45,7 @@ pub async fn publish<K: ObjectKind>(
         .map(|(index, d)| Detail::of(index, d))
         .collect::<Result<Vec<_>, _>>()?;
     let confined = ctx
+        .reach
         .configs
         .get(&config_of(obj))
         .and_then(|c| writes_confined_to(obj, &c));

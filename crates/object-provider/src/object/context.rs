@@ -3,14 +3,12 @@
 //! published. A leaf: every room of the Object controller uses it, and it
 //! uses none of them but the memories it holds.
 
-use super::configs::Configs;
 use super::kind::ObjectKind;
 use kube::runtime::reflector::Store;
 use runtime::{
     controller::Runtime,
-    managed::{AppliedMemory, Connector, Lifecycle, Reasons, Wording},
+    managed::{AppliedMemory, Lifecycle, Reasons, Wording},
     reconciler::{CONTROL_REQUEST_FAILED, Skeleton},
-    remote::RemoteCluster,
     watches::Watches,
 };
 
@@ -54,12 +52,11 @@ pub static NAMESPACED_WORDING: Wording = wording("the", "set spec.providerConfig
 pub struct Objects<K: ObjectKind> {
     pub(crate) rt: Runtime,
     pub(crate) skeleton: Skeleton,
-    pub(crate) connector: Connector,
-    pub(crate) local: RemoteCluster,
+    /// The configs' caches and the connector to their clusters.
+    pub(crate) reach: super::connect::Reach,
     pub(crate) objects: Store<K>,
     /// Which Objects carry each referrer finalizer.
     pub(crate) holds: super::holds::Holds<K>,
-    pub(crate) configs: Configs,
     pub(crate) watches: Watches<K>,
     pub(crate) applied: AppliedMemory,
     pub(crate) published: Published,
@@ -73,7 +70,13 @@ pub struct Objects<K: ObjectKind> {
 /// The target cluster of an Object, as messages and --remote-timeout's
 /// circuit breaker name it.
 pub fn target_of<K: ObjectKind>(obj: &K) -> String {
-    format!("the target cluster of {}", super::configs::config_of(obj))
+    target_named(&super::configs::config_of(obj))
+}
+
+/// The target cluster of the config `of`, as messages and
+/// --remote-timeout's circuit breaker name it.
+pub fn target_named(of: &super::configs::ConfigRef) -> String {
+    format!("the target cluster of {of}")
 }
 
 /// How the Objects' keys name an Object: `namespace/name`, or `name` for
@@ -92,4 +95,12 @@ pub fn ref_of<K: ObjectKind>(key: &str) -> kube::runtime::reflector::ObjectRef<K
         Some((ns, name)) => kube::runtime::reflector::ObjectRef::new(name).within(ns),
         None => kube::runtime::reflector::ObjectRef::new(key),
     }
+}
+
+/// The target cluster of an Object's config.
+pub async fn connect<K: ObjectKind>(
+    ctx: &Objects<K>,
+    obj: &K,
+) -> Result<runtime::remote::RemoteCluster, super::errors::Error> {
+    ctx.reach.connect(&super::configs::config_of(obj)).await
 }

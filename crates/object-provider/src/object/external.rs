@@ -80,6 +80,7 @@ pub async fn locate<'a, K: ObjectKind>(
     )
     .await?;
     let confined = ctx
+        .reach
         .configs
         .get(&config_of(obj))
         .and_then(|c| writes_confined_to(obj, &c));

@@ -24,7 +24,7 @@
 //! ProviderConfig or credentials Secret orphans at once (the target can never
 //! be reached again).
 
-mod cached;
+pub(crate) mod cached;
 pub mod configs;
 mod connect;
 mod connection;
@@ -59,18 +59,19 @@ use runtime::{
     conditions,
     controller::{Runtime, trim},
     events::error_chain,
-    managed::{self, AppliedMemory, Connector, Lifecycle, Synced},
+    managed::{self, AppliedMemory, Lifecycle, Synced},
     reconciler::{self, Cleanup, Reconciler, Skeleton, jittered},
-    remote::{RemoteClients, RemoteCluster},
+    remote::RemoteCluster,
     watches::{Session, Watches},
 };
 use serde_json::Value;
 use types::kubernetes::v1alpha2::ObjectStatus;
 
-use connect::{CREDENTIALS_TTL, connect};
-pub use context::{CONTROLLER, FINALIZER, NAMESPACED_CONTROLLER, Objects};
-use context::{WORDING, target_of};
-pub use errors::Error;
+pub use connect::Reach;
+pub use context::{CONTROLLER, FINALIZER, NAMESPACED_CONTROLLER, Objects, target_named};
+pub use context::{NAMESPACED_WORDING, WORDING};
+use context::{connect, target_of};
+pub use errors::{Error, REASONS};
 use external::{ManagedObject, allowed};
 
 use crate::policy;
@@ -231,7 +232,7 @@ impl<K: ObjectKind> Reconciler for Objects<K> {
 
     /// Every Object reads its ProviderConfig from that cache.
     async fn ready(&self) -> bool {
-        self.configs.ready().await
+        self.reach.configs.ready().await
     }
 
     fn finalizer(&self) -> Option<&'static str> {
@@ -395,7 +396,7 @@ pub fn watch_objects<K: ObjectKind>(rt: &Runtime) -> ObjectWatch<K> {
 }
 
 /// The Object controller of kind `K`, named `name` in metrics and events.
-/// `configs` are the config caches its Objects read; `config_changed`
+/// `reach` connects to the configs its Objects use; `config_changed`
 /// names (by key) each config whose spec changed (its Objects are woken to
 /// connect again).
 pub fn controller<K: ObjectKind>(
@@ -403,7 +404,7 @@ pub fn controller<K: ObjectKind>(
     name: &'static str,
     deletion_timeout: Duration,
     watch: ObjectWatch<K>,
-    configs: configs::Configs,
+    reach: Reach,
     config_changed: impl Stream<Item = String> + Send + 'static,
     metrics: metrics::ObjectMetrics,
 ) -> impl Future<Output = ()> {
@@ -419,20 +420,12 @@ pub fn controller<K: ObjectKind>(
             .collect();
         futures::stream::iter(using)
     });
-    let clients = RemoteClients::new(rt.metrics.clone(), rt.args.allow_insecure_remote_tls);
-    let wording = if K::group(&()) == types::kubernetes_m::v1alpha1::GROUP {
-        &context::NAMESPACED_WORDING
-    } else {
-        &WORDING
-    };
     let ctx = Arc::new(Objects {
         rt: rt.clone(),
         skeleton: Skeleton::new(rt, name),
-        connector: Connector::new(clients, rt.client.clone(), wording, CREDENTIALS_TTL),
-        local: RemoteCluster::new(rt.client.clone(), "control"),
+        reach,
         objects: objects.clone(),
         holds: watch.holds.clone(),
-        configs,
         watches,
         applied: AppliedMemory::default(),
         published: published::Published::default(),

@@ -238,7 +238,7 @@ pub async fn resolve<K: ObjectKind>(
         return Err(Error::Cycle(cycle.join(" → ")));
     }
     let own = obj.meta().namespace.as_deref();
-    let confined = reads_confined_to(obj, ctx.configs.get(&config_of(obj)).as_ref());
+    let confined = reads_confined_to(obj, ctx.reach.configs.get(&config_of(obj)).as_ref());
     let group = K::group(&());
     for (index, r) in obj.view().spec.references.iter().enumerate() {
         let n = named(index, r, own)?;
@@ -320,7 +320,7 @@ async fn read_source<K: ObjectKind>(
     session: &mut Session<K>,
 ) -> Result<Option<Value>, Error> {
     let located = managed::locate(
-        &ctx.local,
+        &ctx.reach.local,
         "the control cluster",
         n.api_version,
         n.kind,
@@ -345,7 +345,7 @@ async fn read_source<K: ObjectKind>(
         return Err(outside(index, ns, n));
     }
     let target = Target {
-        cluster: ctx.local.clone(),
+        cluster: ctx.reach.local.clone(),
         resource: located.resource,
         namespace: located.namespace,
         name: n.name.to_owned(),

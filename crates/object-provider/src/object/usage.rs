@@ -13,8 +13,7 @@ use super::context::key_of;
 use super::kind::ObjectKind;
 use super::references;
 
-/// The finalizer a ProviderConfig carries while Objects use it.
-pub const IN_USE: &str = "in-use.crossplane.io";
+pub use super::configs::IN_USE;
 
 /// The label naming the ProviderConfig an Object uses.
 pub const LABEL: &str = types::kubernetes::v1alpha1::PROVIDER_CONFIG_LABEL;

@@ -1,6 +1,10 @@
-//! `kubernetes.crossplane.io/v1alpha1`: Object, ProviderConfig and
-//! ProviderConfigUsage (seeds 002 and 003).
+//! `kubernetes.crossplane.io/v1alpha1`: Object, ProviderConfig,
+//! ProviderConfigUsage (seeds 002 and 003) and ObservedObjectCollection
+//! (upstream provider-kubernetes' kind).
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -401,4 +405,107 @@ pub struct ProviderConfigUsageSpec {
     pub resource_ref: TypedReference,
 }
 
-crate::conditioned!(Object => ObjectStatus, ProviderConfig => ProviderConfigStatus);
+/// The label every Object of an ObservedObjectCollection carries; its value
+/// is the collection's name (upstream's key).
+pub const COLLECTION_MEMBERSHIP_LABEL: &str = "kubernetes.crossplane.io/owned-by-collection";
+
+/// Desired state of an ObservedObjectCollection.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "An ObservedObjectCollection keeps one observe-only Object for every object of a kind, in the cluster its ProviderConfig reaches, that matches a label selector.",
+    group = "kubernetes.crossplane.io",
+    version = "v1alpha1",
+    kind = "ObservedObjectCollection",
+    status = "ObservedObjectCollectionStatus",
+    category = "crossplane",
+    category = "managed",
+    category = "kubernetes",
+    // Upstream's columns by name and order. Upstream points KIND and
+    // APIVERSION at .spec.kind and .spec.apiVersion, which do not exist
+    // (always empty); these point at the fields that hold them.
+    printcolumn = r#"{"name":"KIND","type":"string","jsonPath":".spec.observeObjects.kind"}"#,
+    printcolumn = r#"{"name":"APIVERSION","type":"string","jsonPath":".spec.observeObjects.apiVersion","priority":1}"#,
+    printcolumn = r#"{"name":"PROVIDERCONFIG","type":"string","jsonPath":".spec.providerConfigRef.name"}"#,
+    printcolumn = r#"{"name":"SYNCED","type":"string","jsonPath":".status.conditions[?(@.type=='Synced')].status"}"#,
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedObjectCollectionSpec {
+    /// ObserveObjects says which objects are members of this collection.
+    pub observe_objects: ObserveObjectCriteria,
+
+    /// ProviderConfigRef names the ProviderConfig of the cluster the objects
+    /// are looked for in; the collection's Objects use it too. Defaults to
+    /// "default".
+    #[serde(default)]
+    pub provider_config_ref: NamedReference,
+
+    /// ObjectTemplate, when set, gives the labels and annotations of the
+    /// collection's Objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_template: Option<ObservedObjectTemplate>,
+}
+
+/// Which objects are members of a collection.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObserveObjectCriteria {
+    /// APIVersion of the objects, for example v1 or apps/v1.
+    #[schemars(length(min = 1))]
+    pub api_version: String,
+    /// Kind of the objects, for example ConfigMap.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// Namespace the objects are looked for in. Unset: every namespace. Leave
+    /// it unset for a cluster-scoped kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Selector: the labels an object must have to be a member. An empty
+    /// selector matches every object of the kind.
+    pub selector: LabelSelector,
+}
+
+/// What the Objects of a collection are made with.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedObjectTemplate {
+    /// Metadata of each Object.
+    #[serde(default)]
+    pub metadata: ObservedObjectTemplateMetadata,
+}
+
+/// Labels and annotations of a collection's Objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedObjectTemplateMetadata {
+    /// Labels of each Object (beside the membership label, which wins).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of each Object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Observed state of an ObservedObjectCollection.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedObjectCollectionStatus {
+    /// Conditions of the collection: Synced and Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// MembershipLabel is the label every Object of this collection carries:
+    /// select them with it (`kubectl get objects -l key=value`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub membership_label: BTreeMap<String, String>,
+    /// ObservedGeneration is the metadata.generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+crate::conditioned!(
+    Object => ObjectStatus,
+    ProviderConfig => ProviderConfigStatus,
+    ObservedObjectCollection => ObservedObjectCollectionStatus,
+);
