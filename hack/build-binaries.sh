@@ -21,10 +21,12 @@
 #   crank-<ver>/crank                        (CROSSPLANE_CLI_VERSION)
 #   provider-kubernetes-<ver>/provider       (each of PROVIDER_KUBERNETES_VERSIONS)
 #   provider-kubernetes-<ver>/package/       (upstream's package/: crossplane.yaml, crds/)
+#   provider-kubernetes-<ver>/examples/      (upstream's examples/, applied unchanged by the tests)
 #   node-programs-<hash>/{pause,apicheck}    (hash of hack/node-programs/)
 #   bin/<name> -> ../<component>-<ver>/<name>    (rewritten on every run), and
 #     bin/provider-kubernetes-<ver> -> ../provider-kubernetes-<ver>/provider
 #     bin/provider-kubernetes-<ver>-package -> ../provider-kubernetes-<ver>/package
+#     bin/provider-kubernetes-<ver>-examples -> ../provider-kubernetes-<ver>/examples
 #   work/      throwaway Go modules used for the builds
 #   logs/      full output of every go invocation
 #
@@ -447,7 +449,7 @@ build_provider_kubernetes() {
 build_provider_kubernetes_version() {
   local ver="$1" dir="$CACHE/provider-kubernetes-$1" ld="" tmp have_bin="" have_pkg=""
   all_present "$dir" provider && have_bin=1
-  [[ -r "$dir/package/crossplane.yaml" && -d "$dir/package/crds" ]] && have_pkg=1
+  [[ -r "$dir/package/crossplane.yaml" && -d "$dir/package/crds" && -d "$dir/examples" ]] && have_pkg=1
   if [[ -n "$have_bin" && -n "$have_pkg" ]]; then log "provider-kubernetes $ver: cached (provider, package/)"; return 0; fi
   # Built in a throwaway module like crank (`go install pkg@version` would
   # also depend on the proxy serving this module's version list).
@@ -477,7 +479,15 @@ build_provider_kubernetes_version() {
     cp -R -- "$MOD_DIR/package" "$tmp"
     chmod -R u+w -- "$tmp"  # the module cache is read-only
     mv -T -- "$tmp" "$dir/package"
-    log "provider-kubernetes $ver: package directory copied → $dir/package"
+    [[ -d "$MOD_DIR/examples" ]] ||
+      die "provider-kubernetes $ver: $MOD_DIR has no examples/ — has the layout changed?"
+    tmp="$dir/.examples.tmp.$$"
+    TMP_PATHS+=("$tmp")
+    rm -rf -- "$tmp" "$dir/examples"
+    cp -R -- "$MOD_DIR/examples" "$tmp"
+    chmod -R u+w -- "$tmp"
+    mv -T -- "$tmp" "$dir/examples"
+    log "provider-kubernetes $ver: package/ and examples/ copied → $dir"
   fi
   grep -qs 'strategy: Webhook' "$dir/package/crds/kubernetes.crossplane.io_objects.yaml" ||
     log "provider-kubernetes $ver: WARNING its Object CRD has no 'conversion: strategy: Webhook' (the upgrade tests expect one)"
@@ -547,12 +557,15 @@ for name in "${NODE_PROGRAMS[@]}"; do LINKS[$name]="$NODE_PROGRAMS_DIR/$name"; d
 for v in "${PROVIDER_KUBERNETES_VERS[@]}"; do
   LINKS[provider-kubernetes-$v]="../provider-kubernetes-$v/provider"
   LINKS[provider-kubernetes-$v-package]="../provider-kubernetes-$v/package"  # a directory
+  LINKS[provider-kubernetes-$v-examples]="../provider-kubernetes-$v/examples"  # a directory
 done
 mkdir -p "$CACHE/bin"
 for name in "${!LINKS[@]}"; do
   ln -sfn "${LINKS[$name]}" "$CACHE/bin/.$name.tmp"
   mv -Tf "$CACHE/bin/.$name.tmp" "$CACHE/bin/$name"
-  if [[ "$name" == *-package ]]; then
+  if [[ "$name" == *-examples ]]; then
+    [[ -d "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not a directory (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"
+  elif [[ "$name" == *-package ]]; then
     [[ -r "$CACHE/bin/$name/crossplane.yaml" ]] || die "bin/$name -> ${LINKS[$name]} has no crossplane.yaml (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"
   else
     [[ -x "$CACHE/bin/$name" && ! -d "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not an executable (cache corrupted? delete $CACHE and rerun)"

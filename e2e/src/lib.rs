@@ -48,6 +48,22 @@ pub struct Running {
     own_webhook: bool,
 }
 
+/// Stops `child` when the test process exits, however it exits.
+pub fn stopped_with_this_process(child: &Child) {
+    let _ = Command::new("sh")
+        .args([
+            "-c",
+            "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill \"$2\" 2>/dev/null",
+            "watchdog",
+            &std::process::id().to_string(),
+            &child.id().to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
 /// The object-provider serves its CRD's conversion webhook: run here, on a
 /// free port of this host, named by URL (unless `args` say otherwise).
 fn webhook_args(name: &str, args: &[&str]) -> Vec<String> {
@@ -92,20 +108,8 @@ impl Running {
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        // Stop the binary when the test process exits, however it exits
-        // (a binary shared by a test file lives in a static, never dropped).
-        let _ = Command::new("sh")
-            .args([
-                "-c",
-                "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill \"$2\" 2>/dev/null",
-                "watchdog",
-                &std::process::id().to_string(),
-                &child.id().to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        // A binary shared by a test file lives in a static, never dropped.
+        stopped_with_this_process(&child);
         Self {
             child,
             addr,

@@ -45,8 +45,10 @@ fn upstream() -> &'static Upstream {
         // runs upstream's removes ours first, as here. The package-manager
         // never takes over CRDs it did not install.
         e2e::shipped::remove_object_provider();
+        // The two oldest releases: an upgrade from one to the other.
         let references = e2e::upstream::provider_kubernetes_versions()
             .iter()
+            .take(2)
             .map(|v| {
                 let reference = format!(
                     "{}/crossplane-contrib/provider-kubernetes:{v}",

@@ -314,6 +314,11 @@ impl<K: ObjectKind> Reconciler for Objects<K> {
         }
     }
 
+    /// As upstream's provider: a failed reconcile says so in Synced
+    /// alone; Ready keeps what it last said (nothing, before the managed
+    /// object was first observed).
+    fn failed(&self, _obj: &K, _status: &mut ObjectStatus, _message: &str) {}
+
     fn forget(&self, obj: &K) {
         self.watches.release(&ObjectRef::from_obj(obj));
         if let Some(uid) = obj.uid() {

@@ -281,7 +281,10 @@ fn within_manifest(spec: &Map<String, Value>) -> Result<(), ConversionError> {
         .iter()
         .enumerate()
     {
-        if let Some(to) = r.get("toFieldPath").and_then(Value::as_str)
+        // patchesFrom (upstream's v1alpha1 word) writes inside the manifest
+        // already.
+        if r.get("fromObject").is_some()
+            && let Some(to) = r.get("toFieldPath").and_then(Value::as_str)
             && !to.starts_with(MANIFEST_PATH)
         {
             return Err(ConversionError::OutsideManifest(i, to.to_owned()));
@@ -328,7 +331,9 @@ fn reference_up(r: &Value) -> Value {
             "fromObject" => {
                 out.insert("patchesFrom".into(), value.clone());
             }
-            "toFieldPath" => {
+            // fromObject's path is in the Object; patchesFrom's (upstream's
+            // v1alpha1) in the manifest already.
+            "toFieldPath" if r.contains_key("fromObject") => {
                 let path = value.as_str().unwrap_or_default();
                 let relative = path.strip_prefix(MANIFEST_PATH).unwrap_or(path);
                 out.insert(key.clone(), Value::String(relative.to_owned()));

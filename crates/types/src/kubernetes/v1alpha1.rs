@@ -114,8 +114,12 @@ pub enum ManagementPolicy {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.dependsOn) != has(self.fromObject)",
-        "message": "set exactly one of dependsOn (order only) or fromObject (copy a value)"
+        "rule": "has(self.dependsOn) || has(self.fromObject) || has(self.patchesFrom)",
+        "message": "set dependsOn (order only), or fromObject or patchesFrom (copy a value)"
+    },
+    {
+        "rule": "!has(self.fromObject) || !(has(self.dependsOn) || has(self.patchesFrom))",
+        "message": "a fromObject reference stands alone: remove dependsOn and patchesFrom"
     },
     {
         "rule": "!has(self.fromObject) || has(self.toFieldPath)",
@@ -130,8 +134,15 @@ pub struct Reference {
     /// FromObject copies the value at its fieldPath into toFieldPath.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_object: Option<FromObject>,
-    /// ToFieldPath is the path in this Object the value is written to, for
-    /// example spec.forProvider.manifest.metadata.name.
+    /// PatchesFrom is upstream provider-kubernetes' word for the same in
+    /// this version: it copies the value at its fieldPath into the
+    /// manifest, at toFieldPath taken inside the manifest (e.g. data.key;
+    /// patchesFrom.fieldPath when unset), as `v1alpha2` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches_from: Option<FromObject>,
+    /// ToFieldPath is where the value is written: for fromObject, the path
+    /// in this Object (e.g. spec.forProvider.manifest.metadata.name); for
+    /// patchesFrom, the path inside the manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_field_path: Option<String>,
 }
@@ -140,15 +151,25 @@ pub struct Reference {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DependsOn {
-    /// APIVersion of the referenced object.
+    /// APIVersion of the referenced object; an Object's by default.
+    #[serde(default = "object_api_version")]
     pub api_version: String,
-    /// Kind of the referenced object.
+    /// Kind of the referenced object; Object by default.
+    #[serde(default = "object_kind")]
     pub kind: String,
     /// Name of the referenced object.
     pub name: String,
     /// Namespace of the referenced object; empty for cluster-scoped kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+}
+
+fn object_api_version() -> String {
+    "kubernetes.crossplane.io/v1alpha1".to_owned()
+}
+
+fn object_kind() -> String {
+    "Object".to_owned()
 }
 
 /// An object a value is read from.

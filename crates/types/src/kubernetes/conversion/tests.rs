@@ -372,3 +372,29 @@ fn a_stash_too_big_for_annotations_is_not_kept_and_the_conversion_still_answers(
     );
     assert_eq!(v1["spec"]["readiness"]["policy"], "SuccessfulCreate");
 }
+
+#[test]
+fn upstreams_v1alpha1_patches_from_reads_as_v1alpha2_and_back_unchanged() {
+    // provider-kubernetes' deprecated v1alpha1 examples write patchesFrom
+    // with a toFieldPath inside the manifest, as v1alpha2 does.
+    let v1 = object(
+        V1,
+        json!({
+            "references": [{"patchesFrom": {"apiVersion": "v1", "kind": "ConfigMap", "name": "bar",
+                "namespace": "default", "fieldPath": "data.sample-key"},
+                "toFieldPath": "data.sample-key-from-bar"}],
+            "managementPolicy": "Default",
+            "providerConfigRef": {"name": "kubernetes-provider"},
+            "forProvider": {"manifest": manifest()},
+        }),
+    );
+    let v2 = convert(&v1, V2).unwrap();
+    assert_eq!(
+        v2["spec"]["references"][0]["toFieldPath"],
+        "data.sample-key-from-bar"
+    );
+    assert_eq!(v2["spec"]["references"][0]["patchesFrom"]["name"], "bar");
+    let back = convert(&v2, V1).unwrap();
+    assert_eq!(back["spec"], v1["spec"]);
+    assert_eq!(stash_of(&back), None);
+}

@@ -1,0 +1,401 @@
+//! provider-kubernetes' own examples (the `examples/` of the newest pinned
+//! release in hack/versions.env, applied unchanged) do on crossplane-rs's
+//! object-provider, running as a pod from deploy/, what they do on
+//! upstream's provider, run side by side: the same conditions, the same
+//! managed objects.
+//!
+//! Ours runs on the control cluster (the shipped installation). Upstream's
+//! runs as a process with the second remote cluster as its control plane
+//! (its CRDs are ours' names: the two cannot share an API server), with its
+//! conversion webhook served on the host. Each file is applied to both;
+//! `ProviderConfig`/`ClusterProviderConfig kubernetes-provider` (the
+//! examples' own `config.yaml`, unchanged) names a kubeconfig Secret
+//! `crossplane-system/cluster-config` that, on each side, reaches that
+//! side's own cluster, as the examples expect (an Object observes the
+//! ConfigMap its file creates with kubectl).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod sides;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use e2e::wait_blocking;
+use serde_json::Value;
+
+use sides::*;
+
+/// The YAML documents of an example file.
+fn documents(path: &Path) -> Vec<Value> {
+    documents_of(&std::fs::read_to_string(path).unwrap())
+}
+
+/// An Object of a file: (resource for kubectl, namespace, name).
+fn objects_of(docs: &[Value]) -> Vec<(String, Option<String>, String)> {
+    docs.iter()
+        .filter(|d| d["kind"] == "Object")
+        .map(|d| {
+            let group = d["apiVersion"]
+                .as_str()
+                .and_then(|v| v.split_once('/'))
+                .map(|(g, _)| g.to_owned())
+                .unwrap_or_default();
+            (
+                format!("objects.{group}"),
+                d.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                d.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// An Object as one side has it now.
+fn object_on(side: Side, (resource, ns, name): &(String, Option<String>, String)) -> Option<Value> {
+    let mut args = vec![resource.as_str(), name.as_str()];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns.as_str()]);
+    }
+    side.get_json(&args)
+}
+
+fn condition(o: &Value, t: &str) -> Option<String> {
+    o.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_owned)
+}
+
+/// Where an Object has settled: Ready, or not Synced. (Synced, Ready).
+fn settled(o: &Value) -> Option<(String, String)> {
+    let synced = condition(o, "Synced")?;
+    let ready = condition(o, "Ready").unwrap_or_else(|| "Unknown".to_owned());
+    (ready == "True" || synced == "False").then_some((synced, ready))
+}
+
+/// The managed object an Object manages, as its side's cluster has it.
+fn managed_on(side: Side, o: &Value) -> Option<Value> {
+    let m = o.pointer("/spec/forProvider/manifest")?;
+    let kind = m["kind"].as_str()?;
+    let group = m["apiVersion"]
+        .as_str()?
+        .split_once('/')
+        .map_or(String::new(), |(g, _)| format!(".{g}"));
+    let name = m
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .or_else(|| o.pointer("/metadata/name").and_then(Value::as_str))?;
+    let resource = format!("{}{group}", kind.to_lowercase());
+    let ns = m
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .or_else(|| o.pointer("/metadata/namespace").and_then(Value::as_str));
+    let mut args = vec![resource.as_str(), name];
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    side.get_json(&args)
+}
+
+/// What of a managed object the comparison looks at: the fields a user
+/// set (labels, data), not what each API server assigns (a Secret's
+/// values, such as a service account token, are each cluster's own: its
+/// keys are compared).
+fn essence(live: &Value) -> Value {
+    let data = match live["kind"].as_str() {
+        Some("Secret") => live["data"]
+            .as_object()
+            .map(|d| d.keys().cloned().collect::<Vec<_>>())
+            .map_or(Value::Null, Value::from),
+        _ => live["data"].clone(),
+    };
+    serde_json::json!({
+        "kind": live["kind"],
+        "labels": live.pointer("/metadata/labels").cloned().unwrap_or(Value::Null),
+        "data": data,
+    })
+}
+
+/// Applies one example file to both sides, waits until every Object of it
+/// has settled on both, and says how they differ (empty: they do not).
+fn compare(file: &str) -> Vec<String> {
+    let (ours, upstream) = (ours(), upstream());
+    let path = examples().join(file);
+    let docs = documents(&path);
+    let objects = objects_of(&docs);
+    let mut differences = Vec::new();
+    let applied: Vec<(bool, String)> = [ours, upstream]
+        .iter()
+        .map(|side| side.kubectl(&["apply", "-f", &path.to_string_lossy()]))
+        .collect();
+    let refused = applied[0].0 != applied[1].0;
+    if refused {
+        differences.push(format!(
+            "{file}: kubectl apply: ours {:?}, upstream's {:?}",
+            applied[0], applied[1]
+        ));
+    }
+    for object in objects.iter().filter(|_| !refused) {
+        let states = wait_blocking(
+            SETTLE,
+            &format!("{file}: {} {} to settle on both sides", object.0, object.2),
+            || {
+                let ours_now = object_on(ours, object).as_ref().and_then(settled);
+                let theirs_now = object_on(upstream, object).as_ref().and_then(settled);
+                match (ours_now, theirs_now) {
+                    (Some(a), Some(b)) => Ok((a, b)),
+                    other => Err(format!("(ours, upstream's) = {other:?}")),
+                }
+            },
+            || {
+                format!(
+                    "ours: {:?}\nupstream's: {:?}\nupstream's log tail: {}",
+                    object_on(ours, object).and_then(|o| o.pointer("/status").cloned()),
+                    object_on(upstream, object).and_then(|o| o.pointer("/status").cloned()),
+                    upstream_log_tail()
+                )
+            },
+        );
+        if states.0 != states.1 {
+            differences.push(format!(
+                "{file}: Object {}: (Synced, Ready) ours {:?}, upstream's {:?}",
+                object.2, states.0, states.1
+            ));
+            continue;
+        }
+        if states.0.1 == "True" {
+            let ours_obj = object_on(ours, object).unwrap();
+            let theirs_obj = object_on(upstream, object).unwrap();
+            let mine = managed_on(ours, &ours_obj).map(|l| essence(&l));
+            let theirs = managed_on(upstream, &theirs_obj).map(|l| essence(&l));
+            if mine != theirs {
+                differences.push(format!(
+                    "{file}: Object {}: managed object ours {mine:?}, upstream's {theirs:?}",
+                    object.2
+                ));
+            }
+        }
+    }
+    let path = path.to_string_lossy();
+    let args = [
+        "delete",
+        "-f",
+        &path,
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=120s",
+    ];
+    // Ours must let go of every Object of the file.
+    ours.kubectl_ok(&args);
+    // Upstream's sometimes keeps a referenced Object past its referrer's
+    // deletion (seen with namespaced dependsOn): not ours to judge, but
+    // the next file reuses the names, so what it keeps is let go.
+    let (ok, text) = upstream.kubectl(&args);
+    if !ok {
+        eprintln!(
+            "{file}: upstream's provider did not finish deleting within 120s ({text}); its finalizers removed"
+        );
+        for (resource, ns, name) in &objects {
+            let mut patch = vec![
+                "patch",
+                resource.as_str(),
+                name.as_str(),
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ];
+            if let Some(ns) = ns {
+                patch.extend(["-n", ns.as_str()]);
+            }
+            let _ = upstream.kubectl(&patch);
+        }
+        upstream.kubectl_ok(&args);
+    }
+    differences
+}
+
+/// Every example file of `dir` (recursively), relative to examples/,
+/// sorted; scripts (testhooks) are not examples.
+fn example_files(dir: &str) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                out.push(
+                    path.strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    let root = examples();
+    let mut out = Vec::new();
+    walk(&root, &root.join(dir), &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn upstreams_object_examples_do_on_ours_what_they_do_on_upstreams() {
+    plane();
+    let mut files = example_files("cluster/object");
+    files.extend(example_files("namespaced/object"));
+    assert!(files.len() >= 20, "the examples are there: {files:?}");
+    let mut differences = Vec::new();
+    for file in &files {
+        let found = compare(file);
+        eprintln!("{file}: {} differences", found.len());
+        differences.extend(found);
+    }
+    assert!(
+        differences.is_empty(),
+        "ours and upstream's provider differ:\n{}",
+        differences.join("\n")
+    );
+}
+
+#[test]
+fn upstreams_provider_configs_apply_and_cloud_identities_are_named_in_the_condition() {
+    let ours = ours();
+    let dir = examples();
+    // The in-cluster configs: the provider's own identity, with the
+    // opt-in component that lets it manage kinds in its own cluster, as
+    // an operator would apply it.
+    let injected = testenv::repo_root()
+        .join("deploy/components/object-provider-injected-identity/clusterrole.yaml");
+    ours.kubectl_ok(&["apply", "-f", &injected.to_string_lossy()]);
+    for file in [
+        "cluster/provider/config-in-cluster.yaml",
+        "namespaced/provider/config-in-cluster.yaml",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        // Applied under another name, so that the examples running
+        // meanwhile keep theirs.
+        ours.apply_text(&text.replace("name: kubernetes-provider", "name: in-cluster-example"));
+    }
+    let probe = |name: &str, config: &str| {
+        serde_json::json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha2", "kind": "Object",
+            "metadata": {"name": name},
+            "spec": {"managementPolicies": ["Observe"], "providerConfigRef": {"name": config},
+                "forProvider": {"manifest": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}}},
+        })
+        .to_string()
+    };
+    ours.apply_text(&probe("in-cluster-example-probe", "in-cluster-example"));
+    // A namespaced Object on the namespaced in-cluster config (in
+    // `default`, as the example has it): it manages its own namespace.
+    let namespaced = serde_json::json!({
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "Object",
+        "metadata": {"name": "in-cluster-example-probe", "namespace": "default"},
+        "spec": {"providerConfigRef": {"kind": "ProviderConfig", "name": "in-cluster-example"},
+            "forProvider": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "in-cluster-example-probe"}, "data": {"made": "here"}}}},
+    });
+    ours.apply_text(&namespaced.to_string());
+    for (resource, ns) in [
+        ("objects.kubernetes.crossplane.io", None),
+        ("objects.kubernetes.m.crossplane.io", Some("default")),
+    ] {
+        let mut args = vec![resource, "in-cluster-example-probe"];
+        args.extend(ns.map(|ns| ["-n", ns]).into_iter().flatten());
+        wait_blocking(
+            SETTLE,
+            &format!("{resource} in-cluster-example-probe on the in-cluster config to be Ready"),
+            || match ours.get_json(&args).as_ref().and_then(settled) {
+                Some((s, r)) if s == "True" && r == "True" => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+            || {
+                format!(
+                    "{:?}",
+                    ours.get_json(&args)
+                        .and_then(|o| o.pointer("/status").cloned())
+                )
+            },
+        );
+        let mut delete = vec!["delete"];
+        delete.extend(&args);
+        delete.push("--wait=true");
+        ours.kubectl_ok(&delete);
+    }
+    // The cloud identity configs: each applies, and an Object using it says
+    // which identity type this provider does not exchange.
+    let identities: Vec<String> = std::fs::read_dir(dir.join("cluster/provider"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            name.starts_with("provider-config-with-").then_some(name)
+        })
+        .collect();
+    assert!(identities.len() >= 4, "{identities:?}");
+    for file in identities {
+        let text = std::fs::read_to_string(dir.join("cluster/provider").join(&file)).unwrap();
+        let config = format!("identity-{}", file.trim_end_matches(".yaml"));
+        let text = text
+            .replace("name: kubernetes-provider", &format!("name: {config}"))
+            .replace("name: cluster-config", &format!("name: {config}"));
+        let ty = documents_of(&text)
+            .iter()
+            .find_map(|d| {
+                d.pointer("/spec/identity/type")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .expect("an identity type");
+        ours.apply_text(&text);
+        let name = format!("{config}-probe");
+        ours.apply_text(&probe(&name, &config));
+        wait_blocking(
+            SETTLE,
+            &format!("Object {name} to name {ty} as not supported"),
+            || {
+                let o = ours.get_json(&["objects.kubernetes.crossplane.io", &name]);
+                let message = o
+                    .as_ref()
+                    .and_then(|o| o.pointer("/status/conditions"))
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c["type"] == "Synced"))
+                    .and_then(|c| c["message"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                if message.contains(&format!("identity.type {ty} is not supported")) {
+                    Ok(())
+                } else {
+                    Err(message)
+                }
+            },
+            String::new,
+        );
+        ours.kubectl_ok(&[
+            "delete",
+            "objects.kubernetes.crossplane.io",
+            &name,
+            "--wait=true",
+        ]);
+    }
+}
+
+/// YAML documents as JSON (comment-only documents left out).
+fn documents_of(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("parsing an example: {e}"))
+        .into_iter()
+        .filter(Value::is_object)
+        .collect()
+}
