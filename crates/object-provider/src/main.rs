@@ -125,8 +125,8 @@ async fn namespaced(
         api_resource::<m::ClusterProviderConfig>(),
     ];
     runtime::crds::wait_for(&rt.client, &kinds).await;
-    let (local, local_events, local_changed) = configs::watch(rt, configs::local_key);
-    let (cluster, cluster_events, cluster_changed) = configs::watch(rt, configs::cluster_key);
+    let (local, local_events, local_changed) = configs::watch(rt);
+    let (cluster, cluster_events, cluster_changed) = configs::watch(rt);
     let mut objects = object::watch_objects::<object::kind::Namespaced>(rt);
     let object_store = objects.objects.clone();
     // Configs whose users changed, to each kind's controller.

@@ -8,11 +8,11 @@
 
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
-use futures::{Stream, StreamExt, channel::mpsc};
+use futures::{Stream, channel::mpsc};
 use kube::{
-    Api, Resource,
+    Resource,
     runtime::{
-        Controller, WatchStreamExt,
+        Controller,
         controller::Action,
         reflector::{ObjectRef, Store},
         watcher,
@@ -20,7 +20,7 @@ use kube::{
 };
 use runtime::{
     conditions,
-    controller::{Runtime, trim},
+    controller::Runtime,
     events::ReconcileError,
     reconciler::{
         self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Reconciler, ScopedApi, Skeleton,
@@ -53,17 +53,12 @@ pub trait ConfigKind:
 {
     /// Its name in metrics and events.
     const CONTROLLER: &'static str;
-    /// How Objects' usage keys name it ([`configs::ConfigRef::key`]).
-    fn key(&self) -> String;
     /// Records how many Objects use it.
     fn set_users(status: &mut Self::Status, users: i64);
 }
 
 impl ConfigKind for v1alpha1::ProviderConfig {
     const CONTROLLER: &'static str = CONTROLLER;
-    fn key(&self) -> String {
-        configs::ConfigRef::Legacy(self.metadata.name.clone().unwrap_or_default()).key()
-    }
     fn set_users(status: &mut v1alpha1::ProviderConfigStatus, users: i64) {
         status.users = Some(users);
     }
@@ -71,9 +66,6 @@ impl ConfigKind for v1alpha1::ProviderConfig {
 
 impl ConfigKind for m::ProviderConfig {
     const CONTROLLER: &'static str = "namespaced-providerconfig";
-    fn key(&self) -> String {
-        configs::local_key(self)
-    }
     fn set_users(status: &mut m::ProviderConfigStatus, users: i64) {
         status.users = Some(users);
     }
@@ -81,9 +73,6 @@ impl ConfigKind for m::ProviderConfig {
 
 impl ConfigKind for m::ClusterProviderConfig {
     const CONTROLLER: &'static str = "clusterproviderconfig";
-    fn key(&self) -> String {
-        configs::cluster_key(self)
-    }
     fn set_users(status: &mut m::ProviderConfigStatus, users: i64) {
         status.users = Some(users);
     }
@@ -124,7 +113,7 @@ impl<P: ConfigKind, K: ObjectKind> ProviderConfigs<P, K> {
         // Counting before the Objects are listed would count none.
         runtime::controller::wait_cache_ready(&self.objects).await;
         let state = self.objects.state();
-        let users = usage::users(state.iter().map(|o| o.as_ref()), &pc.key());
+        let users = usage::users(state.iter().map(|o| o.as_ref()), &configs::key_of(pc));
         P::set_users(status, users.len() as i64);
         users
     }
@@ -187,23 +176,7 @@ pub struct ConfigWatch {
 
 /// Starts watching cluster ProviderConfigs (lazily: with the controller).
 pub fn watch_configs(rt: &Runtime) -> ConfigWatch {
-    let (tx, changed) = mpsc::unbounded();
-    let mut generations = usage::ConfigGenerations::default();
-    let (store, events) = trim::reflected(
-        Api::<v1alpha1::ProviderConfig>::all(rt.client.clone()),
-        watcher::Config::default(),
-        trim::nothing_else,
-    );
-    let events = events
-        .inspect(move |event| {
-            if let Ok(event) = event
-                && let Some(name) = generations.changed(event)
-            {
-                let _ = tx.unbounded_send(name);
-            }
-        })
-        .applied_objects()
-        .boxed();
+    let (store, events, changed) = configs::watch(rt);
     ConfigWatch {
         store,
         changed,

@@ -11,9 +11,14 @@
 
 use std::fmt;
 
+use std::collections::HashMap;
+
 use kube::{
     Api, ResourceExt,
-    runtime::reflector::{ObjectRef, Store},
+    runtime::{
+        reflector::{ObjectRef, Store},
+        watcher,
+    },
 };
 use runtime::finalizers;
 use types::{
@@ -214,13 +219,25 @@ pub fn parse_key(key: &str) -> Option<ConfigRef> {
         .map(|name| ConfigRef::Cluster(name.to_owned()))
 }
 
+/// The key ([`ConfigRef::key`]) of a config of any kind: a cluster
+/// Object's ProviderConfig (no namespace), a namespaced ProviderConfig, or
+/// a ClusterProviderConfig.
+pub fn key_of<P: kube::Resource<DynamicType = ()>>(pc: &P) -> String {
+    let name = pc.name_any();
+    match (P::kind(&()).as_ref(), pc.namespace()) {
+        ("ClusterProviderConfig", _) => ConfigRef::Cluster(name),
+        (_, Some(namespace)) => ConfigRef::Local { namespace, name },
+        (_, None) => ConfigRef::Legacy(name),
+    }
+    .key()
+}
+
 /// Watches configs of kind `P` (lazily: while the returned stream is
 /// polled): their cache, the stream that keeps it, and the keys
 /// ([`ConfigRef::key`]) of configs whose spec changed or that were deleted
 /// (their Objects connect again).
 pub fn watch<P>(
     rt: &runtime::controller::Runtime,
-    key: fn(&P) -> String,
 ) -> (
     Store<P>,
     futures::stream::BoxStream<'static, Result<P, kube::runtime::watcher::Error>>,
@@ -236,9 +253,9 @@ where
         + 'static,
 {
     use futures::StreamExt as _;
-    use kube::runtime::{WatchStreamExt as _, watcher};
+    use kube::runtime::WatchStreamExt as _;
     let (tx, changed) = futures::channel::mpsc::unbounded();
-    let mut generations = std::collections::HashMap::new();
+    let mut generations = ConfigGenerations::default();
     let (store, events) = runtime::controller::trim::reflected(
         Api::<P>::all(rt.client.clone()),
         watcher::Config::default(),
@@ -246,40 +263,15 @@ where
     );
     let events = events
         .inspect(move |event| {
-            let changed = match event {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    let previous = generations.insert(key(p), p.meta().generation);
-                    previous
-                        .is_some_and(|g| g != p.meta().generation)
-                        .then(|| key(p))
-                }
-                Ok(watcher::Event::Delete(p)) => {
-                    generations.remove(&key(p));
-                    Some(key(p))
-                }
-                _ => None,
-            };
-            if let Some(k) = changed {
-                let _ = tx.unbounded_send(k);
+            if let Ok(event) = event
+                && let Some(key) = generations.changed(event)
+            {
+                let _ = tx.unbounded_send(key);
             }
         })
         .applied_objects()
         .boxed();
     (store, events, changed)
-}
-
-/// The key of a namespaced ProviderConfig.
-pub fn local_key(pc: &m::ProviderConfig) -> String {
-    ConfigRef::Local {
-        namespace: pc.namespace().unwrap_or_default(),
-        name: pc.name_any(),
-    }
-    .key()
-}
-
-/// The key of a ClusterProviderConfig.
-pub fn cluster_key(pc: &m::ClusterProviderConfig) -> String {
-    ConfigRef::Cluster(pc.name_any()).key()
 }
 
 /// The namespace a namespaced Object is confined to, if it is: every
@@ -303,4 +295,89 @@ pub fn writes_confined_to<K: ObjectKind>(obj: &K, config: &Config) -> Option<Str
         return None;
     }
     reads_confined_to(obj, Some(config))
+}
+
+/// Remembers each ProviderConfig's generation, to tell a change of its spec
+/// (which wakes its Objects) from a change of its status (which does not).
+#[derive(Default)]
+pub struct ConfigGenerations(HashMap<String, Option<i64>>);
+
+impl ConfigGenerations {
+    /// The key ([`key_of`]) of the config whose spec this
+    /// event changed (what it connects to), if it did.
+    pub fn changed<P: kube::Resource<DynamicType = ()>>(
+        &mut self,
+        event: &watcher::Event<P>,
+    ) -> Option<String> {
+        match event {
+            watcher::Event::Apply(pc) | watcher::Event::InitApply(pc) => {
+                let key = key_of(pc);
+                let previous = self.0.insert(key.clone(), pc.meta().generation);
+                (previous.is_some_and(|g| g != pc.meta().generation)).then_some(key)
+            }
+            watcher::Event::Delete(pc) => {
+                let key = key_of(pc);
+                self.0.remove(&key);
+                Some(key)
+            }
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use types::kubernetes::v1alpha1::ProviderConfig;
+
+    use super::*;
+
+    #[test]
+    fn only_a_spec_change_of_a_config_wakes_its_objects() {
+        let pc = |generation: i64| -> ProviderConfig {
+            serde_json::from_value(json!({
+                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
+                "metadata": {"name": "pc", "generation": generation},
+                "spec": {"credentials": {"source": "InjectedIdentity"}},
+            }))
+            .unwrap()
+        };
+        let mut generations = ConfigGenerations::default();
+        assert_eq!(generations.changed(&watcher::Event::InitApply(pc(1))), None);
+        assert_eq!(generations.changed(&watcher::Event::Apply(pc(1))), None);
+        assert_eq!(
+            generations.changed(&watcher::Event::Apply(pc(2))),
+            Some("pc".to_owned())
+        );
+        assert_eq!(
+            generations.changed(&watcher::Event::Delete(pc(2))),
+            Some("pc".to_owned())
+        );
+    }
+
+    #[test]
+    fn every_kind_of_config_has_the_key_its_objects_name_it_by() {
+        let local: m::ProviderConfig = serde_json::from_value(json!({
+            "apiVersion": m::API_VERSION, "kind": "ProviderConfig",
+            "metadata": {"name": "pc", "namespace": "team-a"},
+            "spec": {"credentials": {"source": "InjectedIdentity"}},
+        }))
+        .unwrap();
+        let cluster: m::ClusterProviderConfig = serde_json::from_value(json!({
+            "apiVersion": m::API_VERSION, "kind": "ClusterProviderConfig",
+            "metadata": {"name": "pc"},
+            "spec": {"credentials": {"source": "InjectedIdentity"}},
+        }))
+        .unwrap();
+        let local_ref = ConfigRef::Local {
+            namespace: "team-a".to_owned(),
+            name: "pc".to_owned(),
+        };
+        assert_eq!(key_of(&local), local_ref.key());
+        assert_eq!(parse_key(&key_of(&local)), Some(local_ref));
+        assert_eq!(
+            parse_key(&key_of(&cluster)),
+            Some(ConfigRef::Cluster("pc".to_owned()))
+        );
+    }
 }

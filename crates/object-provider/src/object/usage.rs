@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kube::{ResourceExt, runtime::watcher};
 use runtime::index::Relation;
-use types::kubernetes::v1alpha1::ProviderConfig;
 
 use super::context::key_of;
 use super::kind::ObjectKind;
@@ -120,30 +119,6 @@ impl Wakes {
     }
 }
 
-/// Remembers each ProviderConfig's generation, to tell a change of its spec
-/// (which wakes its Objects) from a change of its status (which does not).
-#[derive(Default)]
-pub struct ConfigGenerations(HashMap<String, Option<i64>>);
-
-impl ConfigGenerations {
-    /// Whether this event changed what the ProviderConfig connects to.
-    pub fn changed(&mut self, event: &watcher::Event<ProviderConfig>) -> Option<String> {
-        match event {
-            watcher::Event::Apply(pc) | watcher::Event::InitApply(pc) => {
-                let name = pc.name_any();
-                let previous = self.0.insert(name.clone(), pc.metadata.generation);
-                (previous.is_some_and(|g| g != pc.metadata.generation)).then_some(name)
-            }
-            watcher::Event::Delete(pc) => {
-                let name = pc.name_any();
-                self.0.remove(&name);
-                Some(name)
-            }
-            watcher::Event::Init | watcher::Event::InitDone => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -218,28 +193,5 @@ mod tests {
         wakes.event(&watcher::Event::Apply(object("kong", "pc", None, &[])));
         let csv = wakes.event(&watcher::Event::Apply(object("csv", "pc", None, &[])));
         assert!(csv.referrers.is_empty());
-    }
-
-    #[test]
-    fn only_a_spec_change_of_a_config_wakes_its_objects() {
-        let pc = |generation: i64| -> ProviderConfig {
-            serde_json::from_value(json!({
-                "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "ProviderConfig",
-                "metadata": {"name": "pc", "generation": generation},
-                "spec": {"credentials": {"source": "InjectedIdentity"}},
-            }))
-            .unwrap()
-        };
-        let mut generations = ConfigGenerations::default();
-        assert_eq!(generations.changed(&watcher::Event::InitApply(pc(1))), None);
-        assert_eq!(generations.changed(&watcher::Event::Apply(pc(1))), None);
-        assert_eq!(
-            generations.changed(&watcher::Event::Apply(pc(2))),
-            Some("pc".to_owned())
-        );
-        assert_eq!(
-            generations.changed(&watcher::Event::Delete(pc(2))),
-            Some("pc".to_owned())
-        );
     }
 }
