@@ -130,8 +130,15 @@ impl Running {
     /// conversion webhook at its own URL is up once the API server converts
     /// through it (see [`Running::wait_converting`]).
     pub async fn wait_healthy(&mut self, timeout: Duration) {
+        self.wait_healthy_on(&testenv::control_plane().control, timeout)
+            .await;
+    }
+
+    /// [`Running::wait_healthy`] for a binary of a control plane of its own
+    /// (`control`), such as a benchmark's.
+    pub async fn wait_healthy_on(&mut self, control: &testenv::Cluster, timeout: Duration) {
         self.wait_for(timeout, "/readyz").await;
-        self.wait_converting(timeout);
+        self.wait_converting_on(control, timeout);
     }
 
     /// For an object-provider serving the conversion webhook at its own URL:
@@ -143,10 +150,14 @@ impl Running {
     /// a `v1alpha1` Object is converted to the stored version and back, and
     /// stores nothing. Does nothing for other binaries.
     pub fn wait_converting(&self, timeout: Duration) {
+        self.wait_converting_on(&testenv::control_plane().control, timeout);
+    }
+
+    /// [`Running::wait_converting`] on the control cluster `control`.
+    pub fn wait_converting_on(&self, control: &testenv::Cluster, timeout: Duration) {
         if !self.own_webhook {
             return;
         }
-        let control = &testenv::control_plane().control;
         let probe = "apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: Object\nmetadata:\n  generateName: conversion-probe-\nspec:\n  forProvider:\n    manifest: {apiVersion: v1, kind: ConfigMap, metadata: {name: probe, namespace: default}}\n";
         wait_blocking(
             timeout,

@@ -76,7 +76,11 @@ async fn main() -> anyhow::Result<()> {
                             types::kubernetes::v1alpha1::ObservedObjectCollection,
                         >()];
                         runtime::crds::wait_for(&rt.client, &kinds).await;
-                        collection::controller(&rt, reach, objects).await;
+                        let name = collection::CONTROLLER;
+                        collection::controller::<
+                            types::kubernetes::v1alpha1::ObservedObjectCollection,
+                        >(&rt, name, reach, objects)
+                        .await;
                     }
                 };
                 let object_controller = object::controller(
@@ -110,7 +114,8 @@ async fn main() -> anyhow::Result<()> {
 
 /// The namespaced Objects' controller, once their CRDs are there (a
 /// cluster without `kubernetes.m.crossplane.io` still has its cluster
-/// Objects reconciled meanwhile).
+/// Objects reconciled meanwhile), and the namespaced collections', once
+/// theirs is.
 async fn namespaced(
     rt: &Runtime,
     deletion_timeout: Duration,
@@ -156,6 +161,15 @@ async fn namespaced(
         },
         &object::NAMESPACED_WORDING,
     );
+    let collections = {
+        let (reach, objects) = (reach.clone(), object_store.clone());
+        async move {
+            let kinds = [api_resource::<m::ObservedObjectCollection>()];
+            runtime::crds::wait_for(&rt.client, &kinds).await;
+            let name = collection::NAMESPACED_CONTROLLER;
+            collection::controller::<m::ObservedObjectCollection>(rt, name, reach, objects).await;
+        }
+    };
     let controller = object::controller(
         rt,
         object::NAMESPACED_CONTROLLER,
@@ -169,5 +183,5 @@ async fn namespaced(
         providerconfig::controller_of(rt, local_events, local, object_store.clone(), local_wakes);
     let clusters =
         providerconfig::controller_of(rt, cluster_events, cluster, object_store, cluster_wakes);
-    tokio::join!(controller, locals, clusters, wakes);
+    tokio::join!(controller, locals, clusters, wakes, collections);
 }

@@ -37,6 +37,7 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         kubernetes_m::v1alpha1::ClusterProviderConfig::crd(),
         kubernetes_m::v1alpha1::provider_config_usage_crd(),
         name_at_most_63(kubernetes::v1alpha1::ObservedObjectCollection::crd()),
+        name_at_most_63(kubernetes_m::v1alpha1::ObservedObjectCollection::crd()),
         extensions::v1alpha1::ExtensionRequest::crd(),
         extensions::v1alpha1::Extension::crd(),
         pkg::v1::Provider::crd(),

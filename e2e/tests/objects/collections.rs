@@ -1,12 +1,14 @@
 //! ObservedObjectCollections: one observe-only Object per matching object
 //! in the remote cluster, following the matches as they come and go, and
-//! gone with the collection.
+//! gone with the collection; a namespaced collection's Objects in its own
+//! namespace, looking only there with the provider's own identity.
 
 use super::*;
 use types::kubernetes::{
     v1alpha1::{COLLECTION_MEMBERSHIP_LABEL, ObservedObjectCollection},
     v1alpha2::{ManagementAction, Object as ObjectV2},
 };
+use types::kubernetes_m::v1alpha1 as m;
 
 /// Generous: a hundred Objects are made and each observes its ConfigMap.
 const MANY: Duration = Duration::from_secs(180);
@@ -235,4 +237,242 @@ async fn a_collection_whose_provider_config_does_not_exist_says_so() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A namespaced collection `name` in `ns` of the ConfigMaps labelled
+/// `selected: <label>` (in `namespace` if given), through the
+/// ClusterProviderConfig `config`.
+async fn create_namespaced_collection(
+    client: &Client,
+    (ns, name): (&str, &str),
+    label: &str,
+    namespace: Option<&str>,
+    config: &str,
+) {
+    let mut what = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "selector": {"matchLabels": {"selected": label}}});
+    if let (Some(n), Some(w)) = (namespace, what.as_object_mut()) {
+        w.insert("namespace".to_owned(), json!(n));
+    }
+    let c: m::ObservedObjectCollection = serde_json::from_value(json!({
+        "apiVersion": m::API_VERSION, "kind": "ObservedObjectCollection",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"observeObjects": what,
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": config}},
+    }))
+    .unwrap();
+    Api::<m::ObservedObjectCollection>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &c)
+        .await
+        .unwrap_or_else(|e| panic!("creating ObservedObjectCollection {ns}/{name}: {e}"));
+}
+
+/// The namespaced Objects of `ns` carrying the membership label of
+/// `collection`, as (namespace/name observed, Ready).
+async fn namespaced_members(
+    client: &Client,
+    ns: &str,
+    collection: &str,
+) -> std::collections::BTreeMap<String, bool> {
+    let selector = format!("{COLLECTION_MEMBERSHIP_LABEL}={collection}");
+    let objects = Api::<m::Object>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items;
+    objects
+        .iter()
+        .map(|o| {
+            let manifest = &o.spec.for_provider.manifest;
+            let at = |p| manifest.pointer(p).and_then(Value::as_str).unwrap_or("");
+            let seen = format!("{}/{}", at("/metadata/namespace"), at("/metadata/name"));
+            let ready = o.status.as_ref().is_some_and(|s| {
+                (s.conditions.iter()).any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            (seen, ready)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_namespaced_collection_observes_only_its_own_namespace_unless_its_config_reaches_further()
+{
+    let (client, _, _dump, _) = begin(&PROVIDER, "nscoll").await;
+    let control = &testenv::control_plane().control;
+    let ns = control.namespace(&client, "nscoll").await;
+    let other = control.namespace(&client, "nscoll-other").await;
+    let label = testenv::unique_name("sel");
+    for (at, name) in [(&ns, "a"), (&ns, "b"), (&other, "c")] {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"selected": label}}}))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(client.clone(), at)
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let (confined, wide) = (
+        testenv::unique_name("confined"),
+        testenv::unique_name("wide"),
+    );
+    let configs = Api::<m::ClusterProviderConfig>::all(client.clone());
+    for (name, reach) in [(&confined, "OwnNamespace"), (&wide, "Cluster")] {
+        let pc: m::ClusterProviderConfig = serde_json::from_value(json!({
+            "apiVersion": m::API_VERSION, "kind": "ClusterProviderConfig",
+            "metadata": {"name": name},
+            "spec": {"credentials": {"source": "InjectedIdentity"}, "reach": reach},
+        }))
+        .unwrap();
+        configs.create(&PostParams::default(), &pc).await.unwrap();
+    }
+
+    // The provider's own identity, confined: only this namespace's two.
+    create_namespaced_collection(&client, (&ns, "mine"), &label, None, &confined).await;
+    let want = |seen: &[&String]| -> std::collections::BTreeMap<String, bool> {
+        let names = ["a", "b", "c"];
+        seen.iter()
+            .zip(names)
+            .filter(|(at, _)| !at.is_empty())
+            .map(|(at, n)| (format!("{at}/{n}"), true))
+            .collect()
+    };
+    let empty = String::new();
+    let own = want(&[&ns, &ns, &empty]);
+    wait(
+        MANY,
+        "two Ready Objects observing this namespace's ConfigMaps",
+        || async {
+            let now = namespaced_members(&client, &ns, "mine").await;
+            if now == own {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
+
+    // Another namespace, or a cluster-scoped kind: refused by field.
+    create_namespaced_collection(&client, (&ns, "theirs"), &label, Some(&other), &confined).await;
+    let clusterwide: m::ObservedObjectCollection = serde_json::from_value(json!({
+        "apiVersion": m::API_VERSION, "kind": "ObservedObjectCollection",
+        "metadata": {"name": "roles", "namespace": ns},
+        "spec": {"observeObjects": {"apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole", "selector": {}},
+            "providerConfigRef": {"kind": "ClusterProviderConfig", "name": confined}},
+    }))
+    .unwrap();
+    let collections = Api::<m::ObservedObjectCollection>::namespaced(client.clone(), &ns);
+    collections
+        .create(&PostParams::default(), &clusterwide)
+        .await
+        .unwrap();
+    for (name, needle) in [
+        (
+            "theirs",
+            format!(
+                "spec.observeObjects.namespace is outside namespace {ns:?}: ConfigMap objects in namespace {other}"
+            ),
+        ),
+        (
+            "roles",
+            format!(
+                "spec.observeObjects.kind is outside namespace {ns:?}: ClusterRole objects (cluster-scoped)"
+            ),
+        ),
+    ] {
+        wait(
+            WAIT,
+            &format!("collection {name} Synced=False saying {needle}"),
+            || async {
+                let c = collections.get_opt(name).await.ok()??;
+                let (status, msg) = condition_of_m(&c, "Synced")?;
+                (status == "False" && msg.contains(&needle)).then_some(())
+            },
+        )
+        .await;
+        assert!(namespaced_members(&client, &ns, name).await.is_empty());
+    }
+
+    // A config that reaches the cluster: all three.
+    create_namespaced_collection(&client, (&ns, "all"), &label, None, &wide).await;
+    let every = want(&[&ns, &ns, &other]);
+    wait(
+        MANY,
+        "three Ready Objects, one observing the other namespace",
+        || async {
+            let now = namespaced_members(&client, &ns, "all").await;
+            if now == every {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
+
+    // A match goes: its Object goes; the collection goes: its Objects go.
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let left = want(&[&empty, &ns, &empty]);
+    wait(
+        MANY,
+        "the Object of the deleted ConfigMap to go",
+        || async {
+            let now = namespaced_members(&client, &ns, "mine").await;
+            if now == left {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await;
+    for name in ["mine", "all", "theirs", "roles"] {
+        collections
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait(MANY, "the collections' Objects to go with them", || async {
+        let mut left = 0;
+        for name in ["mine", "all"] {
+            left += namespaced_members(&client, &ns, name).await.len();
+        }
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} Objects left"))
+        }
+    })
+    .await;
+    // Observe-only: what they observed stays.
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), &other)
+            .get_opt("c")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    for name in [&confined, &wide] {
+        configs
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+fn condition_of_m(c: &m::ObservedObjectCollection, t: &str) -> Option<(String, String)> {
+    let found = c
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == t)?;
+    Some((
+        found.status.clone(),
+        found.message.clone().unwrap_or_default(),
+    ))
 }

@@ -16,6 +16,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod collections;
 mod sides;
 
 use std::{
@@ -135,6 +136,18 @@ fn compare(file: &str) -> Vec<String> {
     let docs = documents(&path);
     let objects = objects_of(&docs);
     let mut differences = Vec::new();
+    // A namespace a file's objects are in but that it does not make
+    // (`other-ns`) is made first on both sides, as the file expects.
+    for ns in docs
+        .iter()
+        .filter_map(|d| d.pointer("/metadata/namespace").and_then(Value::as_str))
+    {
+        for side in [ours, upstream] {
+            if side.get_json(&["namespace", ns]).is_none() {
+                side.kubectl_ok(&["create", "namespace", ns]);
+            }
+        }
+    }
     let applied: Vec<(bool, String)> = [ours, upstream]
         .iter()
         .map(|side| side.kubectl(&["apply", "-f", &path.to_string_lossy()]))
@@ -186,6 +199,9 @@ fn compare(file: &str) -> Vec<String> {
                 ));
             }
         }
+    }
+    if !refused {
+        differences.extend(collections::compare_collections(file, &docs));
     }
     let path = path.to_string_lossy();
     let args = [
@@ -251,11 +267,13 @@ fn example_files(dir: &str) -> Vec<String> {
 }
 
 #[test]
-fn upstreams_object_examples_do_on_ours_what_they_do_on_upstreams() {
+fn upstreams_object_and_collection_examples_do_on_ours_what_they_do_on_upstreams() {
     plane();
     let mut files = example_files("cluster/object");
     files.extend(example_files("namespaced/object"));
-    assert!(files.len() >= 20, "the examples are there: {files:?}");
+    files.extend(example_files("cluster/collection"));
+    files.extend(example_files("namespaced/collection"));
+    assert!(files.len() >= 22, "the examples are there: {files:?}");
     let mut differences = Vec::new();
     for file in &files {
         let found = compare(file);

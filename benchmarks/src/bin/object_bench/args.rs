@@ -3,7 +3,31 @@
 use std::time::Duration;
 
 const USAGE: &str = "usage: object-bench [--objects N] [--concurrency C] [--changes K] \
-[--resync SECS] [--idle SECS] [--latency-timeout SECS] [--provider-arg ARG]... [--no-null-provider] [--out FILE]";
+[--resync SECS] [--idle SECS] [--latency-timeout SECS] [--provider-arg ARG]... [--no-null-provider] \
+[--api v1alpha1|v1alpha2] [--namespaced] [--out FILE]";
+
+/// Which Objects the benchmark writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `kubernetes.crossplane.io/v1alpha1`: the design's shape.
+    V1alpha1,
+    /// `kubernetes.crossplane.io/v1alpha2`: upstream's cluster Object.
+    V1alpha2,
+    /// `kubernetes.m.crossplane.io/v1alpha1`: upstream's namespaced Object,
+    /// through a ClusterProviderConfig.
+    Namespaced,
+}
+
+impl Shape {
+    /// How the JSON and the default file name call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::V1alpha1 => "v1alpha1",
+            Shape::V1alpha2 => "v1alpha2",
+            Shape::Namespaced => "namespaced",
+        }
+    }
+}
 
 /// What one run measures, and where it writes.
 pub struct Args {
@@ -18,6 +42,7 @@ pub struct Args {
     /// phase itself): for projection runs that measure growth, not the
     /// fraction of the ceiling.
     pub no_null_provider: bool,
+    pub shape: Shape,
     pub out: std::path::PathBuf,
 }
 
@@ -32,7 +57,8 @@ pub fn args() -> Args {
         latency_timeout: Duration::from_secs(60),
         provider_args: Vec::new(),
         no_null_provider: false,
-        out: testenv::repo_root().join("bench/object-provider.json"),
+        shape: Shape::V1alpha1,
+        out: std::path::PathBuf::new(),
     };
     let mut it = std::env::args().skip(1);
     let secs = |v: Option<String>| {
@@ -53,6 +79,14 @@ pub fn args() -> Args {
             "--latency-timeout" => a.latency_timeout = secs(it.next()),
             "--provider-arg" => a.provider_args.push(it.next().expect(USAGE)),
             "--no-null-provider" => a.no_null_provider = true,
+            "--api" => {
+                a.shape = match it.next().as_deref() {
+                    Some("v1alpha1") => Shape::V1alpha1,
+                    Some("v1alpha2") => Shape::V1alpha2,
+                    _ => panic!("{USAGE}"),
+                }
+            }
+            "--namespaced" => a.shape = Shape::Namespaced,
             "--out" => a.out = it.next().expect(USAGE).into(),
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -62,5 +96,13 @@ pub fn args() -> Args {
         }
     }
     a.changes = a.changes.min(a.objects);
+    if a.out.as_os_str().is_empty() {
+        // bench/object-provider.json for the design's shape, as before.
+        let file = match a.shape {
+            Shape::V1alpha1 => "object-provider.json".to_owned(),
+            other => format!("object-provider-{}.json", other.name()),
+        };
+        a.out = testenv::repo_root().join("bench").join(file);
+    }
     a
 }

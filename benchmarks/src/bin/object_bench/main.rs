@@ -30,6 +30,10 @@
 //! and memory. Writes JSON (`--out`, default bench/object-provider.json)
 //! and prints a short table.
 //!
+//! `--api v1alpha2` writes upstream's cluster Objects, `--namespaced`
+//! upstream's namespaced ones (through a ClusterProviderConfig), each to
+//! bench/object-provider-<api>.json unless `--out` says otherwise.
+//!
 //!     hack/bench-object-provider.sh [--objects N] [--changes K] ...
 
 // A benchmark reports and exits; failing loudly on a broken setup is its job.
@@ -99,6 +103,7 @@ fn write_result(run: &mut Run, phases: Map<String, Value>) {
         "date": benchmarks::now(),
         "machine": benchmarks::machine(),
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "api": args.shape.name(),
         "objects": n,
         "changes": k,
         "concurrency": args.concurrency,

@@ -35,9 +35,10 @@ use kube::{
 };
 use runtime::{conditions, finalizers, ssa};
 use serde_json::{Value, json};
-use types::kubernetes::v1alpha1::{OBJECT_FINALIZER, Object, PROVIDER_CONFIG_LABEL};
+use types::kubernetes::v1alpha1::{OBJECT_FINALIZER, PROVIDER_CONFIG_LABEL};
 
-use crate::run::{REMOTE_NS, object, ssa as apply_params};
+use crate::args::{Args, Shape};
+use crate::run::{OBJECTS_NS, REMOTE_NS, object, ssa as apply_params};
 
 /// The label the null provider's Objects carry (the provider sets it too).
 const CONFIG_LABEL: &str = PROVIDER_CONFIG_LABEL;
@@ -51,8 +52,33 @@ fn null_name(i: usize) -> String {
 }
 
 /// Object `i` of the null provider: the create phase's body.
-fn null_object(i: usize) -> Value {
-    object(&null_name(i), json!({"i": i.to_string()}), json!([]))
+fn null_object(shape: Shape, i: usize) -> Value {
+    object(shape, &null_name(i), json!({"i": i.to_string()}), None)
+}
+
+/// The kinds of Object the null provider writes, as the create phase
+/// writes them (each shape's typed Object: the status is applied as it).
+pub trait Kind:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+impl<K> Kind for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 /// The clients of the null provider.
@@ -66,10 +92,13 @@ pub struct Clients {
 }
 
 /// The provider's writes for one Object whose apply answered `obj`.
-async fn provide(objects: &Api<Object>, remote: &Api<ConfigMap>, obj: Object) -> kube::Result<()> {
+async fn provide<K: Kind>(objects: &Api<K>, remote: &Api<ConfigMap>, obj: K) -> kube::Result<()> {
     let labels = [(CONFIG_LABEL.to_owned(), "bench".to_owned())].into();
     finalizers::add_with_labels(objects, &obj, FINALIZER, &labels).await?;
-    let manifest = &obj.spec.for_provider.manifest;
+    let body = serde_json::to_value(&obj).map_err(kube::Error::SerdeError)?;
+    let manifest = body
+        .pointer("/spec/forProvider/manifest")
+        .unwrap_or(&Value::Null);
     let manager = format!("crossplane-rs/object/{}", obj.uid().unwrap_or_default());
     let name = obj.name_any();
     let live = remote
@@ -104,13 +133,37 @@ async fn provide(objects: &Api<Object>, remote: &Api<ConfigMap>, obj: Object) ->
     Ok(())
 }
 
-/// Runs the null provider for `n` Objects applied `concurrency` at a time.
-pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Value {
-    let user: Api<Object> = Api::all(clients.user.clone());
-    let objects: Api<Object> = Api::all(clients.provider);
+/// Runs the null provider for `--objects` Objects of `--api` applied
+/// `--concurrency` at a time.
+pub async fn null_provider(clients: Clients, args: &Args) -> Value {
+    use types::{kubernetes as k, kubernetes_m::v1alpha1 as m};
+    let (user, provider) = (clients.user.clone(), clients.provider.clone());
+    match args.shape {
+        Shape::V1alpha1 => {
+            let apis = (Api::all(user), Api::all(provider));
+            run::<k::v1alpha1::Object>(apis, clients, args).await
+        }
+        Shape::V1alpha2 => {
+            let apis = (Api::all(user), Api::all(provider));
+            run::<k::v1alpha2::Object>(apis, clients, args).await
+        }
+        Shape::Namespaced => {
+            let apis = (
+                Api::namespaced(user, OBJECTS_NS),
+                Api::namespaced(provider, OBJECTS_NS),
+            );
+            run::<m::Object>(apis, clients, args).await
+        }
+    }
+}
+
+/// The null provider on Objects of kind `K`, written by the user through
+/// `user` and by the provider through `objects`.
+async fn run<K: Kind>((user, objects): (Api<K>, Api<K>), clients: Clients, args: &Args) -> Value {
+    let (n, concurrency, shape) = (args.objects, args.concurrency, args.shape);
     let remote: Api<ConfigMap> = Api::namespaced(clients.remote, REMOTE_NS);
     let errors = Arc::new(AtomicUsize::new(0));
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Object>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<K>();
     let started = Instant::now();
     let applies = {
         let (user, errors) = (user.clone(), errors.clone());
@@ -122,7 +175,7 @@ pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Va
                         (&user, errors.clone(), tx.clone(), params.clone());
                     async move {
                         match user
-                            .patch(&null_name(i), &params, &Patch::Apply(null_object(i)))
+                            .patch(&null_name(i), &params, &Patch::Apply(null_object(shape, i)))
                             .await
                         {
                             Ok(obj) => {
@@ -174,7 +227,7 @@ pub async fn null_provider(clients: Clients, n: usize, concurrency: usize) -> Va
 /// ConfigMaps, one by one (a deletecollection of thousands of Objects
 /// outlasts the API server's request timeout; the namespace also holds the
 /// create phase's ConfigMaps); whether all of it went.
-async fn clear(user: &Api<Object>, remote: &Api<ConfigMap>, n: usize) -> bool {
+async fn clear<K: Kind>(user: &Api<K>, remote: &Api<ConfigMap>, n: usize) -> bool {
     let unfinalized = each(n, |name| async move {
         let p = json!({"metadata": {"finalizers": null}});
         user.patch(&name, &Default::default(), &Patch::Merge(&p))

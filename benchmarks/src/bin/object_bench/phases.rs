@@ -50,7 +50,7 @@ pub async fn create(run: &Run) -> Value {
         .map(|i| {
             (
                 name(i),
-                object(&name(i), json!({"i": i.to_string()}), json!([])),
+                object(args.shape, &name(i), json!({"i": i.to_string()}), None),
             )
         })
         .collect();
@@ -122,7 +122,7 @@ pub async fn update(run: &Run) -> Value {
         .map(|i| {
             (
                 name(i),
-                object(&name(i), json!({"i": format!("u{i}")}), json!([])),
+                object(args.shape, &name(i), json!({"i": format!("u{i}")}), None),
             )
         })
         .collect();
@@ -280,9 +280,10 @@ pub async fn referenced_change(run: &Run) -> Value {
     let bodies = refs
         .iter()
         .map(|r| {
-            let references = json!([{"fromObject": {"apiVersion": "v1", "kind": "ConfigMap", "name": r, "namespace": REFS_NS, "fieldPath": "data.v"},
-                "toFieldPath": "spec.forProvider.manifest.data.v"}]);
-            (r.clone(), object(r, json!({"i": "ref"}), references))
+            (
+                r.clone(),
+                object(args.shape, r, json!({"i": "ref"}), Some(r)),
+            )
         })
         .collect();
     apply_all(objects, "object-bench", bodies, args.concurrency).await;

@@ -16,6 +16,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use crate::args::Shape;
+
 /// The provider's identity in the remote cluster (a bearer token of its own).
 pub const REMOTE_USER: &str = "bench-object-provider";
 /// The provider's identity in the control cluster (impersonated).
@@ -35,22 +37,78 @@ pub fn ref_name(i: usize) -> String {
     format!("bench-ref-{i:05}")
 }
 
-/// An Object managing ConfigMap `bench/<name>` in the remote cluster with
-/// `data`, and `references`.
-pub fn object(name: &str, data: Value, references: Value) -> Value {
-    json!({
-        "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
-        "metadata": {"name": name},
-        "spec": {
-            "providerConfigRef": {"name": "bench"},
-            "references": references,
-            "forProvider": {"manifest": {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": REMOTE_NS},
-                "data": data,
-            }},
-        },
-    })
+/// Where namespaced Objects live: beside the ConfigMaps they reference,
+/// as a tenant's do (a namespaced Object reads only its own namespace).
+pub const OBJECTS_NS: &str = REFS_NS;
+
+/// An Object of `shape` managing ConfigMap `bench/<name>` in the remote
+/// cluster with `data`, copying `data.v` of ConfigMap `bench-refs/<from>`
+/// into its `data.v` when `from` is given.
+pub fn object(shape: Shape, name: &str, data: Value, from: Option<&str>) -> Value {
+    let manifest = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": REMOTE_NS},
+        "data": data,
+    });
+    let source = |r: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": r, "namespace": REFS_NS, "fieldPath": "data.v"});
+    match shape {
+        Shape::V1alpha1 => json!({
+            "apiVersion": "kubernetes.crossplane.io/v1alpha1", "kind": "Object",
+            "metadata": {"name": name},
+            "spec": {
+                "providerConfigRef": {"name": "bench"},
+                "references": from.map(|r| vec![json!({"fromObject": source(r),
+                    "toFieldPath": "spec.forProvider.manifest.data.v"})]).unwrap_or_default(),
+                "forProvider": {"manifest": manifest},
+            },
+        }),
+        Shape::V1alpha2 | Shape::Namespaced => {
+            let references: Vec<Value> = from
+                .map(|r| vec![json!({"patchesFrom": source(r), "toFieldPath": "data.v"})])
+                .unwrap_or_default();
+            let (api_version, metadata, config) = if shape == Shape::Namespaced {
+                (
+                    "kubernetes.m.crossplane.io/v1alpha1",
+                    json!({"name": name, "namespace": OBJECTS_NS}),
+                    json!({"kind": "ClusterProviderConfig", "name": "bench"}),
+                )
+            } else {
+                (
+                    "kubernetes.crossplane.io/v1alpha2",
+                    json!({"name": name}),
+                    json!({"name": "bench"}),
+                )
+            };
+            json!({
+                "apiVersion": api_version, "kind": "Object", "metadata": metadata,
+                "spec": {
+                    "managementPolicies": ["*"],
+                    "providerConfigRef": config,
+                    "references": references,
+                    "forProvider": {"manifest": manifest},
+                },
+            })
+        }
+    }
+}
+
+/// The kind of `shape`'s Objects.
+pub fn object_resource(shape: Shape) -> kube::discovery::ApiResource {
+    use kube::discovery::ApiResource;
+    match shape {
+        Shape::V1alpha1 => ApiResource::erase::<types::kubernetes::v1alpha1::Object>(&()),
+        Shape::V1alpha2 => ApiResource::erase::<types::kubernetes::v1alpha2::Object>(&()),
+        Shape::Namespaced => ApiResource::erase::<types::kubernetes_m::v1alpha1::Object>(&()),
+    }
+}
+
+/// `shape`'s Objects, as `client` reads and writes them.
+pub fn objects_api(shape: Shape, client: kube::Client) -> Api<kube::api::DynamicObject> {
+    let kind = object_resource(shape);
+    match shape {
+        Shape::Namespaced => Api::namespaced_with(client, OBJECTS_NS, &kind),
+        _ => Api::all_with(client, &kind),
+    }
 }
 
 /// Server-side apply as `manager`, taking over conflicting fields.

@@ -5,18 +5,19 @@
 use std::time::{Duration, Instant};
 
 use benchmarks::{Probe, scaled_timeout};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::ConfigMap};
 use kube::{
     Api, Client,
     api::{DeleteParams, DynamicObject, ListParams},
     discovery::ApiResource,
 };
 use serde_json::{Value, json};
-use types::kubernetes::v1alpha1::Object;
 
 use crate::{
     args::Args,
-    run::{Bench, CONTROL_USER, Mark, REFS_NS, REMOTE_NS, REMOTE_USER, apply_all, name},
+    run::{
+        Bench, CONTROL_USER, Mark, REFS_NS, REMOTE_NS, REMOTE_USER, apply_all, name, objects_api,
+    },
 };
 
 /// Everything the phases share.
@@ -24,7 +25,7 @@ pub struct Run {
     pub args: Args,
     pub bench: Bench,
     pub control: Client,
-    pub objects: Api<Object>,
+    pub objects: Api<DynamicObject>,
     pub remote_cms: Api<ConfigMap>,
     /// Watches the Objects in the control cluster.
     pub object_probe: Probe,
@@ -66,20 +67,11 @@ pub async fn set_up(args: Args) -> Run {
         null_writer["creates_per_s"].as_f64().unwrap_or(0.0)
     );
 
-    let object_ar = ApiResource::erase::<Object>(&());
-    let objects_dyn: Api<DynamicObject> = Api::all_with(control.clone(), &object_ar);
-    let cm_ar = ApiResource::erase::<ConfigMap>(&());
-    let object_probe = Probe::watch(objects_dyn);
-    let remote_probe = Probe::watch(Api::namespaced_with(remote.clone(), REMOTE_NS, &cm_ar));
-    assert!(object_probe.synced(Duration::from_secs(30)).await);
-    assert!(remote_probe.synced(Duration::from_secs(30)).await);
-    // With the benchmark's own watches running, as in the create phase.
-    let null_provider = if args.no_null_provider {
-        Value::Null
-    } else {
-        null_provider(&plane, &control, args.objects, args.concurrency).await
-    };
-
+    // The provider starts first, as a standby: its conversion webhook
+    // serves (the null provider's Objects of a version other than the
+    // stored one are converted through it), and it reconciles nothing
+    // until the Lease the benchmark holds meanwhile is let go.
+    let lease = hold_lease(&control).await;
     let kubeconfig = e2e::impersonating_kubeconfig_for(&plane.control, "object-provider");
     let resync = format!("{}s", args.resync.as_secs());
     let mut provider_args: Vec<String> = [
@@ -89,13 +81,30 @@ pub async fn set_up(args: Args) -> Run {
         "16",
         "--log-format",
         "json",
+        "--leader-elect",
     ]
     .map(str::to_owned)
     .into();
     provider_args.extend(args.provider_args.iter().cloned());
     let provider_argv: Vec<&str> = provider_args.iter().map(String::as_str).collect();
     let mut provider = e2e::Running::start("object-provider", &kubeconfig, &provider_argv);
-    provider.wait_healthy(Duration::from_secs(30)).await;
+    provider
+        .wait_healthy_on(&plane.control, Duration::from_secs(60))
+        .await;
+
+    let objects_dyn = objects_api(args.shape, control.clone());
+    let cm_ar = ApiResource::erase::<ConfigMap>(&());
+    let object_probe = Probe::watch(objects_dyn);
+    let remote_probe = Probe::watch(Api::namespaced_with(remote.clone(), REMOTE_NS, &cm_ar));
+    assert!(object_probe.synced(Duration::from_secs(30)).await);
+    assert!(remote_probe.synced(Duration::from_secs(30)).await);
+    // With the benchmark's own watches running, as in the create phase.
+    let null_provider = if args.no_null_provider {
+        Value::Null
+    } else {
+        null_provider(&plane, &control, &args).await
+    };
+    release_lease(&lease, &provider).await;
     let bench = Bench {
         plane,
         provider,
@@ -108,7 +117,7 @@ pub async fn set_up(args: Args) -> Run {
     let names: Vec<String> = (0..args.objects).map(name).collect();
     Run {
         start: bench.mark(),
-        objects: Api::all(control.clone()),
+        objects: objects_api(args.shape, control.clone()),
         remote_cms: Api::namespaced(remote, REMOTE_NS),
         changed: names.iter().take(args.changes).cloned().collect(),
         names,
@@ -126,12 +135,7 @@ pub async fn set_up(args: Args) -> Run {
 
 /// The create phase's ceiling (see [`crate::null`]), with the clients it
 /// writes with.
-async fn null_provider(
-    plane: &testenv::ControlPlane,
-    control: &Client,
-    n: usize,
-    concurrency: usize,
-) -> Value {
+async fn null_provider(plane: &testenv::ControlPlane, control: &Client, args: &Args) -> Value {
     let remote_user = plane.remote.kubeconfig_for(REMOTE_USER).unwrap();
     let clients = crate::null::Clients {
         user: control.clone(),
@@ -139,7 +143,7 @@ async fn null_provider(
         remote: benchmarks::client_of(kube::config::Kubeconfig::from_yaml(remote_user).unwrap())
             .await,
     };
-    let ceiling = crate::null::null_provider(clients, n, concurrency).await;
+    let ceiling = crate::null::null_provider(clients, args).await;
     eprintln!(
         "object-bench: null provider {:.1} Objects/s (cleared: {})",
         ceiling["objects_per_s"].as_f64().unwrap_or(0.0),
@@ -162,7 +166,7 @@ fn identities(plane: &testenv::ControlPlane) {
     );
     plane.control.kubectl_stdin(
         &["apply", "-f", "-"],
-        Some("apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: ProviderConfig\nmetadata: {name: bench}\nspec: {credentials: {source: Secret, secretRef: {namespace: default, name: bench-kubeconfig, key: kubeconfig}}}\n"),
+        Some("apiVersion: kubernetes.crossplane.io/v1alpha1\nkind: ProviderConfig\nmetadata: {name: bench}\nspec: {credentials: {source: Secret, secretRef: {namespace: default, name: bench-kubeconfig, key: kubeconfig}}}\n---\napiVersion: kubernetes.m.crossplane.io/v1alpha1\nkind: ClusterProviderConfig\nmetadata: {name: bench}\nspec: {credentials: {source: Secret, secretRef: {namespace: default, name: bench-kubeconfig, key: kubeconfig}}}\n"),
     );
     plane.remote.kubectl(&["create", "namespace", REMOTE_NS]);
     plane.control.kubectl(&["create", "namespace", REFS_NS]);
@@ -213,4 +217,46 @@ pub async fn null_writer(control: &Client, n: usize, concurrency: usize) -> Valu
         "creates_per_s": (n - errors) as f64 / duration.as_secs_f64(),
         "cleared": cleared,
     })
+}
+
+/// The provider's leader-election Lease, held by the benchmark.
+const LEASE: &str = "crossplane-rs-object-provider";
+
+/// Holds the provider's Lease for an hour: a provider started now stands
+/// by.
+async fn hold_lease(control: &Client) -> Api<Lease> {
+    let leases: Api<Lease> = Api::namespaced(control.clone(), "crossplane-system");
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": LEASE},
+        "spec": {"holderIdentity": "object-bench", "leaseDurationSeconds": 3600,
+            "acquireTime": now, "renewTime": now},
+    }))
+    .unwrap();
+    leases
+        .create(&Default::default(), &lease)
+        .await
+        .expect("holding the object-provider's Lease");
+    leases
+}
+
+/// Lets the Lease go and waits until the provider leads.
+async fn release_lease(leases: &Api<Lease>, provider: &e2e::Running) {
+    leases
+        .delete(LEASE, &DeleteParams::default())
+        .await
+        .expect("letting the object-provider's Lease go");
+    let (led, _) = benchmarks::wait_until(Duration::from_secs(60), || async {
+        leases.get_opt(LEASE).await.ok().flatten().is_some_and(|l| {
+            l.spec
+                .and_then(|s| s.holder_identity)
+                .is_some_and(|h| h != "object-bench")
+        })
+    })
+    .await;
+    assert!(
+        led,
+        "the object-provider did not take its Lease; its log:\n{}",
+        provider.log()
+    );
 }

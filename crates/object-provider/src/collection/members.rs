@@ -7,11 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use types::kubernetes::{
-    v1alpha1::{COLLECTION_MEMBERSHIP_LABEL, ObservedObjectCollection},
-    v1alpha2::{ManagementAction, Object},
+use types::kubernetes::{v1alpha1::COLLECTION_MEMBERSHIP_LABEL, v1alpha2::ManagementAction};
+
+use super::kind::CollectionKind;
+use crate::object::{
+    configs::{ConfigRef, config_of},
+    kind::ObjectKind,
 };
 
 /// One object in the target that matches a collection.
@@ -97,10 +101,10 @@ pub struct Member {
 }
 
 /// The member of `c` that observes `m`.
-pub fn member(c: &ObservedObjectCollection, m: &Match) -> Member {
-    let name = c.metadata.name.as_deref().unwrap_or_default();
-    let what = &c.spec.observe_objects;
-    let template = c.spec.object_template.as_ref().map(|t| &t.metadata);
+pub fn member<C: CollectionKind>(c: &C, m: &Match) -> Member {
+    let name = c.meta().name.as_deref().unwrap_or_default();
+    let what = c.criteria();
+    let template = c.template().map(|t| &t.metadata);
     let mut labels = template.map(|t| t.labels.clone()).unwrap_or_default();
     labels.insert(COLLECTION_MEMBERSHIP_LABEL.to_owned(), name.to_owned());
     let mut metadata = json!({"name": m.name});
@@ -115,31 +119,37 @@ pub fn member(c: &ObservedObjectCollection, m: &Match) -> Member {
     }
 }
 
-/// The server-side apply body of `member`: an observe-only v1alpha2 Object
-/// using `config`, controlled by `owner`. Only these fields are the
-/// collection's; the Object controller's finalizer and labels stay its own.
-pub fn body(member: &Member, owner: &OwnerReference, config: &str) -> Value {
+/// The server-side apply body of `member`: an observe-only Object of the
+/// kind `c`'s members are, in `c`'s namespace if it has one, using `c`'s
+/// config, controlled by `owner`. Only these fields are the collection's;
+/// the Object controller's finalizer and labels stay its own.
+pub fn body<C: CollectionKind>(member: &Member, owner: &OwnerReference, c: &C) -> Value {
+    let mut metadata = json!({
+        "name": member.name,
+        "labels": member.labels,
+        "annotations": member.annotations,
+        "ownerReferences": [owner],
+    });
+    if let (Some(ns), Some(meta)) = (c.namespace(), metadata.as_object_mut()) {
+        meta.insert("namespace".to_owned(), json!(ns));
+    }
     json!({
-        "apiVersion": "kubernetes.crossplane.io/v1alpha2",
-        "kind": "Object",
-        "metadata": {
-            "name": member.name,
-            "labels": member.labels,
-            "annotations": member.annotations,
-            "ownerReferences": [owner],
-        },
+        "apiVersion": C::Member::api_version(&()),
+        "kind": C::Member::kind(&()),
+        "metadata": metadata,
         "spec": {
             "managementPolicies": ["Observe"],
-            "providerConfigRef": {"name": config},
+            "providerConfigRef": c.config_ref(),
             "forProvider": {"manifest": member.manifest},
         },
     })
 }
 
-/// Whether the Object `o` (its manifest opened) already is `member` with
+/// Whether the Object `o` (its manifest opened) already is `member` using
 /// `config`, controlled by the owner whose UID is `owner`: then applying
 /// it again would change nothing.
-pub fn up_to_date(o: &Object, member: &Member, owner: &str, config: &str) -> bool {
+pub fn up_to_date<K: ObjectKind>(o: &K, member: &Member, owner: &str, config: &ConfigRef) -> bool {
+    let (uses, o) = (config_of(o), o.view());
     let has_all = |have: &Option<BTreeMap<String, String>>, want: &BTreeMap<String, String>| {
         want.iter()
             .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
@@ -154,7 +164,7 @@ pub fn up_to_date(o: &Object, member: &Member, owner: &str, config: &str) -> boo
         && has_all(&o.metadata.labels, &member.labels)
         && has_all(&o.metadata.annotations, &member.annotations)
         && o.spec.management_policies == [ManagementAction::Observe]
-        && o.spec.provider_config_ref.name == config
+        && uses == *config
         && o.spec.for_provider.manifest == member.manifest
 }
 
@@ -173,29 +183,29 @@ pub struct Plan<'a> {
 /// (`existing`, manifests opened). `force` applies every member (the
 /// collection's spec changed since it was last in line, so a label or
 /// annotation the template dropped goes too).
-pub fn plan<'a>(
+pub fn plan<'a, K: ObjectKind>(
     wanted: &'a [Member],
-    existing: &[Object],
+    existing: &[K],
     owner: &str,
-    config: &str,
+    config: &ConfigRef,
     force: bool,
 ) -> Plan<'a> {
-    let by_name: BTreeMap<&str, &Object> = existing
+    let by_name: BTreeMap<&str, &K> = existing
         .iter()
-        .filter_map(|o| Some((o.metadata.name.as_deref()?, o)))
+        .filter_map(|o| Some((o.meta().name.as_deref()?, o)))
         .collect();
     let mut plan = Plan::default();
     for m in wanted {
         match by_name.get(m.name.as_str()) {
-            Some(o) if o.metadata.deletion_timestamp.is_some() => plan.waiting += 1,
-            Some(o) if !force && up_to_date(o, m, owner, config) => {}
+            Some(o) if o.meta().deletion_timestamp.is_some() => plan.waiting += 1,
+            Some(o) if !force && up_to_date(*o, m, owner, config) => {}
             _ => plan.apply.push(m),
         }
     }
     let names: BTreeSet<&str> = wanted.iter().map(|m| m.name.as_str()).collect();
     plan.delete = by_name
         .iter()
-        .filter(|(name, o)| !names.contains(*name) && o.metadata.deletion_timestamp.is_none())
+        .filter(|(name, o)| !names.contains(*name) && o.meta().deletion_timestamp.is_none())
         .map(|(name, _)| (*name).to_owned())
         .collect();
     plan
@@ -204,6 +214,8 @@ pub fn plan<'a>(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    use types::kubernetes::{v1alpha1::ObservedObjectCollection, v1alpha2::Object};
 
     use super::*;
 
@@ -238,9 +250,14 @@ mod tests {
         }
     }
 
+    fn pc(name: &str) -> ConfigRef {
+        ConfigRef::Legacy(name.to_owned())
+    }
+
     /// The Object as the API server would hand it back after `body`.
     fn applied(member: &Member) -> Object {
-        serde_json::from_value(body(member, &owner(), "pc")).unwrap()
+        let c = collection(Value::Null);
+        serde_json::from_value(body(member, &owner(), &c)).unwrap()
     }
 
     #[test]
@@ -330,7 +347,7 @@ mod tests {
         assert!(cluster_scoped.annotations.is_empty());
         let o = applied(&m);
         assert_eq!(o.spec.management_policies, [ManagementAction::Observe]);
-        assert!(up_to_date(&o, &m, "u1", "pc"));
+        assert!(up_to_date(&o, &m, "u1", &pc("pc")));
     }
 
     #[test]
@@ -351,7 +368,7 @@ mod tests {
         gone_deleting.metadata.deletion_timestamp = Some(now());
         let existing = [in_line, relabelled, deleting, gone.clone(), gone_deleting];
 
-        let p = plan(&wanted, &existing, "u1", "pc", false);
+        let p = plan(&wanted, &existing, "u1", &pc("pc"), false);
         let applied_names: Vec<&str> = p.apply.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(
             applied_names,
@@ -362,10 +379,53 @@ mod tests {
 
         // A steady state costs nothing.
         let steady: Vec<Object> = wanted.iter().map(applied).collect();
-        assert_eq!(plan(&wanted, &steady, "u1", "pc", false), Plan::default());
+        assert_eq!(
+            plan(&wanted, &steady, "u1", &pc("pc"), false),
+            Plan::default()
+        );
         // Another config, another owner or a changed spec: applied again.
-        assert_eq!(plan(&wanted, &steady, "u1", "other", false).apply.len(), 4);
-        assert_eq!(plan(&wanted, &steady, "u2", "pc", false).apply.len(), 4);
-        assert_eq!(plan(&wanted, &steady, "u1", "pc", true).apply.len(), 4);
+        assert_eq!(
+            plan(&wanted, &steady, "u1", &pc("other"), false)
+                .apply
+                .len(),
+            4
+        );
+        assert_eq!(
+            plan(&wanted, &steady, "u2", &pc("pc"), false).apply.len(),
+            4
+        );
+        assert_eq!(plan(&wanted, &steady, "u1", &pc("pc"), true).apply.len(), 4);
+    }
+
+    #[test]
+    fn a_namespaced_collections_member_is_a_namespaced_object_in_its_namespace_using_its_config() {
+        use crate::collection::kind::CollectionKind;
+        use crate::object::kind::Namespaced;
+        use types::kubernetes_m::v1alpha1 as m;
+        let c: m::ObservedObjectCollection = serde_json::from_value(json!({
+            "apiVersion": "kubernetes.m.crossplane.io/v1alpha1", "kind": "ObservedObjectCollection",
+            "metadata": {"name": "foo-collection", "namespace": "team-a", "uid": "u1"},
+            "spec": {
+                "observeObjects": {"apiVersion": "v1", "kind": "ConfigMap", "selector": {}},
+                "providerConfigRef": {"kind": "ClusterProviderConfig", "name": "kp"},
+            },
+        }))
+        .unwrap();
+        let m = member(&c, &at(Some("team-a"), "cm"));
+        let written = body(&m, &owner(), &c);
+        assert_eq!(written["apiVersion"], "kubernetes.m.crossplane.io/v1alpha1");
+        assert_eq!(written["metadata"]["namespace"], "team-a");
+        assert_eq!(
+            written["spec"]["providerConfigRef"],
+            json!({"kind": "ClusterProviderConfig", "name": "kp"})
+        );
+        let o: Namespaced = serde_json::from_value(written).unwrap();
+        assert_eq!(c.config(), ConfigRef::Cluster("kp".into()));
+        assert!(up_to_date(&o, &m, "u1", &c.config()));
+        let local = ConfigRef::Local {
+            namespace: "team-a".into(),
+            name: "kp".into(),
+        };
+        assert!(!up_to_date(&o, &m, "u1", &local));
     }
 }

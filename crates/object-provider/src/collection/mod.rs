@@ -1,8 +1,17 @@
 //! The ObservedObjectCollection controller (upstream provider-kubernetes'
 //! `observedobjectcollection` reconciler): for every object of a kind that
-//! matches a label selector in the cluster a ProviderConfig reaches, one
-//! observe-only v1alpha2 Object, made as matches appear and deleted as
-//! they go, on the shared reconcile skeleton (runtime::reconciler).
+//! matches a label selector in the cluster a config reaches, one
+//! observe-only Object, made as matches appear and deleted as they go, on
+//! the shared reconcile skeleton (runtime::reconciler). One controller
+//! serves both kinds of collection ([`CollectionKind`]): a cluster one
+//! makes cluster v1alpha2 Objects, a namespaced one makes namespaced
+//! Objects in its own namespace.
+//!
+//! A namespaced collection whose config reaches the control cluster with
+//! the provider's own identity (InjectedIdentity) looks only in its own
+//! namespace, as its Objects may only observe there: another namespace or
+//! a cluster-scoped kind is refused before any request, naming the field,
+//! unless its ClusterProviderConfig says `spec.reach: Cluster`.
 //!
 //! Matches are found with a LIST of the kind in the target (metadata only,
 //! label-selected, paged; the kind resolved by the target's cached
@@ -26,6 +35,7 @@
 //! then goes as its management policy says (observe-only: the objects it
 //! observed stay).
 
+pub mod kind;
 mod members;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -33,8 +43,8 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
-    Api, Resource, ResourceExt,
-    api::{DeleteParams, ListParams, Patch, PatchParams},
+    Api, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams},
     runtime::{controller::Action, reflector::Store, watcher},
 };
 use runtime::{
@@ -45,18 +55,17 @@ use runtime::{
     reconciler::{self, CONTROL_REQUEST_FAILED, Cleanup, ControlError, Reconciler, Skeleton},
     remote::RemoteCluster,
 };
-use types::kubernetes::{
-    v1alpha1::{
-        COLLECTION_MEMBERSHIP_LABEL, ObservedObjectCollection, ObservedObjectCollectionStatus,
-    },
-    v1alpha2::Object,
-};
+use types::kubernetes::v1alpha1::{COLLECTION_MEMBERSHIP_LABEL, ObservedObjectCollectionStatus};
 
-use crate::object::{self, Reach};
+use crate::object::{self, Reach, configs};
+use kind::CollectionKind;
 use members::{Match, Member};
 
-/// Name of this controller in metrics and events.
+/// Name of the cluster collections' controller in metrics and events.
 pub const CONTROLLER: &str = "observedobjectcollection";
+
+/// Name of the namespaced collections' controller.
+pub const NAMESPACED_CONTROLLER: &str = "namespaced-observedobjectcollection";
 
 /// The field manager of the collection's writes to its Objects (upstream's).
 const FIELD_MANAGER: &str = "kubernetes.crossplane.io/observed-object-collection-controller";
@@ -76,6 +85,10 @@ const WAITING_RECHECK: Duration = Duration::from_secs(2);
 
 /// The field a user fixes when the kind or selector is wrong.
 const FIELD: &str = "spec.observeObjects";
+
+/// The fields naming where a confined collection may not look.
+const NAMESPACE_FIELD: &str = "spec.observeObjects.namespace";
+const KIND_FIELD: &str = "spec.observeObjects.kind";
 
 /// Why reconciling an ObservedObjectCollection failed; each message says
 /// what to fix.
@@ -132,18 +145,19 @@ impl Error {
 }
 
 /// The collection reconciler: what its reconciles share.
-struct Collections {
+struct Collections<C: CollectionKind> {
     rt: Runtime,
     skeleton: Skeleton,
     reach: Reach,
     /// The Object controller's cache.
-    objects: Store<Object>,
+    objects: Store<C::Member>,
 }
 
-impl Collections {
-    /// The Objects of collection `name` that it controls (by owner `uid`),
+impl<C: CollectionKind> Collections<C> {
+    /// The Objects of collection `c` that it controls (by owner `uid`),
     /// from the Object controller's cache, with their manifests opened.
-    fn members(&self, name: &str, uid: &str) -> Vec<Object> {
+    fn members(&self, c: &C, uid: &str) -> Vec<C::Member> {
+        let (name, namespace) = (c.name_any(), c.namespace());
         self.objects
             .state()
             .iter()
@@ -151,7 +165,8 @@ impl Collections {
                 o.labels()
                     .get(COLLECTION_MEMBERSHIP_LABEL)
                     .map(String::as_str)
-                    == Some(name)
+                    == Some(name.as_str())
+                    && o.namespace() == namespace
                     && o.owner_references()
                         .iter()
                         .any(|r| r.uid == uid && r.controller == Some(true))
@@ -160,14 +175,24 @@ impl Collections {
             .collect()
     }
 
+    /// The Objects of `c`'s members, in its namespace if it has one.
+    fn member_api(&self, c: &C) -> Api<DynamicObject> {
+        let kind = ApiResource::erase::<C::Member>(&());
+        let client = self.rt.client.clone();
+        match c.namespace() {
+            Some(ns) => Api::namespaced_with(client, &ns, &kind),
+            None => Api::all_with(client, &kind),
+        }
+    }
+
     /// Server-side applies each of `members`, a few at a time.
     async fn apply_all(
         &self,
         members: &[&Member],
         owner: &OwnerReference,
-        config: &str,
+        c: &C,
     ) -> Result<(), Error> {
-        let api: Api<Object> = Api::all(self.rt.client.clone());
+        let api = self.member_api(c);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         // Owned futures: a stream of closures borrowing them would not be
         // Send for every lifetime the controller's future needs.
@@ -175,7 +200,7 @@ impl Collections {
             .iter()
             .map(|m| {
                 let (api, params) = (api.clone(), params.clone());
-                let (name, body) = (m.name.clone(), members::body(m, owner, config));
+                let (name, body) = (m.name.clone(), members::body(m, owner, c));
                 async move {
                     api.patch(&name, &params, &Patch::Apply(&body))
                         .await
@@ -189,8 +214,8 @@ impl Collections {
 
     /// Deletes the Objects `names`, a few at a time; one already gone is
     /// fine.
-    async fn delete_all(&self, names: &[String]) -> Result<(), Error> {
-        let api: Api<Object> = Api::all(self.rt.client.clone());
+    async fn delete_all(&self, names: &[String], c: &C) -> Result<(), Error> {
+        let api = self.member_api(c);
         let deletes: Vec<_> = names
             .iter()
             .map(|name| {
@@ -218,15 +243,24 @@ async fn all_of(work: Vec<impl Future<Output = Result<(), Error>>>) -> Result<()
 }
 
 /// The objects in `cluster` that `c` selects (`selector`, in the API's
-/// syntax). `target` names the cluster in messages.
-async fn matching(
+/// syntax), only in namespace `confined` if it is set. `target` names the
+/// cluster in messages.
+async fn matching<C: CollectionKind>(
     cluster: &RemoteCluster,
     target: &str,
-    c: &ObservedObjectCollection,
+    c: &C,
     selector: Option<&str>,
+    confined: Option<&str>,
 ) -> Result<Vec<Match>, Error> {
-    let what = &c.spec.observe_objects;
-    let namespace = what.namespace.as_deref().filter(|n| !n.is_empty());
+    let what = c.criteria();
+    let asked = what.namespace.as_deref().filter(|n| !n.is_empty());
+    if let (Some(own), Some(asked)) = (confined, asked)
+        && own != asked
+    {
+        let what = format!("{} objects in namespace {asked}", what.kind);
+        return Err(outside(NAMESPACE_FIELD, own, what));
+    }
+    let namespace = asked.or(confined);
     let located = managed::locate(
         cluster,
         target,
@@ -236,6 +270,12 @@ async fn matching(
         FIELD,
     )
     .await?;
+    if let Some(own) = confined
+        && located.namespace.is_none()
+    {
+        let what = format!("{} objects (cluster-scoped)", what.kind);
+        return Err(outside(KIND_FIELD, own, what));
+    }
     // `locate` scopes a namespaced kind to "default" when no namespace is
     // given; a collection without one looks in every namespace.
     let api = match (namespace, &located.namespace) {
@@ -265,18 +305,25 @@ async fn matching(
     }
 }
 
+/// A confined collection looking outside its namespace: `field` names
+/// `what`, which is outside `namespace`.
+fn outside(field: &str, namespace: &str, what: String) -> Error {
+    let e = object::Error::OutsideNamespace(field.to_owned(), namespace.to_owned(), what);
+    Error::Target(e)
+}
+
 /// Whether the collection was last reconciled successfully at its current
 /// generation: its Objects then hold only what its spec says, and one that
 /// has every field it should is up to date.
-fn synced_at_generation(c: &ObservedObjectCollection) -> bool {
-    let status = c.status.as_ref();
+fn synced_at_generation<C: CollectionKind>(c: &C) -> bool {
+    let status = c.status();
     status
         .and_then(|s| conditions::get(&s.conditions, conditions::TYPE_SYNCED))
-        .is_some_and(|s| s.status == "True" && s.observed_generation == c.metadata.generation)
+        .is_some_and(|s| s.status == "True" && s.observed_generation == c.meta().generation)
 }
 
-impl Reconciler for Collections {
-    type Object = ObservedObjectCollection;
+impl<C: CollectionKind> Reconciler for Collections<C> {
+    type Object = C;
     type Error = Error;
 
     fn skeleton(&self) -> &Skeleton {
@@ -296,31 +343,38 @@ impl Reconciler for Collections {
 
     async fn apply(
         &self,
-        c: &Arc<ObservedObjectCollection>,
+        c: &Arc<C>,
         status: &mut ObservedObjectCollectionStatus,
     ) -> Result<Action, Error> {
         let name = c.name_any();
         status.membership_label =
             BTreeMap::from([(COLLECTION_MEMBERSHIP_LABEL.to_owned(), name.clone())]);
-        status.observed_generation = c.metadata.generation;
+        status.observed_generation = c.meta().generation;
         let Some(owner) = c.controller_owner_ref(&()) else {
             // Only an object never stored has no UID.
             return Ok(Action::await_change());
         };
-        let selector =
-            members::selector(&c.spec.observe_objects.selector).map_err(Error::InvalidSelector)?;
-        let config = &c.spec.provider_config_ref.name;
-        let of = object::configs::ConfigRef::Legacy(config.clone());
-        let cluster = self.reach.connect(&of).await?;
-        let target = object::target_named(&of);
-        let listing = matching(&cluster, &target, c, selector.as_deref());
+        let selector = members::selector(&c.criteria().selector).map_err(Error::InvalidSelector)?;
+        let config = c.config();
+        let cluster = self.reach.connect(&config).await?;
+        let confined = (self.reach.configs.get(&config))
+            .and_then(|pc| configs::confined_to(c.namespace(), &pc));
+        let target = object::target_named(&config);
+        let c: &C = c;
+        let listing = matching(
+            &cluster,
+            &target,
+            c,
+            selector.as_deref(),
+            confined.as_deref(),
+        );
         let matches = self.rt.clusters.call(&target, &cluster, listing).await?;
         let wanted: Vec<Member> = matches.iter().map(|m| members::member(c, m)).collect();
-        let existing = self.members(&name, &owner.uid);
+        let existing = self.members(c, &owner.uid);
         let force = !synced_at_generation(c);
-        let plan = members::plan(&wanted, &existing, &owner.uid, config, force);
-        self.apply_all(&plan.apply, &owner, config).await?;
-        self.delete_all(&plan.delete).await?;
+        let plan = members::plan(&wanted, &existing, &owner.uid, &config, force);
+        self.apply_all(&plan.apply, &owner, c).await?;
+        self.delete_all(&plan.delete, c).await?;
         let (made, gone) = (plan.apply.len(), plan.delete.len());
         if made + gone > 0 {
             let note = format!(
@@ -337,7 +391,7 @@ impl Reconciler for Collections {
             conditions::available(),
             &conditions::now(),
         );
-        let poll = reconciler::jittered(self.rt.args.poll_interval, c.as_ref());
+        let poll = reconciler::jittered(self.rt.args.poll_interval, c);
         if plan.waiting > 0 {
             return Ok(Action::requeue(poll.min(WAITING_RECHECK)));
         }
@@ -346,7 +400,7 @@ impl Reconciler for Collections {
 
     async fn cleanup(
         &self,
-        _c: &Arc<ObservedObjectCollection>,
+        _c: &Arc<C>,
         _status: &mut ObservedObjectCollectionStatus,
     ) -> Result<Cleanup, Error> {
         // Without a finalizer there is nothing to hold a deletion for.
@@ -354,17 +408,23 @@ impl Reconciler for Collections {
     }
 }
 
-/// The ObservedObjectCollection controller: `reach` connects to the
-/// ProviderConfigs' clusters, `objects` is the Object controller's cache.
-pub fn controller(rt: &Runtime, reach: Reach, objects: Store<Object>) -> impl Future<Output = ()> {
-    let ctx = Arc::new(Collections {
+/// The controller of the collections of kind `C`, named `name`: `reach`
+/// connects to their configs' clusters, `objects` is the cache of the
+/// Object controller of their members' kind.
+pub fn controller<C: CollectionKind>(
+    rt: &Runtime,
+    name: &'static str,
+    reach: Reach,
+    objects: Store<C::Member>,
+) -> impl Future<Output = ()> {
+    let ctx = Arc::new(Collections::<C> {
         rt: rt.clone(),
-        skeleton: Skeleton::new(rt, CONTROLLER),
+        skeleton: Skeleton::new(rt, name),
         reach,
         objects,
     });
     let controller = trim::controller_of_own_status(
-        Api::<ObservedObjectCollection>::all(rt.client.clone()),
+        Api::<C>::all(rt.client.clone()),
         watcher::Config::default(),
         trim::nothing_else,
     )

@@ -290,11 +290,17 @@ pub fn reads_confined_to<K: ObjectKind>(obj: &K, config: Option<&Config>) -> Opt
 /// control cluster with the provider's own identity and does not reach
 /// the cluster.
 pub fn writes_confined_to<K: ObjectKind>(obj: &K, config: &Config) -> Option<String> {
+    confined_to(obj.namespace(), config)
+}
+
+/// The namespace what a namespaced object (one in `namespace`) reaches in
+/// the control cluster with the provider's own identity is confined to,
+/// if it is: its own, unless its config reaches the cluster. `None` for a
+/// cluster object, or a config with credentials of its own.
+pub fn confined_to(namespace: Option<String>, config: &Config) -> Option<String> {
     let injected = config.credentials.source == v1alpha1::CredentialsSource::InjectedIdentity;
-    if !injected {
-        return None;
-    }
-    reads_confined_to(obj, Some(config))
+    let namespace = namespace.filter(|_| injected)?;
+    (config.reach != Reach::Cluster).then_some(namespace)
 }
 
 /// Remembers each ProviderConfig's generation, to tell a change of its spec

@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{Condition, LocalObjectReference, conditions_schema};
 use crate::kubernetes::{
-    v1alpha1::{Identity, ProviderCredentials},
+    v1alpha1::{
+        Identity, ObserveObjectCriteria, ObservedObjectCollectionStatus, ObservedObjectTemplate,
+        ProviderCredentials,
+    },
     v1alpha2::{ConnectionDetail, ManagementAction, ObjectParameters, ObjectStatus, Readiness},
 };
 
@@ -263,10 +266,51 @@ pub struct ProviderConfigStatus {
     pub users: Option<i64>,
 }
 
+/// Desired state of a namespaced ObservedObjectCollection.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    doc = "An ObservedObjectCollection keeps one observe-only Object, in its own namespace, for every object of a kind that matches a label selector in the cluster its ProviderConfig or ClusterProviderConfig reaches. With the provider's own identity it looks only in its own namespace, unless the ClusterProviderConfig says otherwise.",
+    group = "kubernetes.m.crossplane.io",
+    version = "v1alpha1",
+    kind = "ObservedObjectCollection",
+    namespaced,
+    status = "ObservedObjectCollectionStatus",
+    category = "crossplane",
+    category = "managed",
+    category = "kubernetes",
+    // As the cluster collection's columns (see there).
+    printcolumn = r#"{"name":"KIND","type":"string","jsonPath":".spec.observeObjects.kind"}"#,
+    printcolumn = r#"{"name":"APIVERSION","type":"string","jsonPath":".spec.observeObjects.apiVersion","priority":1}"#,
+    printcolumn = r#"{"name":"PROVIDERCONFIG","type":"string","jsonPath":".spec.providerConfigRef.name"}"#,
+    printcolumn = r#"{"name":"SYNCED","type":"string","jsonPath":".status.conditions[?(@.type=='Synced')].status"}"#,
+    printcolumn = r#"{"name":"READY","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedObjectCollectionSpec {
+    /// ObserveObjects says which objects are members of this collection.
+    /// With the provider's own identity (InjectedIdentity), only objects
+    /// in this collection's namespace can be, unless its
+    /// ClusterProviderConfig says spec.reach: Cluster.
+    pub observe_objects: ObserveObjectCriteria,
+
+    /// ProviderConfigRef names the ProviderConfig (in this namespace) or
+    /// ClusterProviderConfig of the cluster the objects are looked for in;
+    /// the collection's Objects use it too.
+    #[serde(default)]
+    pub provider_config_ref: ProviderConfigReference,
+
+    /// ObjectTemplate, when set, gives the labels and annotations of the
+    /// collection's Objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_template: Option<ObservedObjectTemplate>,
+}
+
 crate::conditioned!(
     Object => ObjectStatus,
     ProviderConfig => ProviderConfigStatus,
     ClusterProviderConfig => ProviderConfigStatus,
+    ObservedObjectCollection => ObservedObjectCollectionStatus,
 );
 
 /// The ProviderConfigUsage CRD as upstream serves it (its fields at the
