@@ -303,8 +303,10 @@ fn clock_ticks() -> f64 {
 }
 
 /// `crossplane_rs_kube_api_requests_total` by (cluster, verb), and
-/// `crossplane_rs_reconcile_total` by ("reconciles", result), of the binary
-/// serving /metrics at `addr` (empty when it does not answer).
+/// `crossplane_rs_reconcile_total` by ("reconciles", result), and
+/// `crossplane_rs_watch_wakeups_total` as ("reconciles", "woken_by_watch")
+/// (reconciles a shared watch asked for: a watched object changed), of
+/// the binary serving /metrics at `addr` (empty when it does not answer).
 pub fn scrape(addr: SocketAddr) -> BTreeMap<(String, String), f64> {
     let body = e2e::http_get(addr, "/metrics")
         .map(|(_, b)| b)
@@ -317,6 +319,9 @@ pub fn scrape(addr: SocketAddr) -> BTreeMap<(String, String), f64> {
             }
             "crossplane_rs_reconcile_total" => {
                 ("reconciles".to_owned(), s.label("result").to_owned())
+            }
+            "crossplane_rs_watch_wakeups_total" => {
+                ("reconciles".to_owned(), "woken_by_watch".to_owned())
             }
             _ => continue,
         };
