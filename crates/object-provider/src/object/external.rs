@@ -3,6 +3,7 @@
 //! cannot answer yet), created and updated with one server-side apply by the
 //! Object's own field manager, deleted with one DELETE.
 
+use kube::runtime::reflector::ObjectRef;
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, DynamicObject, Patch},
@@ -37,6 +38,8 @@ pub struct ManagedObject<'a, K: ObjectKind> {
     /// What the cache knew when it was located.
     cached: Cached,
     uid: String,
+    /// The Object, as its watch wakes it.
+    dependent: ObjectRef<K>,
     field_manager: String,
     /// "ConfigMap name", as messages say it.
     pub what: String,
@@ -162,6 +165,7 @@ fn at<'a, K: ObjectKind>(
         manifest,
         cached,
         uid: obj.uid().unwrap_or_default(),
+        dependent: ObjectRef::from_obj(obj),
         field_manager: manifest::field_manager(obj),
         cluster: target_of(obj),
         never_observed: obj
@@ -200,6 +204,9 @@ impl<K: ObjectKind> ManagedObject<'_, K> {
     }
 
     async fn apply(&self) -> Result<Value, Error> {
+        // Its own watch event, arriving before the answer, wakes no
+        // second reconcile of this Object.
+        let writing = self.ctx.watches.writing(&self.dependent, &self.target);
         let answer = self
             .api
             .patch(
@@ -211,7 +218,7 @@ impl<K: ObjectKind> ManagedObject<'_, K> {
             .map_err(|e| self.failed("applying", e))?;
         let live = manifest::as_value(&answer, &self.target.resource);
         self.ctx.applied.remember(&self.uid, &self.manifest, &live);
-        self.ctx.watches.written(&self.target, answer);
+        writing.written(answer);
         Ok(live)
     }
 }

@@ -14,7 +14,10 @@
 //!
 //! When a watched object changes (anyone's write, ours included) every
 //! dependent that read it, and only those, is sent on the wake stream that
-//! [`Watches::new`] returns; hand it to `Controller::reconcile_on`.
+//! [`Watches::new`] returns; hand it to `Controller::reconcile_on`. A
+//! dependent writing the object ([`Watches::writing`]) is not woken by the
+//! event of its own write, which may arrive before the write's answer: a
+//! reconcile per write saved.
 //!
 //! The cache holds objects without `metadata.managedFields`. It keeps the
 //! newest version it saw: a watch event or an object this process just wrote
@@ -41,7 +44,7 @@ mod target;
 mod task;
 
 pub use cache::TOMBSTONE_TTL;
-pub use session::{Session, Watches};
+pub use session::{Session, Watches, Writing};
 pub use target::{Cached, Scope, Target};
 
 #[cfg(test)]

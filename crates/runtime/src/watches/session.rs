@@ -87,6 +87,30 @@ where
         }
     }
 
+    /// Starts a write by `dependent` to `target`: until it ends, a watch
+    /// event of `target` does not wake `dependent` (whose reconcile is
+    /// running and goes on with the answer), unless the answer turns out
+    /// older than the event. End it with [`Writing::written`]; dropped
+    /// without (the write failed), it wakes `dependent` if an event was
+    /// held back.
+    pub fn writing(&self, dependent: &ObjectRef<K>, target: &Target) -> Writing<K> {
+        let id = match self.shared.state.lock() {
+            Ok(mut state) => Some(state.begin_write(dependent, &target.key())),
+            Err(_) => None,
+        };
+        Writing {
+            watches: self.clone(),
+            id,
+        }
+    }
+
+    fn end_write(&self, id: u64, answer: Option<DynamicObject>) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            let woken = state.end_write(id, answer);
+            self.shared.wake(woken);
+        }
+    }
+
     /// How many shared watches are open.
     pub fn open(&self) -> usize {
         self.shared.state.lock().map_or(0, |s| s.watches.len())
@@ -118,6 +142,39 @@ where
             Err(_) => Vec::new(),
         };
         drop(stopped);
+    }
+}
+
+/// A write in flight (see [`Watches::writing`]).
+pub struct Writing<K>
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    watches: Watches<K>,
+    id: Option<u64>,
+}
+
+impl<K> Writing<K>
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    /// The write was answered with `object`: it goes into the cache, as
+    /// [`Watches::written`] puts it.
+    pub fn written(mut self, object: DynamicObject) {
+        if let Some(id) = self.id.take() {
+            self.watches.end_write(id, Some(object));
+        }
+    }
+}
+
+impl<K> Drop for Writing<K>
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.watches.end_write(id, None);
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use kube::{Resource, api::DynamicObject, runtime::reflector::ObjectRef};
 use prometheus::{IntCounter, IntGauge};
 use tokio::task::AbortHandle;
 
-use super::cache::{Cache, TOMBSTONE_TTL};
+use super::cache::{Cache, TOMBSTONE_TTL, not_older};
 use super::target::{Cached, ObjKey, TargetKey, WatchKey};
 
 /// What a watch task reports.
@@ -78,6 +78,8 @@ pub(super) struct State<K: Resource> {
     pub(super) watches: HashMap<WatchKey, Watch<K>>,
     /// What each dependent reads.
     pub(super) interest: HashMap<ObjectRef<K>, HashSet<TargetKey>>,
+    /// Writes in flight, by id.
+    pub(super) writing: HashMap<u64, InFlight<K>>,
 }
 
 impl<K: Resource> Default for State<K> {
@@ -85,9 +87,26 @@ impl<K: Resource> Default for State<K> {
         Self {
             watches: HashMap::new(),
             interest: HashMap::new(),
+            writing: HashMap::new(),
         }
     }
 }
+
+/// A write by `dependent` to the object `key`, sent and not yet answered.
+/// A watch event of that object arriving meanwhile (most often the write's
+/// own, which can come before its answer) does not wake the writer: its
+/// reconcile is still running and goes on with the answer. The newest such
+/// event is held, and wakes the writer only if it turns out newer than the
+/// answer, or the write failed.
+pub(super) struct InFlight<K: Resource> {
+    pub(super) key: TargetKey,
+    pub(super) dependent: ObjectRef<K>,
+    /// The resourceVersion of the newest event held back, if any.
+    pub(super) held: Option<Option<String>>,
+}
+
+/// The source of write ids.
+static NEXT_WRITE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The source of watch ids.
 pub(super) static NEXT_WATCH_ID: AtomicU64 = AtomicU64::new(1);
@@ -197,6 +216,66 @@ impl<K: Resource<DynamicType = ()>> State<K> {
         }
     }
 
+    /// `dependent` is about to write `key`: the id to end the write with.
+    pub(super) fn begin_write(&mut self, dependent: &ObjectRef<K>, key: &TargetKey) -> u64 {
+        let id = NEXT_WRITE_ID.fetch_add(1, Ordering::Relaxed);
+        let write = InFlight {
+            key: key.clone(),
+            dependent: dependent.clone(),
+            held: None,
+        };
+        self.writing.insert(id, write);
+        id
+    }
+
+    /// The write `id` ended: answered with `answer` (put in the cache), or
+    /// failed (`None`). Whom to wake: the writer, if an event held back
+    /// while it was in flight is newer than the answer, or the write
+    /// failed after one was held.
+    pub(super) fn end_write(
+        &mut self,
+        id: u64,
+        answer: Option<DynamicObject>,
+    ) -> Vec<ObjectRef<K>> {
+        let Some(write) = self.writing.remove(&id) else {
+            return Vec::new();
+        };
+        let newer = match (&write.held, &answer) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(held), Some(a)) => {
+                let answered = a.metadata.resource_version.as_deref();
+                held.as_deref() != answered && not_older(held.as_deref(), answered)
+            }
+        };
+        if let Some(a) = answer {
+            self.written(&write.key, a);
+        }
+        if newer {
+            vec![write.dependent]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Of `woken`, by a change of `key` at `resource_version`, the writers
+    /// of `key` in flight are held back.
+    fn hold_writers(
+        &mut self,
+        key: TargetKey,
+        resource_version: Option<String>,
+        mut woken: Vec<ObjectRef<K>>,
+    ) -> Vec<ObjectRef<K>> {
+        for write in self.writing.values_mut().filter(|w| w.key == key) {
+            let before = woken.len();
+            woken.retain(|d| *d != write.dependent);
+            if woken.len() < before {
+                write.held = Some(resource_version.clone());
+            }
+        }
+        woken
+    }
+
     /// Applies what watch `id` of `key` reports; returns whom to wake.
     pub(super) fn change(
         &mut self,
@@ -231,10 +310,16 @@ impl<K: Resource<DynamicType = ()>> State<K> {
             }
             Change::Apply(o) => {
                 cache.prune(now, TOMBSTONE_TTL);
+                let rv = o.metadata.resource_version.clone();
                 if let Some(k) = key_of(&o)
                     && cache.put(k.clone(), strip(o))
                 {
-                    return watch.readers_of(&k);
+                    let woken = watch.readers_of(&k);
+                    let key = TargetKey {
+                        watch: key.clone(),
+                        object: k,
+                    };
+                    return self.hold_writers(key, rv, woken);
                 }
             }
             Change::Delete(o) => {

@@ -370,3 +370,43 @@ fn field_selector_values_are_escaped() {
     assert_eq!(escape_selector_value("a-b.c"), "a-b.c");
     assert_eq!(escape_selector_value(r"a,b=c\d"), r"a\,b\=c\\d");
 }
+
+#[test]
+fn the_event_of_a_writers_own_write_does_not_wake_it_again() {
+    let (mut s, w, id) = state_with_synced_watch(&[("a", "x"), ("b", "x")]);
+    let now = Instant::now();
+    let x = TargetKey {
+        watch: w.clone(),
+        object: key("x"),
+    };
+    // The event of a's write comes before its answer: b is woken, a not.
+    let write = s.begin_write(&dep("a"), &x);
+    let woken = s.change(&w, id, Change::Apply(object("ns", "x", "5")), now);
+    assert_eq!(sorted(woken), ["b"]);
+    assert!(s.end_write(write, Some(object("ns", "x", "5"))).is_empty());
+    assert!(s.writing.is_empty());
+    // Someone's later change came first: the writer is woken for it.
+    let write = s.begin_write(&dep("a"), &x);
+    s.change(&w, id, Change::Apply(object("ns", "x", "7")), now);
+    assert_eq!(
+        sorted(s.end_write(write, Some(object("ns", "x", "6")))),
+        ["a"]
+    );
+    // A write that failed after an event was held back wakes the writer;
+    // one that saw no event wakes nobody.
+    let write = s.begin_write(&dep("a"), &x);
+    s.change(&w, id, Change::Apply(object("ns", "x", "8")), now);
+    assert_eq!(sorted(s.end_write(write, None)), ["a"]);
+    let write = s.begin_write(&dep("a"), &x);
+    assert!(s.end_write(write, None).is_empty());
+    // After the write, its events wake the writer as before.
+    assert_eq!(
+        sorted(s.change(&w, id, Change::Apply(object("ns", "x", "9")), now)),
+        ["a", "b"]
+    );
+    // A deletion is never held back.
+    let write = s.begin_write(&dep("a"), &x);
+    let woken = s.change(&w, id, Change::Delete(object("ns", "x", "10")), now);
+    assert_eq!(sorted(woken), ["a", "b"]);
+    assert!(s.end_write(write, None).is_empty());
+}
