@@ -372,10 +372,16 @@ pub fn yaml_documents(relative: &str) -> Vec<serde_json::Value> {
     let path = testenv::repo_root().join(relative);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_saphyr::from_multiple::<serde_json::Value>(&text)
-        .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+    yaml_documents_of(&text, &path.display().to_string())
+}
+
+/// The YAML documents of `text` (named `what` in a failure) as JSON; empty
+/// and comment-only documents are left out.
+pub fn yaml_documents_of(text: &str, what: &str) -> Vec<serde_json::Value> {
+    serde_saphyr::from_multiple::<serde_json::Value>(text)
+        .unwrap_or_else(|e| panic!("parsing {what}: {e}"))
         .into_iter()
-        .filter(|d| !d.is_null())
+        .filter(serde_json::Value::is_object)
         .collect()
 }
 

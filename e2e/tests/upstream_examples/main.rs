@@ -33,7 +33,10 @@ use sides::*;
 
 /// The YAML documents of an example file.
 fn documents(path: &Path) -> Vec<Value> {
-    documents_of(&std::fs::read_to_string(path).unwrap())
+    e2e::yaml_documents_of(
+        &std::fs::read_to_string(path).unwrap(),
+        &path.display().to_string(),
+    )
 }
 
 /// An Object of a file: (resource for kubectl, namespace, name).
@@ -368,7 +371,7 @@ fn upstreams_provider_configs_apply_and_cloud_identities_are_named_in_the_condit
         let text = text
             .replace("name: kubernetes-provider", &format!("name: {config}"))
             .replace("name: cluster-config", &format!("name: {config}"));
-        let ty = documents_of(&text)
+        let ty = e2e::yaml_documents_of(&text, &file)
             .iter()
             .find_map(|d| {
                 d.pointer("/spec/identity/type")
@@ -407,13 +410,4 @@ fn upstreams_provider_configs_apply_and_cloud_identities_are_named_in_the_condit
             "--wait=true",
         ]);
     }
-}
-
-/// YAML documents as JSON (comment-only documents left out).
-fn documents_of(text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple::<Value>(text)
-        .unwrap_or_else(|e| panic!("parsing an example: {e}"))
-        .into_iter()
-        .filter(Value::is_object)
-        .collect()
 }
