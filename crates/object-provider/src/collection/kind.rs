@@ -78,13 +78,7 @@ impl CollectionKind for m::ObservedObjectCollection {
     }
     fn config(&self) -> ConfigRef {
         let r = &self.spec.provider_config_ref;
-        match r.kind {
-            m::ProviderConfigKind::ClusterProviderConfig => ConfigRef::Cluster(r.name.clone()),
-            m::ProviderConfigKind::ProviderConfig => ConfigRef::Local {
-                namespace: self.namespace().unwrap_or_default(),
-                name: r.name.clone(),
-            },
-        }
+        ConfigRef::named(Some(r.kind), r.name.clone(), self.namespace())
     }
     fn config_ref(&self) -> Value {
         json!(self.spec.provider_config_ref)

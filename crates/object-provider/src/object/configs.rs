@@ -79,13 +79,26 @@ impl ConfigRef {
 /// The config `obj` uses.
 pub fn config_of<K: ObjectKind>(obj: &K) -> ConfigRef {
     let name = obj.view().spec.provider_config_ref.name.clone();
-    match obj.config_kind() {
-        None => ConfigRef::Legacy(name),
-        Some(ProviderConfigKind::ClusterProviderConfig) => ConfigRef::Cluster(name),
-        Some(ProviderConfigKind::ProviderConfig) => ConfigRef::Local {
-            namespace: obj.namespace().unwrap_or_default(),
-            name,
-        },
+    ConfigRef::named(obj.config_kind(), name, obj.namespace())
+}
+
+impl ConfigRef {
+    /// The config named `name` of kind `kind` (None: a
+    /// `kubernetes.crossplane.io` ProviderConfig), as a user in `namespace`
+    /// names it (a ProviderConfig is in the user's namespace).
+    pub fn named(
+        kind: Option<ProviderConfigKind>,
+        name: String,
+        namespace: Option<String>,
+    ) -> Self {
+        match kind {
+            None => Self::Legacy(name),
+            Some(ProviderConfigKind::ClusterProviderConfig) => Self::Cluster(name),
+            Some(ProviderConfigKind::ProviderConfig) => Self::Local {
+                namespace: namespace.unwrap_or_default(),
+                name,
+            },
+        }
     }
 }
 
