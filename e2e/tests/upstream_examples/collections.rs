@@ -11,7 +11,7 @@ use super::sides::SETTLE;
 use super::{Side, condition, ours, settled, upstream, upstream_log_tail};
 
 /// The label upstream's (and ours') collection puts on its Objects.
-const MEMBERSHIP: &str = "kubernetes.crossplane.io/owned-by-collection";
+const MEMBERSHIP: &str = types::kubernetes::v1alpha1::COLLECTION_MEMBERSHIP_LABEL;
 
 /// A collection of a file: its group, namespace, name, and its template's
 /// labels and annotations.
