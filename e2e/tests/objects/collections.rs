@@ -56,13 +56,10 @@ fn observed(objects: &[ObjectV2]) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-fn condition_of(c: &ObservedObjectCollection, t: &str) -> Option<(String, String)> {
-    c.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|x| x.type_ == t)
-        .map(|x| (x.status.clone(), x.message.clone().unwrap_or_default()))
+/// The condition `t` of a collection of either kind: (status, message).
+fn condition_of<C: types::common::Conditioned>(c: &C, t: &str) -> Option<(String, String)> {
+    let (status, _, message) = condition_in(C::conditions(c.status()?), t)?;
+    Some((status, message))
 }
 
 fn is_true(o: &ObjectV2, t: &str) -> bool {
@@ -386,7 +383,7 @@ async fn a_namespaced_collection_observes_only_its_own_namespace_unless_its_conf
             &format!("collection {name} Synced=False saying {needle}"),
             || async {
                 let c = collections.get_opt(name).await.ok()??;
-                let (status, msg) = condition_of_m(&c, "Synced")?;
+                let (status, msg) = condition_of(&c, "Synced")?;
                 (status == "False" && msg.contains(&needle)).then_some(())
             },
         )
@@ -462,17 +459,4 @@ async fn a_namespaced_collection_observes_only_its_own_namespace_unless_its_conf
             .await
             .unwrap();
     }
-}
-
-fn condition_of_m(c: &m::ObservedObjectCollection, t: &str) -> Option<(String, String)> {
-    let found = c
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|x| x.type_ == t)?;
-    Some((
-        found.status.clone(),
-        found.message.clone().unwrap_or_default(),
-    ))
 }
