@@ -16,6 +16,7 @@ use kube::{
     api::{DeleteParams, DynamicObject, Patch, PostParams},
     core::PartialObjectMeta,
     discovery::ApiResource,
+    runtime::reflector::ObjectRef,
 };
 use runtime::{
     managed::{self, Deletion, External, Found, Located, Observation, RequestFailed},
@@ -136,6 +137,11 @@ impl<'a> Remote<'a> {
 
     fn what(&self) -> String {
         self.target.describe(self.located.namespace.as_deref())
+    }
+
+    /// This resource, as the watches wake it.
+    fn dependent(&self) -> ObjectRef<Res> {
+        ObjectRef::from_obj(self.res)
     }
 
     /// The namespace propagated Secrets go to: the object's, or "default"
@@ -261,12 +267,15 @@ impl<'a> Remote<'a> {
         );
         let target = self.secret_target(&write.name);
         let what = format!("Secret {secret_ns}/{}", write.name);
+        // Its own watch event, arriving before the answer, wakes no
+        // second reconcile of this resource.
+        let writing = self.ctx.watches.writing(&self.dependent(), &target);
         let written = if write.create {
             self.create_secret(&target, &body, &what).await?
         } else {
             self.apply(&target, &body, &what).await?
         };
-        self.ctx.watches.written(&target, written);
+        writing.written(written);
         Ok(())
     }
 
@@ -330,8 +339,9 @@ impl<'a> Remote<'a> {
             return Ok(live);
         }
         let target = self.object_target();
+        let writing = self.ctx.watches.writing(&self.dependent(), &target);
         let answer = self.apply(&target, &self.desired, &self.what()).await?;
-        self.ctx.watches.written(&target, answer.clone());
+        writing.written(answer.clone());
         let value =
             serde_json::to_value(&answer).map_err(|e| Error::Serialize("the remote object", e))?;
         self.ctx.applied.remember(&self.uid, &self.desired, &value);
