@@ -33,16 +33,18 @@ cargo build --workspace --bins --tests --locked
 step "tests (unit, crds/ up to date, e2e against real API servers)"
 # Each test binary starts one control plane; its tests share it and run in
 # parallel, each in its own namespace. They mostly wait on API servers, so
-# more threads than cores is right. --no-fail-fast: one failing test binary
-# does not hide the results of the others.
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# more threads than cores is right, and two binaries run at once
+# (hack/lib/lanes.sh). Every binary runs even when one fails.
+# shellcheck source=lib/lanes.sh
+source hack/lib/lanes.sh
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
 set +e
-cargo test --workspace --locked --no-fail-fast -- --test-threads="${TEST_THREADS:-6}" 2>&1 | tee "$log"
+cargo test --workspace --locked --doc 2>&1 | tee -a "$summary"
 status=${PIPESTATUS[0]}
+run_in_lanes "${TEST_LANES:-2}" "${TEST_THREADS:-6}" "$summary" || status=1
 set -e
-# One closing line for the whole run (cargo's own last line belongs to
-# whichever target ran last, often one without tests).
-awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+# One closing line for the whole run.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$summary"
 step "done"
 exit "$status"
