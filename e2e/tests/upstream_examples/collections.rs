@@ -4,11 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use e2e::wait_blocking;
 use serde_json::Value;
 
-use super::sides::SETTLE;
-use super::{Side, condition, ours, settled, upstream, upstream_log_tail};
+use super::sides::on_both;
+use super::{Side, condition, settled};
 
 /// The label upstream's (and ours') collection puts on its Objects.
 const MEMBERSHIP: &str = types::kubernetes::v1alpha1::COLLECTION_MEMBERSHIP_LABEL;
@@ -91,41 +90,40 @@ impl Collection {
 /// How the collections of `file` (its documents `docs`, applied to both
 /// sides) differ between the sides (empty: they do not).
 pub fn compare_collections(file: &str, docs: &[Value]) -> Vec<String> {
-    let (ours, upstream) = (ours(), upstream());
     let mut differences = Vec::new();
     for c in collections_of(docs) {
-        let both = |what: &str, f: &dyn Fn(Side) -> Option<Value>| {
-            wait_blocking(
-                SETTLE,
-                &format!("{file}: collection {} {what} on both sides", c.name),
-                || match (f(ours), f(upstream)) {
-                    (Some(a), Some(b)) => Ok((a, b)),
-                    other => Err(format!("(ours, upstream's) = {other:?}")),
-                },
-                upstream_log_tail,
-            )
-        };
-        let states = both("to settle", &|side| {
-            c.state(side).map(|s| serde_json::json!(s))
-        });
-        if states.0 != states.1 {
+        let states = on_both(
+            &format!(
+                "{file}: collection {} to settle alike on both sides",
+                c.name
+            ),
+            |side| c.state(side),
+        );
+        if let Err((mine, theirs)) = states {
             differences.push(format!(
-                "{file}: collection {}: (Synced, Ready) ours {}, upstream's {}",
-                c.name, states.0, states.1
+                "{file}: collection {}: (Synced, Ready) ours {mine:?}, upstream's {theirs:?}",
+                c.name
             ));
             continue;
         }
         // A settled collection has made its Objects; each settles next.
-        let members = both("Objects to settle", &|side| {
-            c.members(side).map(|m| serde_json::json!(m))
-        });
-        if members.0 != members.1 {
-            differences.push(format!(
-                "{file}: collection {}: Objects ours {}, upstream's {}",
-                c.name, members.0, members.1
-            ));
-        }
-        let count = members.0.as_object().map_or(0, |m| m.len());
+        let members = match on_both(
+            &format!(
+                "{file}: collection {}'s Objects alike on both sides",
+                c.name
+            ),
+            |side| c.members(side),
+        ) {
+            Ok(members) => members,
+            Err((mine, theirs)) => {
+                differences.push(format!(
+                    "{file}: collection {}: Objects ours {mine:?}, upstream's {theirs:?}",
+                    c.name
+                ));
+                mine
+            }
+        };
+        let count = members.len();
         eprintln!("{file}: collection {}: {count} Objects", c.name);
     }
     differences

@@ -163,39 +163,31 @@ fn compare(file: &str) -> Vec<String> {
         ));
     }
     for object in objects.iter().filter(|_| !refused) {
-        let states = wait_blocking(
-            SETTLE,
-            &format!("{file}: {} {} to settle on both sides", object.0, object.2),
-            || {
-                let ours_now = object_on(ours, object).as_ref().and_then(settled);
-                let theirs_now = object_on(upstream, object).as_ref().and_then(settled);
-                match (ours_now, theirs_now) {
-                    (Some(a), Some(b)) => Ok((a, b)),
-                    other => Err(format!("(ours, upstream's) = {other:?}")),
-                }
-            },
-            || {
-                format!(
-                    "ours: {:?}\nupstream's: {:?}\nupstream's log tail: {}",
-                    object_on(ours, object).and_then(|o| o.pointer("/status").cloned()),
-                    object_on(upstream, object).and_then(|o| o.pointer("/status").cloned()),
-                    upstream_log_tail()
-                )
-            },
-        );
-        if states.0 != states.1 {
-            differences.push(format!(
-                "{file}: Object {}: (Synced, Ready) ours {:?}, upstream's {:?}",
-                object.2, states.0, states.1
-            ));
-            continue;
-        }
-        if states.0.1 == "True" {
-            let ours_obj = object_on(ours, object).unwrap();
-            let theirs_obj = object_on(upstream, object).unwrap();
-            let mine = managed_on(ours, &ours_obj).map(|l| essence(&l));
-            let theirs = managed_on(upstream, &theirs_obj).map(|l| essence(&l));
-            if mine != theirs {
+        let states = match on_both(
+            &format!(
+                "{file}: {} {} to settle alike on both sides",
+                object.0, object.2
+            ),
+            |side| object_on(side, object).as_ref().and_then(settled),
+        ) {
+            Ok(state) => state,
+            Err((mine, theirs)) => {
+                differences.push(format!(
+                    "{file}: Object {}: (Synced, Ready) ours {mine:?}, upstream's {theirs:?}",
+                    object.2
+                ));
+                continue;
+            }
+        };
+        if states.1 == "True" {
+            let managed = on_both(
+                &format!(
+                    "{file}: {} {}'s managed object alike on both sides",
+                    object.0, object.2
+                ),
+                |side| object_on(side, object).map(|o| managed_on(side, &o).map(|l| essence(&l))),
+            );
+            if let Err((mine, theirs)) = managed {
                 differences.push(format!(
                     "{file}: Object {}: managed object ours {mine:?}, upstream's {theirs:?}",
                     object.2

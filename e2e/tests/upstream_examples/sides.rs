@@ -253,3 +253,43 @@ pub fn upstream_log_tail() -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
+
+/// What `look` finds on both sides once both give a value and the values
+/// agree, within [`SETTLE`]; `Err((ours, upstream's))` with the last values
+/// when both gave one but they never agreed. A side may pass through a
+/// state the other skips (a reference the same file makes, missing at its
+/// first reconcile and there at the other's), so the first values seen are
+/// not yet an answer. Fails the test when a side never gives a value.
+pub fn on_both<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    look: impl Fn(Side) -> Option<T>,
+) -> Result<T, (T, T)> {
+    let (ours, upstream) = (ours(), upstream());
+    let mut last = None;
+    let agreed = e2e::wait::poll_blocking(SETTLE, e2e::wait::EVERY, what, || {
+        match (look(ours), look(upstream)) {
+            (Some(a), Some(b)) if a == b => Ok(a),
+            (Some(a), Some(b)) => {
+                let seen = format!("ours {a:?}, upstream's {b:?}");
+                last = Some((a, b));
+                Err(seen)
+            }
+            other => {
+                let seen = format!("(ours, upstream's) = {other:?}");
+                last = None;
+                Err(seen)
+            }
+        }
+    });
+    match (agreed, last) {
+        (Ok((value, _)), _) => Ok(value),
+        (Err(_), Some(differing)) => Err(differing),
+        (Err(out), None) => panic!(
+            "{}",
+            out.message(Some(format!(
+                "upstream's log tail: {}",
+                super::upstream_log_tail()
+            )))
+        ),
+    }
+}
