@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Builds the pinned upstream binaries the crossplane-rs tests run against
 # (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# kube-proxy, kubectl, registry, the upstream crossplane CLI `crank`, and
-# provider-kubernetes at every pinned release together with that release's
+# kube-proxy, kubectl, registry, the upstream crossplane CLI `crank`, cosign,
+# and provider-kubernetes at every pinned release together with that release's
 # unmodified package/ directory) from source via the Go module proxy, once per
 # version, into a cache outside the repo; and builds the test node's small
-# static programs from hack/node-programs/. It builds only: Debian packages
+# static programs from hack/node-programs/. provider-kubernetes v1.3.0 and
+# later require github.com/nebius/gosdk, which the Go module proxy refuses
+# (403): those are built with that one module replaced by the stub in
+# hack/stubs/nebius-gosdk/, so nebius identity support is not built into these
+# test binaries (a ProviderConfig using it fails with an error saying so).
+# It builds only: Debian packages
 # are hack/install-debian-packages.sh's (the test node's containerd, runc,
 # containernetworking-plugins and iptables, which the callers install after
 # this; docker-registry, which stands in for a registry that fails to build).
@@ -19,6 +24,7 @@
 #   etcd-<ver>/etcd
 #   registry-<ver>/registry
 #   crank-<ver>/crank                        (CROSSPLANE_CLI_VERSION)
+#   cosign-<ver>/cosign                      (COSIGN_VERSION)
 #   provider-kubernetes-<ver>/provider       (each of PROVIDER_KUBERNETES_VERSIONS)
 #   provider-kubernetes-<ver>/package/       (upstream's package/: crossplane.yaml, crds/)
 #   provider-kubernetes-<ver>/examples/      (upstream's examples/, applied unchanged by the tests)
@@ -53,11 +59,11 @@ source "$HACK_DIR/lib/steps.sh"
 [[ -r "$HACK_DIR/versions.env" ]] || die "cannot read $HACK_DIR/versions.env"
 # shellcheck source=versions.env
 source "$HACK_DIR/versions.env"
-for var in KUBERNETES_VERSION ETCD_VERSION REGISTRY_VERSION CROSSPLANE_CLI_VERSION PROVIDER_KUBERNETES_VERSIONS; do
+for var in KUBERNETES_VERSION ETCD_VERSION REGISTRY_VERSION CROSSPLANE_CLI_VERSION COSIGN_VERSION PROVIDER_KUBERNETES_VERSIONS; do
   [[ -n "${!var:-}" ]] || die "$var is not set in $HACK_DIR/versions.env"
 done
 IFS=, read -ra PROVIDER_KUBERNETES_VERS <<<"$PROVIDER_KUBERNETES_VERSIONS"
-for v in "$CROSSPLANE_CLI_VERSION" "${PROVIDER_KUBERNETES_VERS[@]}"; do
+for v in "$CROSSPLANE_CLI_VERSION" "$COSIGN_VERSION" "${PROVIDER_KUBERNETES_VERS[@]}"; do
   [[ "$v" =~ ^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]*)?$ ]] ||
     die "'$v' in $HACK_DIR/versions.env is not a module version like v1.2.3"
 done
@@ -433,6 +439,40 @@ build_crank() {
   build_in_throwaway_module crank "$mod" "$ver" "$ld" "$extra" "crank=$mod/cmd/crank"
 }
 
+# Upstream cosign (main package cmd/cosign), which the tests use to sign
+# and attest packages in a local registry, offline. Built in a throwaway
+# module like crank, which selects exactly cosign's own dependency versions.
+build_cosign() {
+  local ver="$COSIGN_VERSION" ld="" m extra="" rmod=sigs.k8s.io/release-utils rver
+  local mod="github.com/sigstore/cosign"
+  [[ "$ver" =~ ^v([2-9]|[1-9][0-9]+)\. ]] && mod+="/v${BASH_REMATCH[1]}"
+  if all_present "$CACHE/cosign-$ver" cosign; then log "cosign $ver: cached"; return 0; fi
+  need_go
+  mkdir -p "$CACHE/logs"
+  log "cosign $ver: fetching $mod from the Go module proxy…"
+  mod_download "$mod" "$ver" "$CACHE/logs/cosign-$ver-download.log"
+  GO_DIRECTIVE="$(go_line "$MOD_GOMOD")"
+  [[ -n "$GO_DIRECTIVE" ]] || die "$mod $ver: no 'go' directive in $MOD_GOMOD"
+  require_go "$GO_DIRECTIVE" "$mod $ver"
+  GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
+  while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+  # Stamped like upstream's Makefile (LDFLAGS), so that `cosign version`
+  # reports $ver: the variables are in $rmod/version, at the version cosign
+  # requires.
+  rver="$(awk -v m="$rmod" '$1 == "require" { $1 = ""; $0 = $0 } $1 == m { print $2; exit }' "$MOD_GOMOD")"
+  ld="-X $rmod/version.gitVersion=$ver -X $rmod/version.gitTreeState=clean"
+  [[ -n "$MOD_COMMIT" ]] && ld+=" -X $rmod/version.gitCommit=$MOD_COMMIT"
+  [[ -n "$MOD_TIME" ]] && ld+=" -X $rmod/version.buildDate=$MOD_TIME"
+  if [[ -z "$rver" ]]; then
+    log "cosign $ver: WARNING $mod does not require $rmod — the binary will not know its version"; ld=""
+  else
+    mod_download "$rmod" "$rver" "$CACHE/logs/cosign-$ver-release-utils-download.log"
+    grep -qs '^[[:space:]]*gitVersion[[:space:]]*=' "$MOD_DIR/version/version.go" || {
+      log "cosign $ver: WARNING no gitVersion variable in $rmod $rver/version — the binary will not know its version"; ld=""; }
+  fi
+  build_in_throwaway_module cosign "$mod" "$ver" "$ld" "$extra" "cosign=$mod/cmd/cosign"
+}
+
 # provider-kubernetes at each of PROVIDER_KUBERNETES_VERSIONS: the provider
 # binary (the image's entrypoint upstream) and a writable copy of the
 # release's package/ directory (crossplane.yaml, crds/) exactly as tagged, so
@@ -442,6 +482,16 @@ PK_MOD=github.com/crossplane-contrib/provider-kubernetes
 # answers 404 for v0.18.0, which go treats as a verification failure): that
 # one module is exempt; its dependencies are still checked against the database.
 PK_GOENV=(GONOSUMDB="$PK_MOD")
+# Releases from v1.3.0 require github.com/nebius/gosdk (in-process Nebius IAM
+# tokens for a ProviderConfig's identity), which the Go module proxy refuses
+# (403). They are built with that one module replaced by a stub with only the
+# API the provider uses, whose every function that can fail fails: "nebius
+# identity support is not built into this test binary". The modules only
+# gosdk needed are no longer part of the build. (v1.4.x cannot be built even
+# so: the proxy also refuses the zips of the crossplane-runtime/v2 pseudo-version
+# and crossplane/apis/v2 v2.4.1 they require, and they need go 1.27.1.)
+PK_NEBIUS_MOD=github.com/nebius/gosdk
+PK_NEBIUS_STUB="$HACK_DIR/stubs/nebius-gosdk"
 build_provider_kubernetes() {
   local ver
   for ver in "${PROVIDER_KUBERNETES_VERS[@]}"; do build_provider_kubernetes_version "$ver"; done
@@ -464,6 +514,15 @@ build_provider_kubernetes_version() {
     GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
     local m extra=""
     while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+    if grep -q "^[[:space:]]*$PK_NEBIUS_MOD[[:space:]]" "$MOD_GOMOD"; then
+      # The stub (see PK_NEBIUS_MOD) is copied into the throwaway module.
+      [[ -r "$PK_NEBIUS_STUB/go.mod" ]] || die "provider-kubernetes $ver requires $PK_NEBIUS_MOD, but $PK_NEBIUS_STUB/go.mod is missing"
+      rm -rf -- "$CACHE/work/provider-kubernetes-$ver/nebius-gosdk"
+      mkdir -p "$CACHE/work/provider-kubernetes-$ver"
+      cp -R -- "$PK_NEBIUS_STUB" "$CACHE/work/provider-kubernetes-$ver/nebius-gosdk"
+      extra+="replace $PK_NEBIUS_MOD => ./nebius-gosdk"$'\n'
+      log "provider-kubernetes $ver: $PK_NEBIUS_MOD replaced by the stub hack/stubs/nebius-gosdk (nebius identity support not built in)"
+    fi
     # Releases from v0.18 stamp internal/version.Version like upstream's
     # Makefile does; older ones have no such package.
     [[ -d "$MOD_DIR/internal/version" ]] && ld="-X $PK_MOD/internal/version.Version=$ver"
@@ -531,12 +590,13 @@ fi
 mkdir -p "$CACHE/work" "$CACHE/logs"
 
 T_START=$SECONDS
-SUMMARY="kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION, crank $CROSSPLANE_CLI_VERSION, provider-kubernetes ${PROVIDER_KUBERNETES_VERS[*]}"
+SUMMARY="kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION, crank $CROSSPLANE_CLI_VERSION, cosign $COSIGN_VERSION, provider-kubernetes ${PROVIDER_KUBERNETES_VERS[*]}"
 log "cache: $CACHE ($SUMMARY)"
 build_etcd
 build_kubernetes
 build_registry
 build_crank
+build_cosign
 build_provider_kubernetes
 build_node_programs
 
@@ -552,6 +612,7 @@ declare -A LINKS=(
   [kubectl]="../kubernetes-$KUBERNETES_VERSION/kubectl"
   [registry]="$REGISTRY_TARGET"
   [crank]="../crank-$CROSSPLANE_CLI_VERSION/crank"
+  [cosign]="../cosign-$COSIGN_VERSION/cosign"
 )
 for name in "${NODE_PROGRAMS[@]}"; do LINKS[$name]="$NODE_PROGRAMS_DIR/$name"; done
 for v in "${PROVIDER_KUBERNETES_VERS[@]}"; do

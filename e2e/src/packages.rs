@@ -258,6 +258,29 @@ pub fn poke(name: &str, n: usize) {
     }
 }
 
+/// What the revision applied for a CRD of the package: its
+/// ManagedResourceDefinition for a managed kind (the CRD is the MRD's),
+/// the CRD itself for a ProviderConfig kind.
+pub fn delivered(crd: &str) -> Value {
+    match get_json(&["mrd", crd]) {
+        Some(m) => {
+            let c = get_json(&["crd", crd]).unwrap();
+            let owner = &c["metadata"]["ownerReferences"][0];
+            assert_eq!(
+                (
+                    owner["kind"].as_str(),
+                    owner["name"].as_str(),
+                    owner["controller"].as_bool()
+                ),
+                (Some("ManagedResourceDefinition"), Some(crd), Some(true)),
+                "the CRD of a managed kind is its MRD's: {c:#}"
+            );
+            m
+        }
+        None => get_json(&["crd", crd]).unwrap(),
+    }
+}
+
 pub fn deployment_of(revision: &str) -> Option<Value> {
     get_json(&["deployment", revision, "-n", RUNTIMES])
 }

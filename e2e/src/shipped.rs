@@ -259,6 +259,7 @@ pub fn remove_object_provider() {
         "providerconfigusages.kubernetes.crossplane.io",
         "observedobjectcollections.kubernetes.crossplane.io",
         "objects.kubernetes.m.crossplane.io",
+        "observedobjectcollections.kubernetes.m.crossplane.io",
         "providerconfigs.kubernetes.m.crossplane.io",
         "clusterproviderconfigs.kubernetes.m.crossplane.io",
         "providerconfigusages.kubernetes.m.crossplane.io",

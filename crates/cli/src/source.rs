@@ -93,6 +93,9 @@ pub mod kinds {
     pub fn crd() -> ApiResource {
         ApiResource::erase::<CustomResourceDefinition>(&())
     }
+    pub fn mrd() -> ApiResource {
+        ApiResource::erase::<types::apiextensions::v1alpha1::ManagedResourceDefinition>(&())
+    }
     pub fn deployment() -> ApiResource {
         ApiResource::erase::<Deployment>(&())
     }

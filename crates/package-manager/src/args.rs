@@ -96,6 +96,13 @@ pub struct Args {
     /// restricted.
     #[arg(long, env = "ALLOW_UNRESTRICTED_RUNTIMES", default_value_t = false, action = clap::ArgAction::Set)]
     pub allow_unrestricted_runtimes: bool,
+    /// Patterns of the ManagedResourceActivationPolicy "default", created
+    /// at start when there is none (never changed afterwards; delete it to
+    /// activate nothing by default). Repeat the flag for several patterns;
+    /// none (the default) makes no policy: the managed resources of a
+    /// package with the SafeStart capability then wait for one.
+    #[arg(long = "activation", env = "ACTIVATIONS", value_delimiter = ',')]
+    pub activations: Vec<String>,
 
     #[command(subcommand)]
     pub command: Option<Command>,

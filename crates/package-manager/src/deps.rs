@@ -54,8 +54,10 @@ enum Requirement {
 }
 
 /// The Crossplane version whose package API crossplane-rs implements, for
-/// packages' `spec.crossplane.version` constraints.
-pub const CROSSPLANE_VERSION: semver::Version = semver::Version::new(1, 20, 0);
+/// packages' `spec.crossplane.version` constraints: v2.2 (managed resource
+/// definitions and activation policies, ImageConfig `runtime.configRef`,
+/// DeploymentRuntimeConfig, the ControllerConfig fields of v1).
+pub const CROSSPLANE_VERSION: semver::Version = semver::Version::new(2, 2, 0);
 
 /// Whether a package's `spec.crossplane.version` constraint admits
 /// [`CROSSPLANE_VERSION`]; the message says what to do when not.
@@ -67,8 +69,22 @@ pub fn crossplane_admits(constraint: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "the package needs Crossplane {constraint}; crossplane-rs implements Crossplane v{CROSSPLANE_VERSION}: use a version of the package made for it, or set spec.ignoreCrossplaneConstraints: true"
+            "the package needs Crossplane {constraint}; crossplane-rs implements the package API of Crossplane v{CROSSPLANE_VERSION}{}: use a version of the package made for it, or set spec.ignoreCrossplaneConstraints: true",
+            missing_after(&range)
         ))
+    }
+}
+
+/// What a constraint that only newer Crossplane releases meet needs and
+/// this project does not have, named; empty otherwise.
+fn missing_after(range: &semver::VersionReq) -> &'static str {
+    let newer = semver::Version::new(CROSSPLANE_VERSION.major, CROSSPLANE_VERSION.minor + 1, 0);
+    if range.matches(&newer)
+        || range.matches(&semver::Version::new(CROSSPLANE_VERSION.major + 1, 0, 0))
+    {
+        " (what later Crossplane releases added to the package API is not implemented here)"
+    } else {
+        ""
     }
 }
 
@@ -665,11 +681,16 @@ mod tests {
     #[test]
     fn crossplane_constraints_are_checked_against_the_implemented_version() {
         assert!(crossplane_admits(">=v1.14.0").is_ok());
+        assert!(crossplane_admits(">=v2.0.0").is_ok());
+        assert!(crossplane_admits(">=v2.0.0-0").is_ok());
         let no = crossplane_admits("<v1.0.0").unwrap_err();
         assert!(
-            no.contains("ignoreCrossplaneConstraints") && no.contains("v1.20.0"),
+            no.contains("ignoreCrossplaneConstraints") && no.contains("v2.2.0"),
             "{no}"
         );
+        assert!(!no.contains("not implemented"), "{no}");
+        let later = crossplane_admits(">=v2.3.0").unwrap_err();
+        assert!(later.contains("not implemented"), "{later}");
         assert!(
             crossplane_admits("banana")
                 .unwrap_err()

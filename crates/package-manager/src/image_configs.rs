@@ -81,6 +81,25 @@ impl ImageConfigs {
     }
 }
 
+impl ImageConfigs {
+    /// The runtime config the ImageConfigs pick for a runtime whose
+    /// package is read as `image`, with the picking ImageConfig's name.
+    pub async fn runtime_config_for(
+        &self,
+        image: &str,
+    ) -> Option<(String, types::pkg::v1::RuntimeConfigReference)> {
+        runtime::controller::wait_cache_ready(&self.store).await;
+        types::pkg::v1beta1::runtime_config_for(&self.store.state(), image)
+    }
+
+    /// The name of the ImageConfig that requires `image` (as it is read)
+    /// to be verified, if one does.
+    pub async fn verifying(&self, image: &str) -> Option<String> {
+        runtime::controller::wait_cache_ready(&self.store).await;
+        types::pkg::v1beta1::verification_for(&self.store.state(), image).map(|(n, _)| n.to_owned())
+    }
+}
+
 /// Whether a change of `config` may change what becomes of an object that
 /// reads `images` and recorded `applied` (the names of the ImageConfigs
 /// applied to it last time): one of its prefixes matches an image, or it

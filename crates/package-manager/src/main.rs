@@ -24,6 +24,7 @@ mod failure;
 mod image_configs;
 mod labels;
 mod manager;
+mod mrds;
 mod package_runtime;
 mod packages;
 mod podsecurity;
@@ -41,6 +42,9 @@ use kube::{
     api::{DeleteParams, ListParams, ObjectMeta, PostParams},
 };
 use runtime::controller::{Runtime, api_resource, observe};
+use types::apiextensions::v1alpha1::{
+    ManagedResourceActivationPolicy, ManagedResourceActivationPolicySpec, ManagedResourceDefinition,
+};
 use types::extensions::v1alpha1::Extension;
 use types::extensions::v1alpha1::ExtensionRequest;
 use types::pkg::v1::Provider;
@@ -92,6 +96,8 @@ async fn main() -> anyhow::Result<()> {
         api_resource::<DeploymentRuntimeConfig>(),
         api_resource::<ControllerConfig>(),
         api_resource::<ImageConfig>(),
+        api_resource::<ManagedResourceDefinition>(),
+        api_resource::<ManagedResourceActivationPolicy>(),
     ];
     // Built again each time this replica leads again (fresh caches).
     let build = {
@@ -166,6 +172,9 @@ fn work(
             allow_unrestricted_runtimes: args.allow_unrestricted_runtimes,
         },
     );
+    let mrds = mrds::controller(rt);
+    let policies = mrds::activation::controller(rt);
+    let activations = args.activations.clone();
     let rt = rt.clone();
     let deployment_runtime = args.package_runtime == PackageRuntime::Deployment;
     let controllers_namespace = controllers_namespace.to_owned();
@@ -174,9 +183,12 @@ fn work(
             default_runtime_config(&rt.client).await;
         }
         stop_runtimes_left_in(&rt.client, &controllers_namespace, &namespace).await;
+        default_activation_policy(&rt.client, activations).await;
         tokio::join!(
             providers,
             revisions,
+            mrds,
+            policies,
             requests,
             extensions,
             image_configs_watch,
@@ -251,6 +263,34 @@ async fn default_runtime_config(client: &kube::Client) {
         Err(e) => {
             let error = runtime::events::error_chain(&e);
             tracing::warn!(%error, "cannot create the default DeploymentRuntimeConfig; runtimes that use it wait for it");
+        }
+    }
+}
+
+/// Creates the ManagedResourceActivationPolicy `default` with
+/// `activations` (`--activation`) when there is none; one that exists is
+/// never changed. No flag, no policy.
+async fn default_activation_policy(client: &kube::Client, activations: Vec<String>) {
+    if activations.is_empty() {
+        return;
+    }
+    let api = Api::<ManagedResourceActivationPolicy>::all(client.clone());
+    let policy = ManagedResourceActivationPolicy {
+        metadata: ObjectMeta {
+            name: Some("default".to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: ManagedResourceActivationPolicySpec {
+            activate: activations,
+        },
+        status: None,
+    };
+    match api.create(&PostParams::default(), &policy).await {
+        Ok(_) => tracing::info!("created the default ManagedResourceActivationPolicy"),
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => {
+            let error = runtime::events::error_chain(&e);
+            tracing::warn!(%error, "cannot create the default ManagedResourceActivationPolicy");
         }
     }
 }

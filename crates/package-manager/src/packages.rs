@@ -178,6 +178,21 @@ impl Packages {
         self.image_configs.resolve(reference).await
     }
 
+    /// The name of the ImageConfig that requires `image` (as it is read)
+    /// to be verified, if one does.
+    pub async fn verifying(&self, image: &str) -> Option<String> {
+        self.image_configs.verifying(image).await
+    }
+
+    /// The runtime config the ImageConfigs pick for a package read as
+    /// `image` (after rewrites), with the picking ImageConfig's name.
+    pub async fn runtime_config_for(
+        &self,
+        image: &str,
+    ) -> Option<(String, types::pkg::v1::RuntimeConfigReference)> {
+        self.image_configs.runtime_config_for(image).await
+    }
+
     /// Where `reference` is read from (after the ImageConfigs) and as
     /// whom (see [`Packages::auth`]).
     async fn access(

@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{compute, extensions, kubernetes, kubernetes_m, pkg, workload};
+use crate::{apiextensions, compute, extensions, kubernetes, kubernetes_m, pkg, workload};
 
 /// Every CRD this project defines, one per kind (multi-version kinds merged).
 pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
@@ -48,6 +48,8 @@ pub fn all() -> anyhow::Result<Vec<CustomResourceDefinition>> {
         drc,
         pkg::v1beta1::ImageConfig::crd(),
         pkg::v1alpha1::ControllerConfig::crd(),
+        apiextensions::v1alpha1::ManagedResourceDefinition::crd(),
+        apiextensions::v1alpha1::ManagedResourceActivationPolicy::crd(),
     ])
 }
 

@@ -26,6 +26,12 @@ pub mod kubernetes_m {
     pub mod v1alpha1;
 }
 
+/// `apiextensions.crossplane.io`: managed resource definitions and their
+/// activation (Crossplane v2).
+pub mod apiextensions {
+    pub mod v1alpha1;
+}
+
 /// `extensions.crossplane.io`
 pub mod extensions {
     pub mod v1alpha1;
@@ -153,8 +159,9 @@ pub fn borrowed_identity(name: &str) -> Option<String> {
 /// is not one: like upstream's provider-kubernetes it may come as a
 /// Provider package (where crds/ has not installed it already; an existing
 /// CRD is never taken over).
-pub const OWN_API_GROUPS: [&str; 4] = [
+pub const OWN_API_GROUPS: [&str; 5] = [
     "pkg.crossplane.io",
+    "apiextensions.crossplane.io",
     "extensions.crossplane.io",
     "workload.crossplane.io",
     "compute.crossplane.io",

@@ -110,14 +110,24 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     assert_eq!(revs[0]["spec"]["revision"], 1);
     assert_eq!(revs[0]["spec"]["desiredState"], "Active");
     assert_eq!(revs[0]["spec"]["image"], e.runtime_image.as_str());
-    // Controlled by the Provider; its CRDs controlled by the revision.
+    // Controlled by the Provider; its MRDs (its managed kinds, Active: the
+    // package has no SafeStart) and ProviderConfig CRDs controlled by the
+    // revision.
+    assert!(
+        get_json(&["mrd", OBJECT_CRDS[0]]).is_some(),
+        "Objects are a managed kind"
+    );
+    assert!(
+        get_json(&["mrd", OBJECT_CRDS[1]]).is_none(),
+        "ProviderConfigs stay CRDs"
+    );
     let owner = &revs[0]["metadata"]["ownerReferences"][0];
     assert_eq!(
         (owner["kind"].as_str(), owner["controller"].as_bool()),
         (Some("Provider"), Some(true))
     );
     for crd in OBJECT_CRDS {
-        let c = get_json(&["crd", crd]).unwrap();
+        let c = delivered(crd);
         let controller: Vec<&Value> = c["metadata"]["ownerReferences"]
             .as_array()
             .unwrap()
@@ -331,7 +341,7 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
     let _ = watch.kill();
     let _ = watch.wait();
     for crd in OBJECT_CRDS {
-        let c = get_json(&["crd", crd]).unwrap();
+        let c = delivered(crd);
         let refs = c["metadata"]["ownerReferences"].as_array().unwrap().clone();
         let controller: Vec<_> = refs.iter().filter(|o| o["controller"] == true).collect();
         assert_eq!(controller.len(), 1);
@@ -448,7 +458,9 @@ fn a_provider_package_installs_runs_upgrades_and_uninstalls() {
         || {
             let gone = provider("provider-kubernetes").is_none()
                 && revisions_of("provider-kubernetes").is_empty()
-                && OBJECT_CRDS.iter().all(|c| get_json(&["crd", c]).is_none())
+                && OBJECT_CRDS
+                    .iter()
+                    .all(|c| get_json(&["crd", c]).is_none() && get_json(&["mrd", c]).is_none())
                 && get_json(&["deployment", &rev2, "-n", RUNTIMES]).is_none()
                 && get_json(&["serviceaccount", "provider-kubernetes", "-n", RUNTIMES]).is_none();
             gone.then_some(())

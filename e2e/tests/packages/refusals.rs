@@ -113,9 +113,10 @@ fn a_second_provider_of_the_same_crd_waits_naming_the_owner_and_recovers_alone()
     xpkg_push(&d2, &r2, None);
     apply(&provider_yaml(&first, &r1, ""));
     wait_provider_healthy(&first, Duration::from_secs(60));
+    // A managed kind: the revision delivers it as a ManagedResourceDefinition.
     let crd_name = format!("gadgets.{g}");
     let owners_before =
-        get_json(&["crd", &crd_name]).unwrap()["metadata"]["ownerReferences"].clone();
+        get_json(&["mrd", &crd_name]).unwrap()["metadata"]["ownerReferences"].clone();
     apply(&provider_yaml(&second, &r2, ""));
     let first_rev = revisions_of(&first)[0]["metadata"]["name"]
         .as_str()
@@ -128,9 +129,9 @@ fn a_second_provider_of_the_same_crd_waits_naming_the_owner_and_recovers_alone()
         &[&crd_name, "already controlled by", &first_rev, &first],
         Duration::from_secs(30),
     );
-    // It changed nothing of the CRD.
+    // It changed nothing of the MRD.
     assert_eq!(
-        get_json(&["crd", &crd_name]).unwrap()["metadata"]["ownerReferences"],
+        get_json(&["mrd", &crd_name]).unwrap()["metadata"]["ownerReferences"],
         owners_before
     );
     // When the first goes, the second installs without anyone touching it.
@@ -141,7 +142,7 @@ fn a_second_provider_of_the_same_crd_waits_naming_the_owner_and_recovers_alone()
         .as_str()
         .unwrap()
         .to_owned();
-    let owners = get_json(&["crd", &crd_name]).unwrap()["metadata"]["ownerReferences"].clone();
+    let owners = get_json(&["mrd", &crd_name]).unwrap()["metadata"]["ownerReferences"].clone();
     assert_eq!(owners[0]["name"], second_rev.as_str(), "{owners}");
     delete_provider(&second);
 }
@@ -180,6 +181,21 @@ fn a_package_for_another_crossplane_version_waits_unless_told_to_ignore_it() {
     wait_provider_healthy(&unique, Duration::from_secs(60));
     delete_provider(&unique);
     wait_provider_gone(&unique);
+
+    // A package made for Crossplane v2 installs as it is.
+    let v2 = testenv::unique_name("v2");
+    let g = group("v2");
+    let dir = package_dir_with("v2", "v1", &crds_of(&[test_crd(&g, "Hinge")]), "");
+    let meta = std::fs::read_to_string(dir.join("package.yaml"))
+        .unwrap()
+        .replace(">=v1.14.0", ">=v2.0.0");
+    std::fs::write(dir.join("package.yaml"), meta).unwrap();
+    let reference = format!("{}/test/{v2}:v1", e.registry.address);
+    xpkg_push(&dir, &reference, None);
+    apply(&provider_yaml(&v2, &reference, ""));
+    wait_provider_healthy(&v2, Duration::from_secs(60));
+    delete_provider(&v2);
+    wait_provider_gone(&v2);
 }
 
 #[test]

@@ -456,3 +456,53 @@ fn image_configs_read_public_names_from_a_mirror_with_their_pull_secret() {
         kubectl(&["delete", "imageconfig.pkg.crossplane.io", ic]);
     }
 }
+
+#[test]
+fn a_package_an_image_config_requires_signed_installs_nothing_while_signatures_are_not_verified() {
+    let e = env();
+    let unique = testenv::unique_name("signed");
+    let g = group("signed");
+    let prefix = format!("{}/signed-{unique}/", e.registry.address);
+    let reference = format!("{prefix}p:v1");
+    xpkg_push(
+        &package_dir("signed", "v1", &crds_of(&[test_crd(&g, "Seal")])),
+        &reference,
+        Some(testenv::image::PAUSE_IMAGE),
+    );
+    // An upstream ImageConfig that enforces signatures applies unchanged.
+    let config = format!("{unique}-verify");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata:\n  name: {config}\nspec:\n  matchImages:\n  - prefix: \"{prefix}\"\n  verification:\n    provider: Cosign\n    cosign:\n      authorities:\n      - name: verify-signed-with-key\n        key:\n          secretRef:\n            name: cosign-pub\n            key: cosign.pub\n          hashAlgorithm: sha256\n"
+    ));
+    let applied = get_json(&["imageconfig", &config]).unwrap();
+    assert_eq!(
+        applied["spec"]["verification"]["cosign"]["authorities"][0]["key"]["secretRef"]["name"],
+        "cosign-pub",
+        "the verification is kept, not pruned: {applied:#}"
+    );
+    let name = format!("{unique}-p");
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_condition(
+        &name,
+        "Healthy",
+        "False",
+        &[&config, "does not verify signatures"],
+        Duration::from_secs(60),
+    );
+    let rev = revisions_of(&name)[0].clone();
+    assert_eq!(
+        condition(&rev, "SignatureVerificationComplete").map(|c| c.0),
+        Some("False".to_owned()),
+        "{rev:#}"
+    );
+    let kind = format!("seals.{g}");
+    assert!(get_json(&["crd", &kind]).is_none(), "no CRD");
+    assert!(get_json(&["mrd", &kind]).is_none(), "no MRD");
+    let revision = rev["metadata"]["name"].as_str().unwrap().to_owned();
+    assert!(deployment_of(&revision).is_none(), "no runtime");
+    // Without the requirement it installs.
+    kubectl(&["delete", "imageconfig", &config]);
+    wait_provider_healthy(&name, Duration::from_secs(90));
+    delete_provider(&name);
+    wait_provider_gone(&name);
+}

@@ -226,7 +226,10 @@ fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_po
     let revision = e2e::trace::node(&tree, "ProviderRevision", &rev);
     assert_eq!(revision["status"]["state"], "Active", "{revision:#}");
     assert_eq!(revision["status"]["ready"], "True", "{revision:#}");
-    let crd = e2e::trace::node(revision, "CustomResourceDefinition", &format!("dials.{g}"));
+    let mrd = e2e::trace::node(revision, "ManagedResourceDefinition", &format!("dials.{g}"));
+    assert_eq!(mrd["status"]["state"], "Active", "{mrd:#}");
+    assert_eq!(mrd["status"]["ready"], "True", "{mrd:#}");
+    let crd = e2e::trace::node(mrd, "CustomResourceDefinition", &format!("dials.{g}"));
     assert_eq!(crd["status"]["ready"], "True", "{crd:#}");
     assert_eq!(crd["status"]["state"], "controlled", "{crd:#}");
     let deployment = e2e::trace::node(revision, "Deployment", &rev);
@@ -341,4 +344,78 @@ fn trace_shows_a_provider_its_runtime_and_roles_and_names_a_pull_error_at_the_po
     for n in [&name, &broken] {
         wait_provider_gone(n);
     }
+}
+
+#[test]
+fn an_image_config_picks_the_runtime_config_unless_the_provider_names_its_own() {
+    let e = env();
+    let unique = testenv::unique_name("icrc");
+    let pause = testenv::image::PAUSE_IMAGE;
+    let prefix = format!("{}/icrc-{unique}/", e.registry.address);
+    let push = |name: &str, kind: &str| {
+        let g = group(name);
+        let reference = format!("{prefix}{name}:v1");
+        let digest = xpkg_push(
+            &package_dir(name, "v1", &crds_of(&[test_crd(&g, kind)])),
+            &reference,
+            Some(pause),
+        );
+        (reference, digest)
+    };
+    let (picked_ref, picked_digest) = push("picked", "Knob");
+    let (own_ref, own_digest) = push("own", "Lever");
+    let config = |name: &str, value: &str| {
+        format!(
+            "apiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata: {{name: {name}}}\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {{}}\n      template:\n        spec:\n          containers:\n          - name: package-runtime\n            env: [{{name: CONFIGURED_BY, value: {value}}}]\n"
+        )
+    };
+    let (by_image, by_provider) = (format!("{unique}-image"), format!("{unique}-own"));
+    apply(&config(&by_image, "image-config"));
+    apply(&config(&by_provider, "provider"));
+    let image_config = format!("{unique}-runtime");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata: {{name: {image_config}}}\nspec:\n  matchImages:\n  - prefix: \"{prefix}\"\n  runtime:\n    configRef:\n      name: {by_image}\n"
+    ));
+    let (picked, own) = (format!("{unique}-picked"), format!("{unique}-own"));
+    apply(&provider_yaml(&picked, &picked_ref, ""));
+    apply(&provider_yaml(
+        &own,
+        &own_ref,
+        &format!("  runtimeConfigRef: {{name: {by_provider}}}\n"),
+    ));
+    wait_provider_healthy(&picked, Duration::from_secs(90));
+    wait_provider_healthy(&own, Duration::from_secs(90));
+    let configured_by = |revision: &str| {
+        deployment_of(revision).unwrap()["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "CONFIGURED_BY")
+            .map(|v| v["value"].as_str().unwrap_or_default().to_owned())
+    };
+    let picked_rev = format!("{picked}-{}", short(&picked_digest));
+    let own_rev = format!("{own}-{}", short(&own_digest));
+    // The runtime Deployment carries the picked DeploymentRuntimeConfig's
+    // overlay, and the revision says which ImageConfig picked it.
+    assert_eq!(configured_by(&picked_rev).as_deref(), Some("image-config"));
+    let rev = get_json(&["providerrevisions.pkg.crossplane.io", &picked_rev]).unwrap();
+    let applied = rev["status"]["appliedImageConfigRefs"].to_string();
+    assert!(
+        applied.contains(&image_config) && applied.contains("ConfigureRuntime"),
+        "{applied}"
+    );
+    // A Provider's own runtimeConfigRef wins over the ImageConfig.
+    assert_eq!(configured_by(&own_rev).as_deref(), Some("provider"));
+    let rev = get_json(&["providerrevisions.pkg.crossplane.io", &own_rev]).unwrap();
+    assert!(
+        !rev["status"]["appliedImageConfigRefs"]
+            .to_string()
+            .contains("ConfigureRuntime"),
+        "{rev:#}"
+    );
+    for p in [&picked, &own] {
+        delete_provider(p);
+        wait_provider_gone(p);
+    }
+    kubectl(&["delete", "imageconfig", &image_config]);
 }

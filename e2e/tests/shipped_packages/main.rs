@@ -3,6 +3,9 @@
 //! operator configuration), as a platform engineer would:
 //! - `upstream_built`: provider-kubernetes built and pushed by upstream's
 //!   own `crossplane` CLI, installed, run and upgraded;
+//! - `activation`: the newest provider-kubernetes (SafeStart) with its
+//!   managed kinds inactive until a ManagedResourceActivationPolicy
+//!   activates one;
 //! - `shapes`: the package shapes upstream allows (CRDs alone, labels and
 //!   annotations, webhook configurations, dependencies on functions and
 //!   configurations), built by this project's `xpkg`.
@@ -12,6 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod activation;
 mod shapes;
 mod upstream_built;
 
@@ -28,6 +32,16 @@ use std::{
     },
     time::{Duration, Instant},
 };
+
+/// The tests that install provider-kubernetes hold this: its releases
+/// serve the same CRDs, which one Provider at a time may own. Each deletes
+/// its Provider before it lets go.
+fn kubernetes_group() -> std::sync::MutexGuard<'static, ()> {
+    static GROUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GROUP
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// provider-kubernetes, built and pushed by `crossplane xpkg`: one
 /// reference per release in hack/versions.env, oldest first.

@@ -10,6 +10,7 @@ fn object_yaml(name: &str, ns: &str) -> String {
 
 #[test]
 fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_error() {
+    let _group = kubernetes_group();
     let up = upstream();
     let name = "provider-kubernetes";
     apply(&provider_yaml(name, &up.references[0], ""));
@@ -259,4 +260,28 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         "--timeout=120s",
     ]);
     assert!(get_json(&["configmap", &object, "-n", &ns]).is_none());
+    // Its custom resources would hold the Provider's deletion.
+    kubectl(&[
+        "delete",
+        "providerconfigs.kubernetes.crossplane.io",
+        "injected",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        name,
+        "--wait=false",
+    ]);
+    wait_blocking(
+        Duration::from_secs(120),
+        "the Provider and its CRDs gone",
+        || {
+            (get_json(&["providers.pkg.crossplane.io", name]).is_none()
+                && get_json(&["crd", "objects.kubernetes.crossplane.io"]).is_none())
+            .then_some(())
+        },
+        explain,
+    );
 }

@@ -1,6 +1,7 @@
 //! `trace provider/NAME`: the Provider → its ProviderRevisions (the active
-//! one first) → for each, the CRDs it delivered (controlled by the active
-//! revision, owned by the others), its runtime Deployment and pods in the
+//! one first) → for each, the ManagedResourceDefinitions it delivered
+//! (Active or Inactive, an Active one's CRD under it) and its other CRDs
+//! (controlled by the active revision, owned by the others), its runtime Deployment and pods in the
 //! runtimes' namespace, the roles and bindings the rbac-manager
 //! rendered for it, and the Providers it depends on (each with its own
 //! status).
@@ -94,15 +95,39 @@ async fn revision<S: Source>(
         ),
     );
     let uid = text(r, "/metadata/uid");
-    let crds: Vec<String> = r
-        .pointer("/status/objectRefs")
-        .and_then(Value::as_array)
+    let refs_of = |kind: &str| -> Vec<String> {
+        r.pointer("/status/objectRefs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|o| o.get("kind").and_then(Value::as_str) == Some(kind))
+            .filter_map(|o| text(o, "/name"))
+            .collect()
+    };
+    let mrds = refs_of("ManagedResourceDefinition");
+    // A managed-resource kind shows as its MRD (Active or Inactive), with
+    // the CRD it serves under it; the other CRDs as before.
+    for mrd in &mrds {
+        let mut uid = None;
+        let mut m = parts::get_node(s, &kinds::mrd(), None, mrd, |v| {
+            uid = text(v, "/metadata/uid");
+            summary::mrd(v)
+        })
+        .await;
+        if m.state.as_deref() == Some("Active") {
+            m.children.push(
+                parts::get_node(s, &kinds::crd(), None, mrd, |c| {
+                    summary::crd(c, uid.as_deref())
+                })
+                .await,
+            );
+        }
+        n.children.push(m);
+    }
+    for crd in refs_of("CustomResourceDefinition")
         .into_iter()
-        .flatten()
-        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition"))
-        .filter_map(|o| text(o, "/name"))
-        .collect();
-    for crd in crds {
+        .filter(|c| !mrds.contains(c))
+    {
         let owner = uid.as_deref();
         n.children
             .push(parts::get_node(s, &kinds::crd(), None, &crd, |c| summary::crd(c, owner)).await);
@@ -176,7 +201,20 @@ mod tests {
             "metadata": {"name": "p-new", "uid": "new", "labels": {"pkg.crossplane.io/package": "p"},
                 "annotations": {"pkg.crossplane.io/dependencies": "reg.io/org/dep,reg.io/org/gone"}},
             "spec": {"desiredState": "Active", "revision": 2, "package": "reg.io/org/p:v1", "image": "reg.io/org/p-rt:v1"},
-            "status": {"objectRefs": [{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "gears.x.io"}]}}));
+            "status": {"objectRefs": [
+                {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "gears.x.io"},
+                {"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition", "name": "cogs.x.io"},
+                {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "cogs.x.io"},
+                {"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition", "name": "nuts.x.io"}]}}));
+        f.put("apiextensions.crossplane.io/v1alpha1", "ManagedResourceDefinition", json!({
+            "metadata": {"name": "cogs.x.io", "uid": "cogs"}, "spec": {"state": "Active", "group": "x.io", "names": {"kind": "Cog"}},
+            "status": {"conditions": [cond("Established", "True", "")]}}));
+        f.put("apiextensions.crossplane.io/v1alpha1", "ManagedResourceDefinition", json!({
+            "metadata": {"name": "nuts.x.io"}, "spec": {"state": "Inactive", "group": "x.io", "names": {"kind": "Nut"}},
+            "status": {"conditions": [cond("Established", "False", "Inactive")]}}));
+        f.put("apiextensions.k8s.io/v1", "CustomResourceDefinition", json!({
+            "metadata": {"name": "cogs.x.io", "ownerReferences": [{"uid": "cogs", "controller": true}]},
+            "status": {"conditions": [cond("Established", "True", "")]}}));
         f.put("apiextensions.k8s.io/v1", "CustomResourceDefinition", json!({
             "metadata": {"name": "gears.x.io", "ownerReferences": [{"uid": "new", "controller": true}]},
             "status": {"conditions": [cond("Established", "True", "")]}}));
@@ -203,6 +241,8 @@ mod tests {
         assert_eq!(
             kinds,
             [
+                ("ManagedResourceDefinition", "cogs.x.io"),
+                ("ManagedResourceDefinition", "nuts.x.io"),
                 ("CustomResourceDefinition", "gears.x.io"),
                 ("Deployment", "p-new"),
                 ("ClusterRole", "crossplane:provider:p-new:system"),
@@ -211,6 +251,24 @@ mod tests {
                 ("Provider", "reg.io/org/gone"),
             ]
         );
+        let (cogs, nuts) = (&active.children[0], &active.children[1]);
+        assert_eq!(cogs.state.as_deref(), Some("Active"));
+        assert_eq!(cogs.ready.as_deref(), Some("True"));
+        assert_eq!(
+            cogs.children.len(),
+            1,
+            "an Active MRD shows the CRD it serves"
+        );
+        assert_eq!(cogs.children[0].kind, "CustomResourceDefinition");
+        assert_eq!(cogs.children[0].state.as_deref(), Some("controlled"));
+        assert_eq!(nuts.state.as_deref(), Some("Inactive"));
+        assert_eq!(nuts.ready.as_deref(), Some("False"));
+        assert!(nuts.children.is_empty(), "an Inactive MRD serves no CRD");
+        let active = {
+            let mut a = active.clone();
+            a.children.drain(..2);
+            a
+        };
         assert_eq!(active.children[0].state.as_deref(), Some("controlled"));
         let pod = &active.children[1].children[0];
         assert_eq!(pod.state.as_deref(), Some("ErrImagePull"));

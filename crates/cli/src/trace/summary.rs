@@ -60,6 +60,16 @@ pub fn revision(r: &Value) -> Node {
 
 /// A CRD: Established; its state says whether `owner` (a UID) controls it
 /// or only owns it.
+/// A ManagedResourceDefinition: ready when Established (its CRD served);
+/// its state (Active, Inactive) and its kind.
+pub fn mrd(m: &Value) -> Node {
+    let mut n = Node::of(m, "Established");
+    n.state = Some(text(m, "/spec/state").unwrap_or_else(|| "Inactive".to_owned()));
+    n.detail("group", text(m, "/spec/group"));
+    n.detail("kind", text(m, "/spec/names/kind"));
+    n
+}
+
 pub fn crd(c: &Value, owner: Option<&str>) -> Node {
     let mut n = Node::of(c, "Established");
     let refs = c

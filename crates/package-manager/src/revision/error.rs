@@ -48,6 +48,9 @@ pub enum Error {
     /// Another request to the control cluster failed.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// An ImageConfig requires a signature that was not verified.
+    #[error("{0}")]
+    Verification(String),
     /// The provider's certificates could not be made.
     #[error("cannot make the provider's TLS certificates: {0}")]
     Tls(#[from] crate::tls::Error),
@@ -74,6 +77,7 @@ impl ReconcileError for Error {
             Error::Conflict(_) => "ConflictingCustomResourceDefinition",
             Error::Dependencies(_) => "UnresolvedDependencies",
             Error::Constraint(_) => "IncompatibleCrossplaneVersion",
+            Error::Verification(_) => "SignatureVerificationFailed",
             Error::Meta(_) => "InvalidPackage",
             Error::RuntimeConfig(_) | Error::Render(_) | Error::Tls(_) => "CannotRunPackageRuntime",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
@@ -84,9 +88,10 @@ impl ReconcileError for Error {
         match self {
             // The owner going away, a registry coming back and a runtime
             // config being created are noticed within this bound.
-            Error::Conflict(_) | Error::RuntimeConfig(_) | Error::Dependencies(_) => {
-                Some(Duration::from_secs(10))
-            }
+            Error::Conflict(_)
+            | Error::RuntimeConfig(_)
+            | Error::Dependencies(_)
+            | Error::Verification(_) => Some(Duration::from_secs(10)),
             Error::Package(p) => p.retry_within(),
             _ => None,
         }

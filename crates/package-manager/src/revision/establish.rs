@@ -13,7 +13,10 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use runtime::{reconciler::Draft, ssa};
-use types::{common::TypedReference, pkg::v1::ProviderRevision};
+use types::{
+    apiextensions::v1alpha1::ManagedResourceDefinition, common::TypedReference,
+    pkg::v1::ProviderRevision,
+};
 
 use super::{
     context::{ProviderRevisions, TYPE_HEALTHY, set},
@@ -154,6 +157,9 @@ impl ProviderRevisions {
             }
             body
         };
+        let mrds = Api::<ManagedResourceDefinition>::all(self.sk.client().clone());
+        // Without SafeStart a package's MRDs are Active from the start.
+        let active = !r.safe_start();
         let mut planned = Vec::new();
         for object in objects {
             let name = object
@@ -161,11 +167,14 @@ impl ProviderRevisions {
                 .and_then(|n| n.as_str())
                 .unwrap_or_default()
                 .to_owned();
+            let managed = crate::mrds::body::is_managed(object);
             let live = crds
                 .get_opt(&name)
                 .await
                 .map_err(|e| Error::request("read a CRD", e))?;
-            if let Some(live) = &live {
+            if let Some(live) = &live
+                && !(managed && served_by_mrd(live))
+            {
                 match self.control(r, &siblings, live) {
                     Control::Ours => {}
                     Control::Newer => {
@@ -176,50 +185,122 @@ impl ProviderRevisions {
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            let owners = live
-                .as_ref()
-                .map(|l| l.owner_references().to_vec())
-                .unwrap_or_default();
+            let live_mrd = if managed {
+                mrds.get_opt(&name)
+                    .await
+                    .map_err(|e| Error::request("read a ManagedResourceDefinition", e))?
+            } else {
+                None
+            };
+            if let Some(m) = &live_mrd {
+                let what = format!("ManagedResourceDefinition {name}");
+                match self.control_of(r, &siblings, &what, &m.metadata) {
+                    Control::Ours => {}
+                    Control::Newer => return Ok(Some(Action::requeue(self.settings.resync))),
+                    Control::Foreign(message) => return Err(Error::Conflict(message)),
+                }
+            }
+            let owners = match (&live_mrd, &live) {
+                (Some(m), _) => m.owner_references().to_vec(),
+                (None, Some(l)) if !managed => l.owner_references().to_vec(),
+                _ => Vec::new(),
+            };
             let body = body_of(object, &owners);
-            // A CRD that already is what this revision would apply is not
-            // written again. Of the live CRD only its uid and whether it is
-            // established are kept: read back whole, a package's CRDs would
-            // be many times the package in memory.
-            let current = live
-                .filter(|l| ssa::applied(l, &body, &self.field_manager))
-                .map(|l| (l.uid(), crate::crds::established(&l)));
-            planned.push((name, object, owners, current));
+            // What already is as this revision would apply it is not
+            // written again. Of the live objects only uids and whether the
+            // kind is served are kept: read back whole, a package's CRDs
+            // would be many times the package in memory.
+            let crd = live
+                .as_ref()
+                .map(|l| (l.uid(), crate::crds::established(l)));
+            let current = if managed {
+                live_mrd
+                    .filter(|m| {
+                        ssa::applied(
+                            m,
+                            &crate::mrds::body::mrd_of(&body, active),
+                            &self.field_manager,
+                        )
+                    })
+                    .map(|m| (m.uid(), crate::mrds::body::active(&m)))
+            } else {
+                live.filter(|l| ssa::applied(l, &body, &self.field_manager))
+                    .map(|l| (l.uid(), true))
+            };
+            planned.push(Planned {
+                name,
+                object,
+                owners,
+                managed,
+                crd,
+                current,
+            });
         }
         // All or nothing: every CRD to write is checked by the API server
-        // before any is written.
-        for (name, object, owners, current) in &planned {
-            if current.is_none() {
-                let body = body_of(object, owners);
-                crate::crds::dry_run_one(&crds, &self.field_manager, name, &body).await?;
+        // before any is written (a managed kind's as its MRD would serve it).
+        for p in &planned {
+            if p.current.is_none() {
+                let mut body = body_of(p.object, &p.owners);
+                if p.managed
+                    && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
+                {
+                    meta.remove("ownerReferences");
+                }
+                crate::crds::dry_run_one(&crds, &self.field_manager, &p.name, &body).await?;
             }
         }
         let mut pending = Vec::new();
         let mut refs = Vec::new();
-        for (name, object, owners, current) in planned {
-            let (uid, established) = match current {
+        for p in planned {
+            // (uid, Active) of the object the revision applies.
+            let (uid, serving) = match p.current {
                 Some(live) => live,
+                None if p.managed => {
+                    let body = crate::mrds::body::mrd_of(&body_of(p.object, &p.owners), active);
+                    let applied = ssa::apply(&mrds, &p.name, &body, &self.field_manager)
+                        .await
+                        .map_err(|e| Error::request("apply a ManagedResourceDefinition", e))?;
+                    (applied.uid(), crate::mrds::body::active(&applied))
+                }
                 None => {
-                    let body = body_of(object, &owners);
-                    let applied = ssa::apply(&crds, &name, &body, &self.field_manager)
+                    let body = body_of(p.object, &p.owners);
+                    let applied = ssa::apply(&crds, &p.name, &body, &self.field_manager)
                         .await
                         .map_err(|e| Error::request("apply a CRD", e))?;
-                    (applied.uid(), crate::crds::established(&applied))
+                    let uid = applied.uid();
+                    // Read back now: the CRD's state is what was applied.
+                    refs.push(crd_ref(&p.name, uid));
+                    if !crate::crds::established(&applied) {
+                        pending.push(p.name.clone());
+                    }
+                    continue;
                 }
             };
-            if !established {
-                pending.push(name.clone());
+            if p.managed {
+                refs.push(TypedReference {
+                    api_version: "apiextensions.crossplane.io/v1alpha1".into(),
+                    kind: "ManagedResourceDefinition".into(),
+                    name: p.name.clone(),
+                    uid,
+                });
+                // An Inactive kind has no CRD to wait for; an Active one
+                // waits until its MRD serves it.
+                match p.crd {
+                    Some((crd_uid, established)) => {
+                        refs.push(crd_ref(&p.name, crd_uid));
+                        if serving && !established {
+                            pending.push(p.name.clone());
+                        }
+                    }
+                    None if serving => pending.push(p.name.clone()),
+                    None => {}
+                }
+                continue;
             }
-            refs.push(TypedReference {
-                api_version: "apiextensions.k8s.io/v1".into(),
-                kind: "CustomResourceDefinition".into(),
-                name: name.clone(),
-                uid,
-            });
+            if !p.crd.is_some_and(|(_, established)| established) {
+                pending.push(p.name.clone());
+            }
+            refs.push(crd_ref(&p.name, uid));
         }
         status.object_refs = refs;
         if status.found_dependencies.is_none() {
@@ -378,6 +459,41 @@ impl ProviderRevisions {
         }
         body
     }
+}
+
+/// One package CRD, as the revision found it.
+struct Planned<'a> {
+    name: String,
+    object: &'a serde_json::Value,
+    /// The live owners of what the revision applies (its MRD, or its CRD).
+    owners: Vec<OwnerReference>,
+    /// Delivered as a ManagedResourceDefinition.
+    managed: bool,
+    /// The live CRD: uid, and whether it is established.
+    crd: Option<(Option<String>, bool)>,
+    /// What the revision applies, when it already is as it would apply
+    /// it: uid, and whether it serves the kind (an MRD's Active state).
+    current: Option<(Option<String>, bool)>,
+}
+
+fn crd_ref(name: &str, uid: Option<String>) -> TypedReference {
+    TypedReference {
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        name: name.to_owned(),
+        uid,
+    }
+}
+
+/// Whether a CRD is controlled by the ManagedResourceDefinition of its
+/// name (who may control it is that MRD's to decide).
+fn served_by_mrd(crd: &CustomResourceDefinition) -> bool {
+    crd.owner_references().iter().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ManagedResourceDefinition"
+            && o.api_version.starts_with("apiextensions.crossplane.io/")
+            && o.name == crd.name_any()
+    })
 }
 
 /// The reference that makes the revision the controller of what it

@@ -36,9 +36,12 @@ use runtime::{
     expiring::Expiring,
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
 };
-use types::pkg::{
-    v1::{Provider, ProviderRevision, RevisionState},
-    v1beta1::DeploymentRuntimeConfig,
+use types::{
+    apiextensions::v1alpha1::ManagedResourceDefinition,
+    pkg::{
+        v1::{Provider, ProviderRevision, RevisionState},
+        v1beta1::DeploymentRuntimeConfig,
+    },
 };
 
 pub mod context;
@@ -100,6 +103,7 @@ impl Reconciler for ProviderRevisions {
             return Ok(Action::requeue(self.settings.resync));
         }
         self.resolve_images(r, status).await;
+        self.verify(status).await?;
         let contents = match self.package(r).await {
             Ok(c) => c,
             Err(e) => {
@@ -127,7 +131,7 @@ impl Reconciler for ProviderRevisions {
         }
         let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
         let config = match self.settings.mode {
-            PackageRuntime::Deployment => Some(self.runtime_config(r).await),
+            PackageRuntime::Deployment => Some(self.runtime_config(r, status).await),
             PackageRuntime::External => None,
         };
         let service = match &config {
@@ -216,57 +220,17 @@ impl Reconciler for ProviderRevisions {
         status: &mut Draft<ProviderRevision>,
     ) -> Result<Cleanup, Error> {
         self.stop_runtime(r).await?;
-        let crds = self.crds_api();
-        let uid = r.uid().unwrap_or_default();
+        let mrds = Api::<ManagedResourceDefinition>::all(self.sk.client().clone());
         let mut waiting = Vec::new();
-        for name in r.crd_names() {
-            let Some(live) = crds
-                .get_opt(&name)
-                .await
-                .map_err(|e| Error::request("read a CRD", e))?
-            else {
-                continue;
-            };
-            let refs = live.owner_references();
-            if !refs.iter().any(|o| o.uid == uid) {
-                continue;
-            }
-            let others: Vec<OwnerReference> = refs
-                .iter()
-                .filter(|o| o.uid != uid && o.kind == "ProviderRevision" && self.exists(&o.name))
-                .cloned()
-                .map(|mut o| {
-                    o.controller = Some(false);
-                    o
-                })
-                .collect();
-            if !others.is_empty() {
-                // Another revision of the Provider still delivers it: only
-                // this revision's reference goes. Guarded by the
-                // resourceVersion, so two revisions letting go at once
-                // cannot both leave (and orphan the CRD): the second looks
-                // again and deletes it.
-                let patch = serde_json::json!({
-                    "metadata": {
-                        "resourceVersion": live.resource_version(),
-                        "ownerReferences": others,
-                    },
-                });
-                crds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(|e| Error::request("release a CRD", e))?;
-                continue;
-            }
-            let users = usage::custom_resources(self.sk.client(), std::slice::from_ref(&name))
-                .await
-                .map_err(|e| Error::request("list custom resources", e))?;
-            if let Some(users) = users {
+        for name in r.mrd_names() {
+            if let Some(users) = self.let_go(r, &mrds, &name).await? {
                 waiting.push(users);
-                continue;
             }
-            runtime::objects::delete(&crds, &name)
-                .await
-                .map_err(|e| Error::request("delete a CRD", e))?;
+        }
+        for name in r.crd_names() {
+            if let Some(users) = self.let_go(r, &self.crds_api(), &name).await? {
+                waiting.push(users);
+            }
         }
         if waiting.is_empty() {
             self.release_dependencies(r).await?;
@@ -287,6 +251,125 @@ impl Reconciler for ProviderRevisions {
     fn failed(&self, _r: &ProviderRevision, _status: &mut Draft<ProviderRevision>, _message: &str) {
     }
 }
+
+impl ProviderRevisions {
+    /// Holds the revision when an ImageConfig requires its package or
+    /// runtime image to be signed: signatures are not verified by this
+    /// release, so such a package installs nothing (never installed as if
+    /// it had been verified).
+    async fn verify(&self, status: &mut Draft<ProviderRevision>) -> Result<(), Error> {
+        let images = [
+            status.resolved_package.clone(),
+            status.resolved_image.clone(),
+        ];
+        for image in images.into_iter().flatten() {
+            if let Some(config) = self.packages.verifying(&image).await {
+                let why = format!(
+                    "ImageConfig {config} requires {image} to be signed (spec.verification), and this package-manager does not verify signatures yet: nothing of the package is installed; remove the verification from the ImageConfig to install it unverified"
+                );
+                set(
+                    status,
+                    TYPE_SIGNATURE_VERIFIED,
+                    false,
+                    "SignatureVerificationFailed",
+                    Some(why.clone()),
+                );
+                return Err(Error::Verification(why))
+                    .unhealthy(status, "SignatureVerificationFailed");
+            }
+        }
+        status
+            .conditions
+            .retain(|c| c.type_ != TYPE_SIGNATURE_VERIFIED);
+        Ok(())
+    }
+
+    /// Lets go of the CRD or MRD `name` the revision delivered: only the
+    /// revision's reference goes when another revision of the Provider
+    /// still delivers it; otherwise it is deleted (an MRD with the CRD it
+    /// serves) once no custom resource of its kind is left. `Some(users)`
+    /// while some are.
+    async fn let_go<K>(
+        &self,
+        r: &ProviderRevision,
+        api: &Api<K>,
+        name: &str,
+    ) -> Result<Option<String>, Error>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let uid = r.uid().unwrap_or_default();
+        let Some(live) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::request("read a CRD or ManagedResourceDefinition", e))?
+        else {
+            return Ok(None);
+        };
+        let refs = live.owner_references();
+        if !refs.iter().any(|o| o.uid == uid) {
+            return Ok(None);
+        }
+        let others: Vec<OwnerReference> = refs
+            .iter()
+            .filter(|o| o.uid != uid && o.kind == "ProviderRevision" && self.exists(&o.name))
+            .cloned()
+            .map(|mut o| {
+                o.controller = Some(false);
+                o
+            })
+            .collect();
+        if !others.is_empty() {
+            // Another revision of the Provider still delivers it: only
+            // this revision's reference goes. Guarded by the
+            // resourceVersion, so two revisions letting go at once cannot
+            // both leave (and orphan it): the second looks again and
+            // deletes it.
+            let patch = serde_json::json!({
+                "metadata": {
+                    "resourceVersion": live.resource_version(),
+                    "ownerReferences": others,
+                },
+            });
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::request("release a CRD or ManagedResourceDefinition", e))?;
+            return Ok(None);
+        }
+        let users = usage::custom_resources(self.sk.client(), &[name.to_owned()])
+            .await
+            .map_err(|e| Error::request("list custom resources", e))?;
+        if users.is_some() {
+            return Ok(users);
+        }
+        if K::kind(&()) == "ManagedResourceDefinition" {
+            // The CRD it serves goes first (it would go with the MRD, but
+            // later, and the Provider's deletion would not see it go).
+            let crds = self.crds_api();
+            if let Some(crd) = crds
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::request("read a CRD", e))?
+                && crd
+                    .owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && Some(&o.uid) == live.uid().as_ref())
+            {
+                runtime::objects::delete(&crds, name)
+                    .await
+                    .map_err(|e| Error::request("delete a CRD", e))?;
+            }
+        }
+        runtime::objects::delete(api, name)
+            .await
+            .map_err(|e| Error::request("delete a CRD or ManagedResourceDefinition", e))?;
+        Ok(None)
+    }
+}
+
+/// SignatureVerificationComplete: the package's signatures were verified
+/// as an ImageConfig requires.
+const TYPE_SIGNATURE_VERIFIED: &str = "SignatureVerificationComplete";
 
 /// The rules a package's meta asks for its runtime
 /// (`spec.controller.permissionRequests`), or why they cannot be read.
@@ -338,6 +421,11 @@ pub fn controller(
     let by_dependency = revisions.clone();
     let ctrl = ctrl
         .owns_stream(owned)
+        // A revision's MRDs: activated, deactivated, their CRD served.
+        .owns(
+            Api::<ManagedResourceDefinition>::all(rt.client.clone()),
+            watcher::Config::default(),
+        )
         // A Provider that changes wakes the revisions that depend on its
         // package: what they found (a cycle through it, its version, its
         // health) may have changed. The store is fed first.
@@ -380,11 +468,19 @@ pub fn controller(
                     .state()
                     .iter()
                     .filter(|r| {
-                        r.spec
-                            .runtime_config_ref
-                            .as_ref()
-                            .map_or(DEFAULT_RUNTIME_CONFIG, |c| c.name.as_str())
-                            == name
+                        // A revision whose config an ImageConfig picked is
+                        // woken by any runtime config (they are few).
+                        let picked_by_image_config = r.spec.runtime_config_ref.is_none()
+                            && r.status
+                                .iter()
+                                .flat_map(|s| &s.applied_image_config_refs)
+                                .any(|a| a.reason == types::pkg::v1beta1::REASON_RUNTIME);
+                        picked_by_image_config
+                            || r.spec
+                                .runtime_config_ref
+                                .as_ref()
+                                .map_or(DEFAULT_RUNTIME_CONFIG, |c| c.name.as_str())
+                                == name
                     })
                     .map(|r| ObjectRef::from_obj(r.as_ref()))
                     .collect::<Vec<_>>()

@@ -3,10 +3,13 @@
 //! `--enable-runtime-config=false` its deprecated ControllerConfig.
 
 use kube::{Api, Resource as _, ResourceExt as _};
+use runtime::reconciler::Draft;
 use types::pkg::{
     v1::ProviderRevision,
     v1alpha1::ControllerConfig,
-    v1beta1::{DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec},
+    v1beta1::{
+        DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec, ImageConfigRef, REASON_RUNTIME,
+    },
 };
 
 use super::{
@@ -21,6 +24,7 @@ impl ProviderRevisions {
     pub(super) async fn runtime_config(
         &self,
         r: &ProviderRevision,
+        status: &mut Draft<ProviderRevision>,
     ) -> Result<(DeploymentRuntimeConfigSpec, bool), Error> {
         if !self.settings.enable_runtime_config
             && let Some(cc) = &r.spec.controller_config_ref
@@ -46,7 +50,33 @@ impl ProviderRevisions {
             )
             .await;
         }
-        let (kind, api_version, name) = match &r.spec.runtime_config_ref {
+        // The Provider's own reference wins; else an ImageConfig matching
+        // the package (as it is read) may pick one; else `default`.
+        status
+            .applied_image_config_refs
+            .retain(|a| a.reason != REASON_RUNTIME);
+        let mut source = "spec.runtimeConfigRef".to_owned();
+        let picked = match &r.spec.runtime_config_ref {
+            Some(c) => Some(c.clone()),
+            None => {
+                let package = status
+                    .resolved_package
+                    .clone()
+                    .unwrap_or_else(|| r.spec.package.clone());
+                self.packages
+                    .runtime_config_for(&package)
+                    .await
+                    .map(|(config, reference)| {
+                        source = format!("spec.runtime.configRef of ImageConfig {config}");
+                        status.applied_image_config_refs.push(ImageConfigRef {
+                            name: config,
+                            reason: REASON_RUNTIME.to_owned(),
+                        });
+                        reference
+                    })
+            }
+        };
+        let (kind, api_version, name) = match &picked {
             Some(c) => (
                 c.kind
                     .clone()
@@ -65,7 +95,7 @@ impl ProviderRevisions {
         let group_ok = api_version.split('/').next() == Some("pkg.crossplane.io");
         if kind != "DeploymentRuntimeConfig" || !group_ok {
             return Err(Error::RuntimeConfig(format!(
-                "spec.runtimeConfigRef names {api_version} {kind} {name}, which --package-runtime=Deployment cannot use; name a pkg.crossplane.io DeploymentRuntimeConfig"
+                "{source} names {api_version} {kind} {name}, which --package-runtime=Deployment cannot use; name a pkg.crossplane.io DeploymentRuntimeConfig"
             )));
         }
         let api = Api::<DeploymentRuntimeConfig>::all(self.sk.client().clone());
@@ -76,7 +106,7 @@ impl ProviderRevisions {
         match found {
             Some(c) => Ok((c.spec, false)),
             None => Err(Error::RuntimeConfig(format!(
-                "DeploymentRuntimeConfig {name} (spec.runtimeConfigRef) does not exist; create it or name another"
+                "DeploymentRuntimeConfig {name} ({source}) does not exist; create it or name another"
             ))),
         }
     }

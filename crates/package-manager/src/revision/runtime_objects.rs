@@ -77,7 +77,7 @@ impl ProviderRevisions {
         };
         let (config, config_image_wins) = match config {
             Some(c) => c?,
-            None => self.runtime_config(r).await?,
+            None => self.runtime_config(r, status).await?,
         };
         let provider = r.labels().get(labels::PACKAGE).cloned().unwrap_or_default();
         // The node pulls the image where the ImageConfigs say, with their

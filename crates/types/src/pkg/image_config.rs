@@ -49,6 +49,17 @@ pub struct ImageConfigSpec {
     /// (`status.resolvedPackage`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite_image: Option<ImageRewrite>,
+    /// Verification requires matching packages, their dependencies and
+    /// the runtime images they run to be signed (`provider: Cosign`): a
+    /// package that is not, or not by one of the authorities, installs
+    /// nothing and its revision says which authority failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<ImageVerification>,
+    /// Runtime picks the runtime config of a matching Provider's runtime
+    /// (`configRef`), unless the Provider names one itself
+    /// (`spec.runtimeConfigRef` wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<ImageRuntime>,
 }
 
 impl AsRef<ImageConfig> for ImageConfig {
@@ -107,6 +118,134 @@ pub struct ImageRewrite {
     pub prefix: String,
 }
 
+/// How matching images are verified.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageVerification {
+    /// Provider of the verification: `Cosign`.
+    pub provider: VerificationProvider,
+    /// Cosign sets the authorities a signature must come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosign: Option<CosignVerificationConfig>,
+}
+
+/// Who verifies images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum VerificationProvider {
+    /// Sigstore's cosign signatures and attestations.
+    Cosign,
+}
+
+/// The authorities of a Cosign verification: an image is verified when
+/// one of them verifies it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CosignVerificationConfig {
+    /// Authorities, each a key or a set of keyless identities; one must
+    /// verify the image.
+    pub authorities: Vec<CosignAuthority>,
+}
+
+/// One authority: who must have signed, and which attestations it must
+/// have made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CosignAuthority {
+    /// Name of the authority, used in conditions that say which failed.
+    pub name: String,
+    /// Key verifies signatures made with one key pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<KeyRef>,
+    /// Keyless verifies signatures made with short-lived certificates for
+    /// the identities listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyless: Option<KeylessRef>,
+    /// Attestations this authority must also have signed, by predicate type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attestations: Vec<Attestation>,
+}
+
+/// A public key in a Secret.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRef {
+    /// SecretRef names the Secret (in the package manager's namespace) and
+    /// the key of it that holds the PEM public key.
+    pub secret_ref: LocalSecretKeySelector,
+    /// HashAlgorithm of the signatures: `sha256` by default.
+    #[serde(default = "sha256")]
+    #[schemars(default = "sha256")]
+    pub hash_algorithm: String,
+}
+
+fn sha256() -> String {
+    "sha256".to_owned()
+}
+
+/// A key of a Secret in the package manager's namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSecretKeySelector {
+    /// Name of the Secret.
+    pub name: String,
+    /// Key of the Secret's data.
+    pub key: String,
+}
+
+/// Keyless signatures: certificates issued for these identities.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeylessRef {
+    /// Identities a certificate may be issued to; one must match.
+    pub identities: Vec<Identity>,
+    /// InsecureIgnoreSCT skips checking the certificate's embedded SCT.
+    #[serde(
+        default,
+        rename = "insecureIgnoreSCT",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub insecure_ignore_sct: Option<bool>,
+}
+
+/// An issuer and subject a keyless certificate must carry; the regular
+/// expressions, when set, take precedence over the exact fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    /// Issuer, matched exactly.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub issuer: String,
+    /// Subject, matched exactly.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subject: String,
+    /// IssuerRegExp, a regular expression the issuer must match.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub issuer_reg_exp: String,
+    /// SubjectRegExp, a regular expression the subject must match.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub subject_reg_exp: String,
+}
+
+/// An attestation an authority must have signed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Attestation {
+    /// Name of the attestation, used in conditions.
+    pub name: String,
+    /// PredicateType of the attestation (as `cosign attest --type`).
+    pub predicate_type: String,
+}
+
+/// What a matching Provider's runtime is configured with.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageRuntime {
+    /// ConfigRef names the DeploymentRuntimeConfig of matching Providers'
+    /// runtimes, unless a Provider names its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_ref: Option<super::v1::RuntimeConfigReference>,
+}
+
 /// An ImageConfig that was applied to an image, and what it did; recorded
 /// in `status.appliedImageConfigRefs`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -122,6 +261,10 @@ pub struct ImageConfigRef {
 pub const REASON_REWRITE: &str = "RewriteImage";
 /// `reason` of an ImageConfig that gave an image its pull secret.
 pub const REASON_PULL_SECRET: &str = "SetImagePullSecret";
+/// `reason` of an ImageConfig that picked a runtime's runtime config.
+pub const REASON_RUNTIME: &str = "ConfigureRuntime";
+/// `reason` of an ImageConfig that verified an image's signatures.
+pub const REASON_VERIFY: &str = "VerifyImage";
 
 /// What the ImageConfigs make of one image.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -208,6 +351,32 @@ pub fn resolve(configs: &[impl AsRef<ImageConfig>], image: &str) -> Resolved {
     out
 }
 
+/// The runtime config the ImageConfigs pick for a runtime whose package
+/// is read as `image` (after rewrites), with the picking ImageConfig's
+/// name: the longest prefix among those with `runtime.configRef`.
+pub fn runtime_config_for(
+    configs: &[impl AsRef<ImageConfig>],
+    image: &str,
+) -> Option<(String, super::v1::RuntimeConfigReference)> {
+    let reference = |c: &ImageConfig| c.spec.runtime.as_ref().and_then(|r| r.config_ref.clone());
+    let (c, _) = best(configs, image, |c| reference(c).is_some())?;
+    Some((c.metadata.name.clone().unwrap_or_default(), reference(c)?))
+}
+
+/// The verification the ImageConfigs require of `image` (as it is read,
+/// after rewrites), with the requiring ImageConfig's name: the longest
+/// prefix among those with `verification`.
+pub fn verification_for<'a>(
+    configs: &'a [impl AsRef<ImageConfig>],
+    image: &str,
+) -> Option<(&'a str, &'a ImageVerification)> {
+    let (c, _) = best(configs, image, |c| c.spec.verification.is_some())?;
+    Some((
+        c.metadata.name.as_deref().unwrap_or_default(),
+        c.spec.verification.as_ref()?,
+    ))
+}
+
 /// Whether `config` could apply to `image` (any of its prefixes matches,
 /// before or after a rewrite is not considered): used to find the objects
 /// an edited ImageConfig may change.
@@ -245,6 +414,7 @@ mod tests {
                 rewrite_image: rewrite.map(|p| ImageRewrite {
                     prefix: p.to_owned(),
                 }),
+                ..ImageConfigSpec::default()
             },
         );
         c.metadata.name = Some(name.to_owned());
@@ -315,6 +485,84 @@ mod tests {
             "one/x/p:1"
         );
         assert_eq!(resolve(&[b, a], "reg.io/x/p:1").image, "one/x/p:1");
+    }
+
+    #[test]
+    fn runtime_configs_and_verification_go_to_the_longest_prefix() {
+        let mut broad = config("broad", &["reg.io/"], None, None);
+        broad.spec.runtime = Some(ImageRuntime {
+            config_ref: Some(crate::pkg::v1::RuntimeConfigReference {
+                name: "everyone".into(),
+                ..Default::default()
+            }),
+        });
+        let mut narrow = config("narrow", &["reg.io/team/"], None, None);
+        narrow.spec.runtime = Some(ImageRuntime {
+            config_ref: Some(crate::pkg::v1::RuntimeConfigReference {
+                name: "team".into(),
+                ..Default::default()
+            }),
+        });
+        narrow.spec.verification = Some(ImageVerification {
+            provider: VerificationProvider::Cosign,
+            cosign: None,
+        });
+        let plain = config("plain", &["reg.io/team/p"], Some("m/"), None);
+        let configs = [broad, narrow, plain];
+        let picked = |image| runtime_config_for(&configs, image).map(|(n, r)| (n, r.name));
+        assert_eq!(
+            picked("reg.io/team/p:v1"),
+            Some(("narrow".into(), "team".into()))
+        );
+        assert_eq!(
+            picked("reg.io/other:v1"),
+            Some(("broad".into(), "everyone".into()))
+        );
+        assert_eq!(picked("elsewhere.io/p:v1"), None);
+        assert_eq!(
+            verification_for(&configs, "reg.io/team/p:v1").map(|(n, _)| n),
+            Some("narrow")
+        );
+        assert!(verification_for(&configs, "reg.io/other:v1").is_none());
+    }
+
+    #[test]
+    fn an_upstream_image_config_with_verification_reads_back_unchanged() {
+        let yaml = r#"
+apiVersion: pkg.crossplane.io/v1beta1
+kind: ImageConfig
+metadata:
+  name: verify
+spec:
+  matchImages:
+    - prefix: xpkg.crossplane.io/crossplane-contrib
+  verification:
+    provider: Cosign
+    cosign:
+      authorities:
+        - name: verify-signed-with-key
+          key:
+            secretRef:
+              name: cosign-pub
+              key: cosign.pub
+            hashAlgorithm: sha256
+          attestations:
+            - name: sbom
+              predicateType: spdxjson
+        - name: keyless
+          keyless:
+            identities:
+              - issuer: https://token.actions.githubusercontent.com
+                subjectRegExp: https://github.com/crossplane-contrib/.*
+            insecureIgnoreSCT: true
+  runtime:
+    configRef:
+      name: big
+"#;
+        let c: ImageConfig = serde_saphyr::from_str(yaml).unwrap();
+        let back = serde_json::to_value(&c).unwrap();
+        let want: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(back, want);
     }
 
     #[test]

@@ -231,10 +231,21 @@ impl ProviderRevision {
     /// The names of the CRDs the revision delivered (its status' object
     /// references).
     pub fn crd_names(&self) -> Vec<String> {
+        self.names_of("CustomResourceDefinition")
+    }
+
+    /// The names of the ManagedResourceDefinitions the revision delivered
+    /// (its managed-resource kinds; the CRDs of the Active ones are in
+    /// [`Self::crd_names`] too).
+    pub fn mrd_names(&self) -> Vec<String> {
+        self.names_of("ManagedResourceDefinition")
+    }
+
+    fn names_of(&self, kind: &str) -> Vec<String> {
         self.status
             .iter()
             .flat_map(|s| &s.object_refs)
-            .filter(|o| o.kind == "CustomResourceDefinition")
+            .filter(|o| o.kind == kind)
             .map(|o| o.name.clone())
             .collect()
     }

@@ -1,0 +1,235 @@
+//! What a Provider package's CRDs become on Crossplane v2, as pure
+//! decisions: which are managed resources ([`is_managed`]), the
+//! ManagedResourceDefinition a revision applies for one ([`mrd_of`]), the
+//! CRD an Active MRD serves ([`crd_of`]), and who may control that CRD
+//! ([`crd_control`]).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource as _, ResourceExt as _, api::ObjectMeta};
+use types::apiextensions::v1alpha1::{ManagedResourceDefinition, ManagedResourceDefinitionState};
+
+/// The kinds of a Provider package that stay CRDs (as upstream decides:
+/// how a provider is configured, not what it manages).
+pub const NOT_MANAGED: [&str; 4] = [
+    "ProviderConfig",
+    "ClusterProviderConfig",
+    "ProviderConfigUsage",
+    "ClusterProviderConfigUsage",
+];
+
+/// Whether the package CRD `crd` is a managed resource, delivered as an
+/// MRD: every kind but [`NOT_MANAGED`] (a CRD without a kind counts as
+/// managed, as upstream).
+pub fn is_managed(crd: &serde_json::Value) -> bool {
+    crd.pointer("/spec/names/kind")
+        .and_then(serde_json::Value::as_str)
+        .is_none_or(|k| !NOT_MANAGED.contains(&k))
+}
+
+/// The MRD a revision applies for the CRD body it would have applied
+/// (`crd`: metadata with its labels, annotations and owners; spec with its
+/// conversion pointed at the runtime). `active` (a package without
+/// SafeStart) makes it Active; otherwise its state is left to whoever set
+/// it (a policy), Inactive when it is new.
+pub fn mrd_of(crd: &serde_json::Value, active: bool) -> serde_json::Value {
+    let mut spec = crd
+        .get("spec")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    if active && let Some(s) = spec.as_object_mut() {
+        s.insert("state".into(), "Active".into());
+    }
+    serde_json::json!({
+        "apiVersion": "apiextensions.crossplane.io/v1alpha1",
+        "kind": "ManagedResourceDefinition",
+        "metadata": crd.get("metadata").cloned().unwrap_or_default(),
+        "spec": spec,
+    })
+}
+
+/// The CRD an Active MRD serves: its spec without the MRD's own fields
+/// (state, connection details), its labels and annotations, controlled by
+/// the MRD (which blocks the MRD's deletion until the CRD is gone).
+pub fn crd_of(mrd: &ManagedResourceDefinition) -> serde_json::Value {
+    let mut spec = serde_json::to_value(&mrd.spec).unwrap_or_default();
+    if let Some(s) = spec.as_object_mut() {
+        s.remove("state");
+        s.remove("connectionDetails");
+    }
+    let owner = mrd.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    let mut metadata = serde_json::json!({
+        "name": mrd.name_any(),
+        "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
+    });
+    if !mrd.labels().is_empty() {
+        metadata["labels"] = serde_json::to_value(mrd.labels()).unwrap_or_default();
+    }
+    let annotations: std::collections::BTreeMap<&String, &String> = mrd
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "kubectl.kubernetes.io/last-applied-configuration")
+        .collect();
+    if !annotations.is_empty() {
+        metadata["annotations"] = serde_json::to_value(annotations).unwrap_or_default();
+    }
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": metadata,
+        "spec": spec,
+    })
+}
+
+/// How a CRD that exists relates to the MRD of the same name.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CrdControl {
+    /// The MRD made it.
+    Ours,
+    /// A ProviderRevision that delivers the MRD controls it (the CRD was
+    /// installed before the package's kinds became MRDs): the MRD takes it.
+    Adopt,
+    /// Anything else made it; the message names who. An MRD never takes
+    /// over a CRD it did not make.
+    Foreign(String),
+}
+
+/// How the CRD whose metadata is `crd` relates to `mrd`.
+pub fn crd_control(mrd: &ManagedResourceDefinition, crd: &ObjectMeta) -> CrdControl {
+    let controller = crd
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    let delivered_by = |o: &OwnerReference| {
+        o.kind == "ProviderRevision"
+            && o.api_version.starts_with("pkg.crossplane.io/")
+            && mrd.owner_references().iter().any(|m| m.uid == o.uid)
+    };
+    match controller {
+        Some(o) if Some(&o.uid) == mrd.uid().as_ref() => CrdControl::Ours,
+        Some(o) if delivered_by(o) => CrdControl::Adopt,
+        _ => CrdControl::Foreign(format!(
+            "CustomResourceDefinition {} exists and was not made by this ManagedResourceDefinition ({}); an MRD never takes over a CRD it did not make: delete the CRD, or the MRD",
+            mrd.name_any(),
+            crate::crds::maker_of(crd)
+        )),
+    }
+}
+
+/// Whether an MRD is Active.
+pub fn active(mrd: &ManagedResourceDefinition) -> bool {
+    mrd.spec.state == ManagedResourceDefinitionState::Active
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn crd(kind: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {
+                "name": "things.example.org",
+                "labels": {"pkg.crossplane.io/package": "p"},
+                "ownerReferences": [{"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision", "name": "p-1", "uid": "rev-uid", "controller": true}],
+            },
+            "spec": {
+                "group": "example.org",
+                "names": {"kind": kind, "plural": "things", "listKind": format!("{kind}List"), "singular": "thing"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}],
+            },
+        })
+    }
+
+    #[test]
+    fn provider_configs_stay_crds_and_everything_else_is_managed() {
+        for kind in NOT_MANAGED {
+            assert!(!is_managed(&crd(kind)), "{kind}");
+        }
+        assert!(is_managed(&crd("Object")));
+        assert!(is_managed(&crd("Bucket")));
+        assert!(is_managed(&serde_json::json!({"spec": {}})));
+    }
+
+    #[test]
+    fn an_mrd_carries_the_crd_and_is_active_only_without_safe_start() {
+        let c = crd("Thing");
+        let m = mrd_of(&c, true);
+        assert_eq!(m["kind"], "ManagedResourceDefinition");
+        assert_eq!(m["metadata"], c["metadata"]);
+        assert_eq!(m["spec"]["state"], "Active");
+        assert_eq!(m["spec"]["versions"], c["spec"]["versions"]);
+        // With SafeStart the state is not the revision's to set.
+        assert!(mrd_of(&c, false)["spec"].get("state").is_none());
+    }
+
+    #[test]
+    fn the_crd_of_an_mrd_is_its_spec_controlled_by_it() {
+        let mut m: ManagedResourceDefinition =
+            serde_json::from_value(mrd_of(&crd("Thing"), true)).unwrap();
+        m.metadata.uid = Some("mrd-uid".into());
+        m.spec.connection_details = vec![types::apiextensions::v1alpha1::ConnectionDetail {
+            name: "password".into(),
+            description: "d".into(),
+        }];
+        let c = crd_of(&m);
+        assert_eq!(c["kind"], "CustomResourceDefinition");
+        assert!(c["spec"].get("state").is_none());
+        assert!(c["spec"].get("connectionDetails").is_none());
+        assert_eq!(c["spec"]["group"], "example.org");
+        assert_eq!(c["spec"]["names"]["plural"], "things");
+        let owners = c["metadata"]["ownerReferences"].as_array().unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0]["uid"], "mrd-uid");
+        assert_eq!(owners[0]["controller"], true);
+        assert_eq!(c["metadata"]["labels"]["pkg.crossplane.io/package"], "p");
+    }
+
+    #[test]
+    fn an_mrd_takes_a_crd_only_from_itself_or_its_own_revision() {
+        let mut m: ManagedResourceDefinition =
+            serde_json::from_value(mrd_of(&crd("Thing"), true)).unwrap();
+        m.metadata.uid = Some("mrd-uid".into());
+        let owned_by = |kind: &str, uid: &str, controller| ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                api_version: if kind == "ProviderRevision" {
+                    "pkg.crossplane.io/v1".into()
+                } else {
+                    "apiextensions.crossplane.io/v1alpha1".into()
+                },
+                kind: kind.into(),
+                name: "x".into(),
+                uid: uid.into(),
+                controller: Some(controller),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(
+            crd_control(&m, &owned_by("ManagedResourceDefinition", "mrd-uid", true)),
+            CrdControl::Ours
+        );
+        assert_eq!(
+            crd_control(&m, &owned_by("ProviderRevision", "rev-uid", true)),
+            CrdControl::Adopt
+        );
+        for meta in [
+            owned_by("ProviderRevision", "other-rev", true),
+            owned_by("ManagedResourceDefinition", "other-mrd", true),
+            owned_by("ProviderRevision", "rev-uid", false),
+            ObjectMeta::default(),
+        ] {
+            let CrdControl::Foreign(why) = crd_control(&m, &meta) else {
+                panic!("{meta:?} taken over");
+            };
+            assert!(why.contains("never takes over"), "{why}");
+        }
+    }
+}
