@@ -96,6 +96,13 @@ pub struct Args {
     /// restricted.
     #[arg(long, env = "ALLOW_UNRESTRICTED_RUNTIMES", default_value_t = false, action = clap::ArgAction::Set)]
     pub allow_unrestricted_runtimes: bool,
+    /// Let the package-manager move a dependency it installed to an older
+    /// version when that is the newest one every installed dependent
+    /// accepts. Off: a dependency only moves up, and a needed move down is
+    /// named on the dependent.
+    #[arg(long, env = "ENABLE_DEPENDENCY_VERSION_DOWNGRADES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_dependency_version_downgrades: bool,
+
     /// Patterns of the ManagedResourceActivationPolicy "default", created
     /// at start when there is none (never changed afterwards; delete it to
     /// activate nothing by default). Repeat the flag for several patterns;

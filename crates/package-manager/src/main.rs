@@ -170,6 +170,7 @@ fn work(
             enable_runtime_config: args.enable_runtime_config,
             resync: rt.args.sync_interval,
             allow_unrestricted_runtimes: args.allow_unrestricted_runtimes,
+            allow_dependency_downgrades: args.enable_dependency_version_downgrades,
         },
     );
     let mrds = mrds::controller(rt);

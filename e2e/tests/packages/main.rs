@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod dependency_moves;
 mod lifecycle;
 mod refusals;
 mod registries;

@@ -98,9 +98,8 @@ fn a_safe_start_provider_serves_only_the_kinds_a_policy_activates() {
     assert!(pods.contains("Running"), "the runtime runs: {pods}");
     // Its runtime has no rights on a kind that is not served.
     let runtime_sa = format!("system:serviceaccount:{RUNTIMES}:{name}");
-    let can = |verb: &str, resource: &str| {
-        e2e::kubectl::can_i(&runtime_sa, &[verb, resource, "-A"])
-    };
+    let can =
+        |verb: &str, resource: &str| e2e::kubectl::can_i(&runtime_sa, &[verb, resource, "-A"]);
     assert!(!can("list", ACTIVATED), "rights on an Inactive kind");
     assert!(can("list", "providerconfigs.kubernetes.m.crossplane.io"));
     // What trace shows a user.

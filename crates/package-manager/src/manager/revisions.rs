@@ -82,6 +82,10 @@ pub fn revision_for(
             labels::DEPENDENCIES.to_owned(),
             crate::deps::record(&meta.depends_on),
         ),
+        (
+            labels::DEPENDENCY_VERSIONS.to_owned(),
+            crate::deps::record_versions(&meta.depends_on),
+        ),
         (labels::CAPABILITIES.to_owned(), capabilities),
     ]);
     let state = if manual(p) {

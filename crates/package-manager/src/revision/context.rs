@@ -56,6 +56,9 @@ pub struct Settings {
     /// Standard "restricted" (host access, privilege, root): the
     /// operator's explicit choice, off by default.
     pub allow_unrestricted_runtimes: bool,
+    /// Whether a dependency may be moved to an older version
+    /// (--enable-dependency-version-downgrades).
+    pub allow_dependency_downgrades: bool,
 }
 
 /// The revision controller's reconciler.

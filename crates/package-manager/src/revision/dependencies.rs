@@ -24,6 +24,7 @@ impl ProviderRevisions {
             &revisions,
             r,
             declared,
+            self.settings.allow_dependency_downgrades,
         )
         .await
         .map_err(|e| Error::request("install a dependency", e))?;
@@ -37,6 +38,46 @@ impl ProviderRevisions {
                     format!("installed Provider {name} as a dependency"),
                 )
                 .await;
+        }
+        for m in &report.moved {
+            let note = format!(
+                "moved dependency Provider {} from {} to {}, which this package needs ({})",
+                m.provider, m.from, m.to, m.why
+            );
+            self.sk
+                .reporting
+                .events
+                .normal(&r.object_ref(&()), "MoveDependency", note.clone())
+                .await;
+            if let Some(p) = self
+                .providers
+                .get(&kube::runtime::reflector::ObjectRef::new(&m.provider))
+            {
+                self.sk
+                    .reporting
+                    .events
+                    .normal(&p.object_ref(&()), "MovedAsDependency", note)
+                    .await;
+            }
+            // The dependent's own Provider says it too.
+            if let Some(owner) = r.owner_references().iter().find(|o| o.kind == "Provider")
+                && let Some(p) = self
+                    .providers
+                    .get(&kube::runtime::reflector::ObjectRef::new(&owner.name))
+            {
+                self.sk
+                    .reporting
+                    .events
+                    .normal(
+                        &p.object_ref(&()),
+                        "MoveDependency",
+                        format!(
+                            "moved dependency Provider {} from {} to {}",
+                            m.provider, m.from, m.to
+                        ),
+                    )
+                    .await;
+            }
         }
         let count = |n: usize| Some(i64::try_from(n).unwrap_or(i64::MAX));
         status.found_dependencies = count(report.found);

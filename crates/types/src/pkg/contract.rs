@@ -43,6 +43,10 @@ pub mod annotations {
     /// The capabilities its package declares (`spec.capabilities`),
     /// comma-separated.
     pub const CAPABILITIES: &str = "pkg.crossplane.io/capabilities";
+    /// The version each dependency must have (`spec.dependsOn[].version`),
+    /// as a JSON object repository → range or digest: what the other
+    /// dependents of a dependency accept when it must move.
+    pub const DEPENDENCY_VERSIONS: &str = "pkg.crossplane.io/dependency-versions";
 
     /// The entries of a comma-separated record ([`DEPENDENCIES`],
     /// [`CAPABILITIES`]), empty ones left out.

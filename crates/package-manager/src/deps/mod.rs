@@ -44,86 +44,19 @@ pub struct Report {
     pub problems: Vec<String>,
     /// Providers created by this resolution.
     pub created: Vec<String>,
+    /// Dependency Providers moved to another version by this resolution:
+    /// (Provider, from, to, why).
+    pub moved: Vec<Moved>,
 }
 
-/// A dependency's version requirement.
-#[derive(Debug)]
-enum Requirement {
-    Digest(Digest),
-    Range(semver::VersionReq),
-}
-
-/// The Crossplane version whose package API crossplane-rs implements, for
-/// packages' `spec.crossplane.version` constraints: v2.2 (managed resource
-/// definitions and activation policies, ImageConfig `runtime.configRef`,
-/// DeploymentRuntimeConfig, the ControllerConfig fields of v1).
-pub const CROSSPLANE_VERSION: semver::Version = semver::Version::new(2, 2, 0);
-
-/// Whether a package's `spec.crossplane.version` constraint admits
-/// [`CROSSPLANE_VERSION`]; the message says what to do when not.
-pub fn crossplane_admits(constraint: &str) -> Result<(), String> {
-    let range = semver::VersionReq::parse(&without_v(constraint)).map_err(|e| {
-        format!("spec.crossplane.version {constraint:?} is not a semver range: {e}")
-    })?;
-    if range.matches(&CROSSPLANE_VERSION) {
-        Ok(())
-    } else {
-        Err(format!(
-            "the package needs Crossplane {constraint}; crossplane-rs implements the package API of Crossplane v{CROSSPLANE_VERSION}{}: use a version of the package made for it, or set spec.ignoreCrossplaneConstraints: true",
-            missing_after(&range)
-        ))
-    }
-}
-
-/// What a constraint that only newer Crossplane releases meet needs and
-/// this project does not have, named; empty otherwise.
-fn missing_after(range: &semver::VersionReq) -> &'static str {
-    let newer = semver::Version::new(CROSSPLANE_VERSION.major, CROSSPLANE_VERSION.minor + 1, 0);
-    if range.matches(&newer)
-        || range.matches(&semver::Version::new(CROSSPLANE_VERSION.major + 1, 0, 0))
-    {
-        " (what later Crossplane releases added to the package API is not implemented here)"
-    } else {
-        ""
-    }
-}
-
-/// Drops the `v` of `v1.2.3` wherever a version starts (`>=v1.0.0,
-/// <v2.0.0` → `>=1.0.0, <2.0.0`).
-fn without_v(s: &str) -> String {
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = String::new();
-    for (i, c) in chars.iter().enumerate() {
-        let starts_version = (*c == 'v' || *c == 'V')
-            && chars.get(i + 1).is_some_and(char::is_ascii_digit)
-            && (i == 0 || !chars[i - 1].is_ascii_alphanumeric());
-        if !starts_version {
-            out.push(*c);
-        }
-    }
-    out
-}
-
-fn requirement(version: &str) -> Result<Requirement, String> {
-    if let Some(d) = Digest::parse(version.trim()) {
-        return Ok(Requirement::Digest(d));
-    }
-    let range = if version.trim().is_empty() {
-        "*".to_owned()
-    } else {
-        without_v(version)
-    };
-    semver::VersionReq::parse(&range)
-        .map(Requirement::Range)
-        .map_err(|e| format!("version {version:?} is neither a semver range nor a digest: {e}"))
-}
-
-/// The semver version a package reference's tag names, if it does.
-fn version_of(reference: &str) -> Option<semver::Version> {
-    let last = reference.rsplit('/').next()?;
-    let (_, tag) = last.split_once(':')?;
-    semver::Version::parse(tag.strip_prefix('v').unwrap_or(tag)).ok()
-}
+mod moves;
+mod record;
+mod versions;
+pub use moves::Moved;
+use moves::move_dependency;
+pub use record::{dependencies_of, record, record_versions};
+pub use versions::crossplane_admits;
+use versions::{Requirement, requirement, version_of};
 
 /// A Provider name for a dependency's repository: its last path segment.
 fn provider_name(repository: &str) -> String {
@@ -161,16 +94,6 @@ fn installed(
         .collect()
 }
 
-/// The record of a package's dependencies a revision carries: their
-/// repositories, comma-separated.
-pub fn record(depends_on: &[xpkg::Dependency]) -> String {
-    depends_on
-        .iter()
-        .map(|d| xpkg::repository_of(&d.package))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The dependencies to install for revision `r`: those its record names,
 /// with the version each has in the package's `depends_on`.
 pub fn declared(r: &ProviderRevision, depends_on: &[xpkg::Dependency]) -> Vec<xpkg::Dependency> {
@@ -180,14 +103,6 @@ pub fn declared(r: &ProviderRevision, depends_on: &[xpkg::Dependency]) -> Vec<xp
         .filter(|d| recorded.contains(&xpkg::repository_of(&d.package)))
         .cloned()
         .collect()
-}
-
-/// The repositories a revision's package depends on, as it records them.
-pub fn dependencies_of(r: &ProviderRevision) -> Vec<String> {
-    r.annotations()
-        .get(labels::DEPENDENCIES)
-        .map(|d| types::pkg::contract::annotations::entries(d))
-        .unwrap_or_default()
 }
 
 /// The most dependencies one package may declare.
@@ -366,6 +281,7 @@ pub async fn resolve(
     revisions: &[Arc<ProviderRevision>],
     r: &ProviderRevision,
     deps: &[xpkg::Dependency],
+    allow_downgrades: bool,
 ) -> Result<Report, kube::Error> {
     let mut report = Report {
         found: deps.len(),
@@ -424,13 +340,39 @@ pub async fn resolve(
             };
             if ok {
                 report.installed += 1;
-            } else {
-                report.problems.push(format!(
-                    "dependency {repository} {} is incompatible: Provider {} installs {}",
+                continue;
+            }
+            match &req {
+                Requirement::Range(_)
+                    if p.labels().get(labels::DEPENDENCY).is_some_and(|v| v == "true")
+                        && version_of(&p.spec.package).is_some() =>
+                {
+                    let moved = move_dependency(
+                        &api, packages, &all, revisions, r, p, dep, allow_downgrades,
+                    )
+                    .await?;
+                    match moved {
+                        Ok(m) => {
+                            report.problems.push(format!(
+                                "dependency {repository} is moving from {} to {}",
+                                m.from, m.to
+                            ));
+                            report.moved.push(m);
+                        }
+                        Err(why) => report.problems.push(why),
+                    }
+                }
+                _ => report.problems.push(format!(
+                    "dependency {repository} {} is incompatible: Provider {} installs {}{}",
                     dep.version,
                     p.name_any(),
-                    p.spec.package
-                ));
+                    p.spec.package,
+                    if p.labels().get(labels::DEPENDENCY).is_some_and(|v| v == "true") {
+                        ""
+                    } else {
+                        " (installed by hand: the package-manager moves only the dependencies it installed)"
+                    }
+                )),
             }
             continue;
         }
