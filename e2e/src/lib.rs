@@ -7,6 +7,7 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod artifacts;
+pub mod cosign;
 pub mod extensions;
 pub mod hostile;
 pub mod kubectl;

@@ -32,6 +32,7 @@
 //! [`project`] builds the crossplane-rs image itself: a Debian base layer
 //! ([`debian`]) and the six binaries.
 
+pub mod cosign;
 pub mod debian;
 mod describe;
 mod error;

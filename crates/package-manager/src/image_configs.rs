@@ -92,11 +92,21 @@ impl ImageConfigs {
         types::pkg::v1beta1::runtime_config_for(&self.store.state(), image)
     }
 
-    /// The name of the ImageConfig that requires `image` (as it is read)
-    /// to be verified, if one does.
-    pub async fn verifying(&self, image: &str) -> Option<String> {
+    /// The ImageConfig that requires `image` (as it is read) to be
+    /// verified, if one does: its name, resourceVersion and verification.
+    pub async fn verifying(
+        &self,
+        image: &str,
+    ) -> Option<(String, String, types::pkg::v1beta1::ImageVerification)> {
         runtime::controller::wait_cache_ready(&self.store).await;
-        types::pkg::v1beta1::verification_for(&self.store.state(), image).map(|(n, _)| n.to_owned())
+        let configs = self.store.state();
+        let (name, v) = types::pkg::v1beta1::verification_for(&configs, image)?;
+        let version = configs
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .and_then(|c| c.metadata.resource_version.clone())
+            .unwrap_or_default();
+        Some((name.to_owned(), version, v.clone()))
     }
 }
 

@@ -29,6 +29,7 @@ mod package_runtime;
 mod packages;
 mod podsecurity;
 mod revision;
+mod signatures;
 mod stacks;
 mod tls;
 mod usage;

@@ -178,10 +178,50 @@ impl Packages {
         self.image_configs.resolve(reference).await
     }
 
-    /// The name of the ImageConfig that requires `image` (as it is read)
-    /// to be verified, if one does.
-    pub async fn verifying(&self, image: &str) -> Option<String> {
+    /// The ImageConfig that requires `image` (as it is read) to be
+    /// verified, if one does: its name, resourceVersion and verification.
+    pub async fn verifying(
+        &self,
+        image: &str,
+    ) -> Option<(String, String, types::pkg::v1beta1::ImageVerification)> {
         self.image_configs.verifying(image).await
+    }
+
+    /// The layers of the artifact tagged `tag` beside `reference` (where
+    /// the ImageConfigs say it is read from, with its credentials), `None`
+    /// when there is none: a cosign signature or attestation.
+    pub async fn artifact(
+        &self,
+        reference: &str,
+        tag: &str,
+        pull_secrets: &[LocalObjectReference],
+    ) -> Result<Option<Vec<oci::pull::ArtifactLayer>>, FetchError> {
+        let to = self.access(reference, pull_secrets).await?;
+        to.answer(self.fetcher.artifact(to.image(), tag, &to.auth).await)
+    }
+
+    /// The text at `key` of the Secret `name` (in the runtimes' namespace,
+    /// where pull secrets are): a public key an ImageConfig names. The
+    /// message of a failure says what to fix.
+    pub async fn secret_text(&self, name: &str, key: &str) -> Result<String, String> {
+        let secret = self
+            .secrets
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("cannot read Secret {name}: {}", runtime::events::error_chain(&e)))?
+            .ok_or_else(|| {
+                format!(
+                    "Secret {name} does not exist in namespace {}; create it with the public key at {key}",
+                    self.secrets_namespace()
+                )
+            })?;
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .ok_or_else(|| format!("Secret {name} has no key {key}"))?;
+        String::from_utf8(bytes.0.clone())
+            .map_err(|_| format!("Secret {name} key {key} is not text"))
     }
 
     /// The runtime config the ImageConfigs pick for a package read as

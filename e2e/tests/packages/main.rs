@@ -13,6 +13,7 @@ mod refusals;
 mod registries;
 mod revisions;
 mod runtimes;
+mod signatures;
 
 use e2e::packages::*;
 use serde_json::Value;

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 
 use oci_spec::distribution::Reference;
 
+mod artifacts;
 mod cache;
 mod format;
 mod layers;
@@ -29,6 +30,7 @@ pub use crate::{
     reference::{registry_of, repository_of, tag_of},
     registry::auth_from_docker_config,
 };
+pub use artifacts::{ArtifactLayer, MAX_ARTIFACT_LAYER_BYTES, MAX_ARTIFACT_LAYERS, cosign_tag};
 pub use format::Format;
 pub use layers::Pulled;
 pub use manifest::LayerInfo;

@@ -66,6 +66,8 @@ pub struct ProviderRevisions {
     pub(super) sk: Skeleton,
     pub(super) field_manager: String,
     pub(super) packages: Packages,
+    /// Verifies packages and runtime images as ImageConfigs require.
+    pub(super) signatures: crate::signatures::Signatures,
     pub(super) settings: Settings,
     pub(super) revisions: Store<ProviderRevision>,
     pub(super) deployments: Store<Deployment>,

@@ -40,7 +40,7 @@ use types::{
     apiextensions::v1alpha1::ManagedResourceDefinition,
     pkg::{
         v1::{Provider, ProviderRevision, RevisionState},
-        v1beta1::DeploymentRuntimeConfig,
+        v1beta1::{DeploymentRuntimeConfig, ImageConfigRef, REASON_VERIFY},
     },
 };
 
@@ -63,6 +63,7 @@ use crate::{
     image_configs::{self, ImageConfigs},
     labels,
     packages::Packages,
+    signatures::Verdict,
     usage,
 };
 use context::{Unhealthy as _, WAIT_POLL, condition_true, provider_owner, set, unhealthy};
@@ -103,7 +104,7 @@ impl Reconciler for ProviderRevisions {
             return Ok(Action::requeue(self.settings.resync));
         }
         self.resolve_images(r, status).await;
-        self.verify(status).await?;
+        self.verify(r, status).await?;
         let contents = match self.package(r).await {
             Ok(c) => c,
             Err(e) => {
@@ -253,34 +254,85 @@ impl Reconciler for ProviderRevisions {
 }
 
 impl ProviderRevisions {
-    /// Holds the revision when an ImageConfig requires its package or
-    /// runtime image to be signed: signatures are not verified by this
-    /// release, so such a package installs nothing (never installed as if
-    /// it had been verified).
-    async fn verify(&self, status: &mut Draft<ProviderRevision>) -> Result<(), Error> {
-        let images = [
-            status.resolved_package.clone(),
-            status.resolved_image.clone(),
-        ];
-        for image in images.into_iter().flatten() {
-            if let Some(config) = self.packages.verifying(&image).await {
-                let why = format!(
-                    "ImageConfig {config} requires {image} to be signed (spec.verification), and this package-manager does not verify signatures yet: nothing of the package is installed; remove the verification from the ImageConfig to install it unverified"
-                );
-                set(
-                    status,
-                    TYPE_SIGNATURE_VERIFIED,
-                    false,
-                    "SignatureVerificationFailed",
-                    Some(why.clone()),
-                );
-                return Err(Error::Verification(why))
-                    .unhealthy(status, "SignatureVerificationFailed");
+    /// Verifies the revision's package and runtime image where an
+    /// ImageConfig requires them signed: one that is not verified installs
+    /// nothing (no CRD, MRD, runtime or role), and the revision's
+    /// SignatureVerificationComplete condition names the ImageConfig and
+    /// what each authority found.
+    async fn verify(
+        &self,
+        r: &ProviderRevision,
+        status: &mut Draft<ProviderRevision>,
+    ) -> Result<(), Error> {
+        let Some(digest) = r
+            .annotations()
+            .get(labels::DIGEST)
+            .and_then(|d| oci::Digest::parse(d))
+        else {
+            // Reading the package says what is wrong.
+            return Ok(());
+        };
+        let secrets = &r.spec.package_pull_secrets;
+        let mut images = vec![(r.spec.package.clone(), digest.clone())];
+        if let Some(image) = &r.spec.image {
+            let pinned = image
+                .rsplit_once('@')
+                .and_then(|(_, d)| oci::Digest::parse(d));
+            if pinned.as_ref() != Some(&digest) && self.signatures.required(image).await {
+                let resolved = match pinned {
+                    Some(d) => d,
+                    None => self
+                        .packages
+                        .resolve(image, secrets)
+                        .await
+                        .map_err(|e| Error::Package(e.into()))
+                        .unhealthy(status, "SignatureVerificationFailed")?,
+                };
+                images.push((image.clone(), resolved));
             }
         }
-        status
-            .conditions
-            .retain(|c| c.type_ != TYPE_SIGNATURE_VERIFIED);
+        let mut verified = Vec::new();
+        for (image, digest) in images {
+            match self.signatures.verify(&image, &digest, secrets).await {
+                Verdict::NotRequired => {}
+                Verdict::Verified { config, authority } => {
+                    let applied = ImageConfigRef {
+                        name: config.clone(),
+                        reason: REASON_VERIFY.to_owned(),
+                    };
+                    if !status.applied_image_config_refs.contains(&applied) {
+                        status.applied_image_config_refs.push(applied);
+                    }
+                    verified.push(format!(
+                        "{image}: authority {authority} of ImageConfig {config}"
+                    ));
+                }
+                Verdict::Refused(why) => {
+                    set(
+                        status,
+                        TYPE_SIGNATURE_VERIFIED,
+                        false,
+                        "SignatureVerificationFailed",
+                        Some(why.clone()),
+                    );
+                    return Err(Error::Verification(why))
+                        .unhealthy(status, "SignatureVerificationFailed");
+                }
+            }
+        }
+        if verified.is_empty() {
+            status
+                .conditions
+                .retain(|c| c.type_ != TYPE_SIGNATURE_VERIFIED);
+        } else {
+            set(
+                status,
+                TYPE_SIGNATURE_VERIFIED,
+                true,
+                "SignatureVerificationComplete",
+                Some(format!("verified {}", verified.join("; "))),
+            );
+        }
         Ok(())
     }
 
@@ -493,6 +545,7 @@ pub fn controller(
         sk: Skeleton::new(rt, CONTROLLER)
             .leaving_conditions(&[types::pkg::contract::conditions::RBAC_READY]),
         field_manager: rt.field_manager(),
+        signatures: crate::signatures::Signatures::new(packages.clone()),
         packages,
         revisions,
         deployments,

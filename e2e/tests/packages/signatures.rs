@@ -1,0 +1,164 @@
+//! Signed packages: an ImageConfig that requires a cosign key (an
+//! upstream ImageConfig manifest, applied unchanged) installs what that key
+//! signed and attested, with upstream's own `cosign`; an unsigned package,
+//! one signed by another key, and one signed but not attested install
+//! nothing and say which authority failed; a dependency is held to the same
+//! rule, and installs once signed.
+
+use e2e::cosign;
+
+use super::*;
+
+#[test]
+fn an_image_config_requiring_a_key_installs_only_what_the_key_signed_and_attested() {
+    let e = env();
+    let unique = testenv::unique_name("signed");
+    let work = e.work.join(&unique);
+    let (k1, k1_pub) = cosign::key_pair(&work, "k1");
+    let (k2, _) = cosign::key_pair(&work, "k2");
+    let prefix = format!("{}/signed-{unique}/", e.registry.address);
+    // Packages of CRDs alone, each its own kind; references by digest.
+    let push = |name: &str, kind: &str, extra: &str| {
+        let g = group(name);
+        let dir = package_dir_with(name, "v1.0.0", &crds_of(&[test_crd(&g, kind)]), extra);
+        let digest = xpkg_push(&dir, &format!("{prefix}{name}:v1.0.0"), None);
+        (
+            format!("{prefix}{name}@{digest}"),
+            format!("{}s.{g}", kind.to_lowercase()),
+        )
+    };
+    let (signed, signed_kind) = push(
+        "signed",
+        "Seal",
+        &meta_with_dependency("signed", &format!("{prefix}dependency"), ">=v1.0.0"),
+    );
+    let (dependency, dependency_kind) = push("dependency", "Stamp", "");
+    let (unsigned, unsigned_kind) = push("unsigned", "Blank", "");
+    let (other_key, other_kind) = push("other", "Forgery", "");
+    let (unattested, unattested_kind) = push("unattested", "Draft", "");
+    for image in [&signed, &unattested] {
+        cosign::sign(&work, &k1, image, &e.ca_file);
+    }
+    cosign::attest(&work, &k1, &signed, "custom", &e.ca_file);
+    cosign::sign(&work, &k2, &other_key, &e.ca_file);
+    cosign::attest(&work, &k2, &other_key, "custom", &e.ca_file);
+
+    // The public key where pull Secrets are, and an upstream ImageConfig.
+    let secret = format!("{unique}-cosign");
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {RUNTIMES}}}\nstringData:\n  cosign.pub: |\n{}",
+        k1_pub
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    ));
+    let config = format!("{unique}-verify");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata:\n  name: {config}\nspec:\n  matchImages:\n  - type: Prefix\n    prefix: \"{prefix}\"\n  verification:\n    provider: Cosign\n    cosign:\n      authorities:\n      - name: release-key\n        key:\n          secretRef:\n            name: {secret}\n            key: cosign.pub\n          hashAlgorithm: sha256\n        attestations:\n        - name: provenance\n          predicateType: custom\n"
+    ));
+    let applied = get_json(&["imageconfig", &config]).unwrap();
+    assert_eq!(
+        applied["spec"]["verification"]["cosign"]["authorities"][0]["attestations"][0]["predicateType"],
+        "custom",
+        "the verification is kept as written: {applied:#}"
+    );
+
+    let name = |n: &str| format!("{unique}-{n}");
+    for (n, image) in [
+        ("signed", &signed),
+        ("unsigned", &unsigned),
+        ("other", &other_key),
+        ("unattested", &unattested),
+    ] {
+        apply(&provider_yaml(&name(n), image, ""));
+    }
+    // What is not verified installs nothing, and says which authority
+    // failed and why.
+    for (n, kind, why) in [
+        (
+            "unsigned",
+            &unsigned_kind,
+            "authority release-key: no signature",
+        ),
+        (
+            "other",
+            &other_kind,
+            "authority release-key: none of its 1 signature verifies with this key",
+        ),
+        (
+            "unattested",
+            &unattested_kind,
+            "authority release-key: attestation provenance: no attestation verifies with this key",
+        ),
+    ] {
+        wait_provider_condition(
+            &name(n),
+            "Healthy",
+            "False",
+            &[&config, why],
+            Duration::from_secs(60),
+        );
+        let rev = revisions_of(&name(n))[0].clone();
+        assert_eq!(
+            condition(&rev, "SignatureVerificationComplete").map(|c| c.0),
+            Some("False".to_owned()),
+            "{rev:#}"
+        );
+        assert!(
+            get_json(&["mrd", kind]).is_none() && get_json(&["crd", kind]).is_none(),
+            "{n} installed {kind}"
+        );
+    }
+    // The signed package's dependency is installed as a Provider, and held
+    // to the same rule: unsigned, it installs nothing.
+    let waiting = wait_blocking(
+        Duration::from_secs(60),
+        "the dependency's revision refusing it",
+        || {
+            let p = get_json(&["providers.pkg.crossplane.io"])?["items"]
+                .as_array()?
+                .iter()
+                .find(|p| {
+                    p["spec"]["package"]
+                        .as_str()
+                        .is_some_and(|s| s.starts_with(&format!("{prefix}dependency")))
+                })?
+                .clone();
+            let name = p["metadata"]["name"].as_str()?.to_owned();
+            let rev = revisions_of(&name).first()?.clone();
+            (condition(&rev, "SignatureVerificationComplete")?.0 == "False").then_some(name)
+        },
+        explain_packages,
+    );
+    assert!(
+        get_json(&["mrd", &dependency_kind]).is_none(),
+        "the unsigned dependency installed"
+    );
+    // Signed and attested, it installs; the signed package installs too.
+    cosign::sign(&work, &k1, &dependency, &e.ca_file);
+    cosign::attest(&work, &k1, &dependency, "custom", &e.ca_file);
+    wait_provider_healthy(&waiting, Duration::from_secs(90));
+    let p = wait_provider_healthy(&name("signed"), Duration::from_secs(90));
+    assert!(get_json(&["mrd", &signed_kind]).is_some(), "{p:#}");
+    let rev = revisions_of(&name("signed"))[0].clone();
+    let (status, message) = condition(&rev, "SignatureVerificationComplete").unwrap();
+    assert_eq!(status, "True", "{message}");
+    assert!(
+        message.contains("release-key") && message.contains(&config),
+        "{message}"
+    );
+    assert!(
+        rev["status"]["appliedImageConfigRefs"]
+            .to_string()
+            .contains("VerifyImage"),
+        "{rev:#}"
+    );
+
+    for n in ["signed", "unsigned", "other", "unattested"] {
+        delete_provider(&name(n));
+    }
+    for n in ["signed", "unsigned", "other", "unattested"] {
+        wait_provider_gone(&name(n));
+    }
+    kubectl(&["delete", "imageconfig", &config]);
+}
