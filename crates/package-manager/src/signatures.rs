@@ -96,7 +96,8 @@ impl Signatures {
                 Verdict::Verified { config, authority }
             }
             Err(why) => Verdict::Refused(format!(
-                "{resolved}@{} is not verified as ImageConfig {config} requires: {why}",
+                "{}@{} is not verified as ImageConfig {config} requires: {why}",
+                oci::xpkg::repository_of(&resolved),
                 digest.as_str()
             )),
         }

@@ -35,6 +35,8 @@ pub async fn custom_resources(
             .await;
         let objects = match listed {
             Ok(o) => o,
+            // The kind is no longer served (its CRD is going): none.
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
             Err(kube::Error::Api(e)) if e.code == 403 => {
                 // Not knowing is not "none": the deletion waits.
                 clauses.push(format!(

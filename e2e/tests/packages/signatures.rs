@@ -162,3 +162,78 @@ fn an_image_config_requiring_a_key_installs_only_what_the_key_signed_and_atteste
     }
     kubectl(&["delete", "imageconfig", &config]);
 }
+
+#[test]
+fn a_runtime_image_an_image_config_requires_signed_runs_only_once_signed() {
+    let e = env();
+    let unique = testenv::unique_name("signed-runtime");
+    let work = e.work.join(&unique);
+    let (key, public) = cosign::key_pair(&work, "release");
+    let prefix = format!("{}/signed-runtime-{unique}/", e.registry.address);
+    // A v1-style package naming its runtime image (a pause image with a
+    // file of its own) by tag; the package is signed, the runtime is not.
+    let pause = testenv::image::binary_image(&testenv::bin_dir().unwrap().join("pause"))
+        .unwrap()
+        .layer(
+            oci::LayerBuilder::new()
+                .file("etc/runtime-of", 0o644, unique.as_bytes().to_vec())
+                .build()
+                .unwrap(),
+        );
+    let runtime = format!("{prefix}runtime:v1");
+    let runtime_digest = e2e::artifacts::push_image(&e.registry, &runtime, &pause);
+    let g = group("signed-runtime");
+    let dir = package_dir(
+        "signed-runtime",
+        "v1.0.0",
+        &crds_of(&[test_crd(&g, "Gear")]),
+    );
+    let digest = xpkg_push(&dir, &format!("{prefix}package:v1.0.0"), Some(&runtime));
+    let package = format!("{prefix}package@{digest}");
+    cosign::sign(&work, &key, &package, &e.ca_file);
+    let secret = format!("{unique}-cosign");
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {secret}, namespace: {RUNTIMES}}}\nstringData:\n  cosign.pub: |\n{}",
+        public
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    ));
+    let config = format!("{unique}-verify");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata: {{name: {config}}}\nspec:\n  matchImages:\n  - prefix: \"{prefix}\"\n  verification:\n    provider: Cosign\n    cosign:\n      authorities:\n      - name: release\n        key: {{secretRef: {{name: {secret}, key: cosign.pub}}, hashAlgorithm: sha256}}\n"
+    ));
+    let name = format!("{unique}-p");
+    apply(&provider_yaml(&name, &package, ""));
+    wait_provider_condition(
+        &name,
+        "Healthy",
+        "False",
+        &[
+            &format!("{prefix}runtime@{runtime_digest}"),
+            "authority release: no signature",
+        ],
+        Duration::from_secs(60),
+    );
+    let revision = revisions_of(&name)[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        deployment_of(&revision).is_none(),
+        "an unverified runtime runs"
+    );
+    assert!(get_json(&["mrd", &format!("gears.{g}")]).is_none());
+    // Signed, it runs.
+    cosign::sign(
+        &work,
+        &key,
+        &format!("{prefix}runtime@{runtime_digest}"),
+        &e.ca_file,
+    );
+    wait_provider_healthy(&name, Duration::from_secs(120));
+    assert!(deployment_of(&revision).is_some());
+    delete_provider(&name);
+    wait_provider_gone(&name);
+    kubectl(&["delete", "imageconfig", &config]);
+}

@@ -126,9 +126,15 @@ impl StatusWriter {
         if self.fresher(obj).as_ref() == Some(&value) {
             return Ok(false);
         }
-        let written = ssa::apply_status(api, &obj.name_any(), value.clone(), &self.field_manager)
-            .await
-            .map_err(|e| ControlError::new("write the status", e))?;
+        let written =
+            match ssa::apply_status(api, &obj.name_any(), value.clone(), &self.field_manager).await
+            {
+                Ok(w) => w,
+                // Deleted meanwhile: there is no status to show, and
+                // nothing failed (its deletion wakes what must know).
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
+                Err(e) => return Err(ControlError::new("write the status", e)),
+            };
         if let (Some(uid), Some(rv)) = (
             obj.meta().uid.clone(),
             written.meta().resource_version.clone(),
