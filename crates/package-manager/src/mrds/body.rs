@@ -60,12 +60,17 @@ pub fn crd_of(mrd: &ManagedResourceDefinition) -> serde_json::Value {
         o.block_owner_deletion = Some(true);
         o
     });
-    let mut metadata = serde_json::json!({
-        "name": mrd.name_any(),
-        "ownerReferences": owner.into_iter().collect::<Vec<_>>(),
-    });
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".into(), mrd.name_any().into());
+    metadata.insert(
+        "ownerReferences".into(),
+        serde_json::to_value(owner.into_iter().collect::<Vec<_>>()).unwrap_or_default(),
+    );
     if !mrd.labels().is_empty() {
-        metadata["labels"] = serde_json::to_value(mrd.labels()).unwrap_or_default();
+        metadata.insert(
+            "labels".into(),
+            serde_json::to_value(mrd.labels()).unwrap_or_default(),
+        );
     }
     let annotations: std::collections::BTreeMap<&String, &String> = mrd
         .annotations()
@@ -73,7 +78,10 @@ pub fn crd_of(mrd: &ManagedResourceDefinition) -> serde_json::Value {
         .filter(|(k, _)| k.as_str() != "kubectl.kubernetes.io/last-applied-configuration")
         .collect();
     if !annotations.is_empty() {
-        metadata["annotations"] = serde_json::to_value(annotations).unwrap_or_default();
+        metadata.insert(
+            "annotations".into(),
+            serde_json::to_value(annotations).unwrap_or_default(),
+        );
     }
     serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1",
