@@ -1,4 +1,4 @@
-//! The benchmark commands (`object-bench`, `workload-bench`; run by
+//! The benchmark commands (`object-bench`, `workload-bench`, `mrd-bench`; run by
 //! `hack/bench-*.sh`, not by the tests) and what they share: watching for the moment each object
 //! reaches a state, counting requests (a binary's /metrics and the API
 //! servers' audit logs) between two marks, a process's CPU time and memory,

@@ -117,12 +117,11 @@ impl Reconciler for Policies {
 /// wakes every policy (there are few).
 pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (mrds, writer) = kube::runtime::reflector::store();
+    // Only names and states are read: the MRDs are kept without their
+    // CRD spec (super::body::Listed).
     let mrd_stream =
         kube::runtime::WatchStreamExt::touched_objects(kube::runtime::WatchStreamExt::reflect(
-            kube::runtime::WatchStreamExt::default_backoff(watcher(
-                Api::<ManagedResourceDefinition>::all(rt.client.clone()),
-                watcher::Config::default(),
-            )),
+            super::body::watch(rt.client.clone(), super::body::Listed::name_and_state),
             writer,
         ));
     let ctrl = Controller::new(

@@ -127,6 +127,102 @@ pub fn crd_control(mrd: &ManagedResourceDefinition, crd: &ObjectMeta) -> CrdCont
     }
 }
 
+/// An MRD as the caches read it off the wire: its metadata, state and
+/// conditions; its CRD spec (a provider's schemas are tens of KiB per
+/// kind) is skipped as it is read, so a page of MRDs costs their names. A
+/// reconcile that needs the spec reads the MRD.
+#[derive(Clone, Debug, serde::Deserialize, kube::Resource)]
+#[resource(inherit = ManagedResourceDefinition)]
+pub struct Listed {
+    metadata: ObjectMeta,
+    spec: ListedSpec,
+    #[serde(default)]
+    status: Option<types::apiextensions::v1alpha1::ManagedResourceDefinitionStatus>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+struct ListedSpec {
+    #[serde(default)]
+    state: ManagedResourceDefinitionState,
+}
+
+impl Listed {
+    /// What the MRD controller keeps: the MRD's name, identity, owners,
+    /// state and status (an Active one is read whole when reconciled).
+    pub fn for_reconcile(self) -> ManagedResourceDefinition {
+        let m = self.metadata;
+        ManagedResourceDefinition {
+            metadata: ObjectMeta {
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                generation: m.generation,
+                owner_references: m.owner_references,
+                deletion_timestamp: m.deletion_timestamp,
+                // Only the one the reconciler skeleton reads.
+                annotations: m
+                    .annotations
+                    .map(|a| {
+                        a.into_iter()
+                            .filter(|(k, _)| k == types::common::ANNOTATION_PAUSED)
+                            .collect::<std::collections::BTreeMap<_, _>>()
+                    })
+                    .filter(|a| !a.is_empty()),
+                ..ObjectMeta::default()
+            },
+            spec: types::apiextensions::v1alpha1::ManagedResourceDefinitionSpec {
+                state: self.spec.state,
+                ..Default::default()
+            },
+            status: self.status,
+        }
+    }
+
+    /// What the activation policies read: the MRD's name and state.
+    pub fn name_and_state(self) -> ManagedResourceDefinition {
+        ManagedResourceDefinition {
+            metadata: ObjectMeta {
+                name: self.metadata.name,
+                uid: self.metadata.uid,
+                ..ObjectMeta::default()
+            },
+            spec: types::apiextensions::v1alpha1::ManagedResourceDefinitionSpec {
+                state: self.spec.state,
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+}
+
+/// Every MRD of the cluster, watched as [`Listed`] (in pages of 100) and
+/// kept as `keep` leaves it.
+pub fn watch(
+    client: kube::Client,
+    keep: fn(Listed) -> ManagedResourceDefinition,
+) -> impl futures::Stream<
+    Item = Result<
+        kube::runtime::watcher::Event<ManagedResourceDefinition>,
+        kube::runtime::watcher::Error,
+    >,
+> + Send
++ 'static {
+    use futures::TryStreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    watcher(
+        kube::Api::<Listed>::all(client),
+        watcher::Config::default().page_size(100),
+    )
+    .default_backoff()
+    .map_ok(move |event| match event {
+        watcher::Event::Apply(m) => watcher::Event::Apply(keep(m)),
+        watcher::Event::Delete(m) => watcher::Event::Delete(keep(m)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(m) => watcher::Event::InitApply(keep(m)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    })
+}
+
 /// Whether an MRD is Active.
 pub fn active(mrd: &ManagedResourceDefinition) -> bool {
     mrd.spec.state == ManagedResourceDefinitionState::Active

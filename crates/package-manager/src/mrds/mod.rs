@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, ResourceExt as _,
-    runtime::{Controller, controller::Action, watcher},
+    runtime::{Controller, WatchStreamExt as _, controller::Action, watcher},
 };
 use runtime::{
     conditions,
@@ -117,6 +117,22 @@ impl Reconciler for Mrds {
     ) -> Result<Action, Error> {
         let name = mrd.name_any();
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
+        // The cache keeps MRDs without their CRD spec (body::Listed): an
+        // Active one is read whole.
+        let mrd = if body::active(mrd) {
+            match Api::<ManagedResourceDefinition>::all(self.sk.client().clone())
+                .get_opt(&name)
+                .await
+                .map_err(|e| ControlError::new("read a ManagedResourceDefinition", e))?
+            {
+                Some(full) => Arc::new(full),
+                // Deleted meanwhile: its deletion is the next event.
+                None => return Ok(Action::await_change()),
+            }
+        } else {
+            Arc::clone(mrd)
+        };
+        let mrd = &mrd;
         let live = crds
             .get_opt(&name)
             .await
@@ -213,16 +229,22 @@ impl Reconciler for Mrds {
 /// The MRD controller, ready to run: it watches MRDs and the CRDs they
 /// control.
 pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + use<> {
-    let ctrl = Controller::new(
-        Api::<ManagedResourceDefinition>::all(rt.client.clone()),
+    // MRDs kept without their CRD spec (body::Listed); CRDs seen as metadata only, to wake
+    // the MRD that controls one (every CRD of the cluster passes by).
+    let (store, writer) = kube::runtime::reflector::store();
+    let mrds = body::watch(rt.client.clone(), body::Listed::for_reconcile)
+        .reflect(writer)
+        .touched_objects();
+    let crds = watcher(
+        Api::<kube::core::PartialObjectMeta<CustomResourceDefinition>>::all(rt.client.clone()),
         watcher::Config::default(),
     )
-    .owns(
-        Api::<CustomResourceDefinition>::all(rt.client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(rt.controller_config())
-    .graceful_shutdown_on(rt.shutdown());
+    .default_backoff()
+    .touched_objects();
+    let ctrl = Controller::for_stream(mrds, store)
+        .owns_stream(crds)
+        .with_config(rt.controller_config())
+        .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Mrds {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),

@@ -474,8 +474,9 @@ pub fn controller(
     let ctrl = ctrl
         .owns_stream(owned)
         // A revision's MRDs: activated, deactivated, their CRD served.
+        // (As metadata: an MRD carries its whole CRD spec.)
         .owns(
-            Api::<ManagedResourceDefinition>::all(rt.client.clone()),
+            Api::<kube::core::PartialObjectMeta<ManagedResourceDefinition>>::all(rt.client.clone()),
             watcher::Config::default(),
         )
         // A Provider that changes wakes the revisions that depend on its
