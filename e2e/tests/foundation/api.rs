@@ -25,8 +25,8 @@ async fn every_crd_installs_and_becomes_established() {
     let expected = types::crds::all().unwrap();
     assert_eq!(
         expected.len(),
-        19,
-        "one CRD per kind in the seeds, ImageConfig, ObservedObjectCollection, and the five namespaced kinds of kubernetes.m.crossplane.io"
+        21,
+        "one CRD per kind in the seeds, ImageConfig, ObservedObjectCollection, the five namespaced kinds of kubernetes.m.crossplane.io, ManagedResourceDefinition and ManagedResourceActivationPolicy"
     );
     for crd in expected {
         let name = crd.metadata.name.unwrap();
