@@ -100,13 +100,12 @@ impl ImageConfigs {
     ) -> Option<(String, String, types::pkg::v1beta1::ImageVerification)> {
         runtime::controller::wait_cache_ready(&self.store).await;
         let configs = self.store.state();
-        let (name, v) = types::pkg::v1beta1::verification_for(&configs, image)?;
-        let version = configs
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(name))
-            .and_then(|c| c.metadata.resource_version.clone())
-            .unwrap_or_default();
-        Some((name.to_owned(), version, v.clone()))
+        let c = types::pkg::v1beta1::verification_for(&configs, image)?;
+        Some((
+            c.metadata.name.clone().unwrap_or_default(),
+            c.metadata.resource_version.clone().unwrap_or_default(),
+            c.spec.verification.clone()?,
+        ))
     }
 }
 

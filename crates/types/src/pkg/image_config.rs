@@ -363,18 +363,13 @@ pub fn runtime_config_for(
     Some((c.metadata.name.clone().unwrap_or_default(), reference(c)?))
 }
 
-/// The verification the ImageConfigs require of `image` (as it is read,
-/// after rewrites), with the requiring ImageConfig's name: the longest
-/// prefix among those with `verification`.
+/// The ImageConfig that requires `image` (as it is read, after rewrites)
+/// to be verified: the longest prefix among those with `verification`.
 pub fn verification_for<'a>(
     configs: &'a [impl AsRef<ImageConfig>],
     image: &str,
-) -> Option<(&'a str, &'a ImageVerification)> {
-    let (c, _) = best(configs, image, |c| c.spec.verification.is_some())?;
-    Some((
-        c.metadata.name.as_deref().unwrap_or_default(),
-        c.spec.verification.as_ref()?,
-    ))
+) -> Option<&'a ImageConfig> {
+    best(configs, image, |c| c.spec.verification.is_some()).map(|(c, _)| c)
 }
 
 /// Whether `config` could apply to `image` (any of its prefixes matches,
@@ -520,7 +515,7 @@ mod tests {
         );
         assert_eq!(picked("elsewhere.io/p:v1"), None);
         assert_eq!(
-            verification_for(&configs, "reg.io/team/p:v1").map(|(n, _)| n),
+            verification_for(&configs, "reg.io/team/p:v1").and_then(|c| c.metadata.name.as_deref()),
             Some("narrow")
         );
         assert!(verification_for(&configs, "reg.io/other:v1").is_none());
