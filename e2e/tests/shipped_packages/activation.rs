@@ -256,25 +256,5 @@ fn a_safe_start_provider_serves_only_the_kinds_a_policy_activates() {
         "--wait=true",
         "--timeout=60s",
     ]);
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        name,
-        "--wait=false",
-    ]);
-    wait_blocking(
-        Duration::from_secs(120),
-        "the Provider, its MRDs and CRDs gone",
-        || {
-            let left: Vec<&str> = MANAGED
-                .iter()
-                .filter(|m| get_json(&["mrd", m]).is_some() || get_json(&["crd", m]).is_some())
-                .copied()
-                .collect();
-            (get_json(&["providers.pkg.crossplane.io", name]).is_none() && left.is_empty())
-                .then_some(())
-                .ok_or_else(|| format!("left: {left:?}"))
-        },
-        explain,
-    );
+    delete_provider_with(name, &MANAGED);
 }

@@ -43,6 +43,32 @@ fn kubernetes_group() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Deletes the Provider `name` and waits until it is gone, and with it the
+/// CRD and the ManagedResourceDefinition of each of `kinds`.
+fn delete_provider_with(name: &str, kinds: &[&str]) {
+    kubectl(&[
+        "delete",
+        "providers.pkg.crossplane.io",
+        name,
+        "--wait=false",
+    ]);
+    wait_blocking(
+        Duration::from_secs(120),
+        &format!("Provider {name} gone, and the CRDs and MRDs of {kinds:?}"),
+        || {
+            let left: Vec<&str> = kinds
+                .iter()
+                .filter(|k| get_json(&["mrd", k]).is_some() || get_json(&["crd", k]).is_some())
+                .copied()
+                .collect();
+            (get_json(&["providers.pkg.crossplane.io", name]).is_none() && left.is_empty())
+                .then_some(())
+                .ok_or_else(|| format!("left: {left:?}"))
+        },
+        explain,
+    );
+}
+
 /// provider-kubernetes, built and pushed by `crossplane xpkg`: one
 /// reference per release in hack/versions.env, oldest first.
 struct Upstream {

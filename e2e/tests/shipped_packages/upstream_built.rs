@@ -268,20 +268,5 @@ fn an_upstream_built_provider_installs_runs_and_upgrades_without_a_conversion_er
         "--wait=true",
         "--timeout=60s",
     ]);
-    kubectl(&[
-        "delete",
-        "providers.pkg.crossplane.io",
-        name,
-        "--wait=false",
-    ]);
-    wait_blocking(
-        Duration::from_secs(120),
-        "the Provider and its CRDs gone",
-        || {
-            (get_json(&["providers.pkg.crossplane.io", name]).is_none()
-                && get_json(&["crd", "objects.kubernetes.crossplane.io"]).is_none())
-            .then_some(())
-        },
-        explain,
-    );
+    delete_provider_with(name, &["objects.kubernetes.crossplane.io"]);
 }
