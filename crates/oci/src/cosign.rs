@@ -17,6 +17,14 @@ use serde_json::Value;
 
 use crate::{Digest, pull::ArtifactLayer};
 
+mod keyless;
+mod transparency;
+mod trusted_root;
+
+pub use keyless::{CERTIFICATE_ANNOTATION, Identity, Keyless};
+pub use transparency::BUNDLE_ANNOTATION;
+pub use trusted_root::TrustedRoot;
+
 /// The media type of a simple-signing signature layer.
 pub const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The media type of an attestation layer (a DSSE envelope).
@@ -49,16 +57,36 @@ pub fn predicate_type(short: &str) -> &str {
     }
 }
 
+/// Checks a signature over a message, given the layer it came in (a
+/// keyless signature's certificate is in its annotations): `Err` says why
+/// it does not verify, as a clause ("not made with this key").
+pub trait Verifier {
+    /// Whether `signature`, in `layer`, is the signer's over `message`.
+    fn verify(&self, layer: &ArtifactLayer, signature: &[u8], message: &[u8])
+    -> Result<(), String>;
+}
+
+impl Verifier for PublicKey {
+    fn verify(&self, _: &ArtifactLayer, signature: &[u8], message: &[u8]) -> Result<(), String> {
+        if self.verifies(signature, message) {
+            Ok(())
+        } else {
+            Err("not made with this key".to_owned())
+        }
+    }
+}
+
 /// Whether one of the signature `layers` (of `sha256-<hex>.sig`) is a
-/// signature of the image at `digest` that `verify` accepts; otherwise
+/// signature of the image at `digest` that `verifier` accepts; otherwise
 /// why not, in a few words.
 pub fn signed(
     layers: &[ArtifactLayer],
     digest: &Digest,
-    verify: impl Fn(&[u8], &[u8]) -> bool,
+    verifier: &dyn Verifier,
 ) -> Result<(), String> {
     let mut signatures = 0;
     let mut other_image = false;
+    let mut why = String::new();
     for layer in layers.iter().filter(|l| l.media_type == SIMPLE_SIGNING) {
         let Some(signature) = layer.annotations.get(SIGNATURE_ANNOTATION).and_then(|s| {
             base64::engine::general_purpose::STANDARD
@@ -68,7 +96,8 @@ pub fn signed(
             continue;
         };
         signatures += 1;
-        if !verify(&signature, &layer.body) {
+        if let Err(e) = verifier.verify(layer, &signature, &layer.body) {
+            why = e;
             continue;
         }
         // Signed by the key: now its claims may be read.
@@ -88,9 +117,9 @@ pub fn signed(
     }
     Err(match (signatures, other_image) {
         (0, _) => "no signature".to_owned(),
-        (_, true) => "its signature by this key names another image".to_owned(),
+        (_, true) => "its signature by this signer names another image".to_owned(),
         (n, false) => format!(
-            "none of its {n} signature{} verifies with this key",
+            "none of its {n} signature{} verifies ({why})",
             if n == 1 { "" } else { "s" }
         ),
     })
@@ -111,15 +140,16 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
 
 /// Whether one of the attestation `layers` (of `sha256-<hex>.att`) is an
 /// in-toto statement about the image at `digest` with predicate type
-/// `predicate` whose envelope `verify` accepts; otherwise why not.
+/// `predicate` whose envelope `verifier` accepts; otherwise why not.
 pub fn attested(
     layers: &[ArtifactLayer],
     digest: &Digest,
     predicate: &str,
-    verify: impl Fn(&[u8], &[u8]) -> bool,
+    verifier: &dyn Verifier,
 ) -> Result<(), String> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let mut signed_by_key = 0;
+    let mut why = String::new();
     for layer in layers.iter().filter(|l| l.media_type == DSSE_ENVELOPE) {
         let Ok(envelope) = serde_json::from_slice::<Value>(&layer.body) else {
             continue;
@@ -143,7 +173,13 @@ pub fn attested(
             .flatten()
             .filter_map(|s| s.get("sig").and_then(Value::as_str))
             .filter_map(|s| b64.decode(s).ok())
-            .any(|sig| verify(&sig, &message));
+            .any(|sig| match verifier.verify(layer, &sig, &message) {
+                Ok(()) => true,
+                Err(e) => {
+                    why = e;
+                    false
+                }
+            });
         if !verified || payload_type != IN_TOTO {
             continue;
         }
@@ -163,7 +199,11 @@ pub fn attested(
         }
     }
     Err(if signed_by_key == 0 {
-        "no attestation verifies with this key".to_owned()
+        if why.is_empty() {
+            "no attestation".to_owned()
+        } else {
+            format!("no attestation verifies ({why})")
+        }
     } else {
         format!("no attestation of type {predicate} about this image")
     })
@@ -186,29 +226,24 @@ impl std::fmt::Debug for PublicKey {
 impl PublicKey {
     /// The key in `pem`, or what is wrong with it.
     pub fn from_pem(pem: &str) -> Result<Self, String> {
-        use ring::signature as rs;
-        use spki::{ObjectIdentifier as Oid, SubjectPublicKeyInfoOwned, der::DecodePem as _};
-        const EC: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
-        const P256: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
-        const P384: Oid = Oid::new_unwrap("1.3.132.0.34");
-        const RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
-        const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
+        use spki::{SubjectPublicKeyInfoOwned, der::DecodePem as _};
         let spki = SubjectPublicKeyInfoOwned::from_pem(pem.trim())
             .map_err(|e| format!("not a PEM public key: {e}"))?;
-        let curve = || {
-            spki.algorithm
-                .parameters
-                .as_ref()
-                .and_then(|p| p.decode_as::<Oid>().ok())
-        };
-        let algorithm: &'static dyn rs::VerificationAlgorithm = match spki.algorithm.oid {
-            EC if curve() == Some(P256) => &rs::ECDSA_P256_SHA256_ASN1,
-            EC if curve() == Some(P384) => &rs::ECDSA_P384_SHA384_ASN1,
-            RSA => &rs::RSA_PKCS1_2048_8192_SHA256,
-            ED25519 => &rs::ED25519,
-            oid => {
+        Self::from_spki(&spki)
+    }
+
+    /// The key of a subject public key info (a certificate's, a log's).
+    pub fn from_spki(spki: &spki::SubjectPublicKeyInfoOwned) -> Result<Self, String> {
+        let algorithm: &'static dyn ring::signature::VerificationAlgorithm = match KeyKind::of(spki)
+        {
+            Some(KeyKind::P256) => &ring::signature::ECDSA_P256_SHA256_ASN1,
+            Some(KeyKind::P384) => &ring::signature::ECDSA_P384_SHA384_ASN1,
+            Some(KeyKind::Rsa) => &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            Some(KeyKind::Ed25519) => &ring::signature::ED25519,
+            None => {
                 return Err(format!(
-                    "a public key of algorithm {oid}, which is not supported (ECDSA P-256 or P-384, RSA, Ed25519 are)"
+                    "a public key of algorithm {}, which is not supported (ECDSA P-256 or P-384, RSA, Ed25519 are)",
+                    spki.algorithm.oid
                 ));
             }
         };
@@ -225,6 +260,39 @@ impl PublicKey {
         ring::signature::UnparsedPublicKey::new(self.algorithm, &self.key)
             .verify(message, signature)
             .is_ok()
+    }
+}
+
+/// The kinds of public key signatures are checked with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    P256,
+    P384,
+    Rsa,
+    Ed25519,
+}
+
+impl KeyKind {
+    pub(crate) fn of(spki: &spki::SubjectPublicKeyInfoOwned) -> Option<Self> {
+        use spki::ObjectIdentifier as Oid;
+        const EC: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
+        const P256: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
+        const P384: Oid = Oid::new_unwrap("1.3.132.0.34");
+        const RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
+        const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
+        let curve = || {
+            spki.algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.decode_as::<Oid>().ok())
+        };
+        match spki.algorithm.oid {
+            EC if curve() == Some(P256) => Some(Self::P256),
+            EC if curve() == Some(P384) => Some(Self::P384),
+            RSA => Some(Self::Rsa),
+            ED25519 => Some(Self::Ed25519),
+            _ => None,
+        }
     }
 }
 

@@ -103,6 +103,14 @@ pub struct Args {
     #[arg(long, env = "ENABLE_DEPENDENCY_VERSION_DOWNGRADES", default_value_t = false, action = clap::ArgAction::Set)]
     pub enable_dependency_version_downgrades: bool,
 
+    /// The ConfigMap, in the runtime namespace, whose key
+    /// `trusted_root.json` is the Sigstore trusted root keyless cosign
+    /// authorities are checked with (`cosign trusted-root create` writes
+    /// one; Sigstore's public-good instance publishes theirs). Missing, a
+    /// keyless authority verifies nothing and says so.
+    #[arg(long, env = "TRUSTED_ROOT", default_value = "sigstore-trusted-root")]
+    pub trusted_root: String,
+
     /// Patterns of the ManagedResourceActivationPolicy "default", created
     /// at start when there is none (never changed afterwards; delete it to
     /// activate nothing by default). Repeat the flag for several patterns;

@@ -172,6 +172,7 @@ fn work(
             resync: rt.args.sync_interval,
             allow_unrestricted_runtimes: args.allow_unrestricted_runtimes,
             allow_dependency_downgrades: args.enable_dependency_version_downgrades,
+            trusted_root: args.trusted_root.clone(),
         },
     );
     let mrds = mrds::controller(rt);

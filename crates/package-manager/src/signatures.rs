@@ -7,16 +7,22 @@
 //! read from, with its credentials, offline: no transparency log, no
 //! network beyond the registry.
 //!
-//! Keyless authorities (certificates for an identity) are not implemented:
-//! such an authority fails, naming why, so an image it alone would admit is
-//! not installed. Passes are remembered per digest and ImageConfig version
-//! for [`REMEMBERED`]; failures are looked at again at each reconcile.
+//! A keyless authority verifies by certificates issued to its identities
+//! by a certificate authority of the operator's Sigstore trusted root: the
+//! `trusted_root.json` of a ConfigMap in the runtimes' namespace
+//! (--trusted-root), read when a keyless authority is checked
+//! ([`oci::cosign::Keyless`] says what is checked). Passes are remembered
+//! per digest and ImageConfig version for [`REMEMBERED`]; failures are
+//! looked at again at each reconcile.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
 use oci::{
     Digest,
-    cosign::{self, PublicKey},
+    cosign::{self, Identity, Keyless, PublicKey, TrustedRoot, Verifier},
     pull::cosign_tag,
 };
 use runtime::expiring::Expiring;
@@ -49,18 +55,26 @@ pub enum Verdict {
     Refused(String),
 }
 
+/// The key of a trusted root ConfigMap holding it.
+pub const TRUSTED_ROOT_KEY: &str = "trusted_root.json";
+
 /// Verifies images against the ImageConfigs.
 pub struct Signatures {
     packages: Packages,
     passed: Expiring<String, (String, String)>,
+    config_maps: Api<ConfigMap>,
+    trusted_root: String,
 }
 
 impl Signatures {
-    /// Verification of the images `packages` reads.
-    pub fn new(packages: Packages) -> Self {
+    /// Verification of the images `packages` reads, keyless signatures
+    /// with the trusted root in `config_maps`' ConfigMap `trusted_root`.
+    pub fn new(packages: Packages, config_maps: Api<ConfigMap>, trusted_root: String) -> Self {
         Self {
             packages,
             passed: Expiring::new(REMEMBERED),
+            config_maps,
+            trusted_root,
         }
     }
 
@@ -165,13 +179,53 @@ impl Signatures {
         signatures: &[oci::pull::ArtifactLayer],
         attestations: &[oci::pull::ArtifactLayer],
     ) -> Result<(), String> {
-        let Some(key) = &authority.key else {
-            return Err(if authority.keyless.is_some() {
-                "keyless verification is not supported by this package-manager; sign with a key and name it in key.secretRef".to_owned()
-            } else {
-                "names neither a key nor keyless identities".to_owned()
+        let (identities, root);
+        let signer: Box<dyn Verifier + '_>;
+        if let Some(key) = &authority.key {
+            signer = Box::new(self.key(key).await?);
+        } else if let Some(keyless) = &authority.keyless {
+            identities = keyless
+                .identities
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    Identity::new(
+                        &id.issuer,
+                        &id.subject,
+                        &id.issuer_reg_exp,
+                        &id.subject_reg_exp,
+                    )
+                    .map_err(|e| format!("keyless.identities[{i}] {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if identities.is_empty() {
+                return Err("keyless names no identities".to_owned());
+            }
+            root = self.trusted_root().await?;
+            signer = Box::new(Keyless {
+                root: &root,
+                identities: &identities,
+                ignore_sct: keyless.insecure_ignore_sct.unwrap_or(false),
+                now: time::OffsetDateTime::now_utc().unix_timestamp(),
             });
-        };
+        } else {
+            return Err("names neither a key nor keyless identities".to_owned());
+        }
+        cosign::signed(signatures, digest, signer.as_ref())?;
+        for a in &authority.attestations {
+            cosign::attested(
+                attestations,
+                digest,
+                cosign::predicate_type(&a.predicate_type),
+                signer.as_ref(),
+            )
+            .map_err(|why| format!("attestation {}: {why}", a.name))?;
+        }
+        Ok(())
+    }
+
+    /// The public key of a key authority.
+    async fn key(&self, key: &types::pkg::v1beta1::KeyRef) -> Result<PublicKey, String> {
         if !key.hash_algorithm.eq_ignore_ascii_case("sha256") {
             return Err(format!(
                 "hashAlgorithm {} is not supported (sha256 is)",
@@ -182,23 +236,32 @@ impl Signatures {
             .packages
             .secret_text(&key.secret_ref.name, &key.secret_ref.key)
             .await?;
-        let public = PublicKey::from_pem(&pem).map_err(|e| {
+        PublicKey::from_pem(&pem).map_err(|e| {
             format!(
                 "Secret {} key {}: {e}",
                 key.secret_ref.name, key.secret_ref.key
             )
-        })?;
-        let verify = |signature: &[u8], message: &[u8]| public.verifies(signature, message);
-        cosign::signed(signatures, digest, verify)?;
-        for a in &authority.attestations {
-            cosign::attested(
-                attestations,
-                digest,
-                cosign::predicate_type(&a.predicate_type),
-                verify,
-            )
-            .map_err(|why| format!("attestation {}: {why}", a.name))?;
-        }
-        Ok(())
+        })
+    }
+
+    /// The operator's trusted root, read now.
+    async fn trusted_root(&self) -> Result<TrustedRoot, String> {
+        let name = &self.trusted_root;
+        let namespace = self.config_maps.namespace().unwrap_or_default();
+        let map = self
+            .config_maps
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("cannot read ConfigMap {namespace}/{name}: {}", runtime::events::error_chain(&e)))?
+            .ok_or_else(|| format!(
+                "keyless signatures are checked with a Sigstore trusted root, and ConfigMap {namespace}/{name} does not exist: create it with the trusted root at key {TRUSTED_ROOT_KEY} (cosign trusted-root create writes one)"
+            ))?;
+        let json = map
+            .data
+            .as_ref()
+            .and_then(|d| d.get(TRUSTED_ROOT_KEY))
+            .ok_or_else(|| format!("ConfigMap {namespace}/{name} has no key {TRUSTED_ROOT_KEY}"))?;
+        TrustedRoot::from_json(json.as_bytes())
+            .map_err(|e| format!("ConfigMap {namespace}/{name} key {TRUSTED_ROOT_KEY} is not a Sigstore trusted root: {e}"))
     }
 }

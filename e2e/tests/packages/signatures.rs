@@ -3,7 +3,11 @@
 //! signed and attested, with upstream's own `cosign`; an unsigned package,
 //! one signed by another key, and one signed but not attested install
 //! nothing and say which authority failed; a dependency is held to the same
-//! rule, and installs once signed.
+//! rule, and installs once signed. A keyless authority installs what a
+//! certificate of its identity signed, issued by a private certificate
+//! authority the operator's trusted root (made by upstream's `cosign
+//! trusted-root create`) lists, and refuses another identity or another
+//! authority's certificate.
 
 use e2e::cosign;
 
@@ -83,12 +87,12 @@ fn an_image_config_requiring_a_key_installs_only_what_the_key_signed_and_atteste
         (
             "other",
             &other_kind,
-            "authority release-key: none of its 1 signature verifies with this key",
+            "authority release-key: none of its 1 signature verifies (not made with this key)",
         ),
         (
             "unattested",
             &unattested_kind,
-            "authority release-key: attestation provenance: no attestation verifies with this key",
+            "authority release-key: attestation provenance: no attestation",
         ),
     ] {
         wait_provider_condition(
@@ -161,6 +165,114 @@ fn an_image_config_requiring_a_key_installs_only_what_the_key_signed_and_atteste
         wait_provider_gone(&name(n));
     }
     kubectl(&["delete", "imageconfig", &config]);
+}
+
+#[test]
+fn a_keyless_authority_installs_only_what_a_certificate_of_its_identity_signed() {
+    const ISSUER: &str = "https://issuer.keyless.example";
+    let e = env();
+    let unique = testenv::unique_name("keyless");
+    let work = e.work.join(&unique);
+    let ours = cosign::Authority::new(&work, "ours");
+    let stranger = cosign::Authority::new(&work, "stranger");
+    let release = ours.certificate(&work, "release", "release@keyless.example", ISSUER);
+    let intern = ours.certificate(&work, "intern", "intern@keyless.example", ISSUER);
+    let forged = stranger.certificate(&work, "forged", "release@keyless.example", ISSUER);
+    let prefix = format!("{}/keyless-{unique}/", e.registry.address);
+    let push = |name: &str, kind: &str| {
+        let g = group(name);
+        let dir = package_dir_with(name, "v1.0.0", &crds_of(&[test_crd(&g, kind)]), "");
+        let digest = xpkg_push(&dir, &format!("{prefix}{name}:v1.0.0"), None);
+        (
+            format!("{prefix}{name}@{digest}"),
+            format!("{}s.{g}", kind.to_lowercase()),
+        )
+    };
+    let (signed, signed_kind) = push("released", "Charter");
+    let (other_identity, other_identity_kind) = push("interned", "Memo");
+    let (other_ca, other_ca_kind) = push("forged", "Counterfeit");
+    ours.sign(&work, &release, &signed, &e.ca_file);
+    ours.sign(&work, &intern, &other_identity, &e.ca_file);
+    stranger.sign(&work, &forged, &other_ca, &e.ca_file);
+
+    // An ImageConfig naming the release identity (no CT log in a private
+    // authority: insecureIgnoreSCT).
+    let config = format!("{unique}-verify");
+    apply(&format!(
+        "apiVersion: pkg.crossplane.io/v1beta1\nkind: ImageConfig\nmetadata:\n  name: {config}\nspec:\n  matchImages:\n  - type: Prefix\n    prefix: \"{prefix}\"\n  verification:\n    provider: Cosign\n    cosign:\n      authorities:\n      - name: release-identity\n        keyless:\n          identities:\n          - issuer: {ISSUER}\n            subject: release@keyless.example\n          insecureIgnoreSCT: true\n"
+    ));
+    let name = |n: &str| format!("{unique}-{n}");
+    for (n, image) in [
+        ("released", &signed),
+        ("interned", &other_identity),
+        ("forged", &other_ca),
+    ] {
+        apply(&provider_yaml(&name(n), image, ""));
+    }
+    // Without the operator's trusted root nothing verifies, and the
+    // condition says where to put it; then the trusted root, where the
+    // package-manager reads it.
+    wait_provider_condition(
+        &name("released"),
+        "Healthy",
+        "False",
+        &[&format!(
+            "ConfigMap {RUNTIMES}/sigstore-trusted-root does not exist"
+        )],
+        Duration::from_secs(60),
+    );
+    let trusted_root = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "sigstore-trusted-root", "namespace": RUNTIMES},
+        "data": {"trusted_root.json": ours.trusted_root},
+    });
+    apply(&trusted_root.to_string());
+    for (n, kind, why) in [
+        (
+            "interned",
+            &other_identity_kind,
+            "authority release-identity: none of its 1 signature verifies (its certificate is issued to intern@keyless.example by https://issuer.keyless.example, which no identity of the authority names)",
+        ),
+        (
+            "forged",
+            &other_ca_kind,
+            "does not chain to a certificate authority of the trusted root",
+        ),
+    ] {
+        wait_provider_condition(
+            &name(n),
+            "Healthy",
+            "False",
+            &[&config, why],
+            Duration::from_secs(60),
+        );
+        assert!(
+            get_json(&["mrd", kind]).is_none() && get_json(&["crd", kind]).is_none(),
+            "{n} installed {kind}"
+        );
+    }
+    let p = wait_provider_healthy(&name("released"), Duration::from_secs(90));
+    assert!(get_json(&["mrd", &signed_kind]).is_some(), "{p:#}");
+    let rev = revisions_of(&name("released"))[0].clone();
+    let (status, message) = condition(&rev, "SignatureVerificationComplete").unwrap();
+    assert_eq!(status, "True", "{message}");
+    assert!(message.contains("release-identity"), "{message}");
+
+    for n in ["released", "interned", "forged"] {
+        delete_provider(&name(n));
+    }
+    for n in ["released", "interned", "forged"] {
+        wait_provider_gone(&name(n));
+    }
+    kubectl(&["delete", "imageconfig", &config]);
+    kubectl(&[
+        "delete",
+        "configmap",
+        "-n",
+        RUNTIMES,
+        "sigstore-trusted-root",
+    ]);
 }
 
 #[test]

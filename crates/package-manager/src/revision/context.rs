@@ -59,6 +59,9 @@ pub struct Settings {
     /// Whether a dependency may be moved to an older version
     /// (--enable-dependency-version-downgrades).
     pub allow_dependency_downgrades: bool,
+    /// The ConfigMap (in `namespace`) whose `trusted_root.json` keyless
+    /// signatures are checked with (--trusted-root).
+    pub trusted_root: String,
 }
 
 /// The revision controller's reconciler.

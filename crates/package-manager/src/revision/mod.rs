@@ -546,7 +546,11 @@ pub fn controller(
         sk: Skeleton::new(rt, CONTROLLER)
             .leaving_conditions(&[types::pkg::contract::conditions::RBAC_READY]),
         field_manager: rt.field_manager(),
-        signatures: crate::signatures::Signatures::new(packages.clone()),
+        signatures: crate::signatures::Signatures::new(
+            packages.clone(),
+            Api::namespaced(rt.client.clone(), &settings.namespace),
+            settings.trusted_root.clone(),
+        ),
         packages,
         revisions,
         deployments,
