@@ -209,10 +209,28 @@ fn compare(file: &str) -> Vec<String> {
     ];
     // Ours must let go of every Object of the file.
     ours.kubectl_ok(&args);
+    // Upstream's provider finalizes an Object only once 30 s have passed
+    // since it created the managed object (crossplane-runtime's creation
+    // grace period, "Waiting for external resource existence to be
+    // confirmed"), so each file would wait half a minute for it: the
+    // annotation that starts that clock is cleared before the delete.
+    // The deletion is still upstream's own.
+    for (resource, ns, name) in &objects {
+        let mut args = vec![
+            "annotate",
+            resource.as_str(),
+            name.as_str(),
+            "crossplane.io/external-create-succeeded-",
+        ];
+        if let Some(ns) = ns {
+            args.extend(["-n", ns.as_str()]);
+        }
+        let _ = upstream.kubectl(&args);
+    }
+    let (ok, text) = upstream.kubectl(&args);
     // Upstream's sometimes keeps a referenced Object past its referrer's
     // deletion (seen with namespaced dependsOn): not ours to judge, but
     // the next file reuses the names, so what it keeps is let go.
-    let (ok, text) = upstream.kubectl(&args);
     if !ok {
         eprintln!(
             "{file}: upstream's provider did not finish deleting within 120s ({text}); its finalizers removed"
