@@ -60,6 +60,9 @@ pub fn resource_for(
     if !template.spec.secrets.is_empty() {
         spec.insert("secrets".to_owned(), json!(template.spec.secrets));
     }
+    if !template.spec.health_rules.is_empty() {
+        spec.insert("healthRules".to_owned(), json!(template.spec.health_rules));
+    }
     Ok((
         name,
         json!({

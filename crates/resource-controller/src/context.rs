@@ -29,7 +29,7 @@ use types::{
     workload::v1alpha1::{KubernetesApplicationResource, KubernetesApplicationResourceState},
 };
 
-use crate::remote_object;
+use crate::health::Health;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "kubernetesapplicationresource";
@@ -68,6 +68,8 @@ pub struct ApplicationResources {
     /// cached object from before its own Submitted status write arrived, so
     /// the previous state alone would count some resources twice.
     pub(crate) observed: Mutex<HashSet<String>>,
+    /// Compiled CEL health rules, by source.
+    pub(crate) rules: runtime::cel::Queries,
 }
 
 impl ApplicationResources {
@@ -141,22 +143,33 @@ impl ApplicationResources {
     /// Records a successful submit in `status`; the first one of a resource
     /// is also a submit-latency sample. (No event: the state says it, and an
     /// event would be one more request per resource.)
+    /// Returns the message of a health rule that newly failed, for an
+    /// event.
     pub(crate) fn submitted(
         &self,
         res: &Res,
         status: &mut Draft<Res>,
-        kind: &str,
         live: Option<&Value>,
-    ) {
+        health: Health,
+    ) -> Option<String> {
         let remote = live
             .and_then(|l| l.get("status"))
             .cloned()
             .filter(|s| !s.is_null());
-        let ready = match remote_object::unhealthy(kind, remote.as_ref()) {
-            None => conditions::available(),
-            Some(why) => conditions::unavailable(why),
+        let (ready, failed) = match health {
+            Health::Healthy => (conditions::available(), None),
+            Health::Unhealthy(why) => (conditions::unavailable(why), None),
+            Health::RuleFailed(why) => (
+                conditions::custom(
+                    conditions::TYPE_READY,
+                    false,
+                    types::workload::v1alpha1::REASON_HEALTH_RULE_FAILED,
+                    Some(why.clone()),
+                ),
+                Some(why),
+            ),
         };
-        conditions::set(&mut status.conditions, ready, &conditions::now());
+        let changed = conditions::set(&mut status.conditions, ready, &conditions::now());
         let first = status.state != Some(KubernetesApplicationResourceState::Submitted)
             && self
                 .observed
@@ -170,5 +183,6 @@ impl ApplicationResources {
                 k8s_openapi::jiff::Timestamp::now().as_millisecond() - created.0.as_millisecond();
             self.submit_latency.observe((ms as f64 / 1000.0).max(0.0));
         }
+        failed.filter(|_| changed)
     }
 }

@@ -110,7 +110,19 @@ impl Reconciler for ApplicationResources {
         if let Ok(session) = session.into_inner() {
             session.commit();
         }
-        self.submitted(obj, status, &kind, synced.live());
+        let health =
+            crate::health::judge(&self.rules, &obj.spec.health_rules, &kind, synced.live()).await;
+        if let Some(why) = self.submitted(obj, status, synced.live(), health) {
+            self.skeleton
+                .reporting
+                .events
+                .warning(
+                    &kube::Resource::object_ref(obj.as_ref(), &()),
+                    types::workload::v1alpha1::REASON_HEALTH_RULE_FAILED,
+                    why,
+                )
+                .await;
+        }
         // Remote changes arrive through the watches: this is a safety
         // resync, answered from their caches.
         Ok(Action::requeue(reconciler::jittered(
@@ -271,6 +283,7 @@ pub fn controller(
         },
         submit_latency: submit_latency(rt)?,
         observed: Mutex::default(),
+        rules: runtime::cel::Queries::new(crate::health::COMPILED_RULES),
     });
     let ctrl = ctrl
         // An application's resources are created together: taken in that

@@ -6,6 +6,7 @@ mod context;
 mod controller;
 mod error;
 mod external;
+mod health;
 mod remote_object;
 
 use std::time::Duration;

@@ -177,6 +177,32 @@ pub fn propagated_secret(
     secret
 }
 
+/// What a `WellKnown` health rule says: the built-in rule ([`unhealthy`]),
+/// and for a Job, Complete (a Failed Job says why).
+pub fn well_known(kind: &str, status: Option<&Value>) -> Option<String> {
+    if kind != "Job" {
+        return unhealthy(kind, status);
+    }
+    let condition = |t: &str| {
+        status
+            .and_then(|s| s["conditions"].as_array())
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t && c["status"] == "True"))
+    };
+    if condition("Complete").is_some() {
+        return None;
+    }
+    Some(match condition("Failed") {
+        Some(c) => format!(
+            "Job failed: {} {}",
+            c["reason"].as_str().unwrap_or(""),
+            c["message"].as_str().unwrap_or("")
+        )
+        .trim()
+        .to_owned(),
+        None => "Job has not completed".to_owned(),
+    })
+}
+
 /// None when the remote object is healthy as far as its kind lets us tell;
 /// otherwise why not.
 pub fn unhealthy(kind: &str, status: Option<&Value>) -> Option<String> {

@@ -91,18 +91,33 @@ static EVALUATIONS: Semaphore = Semaphore::const_new(PARALLEL);
 /// What is wrong with a query or its evaluation, said so that a user can fix
 /// the query: never a value of the object, at most MAX_MESSAGE characters.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct QueryError(String);
+#[error("{message}")]
+pub struct QueryError {
+    message: String,
+    missing: bool,
+}
 
 impl QueryError {
     fn new(message: impl Into<String>) -> Self {
         let message = message.into();
         if message.chars().count() <= MAX_MESSAGE {
-            return Self(message);
+            return Self {
+                message,
+                missing: false,
+            };
         }
         let mut cut: String = message.chars().take(MAX_MESSAGE - 1).collect();
         cut.push('…');
-        Self(cut)
+        Self {
+            message: cut,
+            missing: false,
+        }
+    }
+
+    /// Whether the query read a field the object does not have (yet): a
+    /// question of the object, not of the query.
+    pub fn is_missing_field(&self) -> bool {
+        self.missing
     }
 }
 
@@ -158,6 +173,20 @@ impl Query {
     /// The query's answer for `object`, within the bounds the module
     /// describes.
     pub async fn evaluate(&self, object: &serde_json::Value) -> Result<bool, QueryError> {
+        self.answer(object, as_bool).await
+    }
+
+    /// The query's answer for `object` as text (a message expression),
+    /// within the same bounds, at most [`MAX_MESSAGE`] characters.
+    pub async fn evaluate_text(&self, object: &serde_json::Value) -> Result<String, QueryError> {
+        self.answer(object, as_text).await
+    }
+
+    async fn answer<T: Send + 'static>(
+        &self,
+        object: &serde_json::Value,
+        read: Read<T>,
+    ) -> Result<T, QueryError> {
         let permit = match tokio::time::timeout(QUEUE_TIMEOUT, EVALUATIONS.acquire()).await {
             Ok(Ok(permit)) => permit,
             _ => {
@@ -177,10 +206,11 @@ impl Query {
                 // The slot is held until the thread ends, not until the caller
                 // stops waiting: at most PARALLEL threads ever evaluate.
                 let _permit = permit;
-                let answer = catch_unwind(AssertUnwindSafe(|| run(&compiled, &object, deadline)))
-                    .unwrap_or_else(|_| {
-                        Err(QueryError::new("celQuery made the CEL interpreter fail"))
-                    });
+                let answer =
+                    catch_unwind(AssertUnwindSafe(|| run(&compiled, &object, deadline, read)))
+                        .unwrap_or_else(|_| {
+                            Err(QueryError::new("celQuery made the CEL interpreter fail"))
+                        });
                 let _ = tx.send(answer);
             })
             .map_err(|_| QueryError::new("could not start a thread to evaluate celQuery"))?;
@@ -394,11 +424,32 @@ fn to_val(json: &serde_json::Value) -> Box<dyn Val + '_> {
 }
 
 /// One evaluation, on the evaluation thread.
-fn run(
+/// Reads an evaluation's value as what the caller wants.
+type Read<T> = fn(&CowVal<'_, '_>) -> Result<T, QueryError>;
+
+fn as_bool(value: &CowVal<'_, '_>) -> Result<bool, QueryError> {
+    match value.downcast_ref::<CelBool>() {
+        Some(b) => Ok(*b.inner()),
+        None => Err(not_a_bool(value.get_type().name())),
+    }
+}
+
+fn as_text(value: &CowVal<'_, '_>) -> Result<String, QueryError> {
+    match value.downcast_ref::<CelString>() {
+        Some(s) => Ok(crate::events::truncate(s.inner().to_owned(), MAX_MESSAGE)),
+        None => Err(QueryError::new(format!(
+            "the expression must give a string, not a {}",
+            value.get_type().name()
+        ))),
+    }
+}
+
+fn run<T>(
     compiled: &Compiled,
     object: &serde_json::Value,
     deadline: Instant,
-) -> Result<bool, QueryError> {
+    read: Read<T>,
+) -> Result<T, QueryError> {
     let budget = Arc::new(Budget {
         deadline,
         iterations: AtomicU64::new(MAX_ITERATIONS),
@@ -422,10 +473,7 @@ fn run(
             .map_err(|_| QueryError::new("celQuery's budget could not be set up"))?;
     }
     let answer = match Value::resolve_val(&compiled.expr, &ctx) {
-        Ok(value) => match value.downcast_ref::<CelBool>() {
-            Some(b) => Ok(*b.inner()),
-            None => Err(not_a_bool(value.get_type().name())),
-        },
+        Ok(value) => read(&value),
         Err(e) => Err(describe(&e, &compiled.source)),
     };
     match budget.error() {
@@ -447,6 +495,12 @@ fn not_a_bool(type_name: &str) -> QueryError {
 /// An execution error in words, without the values it carries: only names
 /// that the query itself spells, operators and type names.
 fn describe(error: &ExecutionError, source: &str) -> QueryError {
+    let mut described = describe_text(error, source);
+    described.missing = matches!(error, ExecutionError::NoSuchKey(_));
+    described
+}
+
+fn describe_text(error: &ExecutionError, source: &str) -> QueryError {
     let spelled = |name: &str| !name.is_empty() && source.contains(name);
     QueryError::new(match error {
         ExecutionError::NoSuchKey(key) if spelled(key.as_str()) => format!(

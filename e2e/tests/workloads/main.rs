@@ -8,6 +8,7 @@
 mod conflicts;
 mod deletion;
 mod delivery;
+mod health;
 mod scheduling;
 
 use e2e::{wait, workloads::*};

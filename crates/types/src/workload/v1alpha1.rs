@@ -26,6 +26,10 @@ pub const ANNOTATION_RESOURCE_UID: &str =
 /// to a resource created without it).
 pub const RESOURCE_FINALIZER: &str = "workload.crossplane.io/resource-controller";
 
+/// The reason of a resource's Ready condition (and Warning event) when one
+/// of its health rules cannot be evaluated.
+pub const REASON_HEALTH_RULE_FAILED: &str = "HealthRuleFailed";
+
 /// Desired state of a KubernetesApplication.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -98,6 +102,12 @@ pub struct ResourceTemplateSpec {
     /// <resource name>-<secret name>.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<LocalObjectReference>,
+
+    /// HealthRules decide when the templated object is healthy (its
+    /// resource's Ready condition); see KubernetesApplicationResource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub health_rules: Vec<HealthRule>,
 }
 
 /// The state of a KubernetesApplication.
@@ -187,6 +197,61 @@ pub struct KubernetesApplicationResourceSpec {
     /// application's scheduling decision; immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_ref: Option<LocalObjectReference>,
+
+    /// HealthRules decide when the remote object is healthy, which is what
+    /// the Ready condition says: every rule must hold, and the first that
+    /// does not gives Ready's message. Without rules, the built-in rule for
+    /// the object's kind decides (Deployment Available; StatefulSet,
+    /// ReplicaSet and DaemonSet replicas ready; Namespace Active; otherwise
+    /// a Ready condition, when there is one). A rule that cannot be
+    /// evaluated makes Ready False with reason HealthRuleFailed, naming it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub health_rules: Vec<HealthRule>,
+}
+
+/// One rule of what healthy means for a remote object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.type != 'CEL' || (has(self.expression) && size(self.expression) > 0)",
+    "message": "a CEL health rule needs an expression, e.g. object.status.phase == 'Running'"
+}, {
+    "rule": "self.type == 'CEL' || (!has(self.expression) && !has(self.messageExpression))",
+    "message": "expression and messageExpression belong to CEL rules only"
+}]))]
+pub struct HealthRule {
+    /// Type of the rule: WellKnown, the built-in rule for the object's kind
+    /// (those above, and a Job is healthy once Complete and says why when
+    /// Failed), or CEL, an expression over the remote object.
+    #[serde(rename = "type")]
+    pub type_: HealthRuleType,
+    /// Expression, for CEL rules: true when the remote object is healthy.
+    /// The object, as the remote cluster serves it, is the variable
+    /// `object`, e.g. `object.status.phase == 'Running'`. It is compiled
+    /// once and evaluated within bounds (1 s, 100,000 loop steps); a rule
+    /// over them is an error, never a hang.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 8192))]
+    pub expression: String,
+    /// MessageExpression, for CEL rules: a string expression over `object`
+    /// saying why it is not healthy, e.g. `'phase is ' + object.status.phase`
+    /// (not evaluated for Secrets). Without it, Ready's message names the
+    /// rule.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 8192))]
+    pub message_expression: String,
+}
+
+/// The kinds of health rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum HealthRuleType {
+    /// The built-in rule for the object's kind.
+    #[default]
+    WellKnown,
+    /// A CEL expression over the object.
+    #[serde(rename = "CEL")]
+    Cel,
 }
 
 fn template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
