@@ -111,16 +111,7 @@ pub fn trim(crd: &mut CustomResourceDefinition) {
     }
 }
 
-/// Whether a CRD is Established.
-pub fn established(c: &CustomResourceDefinition) -> bool {
-    c.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
-}
+pub use runtime::crds::established;
 
 /// Why the CRDs of a package did not pass their dry run.
 #[derive(Debug)]

@@ -1,8 +1,10 @@
 //! Start-up check that a binary's CRDs are installed: it waits for the API
-//! server and the CRDs, never exits for them.
+//! server and the CRDs, never exits for them. And whether a CRD is
+//! Established, for every reader of CRDs.
 
 use std::time::Duration;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client,
     api::{DynamicObject, ListParams},
@@ -13,6 +15,17 @@ use crate::{
     events::error_chain,
     leader::{Quiet, WAIT_LOG_INTERVAL},
 };
+
+/// Whether a CRD is Established.
+pub fn established(c: &CustomResourceDefinition) -> bool {
+    c.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
+}
 
 /// A CRD the binary needs is missing or cannot be read.
 #[derive(Debug, thiserror::Error)]

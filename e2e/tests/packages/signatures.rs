@@ -13,6 +13,19 @@ use e2e::cosign;
 
 use super::*;
 
+/// A package of one CRD, its own kind, pushed as `<prefix><name>:v1.0.0`
+/// (with `extra` in its package.yaml): its reference by digest and its
+/// CRD's name.
+fn push_kind(prefix: &str, name: &str, kind: &str, extra: &str) -> (String, String) {
+    let g = group(name);
+    let dir = package_dir_with(name, "v1.0.0", &crds_of(&[test_crd(&g, kind)]), extra);
+    let digest = xpkg_push(&dir, &format!("{prefix}{name}:v1.0.0"), None);
+    (
+        format!("{prefix}{name}@{digest}"),
+        format!("{}s.{g}", kind.to_lowercase()),
+    )
+}
+
 #[test]
 fn an_image_config_requiring_a_key_installs_only_what_the_key_signed_and_attested() {
     let e = env();
@@ -21,16 +34,7 @@ fn an_image_config_requiring_a_key_installs_only_what_the_key_signed_and_atteste
     let (k1, k1_pub) = cosign::key_pair(&work, "k1");
     let (k2, _) = cosign::key_pair(&work, "k2");
     let prefix = format!("{}/signed-{unique}/", e.registry.address);
-    // Packages of CRDs alone, each its own kind; references by digest.
-    let push = |name: &str, kind: &str, extra: &str| {
-        let g = group(name);
-        let dir = package_dir_with(name, "v1.0.0", &crds_of(&[test_crd(&g, kind)]), extra);
-        let digest = xpkg_push(&dir, &format!("{prefix}{name}:v1.0.0"), None);
-        (
-            format!("{prefix}{name}@{digest}"),
-            format!("{}s.{g}", kind.to_lowercase()),
-        )
-    };
+    let push = |name: &str, kind: &str, extra: &str| push_kind(&prefix, name, kind, extra);
     let (signed, signed_kind) = push(
         "signed",
         "Seal",
@@ -179,15 +183,7 @@ fn a_keyless_authority_installs_only_what_a_certificate_of_its_identity_signed()
     let intern = ours.certificate(&work, "intern", "intern@keyless.example", ISSUER);
     let forged = stranger.certificate(&work, "forged", "release@keyless.example", ISSUER);
     let prefix = format!("{}/keyless-{unique}/", e.registry.address);
-    let push = |name: &str, kind: &str| {
-        let g = group(name);
-        let dir = package_dir_with(name, "v1.0.0", &crds_of(&[test_crd(&g, kind)]), "");
-        let digest = xpkg_push(&dir, &format!("{prefix}{name}:v1.0.0"), None);
-        (
-            format!("{prefix}{name}@{digest}"),
-            format!("{}s.{g}", kind.to_lowercase()),
-        )
-    };
+    let push = |name: &str, kind: &str| push_kind(&prefix, name, kind, "");
     let (signed, signed_kind) = push("released", "Charter");
     let (other_identity, other_identity_kind) = push("interned", "Memo");
     let (other_ca, other_ca_kind) = push("forged", "Counterfeit");

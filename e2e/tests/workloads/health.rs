@@ -36,15 +36,11 @@ async fn database_kind(remote: &Client, group: &str) -> ApiResource {
     crds.create(&PostParams::default(), &crd).await.unwrap();
     let name = format!("databases.{group}");
     wait::wait(WAIT, "the Database CRD to be established", || async {
-        crds.get_opt(&name).await.ok().flatten().filter(|c| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                })
-        })
+        crds.get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .filter(runtime::crds::established)
     })
     .await;
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Database"), "databases")

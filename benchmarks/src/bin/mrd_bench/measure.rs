@@ -139,7 +139,10 @@ pub async fn counts(client: &Client) -> Value {
         .items;
     let ours: Vec<&CustomResourceDefinition> =
         crds.iter().filter(|c| c.spec.group == GROUP).collect();
-    let established = ours.iter().filter(|c| crd_established(c)).count();
+    let established = ours
+        .iter()
+        .filter(|c| runtime::crds::established(c))
+        .count();
     let mrds = Api::<ManagedResourceDefinition>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -158,16 +161,6 @@ pub async fn counts(client: &Client) -> Value {
         "bench_mrds_active": state(ManagedResourceDefinitionState::Active),
         "bench_mrds_inactive": state(ManagedResourceDefinitionState::Inactive),
     })
-}
-
-fn crd_established(c: &CustomResourceDefinition) -> bool {
-    c.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
 }
 
 /// Whether a CRD, as JSON, is Established.
