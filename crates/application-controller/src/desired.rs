@@ -63,6 +63,15 @@ pub fn resource_for(
     if !template.spec.health_rules.is_empty() {
         spec.insert("healthRules".to_owned(), json!(template.spec.health_rules));
     }
+    if !template.spec.feedback_rules.is_empty() {
+        spec.insert("feedbackRules".to_owned(), json!(template.spec.feedback_rules));
+    }
+    if let Some(w) = &template.spec.write_strategy {
+        spec.insert("writeStrategy".to_owned(), json!(w));
+    }
+    if let Some(d) = &template.spec.deletion_policy {
+        spec.insert("deletionPolicy".to_owned(), json!(d));
+    }
     Ok((
         name,
         json!({

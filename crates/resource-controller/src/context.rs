@@ -18,18 +18,24 @@ use prometheus::Histogram;
 use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
-    managed::{AppliedMemory, ConnectError, Connector, Known, Lifecycle, SecretKey, Wording},
+    managed::{
+        AppliedMemory, ConnectError, Connector, Known, Lifecycle, SecretKey, Wording,
+        drift::{self, Correction},
+    },
     reconciler::{Draft, Skeleton},
     remote::RemoteCluster,
     watches::Watches,
 };
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use types::{
+    common::TYPE_DRIFT_LOOP,
     compute::v1alpha1::KubernetesCluster,
     workload::v1alpha1::{KubernetesApplicationResource, KubernetesApplicationResourceState},
 };
 
 use crate::health::Health;
+use crate::strategy::Strategy;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "kubernetesapplicationresource";
@@ -70,6 +76,8 @@ pub struct ApplicationResources {
     pub(crate) observed: Mutex<HashSet<String>>,
     /// Compiled CEL health rules, by source.
     pub(crate) rules: runtime::cel::Queries,
+    /// Drift corrections, by kind.
+    pub(crate) drift: prometheus::IntCounterVec,
 }
 
 impl ApplicationResources {
@@ -151,11 +159,15 @@ impl ApplicationResources {
         status: &mut Draft<Res>,
         live: Option<&Value>,
         health: Health,
+        kind: &str,
+        strategy: &Strategy,
     ) -> Option<String> {
+        // Feedback rules name what comes back instead of the whole status.
+        let feedback = crate::feedback::values(&res.spec.feedback_rules, kind, live);
         let remote = live
             .and_then(|l| l.get("status"))
             .cloned()
-            .filter(|s| !s.is_null());
+            .filter(|s| !s.is_null() && feedback.is_none());
         let (ready, failed) = match health {
             Health::Healthy => (conditions::available(), None),
             Health::Unhealthy(why) => (conditions::unavailable(why), None),
@@ -177,6 +189,8 @@ impl ApplicationResources {
                 .is_ok_and(|mut seen| seen.insert(res.uid().unwrap_or_default()));
         status.state = Some(KubernetesApplicationResourceState::Submitted);
         status.remote = remote;
+        status.feedback = feedback;
+        status.delivery = strategy.delivery();
         status.observed_generation = res.metadata.generation;
         if let (true, Some(created)) = (first, res.creation_timestamp()) {
             let ms =
@@ -185,4 +199,60 @@ impl ApplicationResources {
         }
         failed.filter(|_| changed)
     }
+
+    /// Records a correction of drift in `status` (the drift report, and
+    /// the metric), with an event saying what was put back, or, once it
+    /// happens more than --drift-loop-threshold times an hour, a Warning
+    /// naming the other manager.
+    pub(crate) async fn drift_corrected(
+        &self,
+        res: &Res,
+        status: &mut Draft<Res>,
+        kind: &str,
+        correction: Correction,
+    ) {
+        let now = Timestamp::now();
+        let report = drift::record(status.drift.as_ref(), &correction, now);
+        let count = report.corrections_in_last_hour;
+        status.drift = Some(report);
+        self.drift.with_label_values(&[kind]).inc();
+        let threshold = self.rt.args.drift_loop_threshold;
+        let at = kube::Resource::object_ref(res, &());
+        let events = &self.skeleton.reporting.events;
+        match drift::loop_condition(status.drift.as_ref(), threshold, &[], now) {
+            Some(looping) if looping.status == "True" => {
+                let why = looping.message.unwrap_or_default();
+                events.warning(&at, TYPE_DRIFT_LOOP, why).await;
+            }
+            _ => {
+                let why = format!(
+                    "{kind} {} was changed outside this resource and put back: {}; {count} time(s) in the last hour",
+                    remote_name(res),
+                    correction.describe()
+                );
+                events.normal(&at, drift::REASON_CORRECTED, why).await;
+            }
+        }
+    }
+
+    /// Sets the DriftLoop condition when the drift report calls for it.
+    pub(crate) fn drift_loop(&self, status: &mut Draft<Res>) {
+        let threshold = self.rt.args.drift_loop_threshold;
+        let now = Timestamp::now();
+        if let Some(c) =
+            drift::loop_condition(status.drift.as_ref(), threshold, &status.conditions, now)
+        {
+            conditions::set(&mut status.conditions, c, &conditions::now());
+        }
+    }
+}
+
+/// The remote object's name, as the template gives it.
+fn remote_name(res: &Res) -> String {
+    let template = runtime::packed::unpacked(&res.spec.template);
+    template
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }

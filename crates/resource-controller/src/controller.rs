@@ -43,7 +43,7 @@ use prometheus::Histogram;
 use runtime::{
     coalesce, conditions,
     controller::{CACHE_NOT_READY_RETRY, Runtime, trim},
-    managed::{self, Allowed, AppliedMemory, Connector, Lifecycle},
+    managed::{self, AppliedMemory, Connector, Lifecycle, Synced},
     reconciler::{self, Cleanup, Draft, Reconciler, Skeleton},
     remote::RemoteClients,
     watches::Watches,
@@ -56,6 +56,7 @@ use types::{
 use crate::context::{ApplicationResources, CONTROLLER, FINALIZER, WORDING};
 use crate::error::Error;
 use crate::external::Remote;
+use crate::strategy::Strategy;
 
 type Res = KubernetesApplicationResource;
 
@@ -101,18 +102,33 @@ impl Reconciler for ApplicationResources {
         if !self.caches_ready().await {
             return Ok(Action::requeue(CACHE_NOT_READY_RETRY));
         }
+        let strategy = Strategy::of(obj).map_err(Error::InvalidStrategy)?;
         let session = Mutex::new(self.watches.session(ObjectRef::from_obj(obj.as_ref())));
-        let (kind, synced) = {
-            let remote = Remote::build(self, obj, &cluster, &session).await?;
-            let synced = managed::sync(&remote, Allowed::ALL).await?;
-            (remote.kind().to_owned(), synced)
+        let (kind, synced, correction, missing) = {
+            let remote = Remote::build(self, obj, &cluster, &session, strategy.clone()).await?;
+            let synced = managed::sync(&remote, strategy.allowed()).await?;
+            let missing = format!(
+                "{} does not exist in {}, and writeStrategy ReadOnly only observes it: create it there, or change spec.writeStrategy.type",
+                remote.what(),
+                remote.cluster()
+            );
+            (remote.kind().to_owned(), synced, remote.correction(), missing)
         };
+        // Its watch wakes the resource once it appears.
         if let Ok(session) = session.into_inner() {
             session.commit();
         }
+        if matches!(synced, Synced::Missing) {
+            return Err(Error::NotObserved(missing));
+        }
+        if let Synced::Updated { drifted: true, .. } = synced {
+            self.drift_corrected(obj, status, &kind, correction.unwrap_or_default())
+                .await;
+        }
+        self.drift_loop(status);
         let health =
             crate::health::judge(&self.rules, &obj.spec.health_rules, &kind, synced.live()).await;
-        if let Some(why) = self.submitted(obj, status, synced.live(), health) {
+        if let Some(why) = self.submitted(obj, status, synced.live(), health, &kind, &strategy) {
             self.skeleton
                 .reporting
                 .events
@@ -143,15 +159,12 @@ impl Reconciler for ApplicationResources {
             seen.remove(&obj.uid().unwrap_or_default());
         }
         let session = Mutex::new(self.watches.session(ObjectRef::from_obj(obj.as_ref())));
+        let strategy = Strategy::for_deletion(obj);
+        let allowed = strategy.allowed();
         let removed = {
-            let remote = Remote::build(self, obj, &cluster, &session).await;
+            let remote = Remote::build(self, obj, &cluster, &session, strategy).await;
             self.lifecycle
-                .remove(
-                    &self.skeleton.reporting.events,
-                    obj.as_ref(),
-                    remote,
-                    Allowed::ALL,
-                )
+                .remove(&self.skeleton.reporting.events, obj.as_ref(), remote, allowed)
                 .await?
         };
         // Still under way: the watch of what is being removed wakes it.
@@ -284,6 +297,10 @@ pub fn controller(
         submit_latency: submit_latency(rt)?,
         observed: Mutex::default(),
         rules: runtime::cel::Queries::new(crate::health::COMPILED_RULES),
+        drift: runtime::managed::drift::corrections_metric(
+            &rt.metrics,
+            "Remote objects of KubernetesApplicationResources",
+        )?,
     });
     let ctrl = ctrl
         // An application's resources are created together: taken in that

@@ -35,6 +35,12 @@ pub enum Error {
         "Secret {0} listed in spec.secrets not found: create it, or remove it from spec.secrets"
     )]
     LocalSecretNotFound(String),
+    /// spec.writeStrategy cannot be followed.
+    #[error("{0}")]
+    InvalidStrategy(String),
+    /// A ReadOnly object does not exist in the remote cluster.
+    #[error("{0}")]
+    NotObserved(String),
     /// A remote object exists that is not ours.
     #[error("{0}")]
     Conflict(String),
@@ -56,6 +62,8 @@ impl ReconcileError for Error {
             Error::InvalidTemplate(_) => "InvalidTemplate",
             Error::LocalSecretNotFound(_) => "SecretNotFound",
             Error::Conflict(_) => "RemoteObjectConflict",
+            Error::InvalidStrategy(_) => "InvalidWriteStrategy",
+            Error::NotObserved(_) => "RemoteObjectNotFound",
             Error::Control(_) => CONTROL_REQUEST_FAILED,
             Error::Serialize(..) => "CannotSerialize",
         }

@@ -19,7 +19,9 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 use runtime::{
-    managed::{self, Deletion, External, Found, Located, Observation, RequestFailed},
+    managed::{
+        self, Deletion, External, Found, Located, Observation, RequestFailed, drift::Correction,
+    },
     remote::RemoteCluster,
     ssa,
     watches::{Cached, Scope, Session, Target},
@@ -31,6 +33,7 @@ use crate::context::ApplicationResources;
 use crate::error::Error;
 use crate::remote_object;
 use crate::remote_object::Ownership;
+use crate::strategy::{Strategy, initial_manager};
 
 /// The field a user fixes when the remote cluster refuses the object.
 const FIELD: &str = "spec.template";
@@ -49,9 +52,16 @@ pub struct Remote<'a> {
     breaker: String,
     located: Located,
     target: remote_object::Target,
+    /// The object as the template renders it.
+    full: Value,
+    /// What this controller's manager applies: `full` without the ignored
+    /// fields.
     desired: Value,
+    strategy: Strategy,
     session: &'a Mutex<Session<Res>>,
     plan: Mutex<Plan>,
+    /// What the last update put back, when someone else had changed it.
+    correction: Mutex<Option<Correction>>,
 }
 
 /// What `observe` found, for `create`/`update` to act on.
@@ -59,6 +69,7 @@ pub struct Remote<'a> {
 struct Plan {
     live: Option<Value>,
     object_current: bool,
+    drifted: bool,
     secrets: Vec<SecretWrite>,
 }
 
@@ -89,6 +100,7 @@ impl<'a> Remote<'a> {
         res: &'a Res,
         cluster: &str,
         session: &'a Mutex<Session<Res>>,
+        strategy: Strategy,
     ) -> Result<Self, Error> {
         let uid = res.uid().unwrap_or_default();
         // The cache keeps templates packed (controller::packed_template).
@@ -113,8 +125,9 @@ impl<'a> Remote<'a> {
                 .map_err(Error::from)
             })
             .await?;
-        let desired = remote_object::render(&template, &uid, located.namespace.as_deref())
+        let full = remote_object::render(&template, &uid, located.namespace.as_deref())
             .map_err(Error::InvalidTemplate)?;
+        let desired = strategy.applied(&full);
         Ok(Self {
             ctx,
             res,
@@ -124,9 +137,12 @@ impl<'a> Remote<'a> {
             breaker,
             located,
             target,
+            full,
             desired,
+            strategy,
             session,
             plan: Mutex::default(),
+            correction: Mutex::default(),
         })
     }
 
@@ -135,8 +151,19 @@ impl<'a> Remote<'a> {
         &self.located.resource.kind
     }
 
-    fn what(&self) -> String {
+    /// "Deployment ns/name", as messages name the remote object.
+    pub fn what(&self) -> String {
         self.target.describe(self.located.namespace.as_deref())
+    }
+
+    /// The cluster, as messages name it.
+    pub fn cluster(&self) -> &str {
+        &self.described
+    }
+
+    /// What the last update put back, when it corrected drift.
+    pub fn correction(&self) -> Option<Correction> {
+        self.correction.lock().ok().and_then(|mut c| c.take())
     }
 
     /// This resource, as the watches wake it.
@@ -328,19 +355,35 @@ impl<'a> Remote<'a> {
     /// Writes the Secrets `observe` found stale, then the object unless it
     /// was current; answers the object as stored.
     async fn write(&self) -> Result<Value, Error> {
-        let (secrets, live, current) = match self.plan.lock() {
-            Ok(p) => (p.secrets.clone(), p.live.clone(), p.object_current),
-            Err(_) => (Vec::new(), None, false),
+        let (secrets, live, current, drifted) = match self.plan.lock() {
+            Ok(p) => (p.secrets.clone(), p.live.clone(), p.object_current, p.drifted),
+            Err(_) => (Vec::new(), None, false, false),
         };
         for s in &secrets {
             self.write_secret(s).await?;
         }
+        let creating = live.is_none();
         if let (true, Some(live)) = (current, live) {
             return Ok(live);
         }
         let target = self.object_target();
+        if drifted {
+            self.find_correction(&target).await;
+        }
         let writing = self.ctx.watches.writing(&self.dependent(), &target);
-        let answer = self.apply(&target, &self.desired, &self.what()).await?;
+        // A created object gets the ignored fields too, and keeps them
+        // once this manager stops applying them (module strategy).
+        let initial = self.strategy.initial(&self.full).filter(|_| creating);
+        let first = if initial.is_some() { &self.full } else { &self.desired };
+        let mut answer = self.apply(&target, first, &self.what()).await?;
+        if let Some(initial) = initial {
+            let manager = initial_manager(&self.ctx.rt.field_manager());
+            answer = target
+                .api()
+                .patch(&target.name, &ssa::params(&manager), &Patch::Apply(&initial))
+                .await
+                .map_err(|e| self.failed(format!("applying the ignored fields of {}", self.what()), e))?;
+        }
         writing.written(answer.clone());
         let value =
             serde_json::to_value(&answer).map_err(|e| Error::Serialize("the remote object", e))?;
@@ -348,8 +391,43 @@ impl<'a> Remote<'a> {
         Ok(value)
     }
 
+    /// Reads the object from the server (the watch cache keeps no
+    /// managedFields) to say what changed and who changed it. A failed read
+    /// only leaves the report without them.
+    async fn find_correction(&self, target: &Target) {
+        let found = match target.api().get(&target.name).await {
+            Ok(live) => serde_json::to_value(&live).ok(),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the drifted object for its managedFields");
+                None
+            }
+        };
+        let correction = found.map_or_else(Correction::default, |live| {
+            Correction::found(&self.desired, &live, &self.ctx.rt.field_manager())
+        });
+        if let Ok(mut c) = self.correction.lock() {
+            *c = Some(correction);
+        }
+    }
+
     async fn observe_all(&self) -> Result<Observation, Error> {
         let (found, _) = self.read(&self.object_target()).await?;
+        // ReadOnly observes what may be anyone's, and writes nothing.
+        if self.strategy.read_only() {
+            let live = match found {
+                Some(l) => Some(
+                    serde_json::to_value(l.as_ref())
+                        .map_err(|e| Error::Serialize("the remote object", e))?,
+                ),
+                None => None,
+            };
+            return Ok(Observation {
+                exists: live.is_some(),
+                up_to_date: true,
+                drifted: false,
+                live,
+            });
+        }
         if let Some(live) = &found {
             self.ours(live, &self.what())?;
         }
@@ -368,6 +446,7 @@ impl<'a> Remote<'a> {
         self.set_plan(Plan {
             live: Some(value.clone()),
             object_current: current,
+            drifted,
             secrets,
         });
         Ok(Observation {
@@ -385,6 +464,7 @@ impl<'a> Remote<'a> {
     }
 
     async fn delete_all(&self) -> Result<Deletion, Error> {
+        let orphan = self.strategy.orphans();
         for secret_ref in &self.res.spec.secrets {
             let name = remote_object::secret_name(&self.res.name_any(), &secret_ref.name);
             let target = self.secret_target(&name);
@@ -392,7 +472,11 @@ impl<'a> Remote<'a> {
                 && self.is_ours(&s)
             {
                 let what = format!("Secret {}/{name}", self.secret_namespace());
-                self.delete_one(&target, &what).await?;
+                if orphan {
+                    self.release(&target, &what).await?;
+                } else {
+                    self.delete_one(&target, &what).await?;
+                }
             }
         }
         let target = self.object_target();
@@ -401,8 +485,35 @@ impl<'a> Remote<'a> {
             // Gone, or not ours: never touched, never deleted.
             None => Ok(Deletion::Gone),
             Some(live) if !self.is_ours(&live) => Ok(Deletion::Gone),
+            Some(_) if orphan => self.release(&target, &self.what()).await,
             Some(live) if live.metadata.deletion_timestamp.is_some() => Ok(Deletion::InProgress),
             Some(_) => self.delete_one(&target, &self.what()).await,
+        }
+    }
+
+    /// Leaves one remote object in place, no longer marked as this
+    /// resource's (deletionPolicy Orphan): its UID annotation, and a
+    /// propagated Secret's label and source annotation, are removed.
+    async fn release(&self, target: &Target, what: &str) -> Result<Deletion, Error> {
+        let unmarked = serde_json::json!({"metadata": {
+            "annotations": {
+                types::workload::v1alpha1::ANNOTATION_RESOURCE_UID: null,
+                remote_object::ANNOTATION_SOURCE: null,
+            },
+            "labels": {remote_object::LABEL_PROPAGATED: null},
+        }});
+        let params = kube::api::PatchParams {
+            field_manager: Some(self.ctx.rt.field_manager()),
+            ..Default::default()
+        };
+        match target
+            .api()
+            .patch(&target.name, &params, &Patch::Merge(&unmarked))
+            .await
+        {
+            Ok(_) => Ok(Deletion::Gone),
+            Err(e) if managed::not_found(&e) => Ok(Deletion::Gone),
+            Err(e) => Err(self.failed(format!("leaving {what} in place"), e)),
         }
     }
 

@@ -6,8 +6,10 @@ mod context;
 mod controller;
 mod error;
 mod external;
+mod feedback;
 mod health;
 mod remote_object;
+mod strategy;
 
 use std::time::Duration;
 

@@ -116,6 +116,13 @@ pub struct CommonArgs {
     /// are refused whatever this says.
     #[arg(long, env = "ALLOW_INSECURE_REMOTE_TLS", default_value_t = false)]
     pub allow_insecure_remote_tls: bool,
+
+    /// How many times within an hour a managed object's fields may be put
+    /// back after someone else changed them before its resource says it is
+    /// in a drift loop (condition DriftLoop, naming the other manager).
+    /// Corrections go on either way: the condition says a fight is on.
+    #[arg(long, env = "DRIFT_LOOP_THRESHOLD", default_value_t = 5)]
+    pub drift_loop_threshold: u32,
 }
 
 impl CommonArgs {

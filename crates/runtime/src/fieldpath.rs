@@ -108,6 +108,23 @@ pub fn get<'a>(value: &'a Value, path: &[Segment]) -> Option<&'a Value> {
     })
 }
 
+/// Removes the object field at `path` (a path of object keys), answering
+/// what was there. An index, or anything missing on the way, removes
+/// nothing.
+pub fn remove(value: &mut Value, path: &[Segment]) -> Option<Value> {
+    let (Segment::Field(last), parents) = path.split_last()? else {
+        return None;
+    };
+    let mut cur = value;
+    for seg in parents {
+        cur = match seg {
+            Segment::Field(f) => cur.get_mut(f)?,
+            Segment::Index(_) => return None,
+        };
+    }
+    cur.as_object_mut()?.remove(last)
+}
+
 fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

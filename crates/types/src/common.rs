@@ -228,3 +228,32 @@ macro_rules! conditioned {
         }
     )+};
 }
+
+/// The condition type a resource gets while someone else keeps changing
+/// what it manages: True once its fields were put back more than the
+/// controller's threshold within an hour (`--drift-loop-threshold`).
+pub const TYPE_DRIFT_LOOP: &str = "DriftLoop";
+
+/// What the last corrections of drift were: someone else changed fields
+/// this resource manages in its target and they were put back. Paths only:
+/// a value (a Secret's, say) never appears here.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftReport {
+    /// When the fields were last put back (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_corrected_time: Option<String>,
+    /// Paths of the fields found changed that last time (at most 16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The field manager that had changed them (from the object's
+    /// managedFields), when one other than this controller owned them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager: Option<String>,
+    /// How many corrections the hour up to lastCorrectedTime saw.
+    #[serde(default)]
+    pub corrections_in_last_hour: i64,
+    /// When each of those corrections was (RFC 3339, the latest 32).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<String>,
+}

@@ -9,7 +9,7 @@ use kube::{
     api::{DeleteParams, DynamicObject, Patch},
 };
 use runtime::{
-    managed::{self, Deletion, External, Observation, RequestFailed},
+    managed::{self, Deletion, External, Observation, RequestFailed, drift::Correction},
     remote::RemoteCluster,
     ssa,
     watches::{Cached, Scope, Session, Target},
@@ -49,6 +49,10 @@ pub struct ManagedObject<'a, K: ObjectKind> {
     never_observed: bool,
     /// How its dependents go when it is deleted.
     propagation: DeleteParams,
+    /// Whether observe found it changed by someone else.
+    drifted: std::sync::atomic::AtomicBool,
+    /// What the update put back, when it had drifted.
+    correction: std::sync::Mutex<Option<Correction>>,
 }
 
 /// Works out the managed object from the resolved Object and registers the
@@ -174,6 +178,8 @@ fn at<'a, K: ObjectKind>(
             .as_ref()
             .is_none_or(|s| s.at_provider.is_none()),
         propagation: propagation(obj),
+        drifted: Default::default(),
+        correction: Default::default(),
     }
 }
 
@@ -191,6 +197,29 @@ fn propagation<K: ObjectKind>(obj: &K) -> DeleteParams {
 impl<K: ObjectKind> ManagedObject<'_, K> {
     fn failed(&self, what: &str, e: kube::Error) -> Error {
         RequestFailed::new(format!("{what} {}", self.what), &self.cluster, FIELD, e).into()
+    }
+
+    /// What the last update put back, when it corrected drift.
+    pub fn correction(&self) -> Option<Correction> {
+        self.correction.lock().ok().and_then(|mut c| c.take())
+    }
+
+    /// Reads the managed object from the server (watch caches keep no
+    /// managedFields) to say what changed and who changed it; a failed read
+    /// only leaves the report without them.
+    async fn find_correction(&self) {
+        let correction = match self.api.get(&self.target.name).await {
+            Ok(live) => serde_json::to_value(&live).ok().map_or_else(Correction::default, |l| {
+                Correction::found(&self.manifest, &l, &self.field_manager)
+            }),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the drifted object for its managedFields");
+                Correction::default()
+            }
+        };
+        if let Ok(mut c) = self.correction.lock() {
+            *c = Some(correction);
+        }
     }
 
     /// The live object: from the watch, else from the server.
@@ -242,6 +271,8 @@ impl<K: ObjectKind> External for ManagedObject<'_, K> {
             return Ok(Observation::absent());
         };
         let (up_to_date, drifted) = self.ctx.applied.judge(&self.uid, &self.manifest, &live);
+        self.drifted
+            .store(drifted, std::sync::atomic::Ordering::Relaxed);
         Ok(Observation {
             exists: true,
             up_to_date,
@@ -255,6 +286,9 @@ impl<K: ObjectKind> External for ManagedObject<'_, K> {
     }
 
     async fn update(&self) -> Result<Value, Error> {
+        if self.drifted.load(std::sync::atomic::Ordering::Relaxed) {
+            self.find_correction().await;
+        }
         self.apply().await
     }
 

@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 
 use super::kind::ObjectKind;
 use kube::runtime::reflector::Store;
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGaugeVec, Opts};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts};
 use runtime::conditions;
 use types::kubernetes::v1alpha2::Object;
 
 /// The Object controller's metrics.
 #[derive(Clone)]
 pub struct ObjectMetrics {
-    /// Managed objects changed outside their Object and put back.
-    pub drift: IntCounter,
+    /// Managed objects changed outside their Object and put back, by kind.
+    pub drift: IntCounterVec,
     /// Time from an Object's creation to its first Ready=True.
     pub first_ready: Histogram,
     managed: IntGaugeVec,
@@ -23,10 +23,6 @@ impl ObjectMetrics {
     /// Registers the metrics with the binary's (once: the same metrics
     /// when the controller is built again).
     pub fn register(registry: &runtime::Metrics) -> Result<Self, prometheus::Error> {
-        let drift = IntCounter::new(
-            "crossplane_rs_drift_corrections_total",
-            "Managed objects changed outside their Object and put back.",
-        )?;
         let first_ready = Histogram::with_opts(
             HistogramOpts::new(
                 "crossplane_rs_time_to_first_ready_seconds",
@@ -41,7 +37,10 @@ impl ObjectMetrics {
             ),
             &["kind", "synced", "ready"],
         )?;
-        let drift = registry.register(drift)?;
+        let drift = runtime::managed::drift::corrections_metric(
+            registry,
+            "Managed objects of Objects",
+        )?;
         let first_ready = registry.register(first_ready)?;
         let managed = registry.register(managed)?;
         let metrics = Self {

@@ -59,13 +59,17 @@ use runtime::{
     conditions,
     controller::{Runtime, trim},
     events::error_chain,
-    managed::{self, AppliedMemory, Lifecycle, Synced},
+    managed::{
+        self, AppliedMemory, Lifecycle, Synced,
+        drift::{self, Correction},
+    },
     reconciler::{self, Cleanup, Reconciler, Skeleton, jittered},
     remote::RemoteCluster,
     watches::{Session, Watches},
 };
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
-use types::kubernetes::v1alpha2::ObjectStatus;
+use types::{common::TYPE_DRIFT_LOOP, kubernetes::v1alpha2::ObjectStatus};
 
 pub use connect::Reach;
 pub use context::{CONTROLLER, FINALIZER, NAMESPACED_CONTROLLER, Objects, target_named};
@@ -160,7 +164,16 @@ impl<K: ObjectKind> Objects<K> {
             )));
         };
         if matches!(synced, Synced::Updated { drifted: true, .. }) {
-            self.drift_corrected(obj).await;
+            let correction = managed.correction().unwrap_or_default();
+            self.drift_corrected(obj, status, &managed.target.resource.kind, correction)
+                .await;
+        }
+        let now = Timestamp::now();
+        let threshold = self.rt.args.drift_loop_threshold;
+        if let Some(c) =
+            drift::loop_condition(status.drift.as_ref(), threshold, &status.conditions, now)
+        {
+            conditions::set(&mut status.conditions, c, &conditions::now());
         }
         let was_ready = is_ready(status);
         manifest::observe_into(status, &live, secrets);
@@ -173,18 +186,38 @@ impl<K: ObjectKind> Objects<K> {
         Ok(())
     }
 
-    async fn drift_corrected(&self, obj: &K) {
-        self.metrics.drift.inc();
-        self.skeleton
-            .reporting
-            .events
-            .normal(
-                &obj.object_ref(&()),
-                "DriftCorrected",
-                "the managed object was changed outside this Object; its fields were put back"
-                    .to_owned(),
-            )
-            .await;
+    /// Records a correction of drift in `status` (the drift report, and
+    /// the metric), with an event saying what was put back, or, more than
+    /// --drift-loop-threshold times an hour, a Warning naming the other
+    /// manager.
+    async fn drift_corrected(
+        &self,
+        obj: &K,
+        status: &mut ObjectStatus,
+        kind: &str,
+        correction: Correction,
+    ) {
+        let now = Timestamp::now();
+        let report = drift::record(status.drift.as_ref(), &correction, now);
+        let count = report.corrections_in_last_hour;
+        status.drift = Some(report);
+        self.metrics.drift.with_label_values(&[kind]).inc();
+        let threshold = self.rt.args.drift_loop_threshold;
+        let at = obj.object_ref(&());
+        let events = &self.skeleton.reporting.events;
+        match drift::loop_condition(status.drift.as_ref(), threshold, &[], now) {
+            Some(looping) if looping.status == "True" => {
+                let why = looping.message.unwrap_or_default();
+                events.warning(&at, TYPE_DRIFT_LOOP, why).await;
+            }
+            _ => {
+                let why = format!(
+                    "the managed object was changed outside this Object and put back: {}; {count} time(s) in the last hour",
+                    correction.describe()
+                );
+                events.normal(&at, drift::REASON_CORRECTED, why).await;
+            }
+        }
     }
 
     fn first_ready(&self, obj: &K) {

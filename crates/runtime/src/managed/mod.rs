@@ -27,6 +27,7 @@ use crate::{
 
 mod applied;
 mod connector;
+pub mod drift;
 mod failure;
 mod locate;
 

@@ -250,6 +250,11 @@ pub struct ObjectStatus {
     /// unnoticed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_object_ref: Option<ManagedObjectReference>,
+    /// Drift reports the last corrections of fields someone else changed in
+    /// the managed object: which paths, by which field manager, how often
+    /// in the last hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::common::DriftReport>,
 }
 
 /// Where a managed object lives in its target cluster.

@@ -252,6 +252,11 @@ pub struct ObjectStatus {
     /// applied or observed in its target cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_object_ref: Option<ManagedObjectReference>,
+    /// Drift reports the last corrections of fields someone else changed in
+    /// the managed object: which paths, by which field manager, how often
+    /// in the last hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::common::DriftReport>,
 }
 
 crate::conditioned!(Object => ObjectStatus);

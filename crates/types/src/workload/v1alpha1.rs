@@ -8,8 +8,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod delivery;
+pub use delivery::*;
+
 use crate::common::{
-    Condition, LocalObjectReference, TemplateMetadata, conditions_schema, embedded_object_schema,
+    Condition, DriftReport, LocalObjectReference, TemplateMetadata, conditions_schema, embedded_object_schema,
     opaque_object_schema,
 };
 
@@ -108,6 +111,22 @@ pub struct ResourceTemplateSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub health_rules: Vec<HealthRule>,
+
+    /// FeedbackRules name the fields of the templated object its resource
+    /// brings back; see KubernetesApplicationResource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub feedback_rules: Vec<FeedbackRule>,
+
+    /// WriteStrategy says how the templated object is written; see
+    /// KubernetesApplicationResource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_strategy: Option<WriteStrategy>,
+
+    /// DeletionPolicy says what deleting the resource does to the templated
+    /// object; see KubernetesApplicationResource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
 }
 
 /// The state of a KubernetesApplication.
@@ -208,6 +227,27 @@ pub struct KubernetesApplicationResourceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub health_rules: Vec<HealthRule>,
+
+    /// FeedbackRules name the fields of the remote object to bring back to
+    /// status.feedback, typed (Integer, String, Boolean or JsonRaw), instead
+    /// of copying its whole .status to status.remote (left empty when there
+    /// are rules). A Secret's fields never come back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub feedback_rules: Vec<FeedbackRule>,
+
+    /// WriteStrategy says how the remote object is written: ServerSideApply
+    /// (the default), optionally leaving ignoreFields to other managers;
+    /// CreateOnly; or ReadOnly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_strategy: Option<WriteStrategy>,
+
+    /// DeletionPolicy says what deleting this resource does to the remote
+    /// object and its propagated Secrets: Delete (the default) or Orphan
+    /// (left in place, no longer marked as this resource's). A ReadOnly
+    /// object is never deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
 }
 
 /// One rule of what healthy means for a remote object.
@@ -314,10 +354,23 @@ pub struct KubernetesApplicationResourceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<KubernetesApplicationResourceState>,
     /// Remote is the .status of the templated object in the remote cluster,
-    /// copied verbatim. Absent when the kind exposes no status.
+    /// copied verbatim. Absent when the kind exposes no status, and when
+    /// spec.feedbackRules name what comes back (status.feedback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "opaque_object_schema")]
     pub remote: Option<serde_json::Value>,
+    /// Feedback is what spec.feedbackRules bring back from the remote
+    /// object, when there are rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<Vec<FeedbackValue>>,
+    /// Delivery says how the remote object is written and what deleting
+    /// this resource does to it, when that is not the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
+    /// Drift reports the last corrections of fields someone else changed in
+    /// the remote object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftReport>,
     /// ObservedGeneration is the metadata.generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
