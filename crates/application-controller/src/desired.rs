@@ -64,7 +64,10 @@ pub fn resource_for(
         spec.insert("healthRules".to_owned(), json!(template.spec.health_rules));
     }
     if !template.spec.feedback_rules.is_empty() {
-        spec.insert("feedbackRules".to_owned(), json!(template.spec.feedback_rules));
+        spec.insert(
+            "feedbackRules".to_owned(),
+            json!(template.spec.feedback_rules),
+        );
     }
     if let Some(w) = &template.spec.write_strategy {
         spec.insert("writeStrategy".to_owned(), json!(w));

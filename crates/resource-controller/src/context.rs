@@ -9,6 +9,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     core::PartialObjectMeta,
@@ -26,7 +27,6 @@ use runtime::{
     remote::RemoteCluster,
     watches::Watches,
 };
-use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use types::{
     common::TYPE_DRIFT_LOOP,

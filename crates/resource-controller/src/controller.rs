@@ -112,7 +112,12 @@ impl Reconciler for ApplicationResources {
                 remote.what(),
                 remote.cluster()
             );
-            (remote.kind().to_owned(), synced, remote.correction(), missing)
+            (
+                remote.kind().to_owned(),
+                synced,
+                remote.correction(),
+                missing,
+            )
         };
         // Its watch wakes the resource once it appears.
         if let Ok(session) = session.into_inner() {
@@ -164,7 +169,12 @@ impl Reconciler for ApplicationResources {
         let removed = {
             let remote = Remote::build(self, obj, &cluster, &session, strategy).await;
             self.lifecycle
-                .remove(&self.skeleton.reporting.events, obj.as_ref(), remote, allowed)
+                .remove(
+                    &self.skeleton.reporting.events,
+                    obj.as_ref(),
+                    remote,
+                    allowed,
+                )
                 .await?
         };
         // Still under way: the watch of what is being removed wakes it.

@@ -356,7 +356,12 @@ impl<'a> Remote<'a> {
     /// was current; answers the object as stored.
     async fn write(&self) -> Result<Value, Error> {
         let (secrets, live, current, drifted) = match self.plan.lock() {
-            Ok(p) => (p.secrets.clone(), p.live.clone(), p.object_current, p.drifted),
+            Ok(p) => (
+                p.secrets.clone(),
+                p.live.clone(),
+                p.object_current,
+                p.drifted,
+            ),
             Err(_) => (Vec::new(), None, false, false),
         };
         for s in &secrets {
@@ -374,15 +379,25 @@ impl<'a> Remote<'a> {
         // A created object gets the ignored fields too, and keeps them
         // once this manager stops applying them (module strategy).
         let initial = self.strategy.initial(&self.full).filter(|_| creating);
-        let first = if initial.is_some() { &self.full } else { &self.desired };
+        let first = if initial.is_some() {
+            &self.full
+        } else {
+            &self.desired
+        };
         let mut answer = self.apply(&target, first, &self.what()).await?;
         if let Some(initial) = initial {
             let manager = initial_manager(&self.ctx.rt.field_manager());
             answer = target
                 .api()
-                .patch(&target.name, &ssa::params(&manager), &Patch::Apply(&initial))
+                .patch(
+                    &target.name,
+                    &ssa::params(&manager),
+                    &Patch::Apply(&initial),
+                )
                 .await
-                .map_err(|e| self.failed(format!("applying the ignored fields of {}", self.what()), e))?;
+                .map_err(|e| {
+                    self.failed(format!("applying the ignored fields of {}", self.what()), e)
+                })?;
         }
         writing.written(answer.clone());
         let value =

@@ -5,8 +5,8 @@
 use runtime::fieldpath;
 use serde_json::Value;
 use types::workload::v1alpha1::{
-    FeedbackRule, FeedbackRuleType, FeedbackValue, FieldValue, FieldValueType,
-    MAX_FEEDBACK_VALUES, MAX_RAW_FEEDBACK,
+    FeedbackRule, FeedbackRuleType, FeedbackValue, FieldValue, FieldValueType, MAX_FEEDBACK_VALUES,
+    MAX_RAW_FEEDBACK,
 };
 
 /// The well-known values of `kind`: (name, path).
@@ -35,7 +35,11 @@ fn well_known(kind: &str) -> &'static [(&'static str, &'static str)] {
 /// The values `rules` bring back from `live` of `kind`; None without rules
 /// (status.remote then carries the whole status). Fields the object does not
 /// have yet, and JsonRaw values over [`MAX_RAW_FEEDBACK`], are left out.
-pub fn values(rules: &[FeedbackRule], kind: &str, live: Option<&Value>) -> Option<Vec<FeedbackValue>> {
+pub fn values(
+    rules: &[FeedbackRule],
+    kind: &str,
+    live: Option<&Value>,
+) -> Option<Vec<FeedbackValue>> {
     if rules.is_empty() {
         return None;
     }
@@ -169,8 +173,11 @@ mod tests {
                 rule(FeedbackRuleType::WellKnownStatus, &[]),
                 rule(
                     FeedbackRuleType::JsonPaths,
-                    &[("paused", "spec.paused"), ("first", ".status.conditions[0].type"),
-                      ("missing", "status.nothing")],
+                    &[
+                        ("paused", "spec.paused"),
+                        ("first", ".status.conditions[0].type"),
+                        ("missing", "status.nothing"),
+                    ],
                 ),
             ],
             "Deployment",
@@ -187,13 +194,25 @@ mod tests {
     #[test]
     fn lists_come_back_as_json_text_within_the_bound() {
         let svc = json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}});
-        let got = values(&[rule(FeedbackRuleType::WellKnownStatus, &[])], "Service", Some(&svc))
-            .unwrap();
+        let got = values(
+            &[rule(FeedbackRuleType::WellKnownStatus, &[])],
+            "Service",
+            Some(&svc),
+        )
+        .unwrap();
         assert_eq!(got[0].field_value.type_, FieldValueType::JsonRaw);
-        assert_eq!(got[0].field_value.json_raw.as_deref(), Some(r#"[{"ip":"203.0.113.7"}]"#));
-        let huge = json!({"status": {"loadBalancer": {"ingress": [{"hostname": "x".repeat(2000)}]}}});
-        let got = values(&[rule(FeedbackRuleType::WellKnownStatus, &[])], "Service", Some(&huge))
-            .unwrap();
+        assert_eq!(
+            got[0].field_value.json_raw.as_deref(),
+            Some(r#"[{"ip":"203.0.113.7"}]"#)
+        );
+        let huge =
+            json!({"status": {"loadBalancer": {"ingress": [{"hostname": "x".repeat(2000)}]}}});
+        let got = values(
+            &[rule(FeedbackRuleType::WellKnownStatus, &[])],
+            "Service",
+            Some(&huge),
+        )
+        .unwrap();
         assert!(got.is_empty());
     }
 
@@ -213,7 +232,12 @@ mod tests {
     #[test]
     fn a_job_says_whether_it_completed() {
         let job = json!({"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}});
-        let got = values(&[rule(FeedbackRuleType::WellKnownStatus, &[])], "Job", Some(&job)).unwrap();
+        let got = values(
+            &[rule(FeedbackRuleType::WellKnownStatus, &[])],
+            "Job",
+            Some(&job),
+        )
+        .unwrap();
         assert_eq!(got[1].name, "JobComplete");
         assert_eq!(got[1].field_value.boolean, Some(true));
     }

@@ -193,15 +193,26 @@ mod tests {
     #[test]
     fn ignored_fields_are_applied_once_by_the_initial_manager_only() {
         let s = Strategy::of(&res(
-            &["spec.replicas", ".metadata.annotations[example.org/x]", "spec.paused"],
+            &[
+                "spec.replicas",
+                ".metadata.annotations[example.org/x]",
+                "spec.paused",
+            ],
             WriteStrategyType::ServerSideApply,
         ))
         .unwrap();
         let applied = s.applied(&deployment());
         assert_eq!(applied.pointer("/spec/replicas"), None);
         assert_eq!(applied.pointer("/spec/selector"), Some(&json!({})));
-        assert_eq!(applied.pointer("/metadata/annotations/b"), Some(&json!("2")));
-        assert!(applied.pointer("/metadata/annotations/example.org~1x").is_none());
+        assert_eq!(
+            applied.pointer("/metadata/annotations/b"),
+            Some(&json!("2"))
+        );
+        assert!(
+            applied
+                .pointer("/metadata/annotations/example.org~1x")
+                .is_none()
+        );
         let initial = s.initial(&deployment()).unwrap();
         assert_eq!(
             initial,
@@ -214,7 +225,11 @@ mod tests {
         let d = s.delivery().unwrap();
         assert_eq!(
             d.ignored_fields,
-            vec!["spec.replicas", "metadata.annotations[example.org/x]", "spec.paused"]
+            vec![
+                "spec.replicas",
+                "metadata.annotations[example.org/x]",
+                "spec.paused"
+            ]
         );
     }
 

@@ -386,17 +386,110 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
         (s.data?.get("password")?.0 == b"pa55word").then_some(())
     })
     .await;
+    let mut said = Vec::new();
     for name in [&secret, &deployment] {
-        wait(WAIT, &format!("{name}: a DriftCorrected event"), || async {
+        let event = wait(WAIT, &format!("{name}: a DriftCorrected event"), || async {
             events_of(&client, name)
                 .await
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("DriftCorrected"))
-                .then_some(())
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("DriftCorrected"))
         })
         .await;
+        said.push(event.message.unwrap_or_default());
+    }
+    // The report names what changed and who changed it, never a value.
+    let cpu_path = "spec.template.spec.containers[0].resources.requests.cpu";
+    assert!(
+        said[1].contains(&format!("{cpu_path} (changed by intruder)")),
+        "{}",
+        said[1]
+    );
+    assert!(said[0].contains("(changed by intruder)"), "{}", said[0]);
+    for (name, path) in [(&secret, None), (&deployment, Some(cpu_path))] {
+        let o = get_object(&client, name).await.unwrap();
+        let report = o.status.unwrap().drift.unwrap();
+        assert_eq!(report.manager.as_deref(), Some("intruder"), "{name}");
+        assert_eq!(report.corrections_in_last_hour, 1, "{name}");
+        if let Some(p) = path {
+            assert_eq!(report.paths, [p]);
+        }
+        let shown = serde_json::to_string(&report).unwrap();
+        for secret_value in ["pa55word", "dGhlaXJz", "theirs"] {
+            assert!(!shown.contains(secret_value), "{shown}");
+        }
+    }
+    for message in &said {
+        for secret_value in ["pa55word", "dGhlaXJz", "theirs"] {
+            assert!(!message.contains(secret_value), "{message}");
+        }
     }
     for name in [&secret, &deployment] {
         delete_and_wait_gone(&client, name).await;
     }
+}
+
+#[tokio::test]
+async fn a_field_fought_over_is_named_a_drift_loop_with_the_other_manager() {
+    let (client, remote, _dump, ns) = begin(&PROVIDER, "loop").await;
+    let pc = own_config(&client, "loop").await;
+    let name = format!("{ns}-loop");
+    apply_object(
+        &client,
+        object(
+            &name,
+            &pc,
+            configmap("cm", &ns, json!({"k": "mine"})),
+            json!({}),
+        ),
+    )
+    .await;
+    wait_ready(&client, &name).await;
+    let before = metric(
+        "crossplane_rs_drift_corrections_total",
+        &[("kind", "ConfigMap")],
+    );
+    // Another controller that wants its own value, every time it sees ours.
+    let cms = Api::<ConfigMap>::namespaced(remote.clone(), &ns);
+    let other = PatchParams {
+        field_manager: Some("other-operator".to_owned()),
+        ..PatchParams::default()
+    };
+    let looping = wait(WAIT, "DriftLoop=True", || async {
+        let cm = cms.get("cm").await.ok()?;
+        if cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get("k"))
+            .map(String::as_str)
+            == Some("mine")
+        {
+            cms.patch(
+                "cm",
+                &other,
+                &Patch::Merge(json!({"data": {"k": "theirs"}})),
+            )
+            .await
+            .ok()?;
+        }
+        let o = get_object(&client, &name).await?;
+        let (status, _, message) = cond(&o, "DriftLoop")?;
+        (status == "True").then_some(message)
+    })
+    .await;
+    assert!(looping.contains("data.k"), "{looping}");
+    assert!(
+        looping.contains("field manager other-operator"),
+        "{looping}"
+    );
+    let o = get_object(&client, &name).await.unwrap();
+    let report = o.status.unwrap().drift.unwrap();
+    assert_eq!(report.paths, ["data.k"]);
+    assert!(report.corrections_in_last_hour > 5, "{report:?}");
+    e2e::wait_event(&client, None, Some(&name), "DriftLoop").await;
+    let after = metric(
+        "crossplane_rs_drift_corrections_total",
+        &[("kind", "ConfigMap")],
+    );
+    assert!(after >= before + 6, "{before} -> {after}");
+    delete_and_wait_gone(&client, &name).await;
 }

@@ -230,7 +230,46 @@ pub fn resource(r: &Value) -> Node {
     let mut n = Node::of(r, "Ready");
     n.state = text(r, "/status/state");
     n.detail("cluster", text(r, "/spec/clusterRef/name"));
+    // How it writes and deletes, when not the default (status.delivery).
+    if let Some(d) = r.pointer("/status/delivery") {
+        let ignored: Vec<String> = d
+            .get("ignoredFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(str::to_owned))
+            .collect();
+        let write = text(d, "/writeStrategy").map(|w| match ignored.is_empty() {
+            true => w,
+            false => format!("{w} ignoring {}", ignored.join(", ")),
+        });
+        n.detail("write", write);
+        n.detail("deletion", text(d, "/deletionPolicy"));
+    }
+    n.detail("drift", drift(r));
     n
+}
+
+/// "3 in the last hour, last spec.replicas by kubectl-edit", from a
+/// resource's or an Object's status.drift.
+pub fn drift(r: &Value) -> Option<String> {
+    let d = r.pointer("/status/drift")?;
+    let count = d.get("correctionsInLastHour").and_then(Value::as_i64)?;
+    let paths: Vec<&str> = d
+        .get("paths")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut out = format!("{count} corrected in the last hour");
+    if !paths.is_empty() {
+        out.push_str(&format!(", last {}", paths.join(", ")));
+    }
+    if let Some(m) = text(d, "/manager") {
+        out.push_str(&format!(" by {m}"));
+    }
+    Some(out)
 }
 
 /// The remote object a KubernetesApplicationResource submitted, as the
@@ -257,6 +296,23 @@ pub fn remote(r: &Value) -> Node {
             n.message = probe.message;
             n.detail("phase", text(status, "/phase"));
             n.detail("replicas", replicas(status));
+        }
+        // Feedback rules: the values brought back, readiness from the
+        // resource's own Ready.
+        None if r.pointer("/status/feedback").is_some() => {
+            let own = Node::of(r, "Ready");
+            n.ready = own.ready;
+            n.message = own.message;
+            let values = r.pointer("/status/feedback").and_then(Value::as_array);
+            for v in values.into_iter().flatten() {
+                let (Some(name), Some(fv)) = (text(v, "/name"), v.get("fieldValue")) else {
+                    continue;
+                };
+                let value = ["/integer", "/string", "/boolean", "/jsonRaw"]
+                    .iter()
+                    .find_map(|p| scalar(fv, p));
+                n.detail(&name, value);
+            }
         }
         None => {
             n.message = match n.state.as_deref() {
@@ -323,6 +379,7 @@ pub fn managed_resource(o: &Value) -> Node {
     n.state = n.condition_state("Synced");
     n.detail("providerConfig", text(o, "/spec/providerConfigRef/name"));
     n.detail("policy", text(o, "/spec/managementPolicy"));
+    n.detail("drift", drift(o));
     n
 }
 
@@ -346,6 +403,33 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_resource_shows_how_it_writes_its_drift_and_its_feedback() {
+        let r = json!({
+            "apiVersion": "workload.crossplane.io/v1alpha1", "kind": "KubernetesApplicationResource",
+            "metadata": {"name": "web", "namespace": "apps"},
+            "spec": {"clusterRef": {"name": "c"}, "template": {
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "w"}}},
+            "status": {
+                "state": "Submitted",
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Available"}],
+                "delivery": {"writeStrategy": "ServerSideApply", "ignoredFields": ["spec.replicas"], "deletionPolicy": "Orphan"},
+                "drift": {"correctionsInLastHour": 3, "paths": ["spec.template.spec.containers[0].image"], "manager": "kubectl-edit"},
+                "feedback": [{"name": "ReadyReplicas", "fieldValue": {"type": "Integer", "integer": 2}}],
+            },
+        });
+        let n = resource(&r);
+        assert_eq!(n.details["write"], "ServerSideApply ignoring spec.replicas");
+        assert_eq!(n.details["deletion"], "Orphan");
+        assert_eq!(
+            n.details["drift"],
+            "3 corrected in the last hour, last spec.template.spec.containers[0].image by kubectl-edit"
+        );
+        let remote = remote(&r);
+        assert_eq!(remote.ready.as_deref(), Some("True"));
+        assert_eq!(remote.details["ReadyReplicas"], "2");
+    }
 
     #[test]
     fn a_pod_that_cannot_pull_says_why_in_its_state_and_message() {

@@ -209,9 +209,11 @@ impl<K: ObjectKind> ManagedObject<'_, K> {
     /// only leaves the report without them.
     async fn find_correction(&self) {
         let correction = match self.api.get(&self.target.name).await {
-            Ok(live) => serde_json::to_value(&live).ok().map_or_else(Correction::default, |l| {
-                Correction::found(&self.manifest, &l, &self.field_manager)
-            }),
+            Ok(live) => serde_json::to_value(&live)
+                .ok()
+                .map_or_else(Correction::default, |l| {
+                    Correction::found(&self.manifest, &l, &self.field_manager)
+                }),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the drifted object for its managedFields");
                 Correction::default()

@@ -37,10 +37,8 @@ impl ObjectMetrics {
             ),
             &["kind", "synced", "ready"],
         )?;
-        let drift = runtime::managed::drift::corrections_metric(
-            registry,
-            "Managed objects of Objects",
-        )?;
+        let drift =
+            runtime::managed::drift::corrections_metric(registry, "Managed objects of Objects")?;
         let first_ready = registry.register(first_ready)?;
         let managed = registry.register(managed)?;
         let metrics = Self {

@@ -46,6 +46,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt, channel::mpsc};
+use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     runtime::{
@@ -67,7 +68,6 @@ use runtime::{
     remote::RemoteCluster,
     watches::{Session, Watches},
 };
-use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 use types::{common::TYPE_DRIFT_LOOP, kubernetes::v1alpha2::ObjectStatus};
 

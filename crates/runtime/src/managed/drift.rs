@@ -91,12 +91,7 @@ pub fn changed_paths(desired: &Value, live: &Value) -> Vec<Vec<Segment>> {
     out
 }
 
-fn walk(
-    desired: &Value,
-    live: Option<&Value>,
-    at: &mut Vec<Segment>,
-    out: &mut Vec<Vec<Segment>>,
-) {
+fn walk(desired: &Value, live: Option<&Value>, at: &mut Vec<Segment>, out: &mut Vec<Vec<Segment>>) {
     if out.len() > MAX_PATHS {
         return;
     }
@@ -152,9 +147,7 @@ fn owns(fields: &Value, path: &[Segment]) -> bool {
             // Items of a list are keyed by their merge keys or values,
             // which an index does not say: owning any of them counts.
             Segment::Index(_) => {
-                return node
-                    .as_object()
-                    .is_some_and(|o| o.keys().any(|k| k != "."));
+                return node.as_object().is_some_and(|o| o.keys().any(|k| k != "."));
             }
         }
     }
@@ -347,7 +340,11 @@ mod tests {
         let t0: Timestamp = "2026-12-02T10:00:00Z".parse().unwrap();
         let mut report = None;
         for i in 0..40 {
-            report = Some(record(report.as_ref(), &c, t0 + SignedDuration::from_secs(i)));
+            report = Some(record(
+                report.as_ref(),
+                &c,
+                t0 + SignedDuration::from_secs(i),
+            ));
         }
         let r = report.unwrap();
         assert_eq!(r.recent.len(), MAX_RECENT);
@@ -368,7 +365,11 @@ mod tests {
         let t0: Timestamp = "2026-12-02T10:00:00Z".parse().unwrap();
         let mut report = None;
         for i in 0..3 {
-            report = Some(record(report.as_ref(), &c, t0 + SignedDuration::from_secs(i)));
+            report = Some(record(
+                report.as_ref(),
+                &c,
+                t0 + SignedDuration::from_secs(i),
+            ));
         }
         let now = t0 + SignedDuration::from_secs(5);
         assert_eq!(loop_condition(report.as_ref(), 3, &[], now), None);

@@ -12,8 +12,8 @@ mod delivery;
 pub use delivery::*;
 
 use crate::common::{
-    Condition, DriftReport, LocalObjectReference, TemplateMetadata, conditions_schema, embedded_object_schema,
-    opaque_object_schema,
+    Condition, DriftReport, LocalObjectReference, TemplateMetadata, conditions_schema,
+    embedded_object_schema, opaque_object_schema,
 };
 
 /// Annotation put on every remote object (and propagated Secret) created by a
