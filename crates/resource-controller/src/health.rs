@@ -51,7 +51,7 @@ pub async fn judge(
                 };
                 let query = match queries.get(&rule.expression) {
                     Ok(q) => q,
-                    Err(e) => return Health::RuleFailed(format!("{at}: {}", worded(&e))),
+                    Err(e) => return Health::RuleFailed(format!("{at}: {e}")),
                 };
                 match query.evaluate(object).await {
                     Ok(true) => {}
@@ -61,22 +61,14 @@ pub async fn judge(
                     // A field the object does not have yet (a status not
                     // written yet) says the object is not there yet.
                     Err(e) if e.is_missing_field() => {
-                        return Health::Unhealthy(format!(
-                            "{kind} is not healthy: {at}: {}",
-                            worded(&e)
-                        ));
+                        return Health::Unhealthy(format!("{kind} is not healthy: {at}: {e}"));
                     }
-                    Err(e) => return Health::RuleFailed(format!("{at}: {}", worded(&e))),
+                    Err(e) => return Health::RuleFailed(format!("{at}: {e}")),
                 }
             }
         }
     }
     Health::Healthy
-}
-
-/// The CEL engine's message in a health rule's words.
-fn worded(e: &runtime::cel::QueryError) -> String {
-    e.to_string().replace("celQuery", "the expression")
 }
 
 fn verdict(why: Option<String>) -> Health {
@@ -99,9 +91,9 @@ async fn message(
     match queries.get(&rule.message_expression) {
         Ok(q) => match q.evaluate_text(object).await {
             Ok(text) => text,
-            Err(e) => format!("{}; its messageExpression failed: {}", named(), worded(&e)),
+            Err(e) => format!("{}; its messageExpression failed: {}", named(), e),
         },
-        Err(e) => format!("{}; its messageExpression failed: {}", named(), worded(&e)),
+        Err(e) => format!("{}; its messageExpression failed: {}", named(), e),
     }
 }
 

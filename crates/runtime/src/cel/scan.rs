@@ -15,7 +15,7 @@ pub const MAX_QUESTION_MARKS: usize = 16;
 
 /// The error for a source of `len` bytes, over MAX_SOURCE.
 pub(super) fn too_long(len: usize) -> String {
-    format!("celQuery is {len} bytes long; at most {MAX_SOURCE} are allowed")
+    format!("the expression is {len} bytes long; at most {MAX_SOURCE} are allowed")
 }
 
 /// The checks made before parsing: size, tokens, bracket depth and `?`.
@@ -40,7 +40,7 @@ pub(super) fn scan(source: &str) -> Result<(), String> {
         tokens += 1;
         if tokens > MAX_TOKENS {
             return Err(format!(
-                "celQuery has more than {MAX_TOKENS} tokens; simplify it"
+                "the expression has more than {MAX_TOKENS} tokens; simplify it"
             ));
         }
         if c.is_ascii_alphanumeric() || c == b'_' {
@@ -80,7 +80,7 @@ pub(super) fn scan(source: &str) -> Result<(), String> {
                 depth += 1;
                 if depth > MAX_BRACKETS {
                     return Err(format!(
-                        "celQuery nests brackets deeper than {MAX_BRACKETS}; simplify it"
+                        "the expression nests brackets deeper than {MAX_BRACKETS}; simplify it"
                     ));
                 }
             }
@@ -89,7 +89,7 @@ pub(super) fn scan(source: &str) -> Result<(), String> {
                 questions += 1;
                 if questions > MAX_QUESTION_MARKS {
                     return Err(format!(
-                        "celQuery has more than {MAX_QUESTION_MARKS} `?`; simplify it"
+                        "the expression has more than {MAX_QUESTION_MARKS} `?`; simplify it"
                     ));
                 }
             }

@@ -14,7 +14,7 @@ pub const MAX_LEVELS: usize = 500;
 pub(super) const RANGE_FN: &str = "@range";
 pub(super) const WEIGH_FN: &str = "@weigh";
 
-pub(super) const NESTED: &str = "celQuery nests a comprehension (all, exists, exists_one, map, filter) inside another; at most one level";
+pub(super) const NESTED: &str = "the expression nests a comprehension (all, exists, exists_one, map, filter) inside another; at most one level";
 
 /// The children of a node, each with whether it runs once per loop step.
 fn children(expr: &IdedExpr) -> Vec<(&IdedExpr, bool)> {
@@ -56,16 +56,16 @@ pub(super) fn check(root: &IdedExpr) -> Result<u64, String> {
         nodes += 1;
         if nodes > MAX_NODES {
             return Err(format!(
-                "celQuery has more than {MAX_NODES} parts; simplify it"
+                "the expression has more than {MAX_NODES} parts; simplify it"
             ));
         }
         if level > MAX_LEVELS {
             return Err(format!(
-                "celQuery nests more than {MAX_LEVELS} levels deep; simplify it"
+                "the expression nests more than {MAX_LEVELS} levels deep; simplify it"
             ));
         }
         match &node.expr {
-            Expr::Unspecified => return Err("celQuery does not parse".to_owned()),
+            Expr::Unspecified => return Err("the expression does not parse".to_owned()),
             Expr::Comprehension(_) if in_loop => return Err(NESTED.to_owned()),
             _ => {}
         }
