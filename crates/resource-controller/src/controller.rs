@@ -126,9 +126,10 @@ impl Reconciler for ApplicationResources {
         if matches!(synced, Synced::Missing) {
             return Err(Error::NotObserved(missing));
         }
-        if let Synced::Updated { drifted: true, .. } = synced {
-            self.drift_corrected(obj, status, &kind, correction.unwrap_or_default())
-                .await;
+        // A drift the server did not confirm (the watch was behind) was no
+        // correction: nothing was applied and nothing is said.
+        if let (Synced::Updated { drifted: true, .. }, Some(correction)) = (&synced, correction) {
+            self.drift_corrected(obj, status, &kind, correction).await;
         }
         self.drift_loop(status);
         let health =

@@ -35,6 +35,8 @@ use crate::remote_object;
 use crate::remote_object::Ownership;
 use crate::strategy::{Strategy, initial_manager};
 
+mod strategies;
+
 /// The field a user fixes when the remote cluster refuses the object.
 const FIELD: &str = "spec.template";
 
@@ -368,17 +370,24 @@ impl<'a> Remote<'a> {
             self.write_secret(s).await?;
         }
         let creating = live.is_none();
-        if let (true, Some(live)) = (current, live) {
-            return Ok(live);
+        if let (true, Some(live)) = (current, live.as_ref()) {
+            return Ok(live.clone());
         }
         let target = self.object_target();
-        if drifted {
-            self.find_correction(&target).await;
+        if drifted && let Some(fresh) = self.find_correction(&target, live.as_ref()).await {
+            self.ctx.applied.remember(&self.uid, &self.desired, &fresh);
+            return Ok(fresh);
+        }
+        if let Some(live) = &live {
+            self.keep_ignored(&target, live).await?;
         }
         let writing = self.ctx.watches.writing(&self.dependent(), &target);
         // A created object gets the ignored fields too, and keeps them
         // once this manager stops applying them (module strategy).
-        let initial = self.strategy.initial(&self.full).filter(|_| creating);
+        let initial = self
+            .strategy
+            .initial(&self.full, &self.full)
+            .filter(|_| creating);
         let first = if initial.is_some() {
             &self.full
         } else {
@@ -404,25 +413,6 @@ impl<'a> Remote<'a> {
             serde_json::to_value(&answer).map_err(|e| Error::Serialize("the remote object", e))?;
         self.ctx.applied.remember(&self.uid, &self.desired, &value);
         Ok(value)
-    }
-
-    /// Reads the object from the server (the watch cache keeps no
-    /// managedFields) to say what changed and who changed it. A failed read
-    /// only leaves the report without them.
-    async fn find_correction(&self, target: &Target) {
-        let found = match target.api().get(&target.name).await {
-            Ok(live) => serde_json::to_value(&live).ok(),
-            Err(e) => {
-                tracing::debug!(error = %e, "reading the drifted object for its managedFields");
-                None
-            }
-        };
-        let correction = found.map_or_else(Correction::default, |live| {
-            Correction::found(&self.desired, &live, &self.ctx.rt.field_manager())
-        });
-        if let Ok(mut c) = self.correction.lock() {
-            *c = Some(correction);
-        }
     }
 
     async fn observe_all(&self) -> Result<Observation, Error> {
@@ -503,32 +493,6 @@ impl<'a> Remote<'a> {
             Some(_) if orphan => self.release(&target, &self.what()).await,
             Some(live) if live.metadata.deletion_timestamp.is_some() => Ok(Deletion::InProgress),
             Some(_) => self.delete_one(&target, &self.what()).await,
-        }
-    }
-
-    /// Leaves one remote object in place, no longer marked as this
-    /// resource's (deletionPolicy Orphan): its UID annotation, and a
-    /// propagated Secret's label and source annotation, are removed.
-    async fn release(&self, target: &Target, what: &str) -> Result<Deletion, Error> {
-        let unmarked = serde_json::json!({"metadata": {
-            "annotations": {
-                types::workload::v1alpha1::ANNOTATION_RESOURCE_UID: null,
-                remote_object::ANNOTATION_SOURCE: null,
-            },
-            "labels": {remote_object::LABEL_PROPAGATED: null},
-        }});
-        let params = kube::api::PatchParams {
-            field_manager: Some(self.ctx.rt.field_manager()),
-            ..Default::default()
-        };
-        match target
-            .api()
-            .patch(&target.name, &params, &Patch::Merge(&unmarked))
-            .await
-        {
-            Ok(_) => Ok(Deletion::Gone),
-            Err(e) if managed::not_found(&e) => Ok(Deletion::Gone),
-            Err(e) => Err(self.failed(format!("leaving {what} in place"), e)),
         }
     }
 

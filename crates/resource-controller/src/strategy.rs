@@ -128,14 +128,15 @@ impl Strategy {
         out
     }
 
-    /// What [`initial_manager`] applies once the object is created: its
-    /// identity and the ignored fields the template sets; None when it sets
-    /// none of them.
-    pub fn initial(&self, full: &Value) -> Option<Value> {
+    /// What [`initial_manager`] applies: the identity of `full` (the
+    /// rendered template) and the ignored fields as `values` has them (the
+    /// template when the object is created, the live object before it is
+    /// applied again); None when `values` has none of them.
+    pub fn initial(&self, full: &Value, values: &Value) -> Option<Value> {
         let mut out = Value::Object(Map::new());
         let mut any = false;
         for (path, _) in &self.ignored {
-            if let Some(v) = fieldpath::get(full, path) {
+            if let Some(v) = fieldpath::get(values, path) {
                 any |= fieldpath::set(&mut out, path, v.clone()).is_ok();
             }
         }
@@ -213,7 +214,7 @@ mod tests {
                 .pointer("/metadata/annotations/example.org~1x")
                 .is_none()
         );
-        let initial = s.initial(&deployment()).unwrap();
+        let initial = s.initial(&deployment(), &deployment()).unwrap();
         assert_eq!(
             initial,
             json!({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -238,7 +239,7 @@ mod tests {
         let s = Strategy::of(&res(&[], WriteStrategyType::ServerSideApply)).unwrap();
         assert_eq!(s.delivery(), None);
         assert_eq!(s.applied(&deployment()), deployment());
-        assert_eq!(s.initial(&deployment()), None);
+        assert_eq!(s.initial(&deployment(), &deployment()), None);
     }
 
     #[test]

@@ -60,6 +60,7 @@ use crate::lru::Lru;
 
 mod scan;
 mod tree;
+mod workers;
 
 pub use scan::{MAX_BRACKETS, MAX_QUESTION_MARKS, MAX_SOURCE, MAX_TOKENS};
 pub use tree::{MAX_LEVELS, MAX_NODES};
@@ -79,9 +80,7 @@ const PARSE_DEPTH: u16 = 48;
 const PARSE_RECOVERIES: u32 = 4;
 /// Parsing fewer than MAX_TOKENS tokens takes milliseconds.
 const PARSE_TIMEOUT: Duration = Duration::from_secs(2);
-const STACK: usize = 64 << 20;
-/// Evaluations at once.
-const PARALLEL: usize = 2;
+use workers::{PARALLEL, STACK};
 /// How long an evaluation waits for one of the PARALLEL slots.
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes of a string or bytes value that count as one cell.
@@ -89,35 +88,6 @@ const CELL_BYTES: u64 = 64;
 
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 static EVALUATIONS: Semaphore = Semaphore::const_new(PARALLEL);
-
-/// One evaluation, as a worker runs it.
-type Job = Box<dyn FnOnce() + Send>;
-
-/// The PARALLEL evaluation threads, started on first use; None when they
-/// could not be started. A job is sent only with one of EVALUATIONS'
-/// permits, held until it ends, so a job never waits for a busy worker
-/// for longer than the worker takes to pick it up.
-static WORKERS: LazyLock<Option<Mutex<mpsc::Sender<Job>>>> = LazyLock::new(|| {
-    let (tx, rx) = mpsc::channel::<Job>();
-    let rx = Arc::new(Mutex::new(rx));
-    for i in 0..PARALLEL {
-        let rx = Arc::clone(&rx);
-        std::thread::Builder::new()
-            .name(format!("cel-evaluate-{i}"))
-            .stack_size(STACK)
-            .spawn(move || {
-                loop {
-                    let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                    let Ok(job) = job else { return };
-                    // A job catches its own panics; this keeps the worker
-                    // should one escape.
-                    let _ = catch_unwind(AssertUnwindSafe(job));
-                }
-            })
-            .ok()?;
-    }
-    Some(Mutex::new(tx))
-});
 
 /// What is wrong with a query or its evaluation, said so that a user can fix
 /// the query: never a value of the object, at most MAX_MESSAGE characters.
@@ -232,7 +202,7 @@ impl Query {
         let compiled = Arc::clone(&self.0);
         let object = object.clone();
         let deadline = Instant::now() + TIMEOUT;
-        let job: Job = Box::new(move || {
+        let job: workers::Job = Box::new(move || {
             // The slot is held until the job ends, not until the caller stops
             // waiting: at most PARALLEL evaluations ever run.
             let _permit = permit;
@@ -244,13 +214,8 @@ impl Query {
                 });
             let _ = tx.send(answer);
         });
-        let sent = WORKERS.as_ref().and_then(|w| {
-            w.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .send(job)
-                .ok()
-        });
-        if sent.is_none() {
+        let sent = workers::submit(job);
+        if !sent {
             return Err(QueryError::new(
                 "could not start a thread to evaluate the expression",
             ));

@@ -146,3 +146,46 @@ async fn a_job_is_healthy_once_it_completed_on_the_node_and_a_failed_one_says_wh
     let res = get_res(&s.client, &s.ns, "broken").await.unwrap();
     assert_eq!(feedback(&res, "JobComplete").as_deref(), Some("false"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_or_malformed_rule_is_a_condition_and_the_pod_never_restarts() {
+    let s = setup("runaway", None).await;
+    let (pod, restarts) = blocking(|| e2e::shipped::pod_of("resource-controller"));
+    let with_rule = |name: &str, expression: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "template": {"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": name, "namespace": s.tns},
+                             "data": {"a": "1", "b": "2", "c": "3"}},
+                "healthRules": [{"type": "CEL", "expression": expression}],
+            },
+        })
+    };
+    s.apply(
+        "app",
+        json!([
+            with_rule(
+                "runaway",
+                "object.data.all(k, object.data.all(j, k == j || k != j))"
+            ),
+            with_rule("malformed", "object.data.a =="),
+        ]),
+    )
+    .await;
+    for name in ["runaway", "malformed"] {
+        let message = s
+            .wait_res(name, "Ready=False HealthRuleFailed", |r| {
+                let ready = condition(&r.status.as_ref()?.conditions, "Ready")?;
+                (ready.reason.as_deref() == Some("HealthRuleFailed"))
+                    .then(|| ready.message.clone().unwrap_or_default())
+            })
+            .await;
+        assert!(message.starts_with("healthRules[0]: "), "{message}");
+    }
+    assert_eq!(
+        blocking(|| e2e::shipped::pod_of("resource-controller")),
+        (pod, restarts),
+        "the resource-controller restarted"
+    );
+}

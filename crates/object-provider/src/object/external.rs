@@ -9,7 +9,10 @@ use kube::{
     api::{DeleteParams, DynamicObject, Patch},
 };
 use runtime::{
-    managed::{self, Deletion, External, Observation, RequestFailed, drift::Correction},
+    managed::{
+        self, Deletion, External, Observation, RequestFailed,
+        drift::{self, Confirmed, Correction},
+    },
     remote::RemoteCluster,
     ssa,
     watches::{Cached, Scope, Session, Target},
@@ -53,6 +56,8 @@ pub struct ManagedObject<'a, K: ObjectKind> {
     drifted: std::sync::atomic::AtomicBool,
     /// What the update put back, when it had drifted.
     correction: std::sync::Mutex<Option<Correction>>,
+    /// The live object observe judged drifted.
+    observed: std::sync::Mutex<Option<Value>>,
 }
 
 /// Works out the managed object from the resolved Object and registers the
@@ -180,6 +185,7 @@ fn at<'a, K: ObjectKind>(
         propagation: propagation(obj),
         drifted: Default::default(),
         correction: Default::default(),
+        observed: Default::default(),
     }
 }
 
@@ -206,21 +212,26 @@ impl<K: ObjectKind> ManagedObject<'_, K> {
 
     /// Reads the managed object from the server (watch caches keep no
     /// managedFields) to say what changed and who changed it; a failed read
-    /// only leaves the report without them.
-    async fn find_correction(&self) {
-        let correction = match self.api.get(&self.target.name).await {
-            Ok(live) => serde_json::to_value(&live)
-                .ok()
-                .map_or_else(Correction::default, |l| {
-                    Correction::found(&self.manifest, &l, &self.field_manager)
-                }),
+    /// only leaves the report without them. Answers the object as the server
+    /// has it when nothing the manifest sets differs there after all (the
+    /// watch had shown an older version): no drift, nothing to apply.
+    async fn find_correction(&self) -> Option<Value> {
+        let found = match self.api.get(&self.target.name).await {
+            Ok(live) => Some(manifest::as_value(&live, &self.target.resource)),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the drifted object for its managedFields");
-                Correction::default()
+                None
             }
         };
-        if let Ok(mut c) = self.correction.lock() {
-            *c = Some(correction);
+        let cached = self.observed.lock().ok().and_then(|o| o.clone());
+        match drift::confirm(&self.manifest, found, cached.as_ref(), &self.field_manager) {
+            Confirmed::NoDrift(fresh) => Some(fresh),
+            Confirmed::Drift(correction) => {
+                if let Ok(mut c) = self.correction.lock() {
+                    *c = Some(correction);
+                }
+                None
+            }
         }
     }
 
@@ -275,6 +286,9 @@ impl<K: ObjectKind> External for ManagedObject<'_, K> {
         let (up_to_date, drifted) = self.ctx.applied.judge(&self.uid, &self.manifest, &live);
         self.drifted
             .store(drifted, std::sync::atomic::Ordering::Relaxed);
+        if drifted && let Ok(mut o) = self.observed.lock() {
+            *o = Some(live.clone());
+        }
         Ok(Observation {
             exists: true,
             up_to_date,
@@ -288,8 +302,11 @@ impl<K: ObjectKind> External for ManagedObject<'_, K> {
     }
 
     async fn update(&self) -> Result<Value, Error> {
-        if self.drifted.load(std::sync::atomic::Ordering::Relaxed) {
-            self.find_correction().await;
+        if self.drifted.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(fresh) = self.find_correction().await
+        {
+            self.ctx.applied.remember(&self.uid, &self.manifest, &fresh);
+            return Ok(fresh);
         }
         self.apply().await
     }

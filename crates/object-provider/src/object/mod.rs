@@ -163,8 +163,11 @@ impl<K: ObjectKind> Objects<K> {
                 policy::listed(policies)
             )));
         };
-        if matches!(synced, Synced::Updated { drifted: true, .. }) {
-            let correction = managed.correction().unwrap_or_default();
+        // A drift the server did not confirm (the watch was behind) was no
+        // correction: nothing was applied and nothing is said.
+        if let (Synced::Updated { drifted: true, .. }, Some(correction)) =
+            (&synced, managed.correction())
+        {
             self.drift_corrected(obj, status, &managed.target.resource.kind, correction)
                 .await;
         }

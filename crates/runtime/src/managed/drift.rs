@@ -83,6 +83,40 @@ impl Correction {
     }
 }
 
+/// What reading a drifted object from the server says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Confirmed {
+    /// Nothing `desired` sets differs on the server after all (the watch
+    /// had shown an older version): the object as the server has it, and
+    /// nothing to apply or report.
+    NoDrift(Value),
+    /// Drift: what changed, and who changed it when the server said.
+    Drift(Correction),
+}
+
+/// Judges drift seen in `cached` (the watch's object) by `fresh`, the
+/// object read from the server with its managedFields (None when that read
+/// failed: the paths the watch showed, who changed them unknown).
+pub fn confirm(
+    desired: &Value,
+    fresh: Option<Value>,
+    cached: Option<&Value>,
+    ours: &str,
+) -> Confirmed {
+    match (fresh, cached) {
+        (Some(live), _) => {
+            let c = Correction::found(desired, &live, ours);
+            if c.paths.is_empty() {
+                Confirmed::NoDrift(live)
+            } else {
+                Confirmed::Drift(c)
+            }
+        }
+        (None, Some(cached)) => Confirmed::Drift(Correction::found(desired, cached, ours)),
+        (None, None) => Confirmed::Drift(Correction::default()),
+    }
+}
+
 /// The paths of `desired`'s leaves that `live` does not have as desired.
 /// Lists of the same length are compared item by item; others whole.
 pub fn changed_paths(desired: &Value, live: &Value) -> Vec<Vec<Segment>> {
@@ -164,7 +198,13 @@ pub fn record(previous: Option<&DriftReport>, c: &Correction, now: Timestamp) ->
     DriftReport {
         last_corrected_time: Some(now.to_string()),
         paths: c.paths.clone(),
-        manager: c.manager.clone(),
+        // Not known this time (the object could not be read with its
+        // managedFields): the one that changed the same paths last time.
+        manager: c.manager.clone().or_else(|| {
+            previous
+                .filter(|p| p.paths == c.paths)
+                .and_then(|p| p.manager.clone())
+        }),
         corrections_in_last_hour: recent.len() as i64,
         recent,
     }
@@ -318,6 +358,23 @@ mod tests {
             .push(json!({"name": "sidecar"}));
         let c = Correction::found(&desired(), &longer, "me");
         assert_eq!(c.paths, vec!["spec.template.spec.containers"]);
+    }
+
+    #[test]
+    fn drift_the_server_does_not_show_is_none_and_a_failed_read_keeps_the_paths() {
+        let cached = deployment(5, json!([]));
+        let fresh = deployment(3, json!([]));
+        assert!(matches!(
+            confirm(&desired(), Some(fresh), Some(&cached), "me"),
+            Confirmed::NoDrift(_)
+        ));
+        let Confirmed::Drift(c) = confirm(&desired(), None, Some(&cached), "me") else {
+            panic!("a failed read is drift")
+        };
+        assert_eq!(
+            (c.paths, c.manager),
+            (vec!["spec.replicas".to_owned()], None)
+        );
     }
 
     #[test]
