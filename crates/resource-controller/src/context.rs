@@ -9,7 +9,6 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     core::PartialObjectMeta,
@@ -20,8 +19,7 @@ use runtime::{
     conditions,
     controller::{Runtime, cache_ready},
     managed::{
-        AppliedMemory, ConnectError, Connector, Known, Lifecycle, SecretKey, Wording,
-        drift::{self, Correction},
+        AppliedMemory, ConnectError, Connector, Known, Lifecycle, SecretKey, Wording, drift,
     },
     reconciler::{Draft, Skeleton},
     remote::RemoteCluster,
@@ -29,7 +27,6 @@ use runtime::{
 };
 use serde_json::Value;
 use types::{
-    common::TYPE_DRIFT_LOOP,
     compute::v1alpha1::KubernetesCluster,
     workload::v1alpha1::{KubernetesApplicationResource, KubernetesApplicationResourceState},
 };
@@ -200,55 +197,18 @@ impl ApplicationResources {
         failed.filter(|_| changed)
     }
 
-    /// Records a correction of drift in `status` (the drift report, and
-    /// the metric), with an event saying what was put back, or, once it
-    /// happens more than --drift-loop-threshold times an hour, a Warning
-    /// naming the other manager.
-    pub(crate) async fn drift_corrected(
-        &self,
-        res: &Res,
-        status: &mut Draft<Res>,
-        kind: &str,
-        correction: Correction,
-    ) {
-        let now = Timestamp::now();
-        let report = drift::record(status.drift.as_ref(), &correction, now);
-        let count = report.corrections_in_last_hour;
-        status.drift = Some(report);
-        self.drift.with_label_values(&[kind]).inc();
-        let threshold = self.rt.args.drift_loop_threshold;
-        let at = kube::Resource::object_ref(res, &());
-        let events = &self.skeleton.reporting.events;
-        match drift::loop_condition(status.drift.as_ref(), threshold, &[], now) {
-            Some(looping) if looping.status == "True" => {
-                let why = looping.message.unwrap_or_default();
-                events.warning(&at, TYPE_DRIFT_LOOP, why).await;
-            }
-            _ => {
-                let why = format!(
-                    "{kind} {} was changed outside this resource and put back: {}; {count} time(s) in the last hour",
-                    remote_name(res),
-                    correction.describe()
-                );
-                events.normal(&at, drift::REASON_CORRECTED, why).await;
-            }
-        }
-    }
-
-    /// Sets the DriftLoop condition when the drift report calls for it.
-    pub(crate) fn drift_loop(&self, status: &mut Draft<Res>) {
-        let threshold = self.rt.args.drift_loop_threshold;
-        let now = Timestamp::now();
-        if let Some(c) =
-            drift::loop_condition(status.drift.as_ref(), threshold, &status.conditions, now)
-        {
-            conditions::set(&mut status.conditions, c, &conditions::now());
+    /// How this controller reports drift (runtime::managed::drift).
+    pub(crate) fn drift_reporter(&self) -> drift::Reporter<'_> {
+        drift::Reporter {
+            metric: &self.drift,
+            events: &self.skeleton.reporting.events,
+            threshold: self.rt.args.drift_loop_threshold,
         }
     }
 }
 
 /// The remote object's name, as the template gives it.
-fn remote_name(res: &Res) -> String {
+pub(crate) fn remote_name(res: &Res) -> String {
     let template = runtime::packed::unpacked(&res.spec.template);
     template
         .pointer("/metadata/name")

@@ -129,9 +129,16 @@ impl Reconciler for ApplicationResources {
         // A drift the server did not confirm (the watch was behind) was no
         // correction: nothing was applied and nothing is said.
         if let (Synced::Updated { drifted: true, .. }, Some(correction)) = (&synced, correction) {
-            self.drift_corrected(obj, status, &kind, correction).await;
+            let at = kube::Resource::object_ref(obj.as_ref(), &());
+            let changed = format!(
+                "{kind} {} was changed outside this resource",
+                crate::context::remote_name(obj)
+            );
+            (self.drift_reporter())
+                .corrected(&mut status.drift, &at, &kind, &changed, &correction)
+                .await;
         }
-        self.drift_loop(status);
+        (self.drift_reporter()).loop_condition(status.drift.as_ref(), &mut status.conditions);
         let health =
             crate::health::judge(&self.rules, &obj.spec.health_rules, &kind, synced.live()).await;
         if let Some(why) = self.submitted(obj, status, synced.live(), health, &kind, &strategy) {

@@ -46,7 +46,6 @@ use std::{
 };
 
 use futures::{Stream, StreamExt, channel::mpsc};
-use k8s_openapi::jiff::Timestamp;
 use kube::{
     Api, ResourceExt,
     runtime::{
@@ -60,16 +59,13 @@ use runtime::{
     conditions,
     controller::{Runtime, trim},
     events::error_chain,
-    managed::{
-        self, AppliedMemory, Lifecycle, Synced,
-        drift::{self, Correction},
-    },
+    managed::{self, AppliedMemory, Lifecycle, Synced, drift},
     reconciler::{self, Cleanup, Reconciler, Skeleton, jittered},
     remote::RemoteCluster,
     watches::{Session, Watches},
 };
 use serde_json::Value;
-use types::{common::TYPE_DRIFT_LOOP, kubernetes::v1alpha2::ObjectStatus};
+use types::kubernetes::v1alpha2::ObjectStatus;
 
 pub use connect::Reach;
 pub use context::{CONTROLLER, FINALIZER, NAMESPACED_CONTROLLER, Objects, target_named};
@@ -168,16 +164,18 @@ impl<K: ObjectKind> Objects<K> {
         if let (Synced::Updated { drifted: true, .. }, Some(correction)) =
             (&synced, managed.correction())
         {
-            self.drift_corrected(obj, status, &managed.target.resource.kind, correction)
+            let kind = &managed.target.resource.kind;
+            (self.drift_reporter())
+                .corrected(
+                    &mut status.drift,
+                    &obj.object_ref(&()),
+                    kind,
+                    "the managed object was changed outside this Object",
+                    &correction,
+                )
                 .await;
         }
-        let now = Timestamp::now();
-        let threshold = self.rt.args.drift_loop_threshold;
-        if let Some(c) =
-            drift::loop_condition(status.drift.as_ref(), threshold, &status.conditions, now)
-        {
-            conditions::set(&mut status.conditions, c, &conditions::now());
-        }
+        (self.drift_reporter()).loop_condition(status.drift.as_ref(), &mut status.conditions);
         let was_ready = is_ready(status);
         manifest::observe_into(status, &live, secrets);
         let ready = readiness(&self.queries, obj, &live, secrets).await;
@@ -189,37 +187,12 @@ impl<K: ObjectKind> Objects<K> {
         Ok(())
     }
 
-    /// Records a correction of drift in `status` (the drift report, and
-    /// the metric), with an event saying what was put back, or, more than
-    /// --drift-loop-threshold times an hour, a Warning naming the other
-    /// manager.
-    async fn drift_corrected(
-        &self,
-        obj: &K,
-        status: &mut ObjectStatus,
-        kind: &str,
-        correction: Correction,
-    ) {
-        let now = Timestamp::now();
-        let report = drift::record(status.drift.as_ref(), &correction, now);
-        let count = report.corrections_in_last_hour;
-        status.drift = Some(report);
-        self.metrics.drift.with_label_values(&[kind]).inc();
-        let threshold = self.rt.args.drift_loop_threshold;
-        let at = obj.object_ref(&());
-        let events = &self.skeleton.reporting.events;
-        match drift::loop_condition(status.drift.as_ref(), threshold, &[], now) {
-            Some(looping) if looping.status == "True" => {
-                let why = looping.message.unwrap_or_default();
-                events.warning(&at, TYPE_DRIFT_LOOP, why).await;
-            }
-            _ => {
-                let why = format!(
-                    "the managed object was changed outside this Object and put back: {}; {count} time(s) in the last hour",
-                    correction.describe()
-                );
-                events.normal(&at, drift::REASON_CORRECTED, why).await;
-            }
+    /// How this controller reports drift (runtime::managed::drift).
+    fn drift_reporter(&self) -> drift::Reporter<'_> {
+        drift::Reporter {
+            metric: &self.metrics.drift,
+            events: &self.skeleton.reporting.events,
+            threshold: self.rt.args.drift_loop_threshold,
         }
     }
 

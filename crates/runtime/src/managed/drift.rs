@@ -274,6 +274,60 @@ pub fn loop_condition(
         })
 }
 
+/// What a controller reports drift with: its corrections metric, its
+/// events and --drift-loop-threshold.
+pub struct Reporter<'a> {
+    /// crossplane_rs_drift_corrections_total ([`corrections_metric`]).
+    pub metric: &'a IntCounterVec,
+    /// The controller's events.
+    pub events: &'a crate::events::EventReporter,
+    /// Corrections an hour allowed before a drift loop.
+    pub threshold: u32,
+}
+
+impl Reporter<'_> {
+    /// Records one correction of the managed object (of `kind`; `changed`
+    /// says in the event what was changed outside what) in `report`,
+    /// counts it, and says it:
+    /// a Normal event naming what was put back, or once over the
+    /// threshold a Warning naming the other manager.
+    pub async fn corrected(
+        &self,
+        report: &mut Option<DriftReport>,
+        at: &k8s_openapi::api::core::v1::ObjectReference,
+        kind: &str,
+        changed: &str,
+        correction: &Correction,
+    ) {
+        let now = Timestamp::now();
+        let recorded = record(report.as_ref(), correction, now);
+        let count = recorded.corrections_in_last_hour;
+        *report = Some(recorded);
+        self.metric.with_label_values(&[kind]).inc();
+        match loop_condition(report.as_ref(), self.threshold, &[], now) {
+            Some(looping) if looping.status == "True" => {
+                let why = looping.message.unwrap_or_default();
+                self.events.warning(at, TYPE_DRIFT_LOOP, why).await;
+            }
+            _ => {
+                let why = format!(
+                    "{changed} and put back: {}; {count} time(s) in the last hour",
+                    correction.describe()
+                );
+                self.events.normal(at, REASON_CORRECTED, why).await;
+            }
+        }
+    }
+
+    /// Sets the DriftLoop condition among `conditions` when `report` calls
+    /// for it.
+    pub fn loop_condition(&self, report: Option<&DriftReport>, conditions: &mut Vec<Condition>) {
+        if let Some(c) = loop_condition(report, self.threshold, conditions, Timestamp::now()) {
+            crate::conditions::set(conditions, c, &crate::conditions::now());
+        }
+    }
+}
+
 /// The drift corrections metric, by the managed object's kind.
 pub fn corrections_metric(
     metrics: &crate::Metrics,
