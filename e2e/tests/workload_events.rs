@@ -62,27 +62,37 @@ where
 }
 
 /// Requests the controller's reconciles made: to both clusters, by every
-/// verb, except the list and watch requests of its own informers on the
-/// control cluster. Those list again on their own schedule, whatever
-/// reconciles do: the API server may end a watch with 410 Expired (seen here
-/// in about one run in ten, a second after the controller started: "too old
-/// resource version"), and the informer lists and watches again after a
-/// backoff, which can fall into any measurement. Reconciles never list or
-/// watch the control cluster (they read its cache).
+/// verb but list and watch. Lists and watches are the informers' and the
+/// shared watches' own traffic, on their own schedule whatever reconciles
+/// do: the API server may end a new watch with 410 Expired ("too old
+/// resource version"; seen here of the informers a second after they
+/// started, in about one run in ten), and the watch lists and watches
+/// again after a backoff, which can fall into any measurement. Reconciles
+/// never list or watch (they read caches, or get one object); that no
+/// resource starts a watch of its own is [`open_watches`]'s to show.
 fn requests(r: &Running) -> f64 {
     let m = r.metrics();
     let all = metric_sum(&m, "crossplane_rs_kube_api_requests_total", &[]);
-    let informers: f64 = ["list", "watch"]
+    let watching: f64 = ["list", "watch"]
         .iter()
         .map(|verb| {
             metric_sum(
                 &m,
                 "crossplane_rs_kube_api_requests_total",
-                &[("cluster", "control"), ("verb", verb)],
+                &[("verb", verb)],
             )
         })
         .sum();
-    all - informers
+    all - watching
+}
+
+/// How many shared watches of remote objects are open.
+fn open_watches(r: &Running) -> f64 {
+    metric_sum(
+        &r.metrics(),
+        "crossplane_rs_shared_watches",
+        &[("controller", "kubernetesapplicationresource")],
+    )
 }
 
 fn request_lines(r: &Running) -> String {
@@ -258,7 +268,15 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
     .await;
     wait_res_state(&client, &ns, "warm", "Submitted").await;
     watches_started(&controller).await;
-    assert_eq!(wake_all(&client, &ns, &controller, 1.0, 0).await, 0.0);
+    let before = request_lines(&controller);
+    assert_eq!(
+        wake_all(&client, &ns, &controller, 1.0, 0).await,
+        0.0,
+        "an idle reconcile made requests; before:\n{before}\nafter:\n{}",
+        request_lines(&controller)
+    );
+    // Every later resource of the cluster reads through these watches.
+    let watches = open_watches(&controller);
 
     // Create: finalizer patch, apply, status write; per Secret a read of
     // the local Secret and one write of its copy.
@@ -281,6 +299,11 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
     );
     let created = requests(&controller) - before;
     eprintln!("create: {created} requests");
+    assert_eq!(
+        open_watches(&controller),
+        watches,
+        "a resource started a watch"
+    );
     assert!(
         created <= 3.0 + 2.0,
         "create cost {created} requests:\n{}",

@@ -406,8 +406,11 @@ async fn normalised_values_are_not_drift_and_real_edits_are_put_back() {
     );
     assert!(said[0].contains("(changed by intruder)"), "{}", said[0]);
     for (name, path) in [(&secret, None), (&deployment, Some(cpu_path))] {
-        let o = get_object(&client, name).await.unwrap();
-        let report = o.status.unwrap().drift.unwrap();
+        // The event is said during the reconcile; the status lands at its end.
+        let report = wait(WAIT, &format!("{name}: status.drift"), || async {
+            get_object(&client, name).await?.status?.drift
+        })
+        .await;
         assert_eq!(report.manager.as_deref(), Some("intruder"), "{name}");
         assert_eq!(report.corrections_in_last_hour, 1, "{name}");
         if let Some(p) = path {
