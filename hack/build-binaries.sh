@@ -24,6 +24,8 @@
 #   etcd-<ver>/etcd
 #   registry-<ver>/registry
 #   crank-<ver>/crank                        (CROSSPLANE_CLI_VERSION)
+#   crank-<ver>/{crossplane,crds/}           (upstream's core and its CRDs; only
+#                                             with CROSSPLANE_RS_CORE=1)
 #   cosign-<ver>/cosign                      (COSIGN_VERSION)
 #   provider-kubernetes-<ver>/provider       (each of PROVIDER_KUBERNETES_VERSIONS)
 #   provider-kubernetes-<ver>/package/       (upstream's package/: crossplane.yaml, crds/)
@@ -41,6 +43,8 @@
 #
 # Environment knobs:
 #   CROSSPLANE_RS_CACHE           cache root (default $HOME/.cache/crossplane-rs)
+#   CROSSPLANE_RS_CORE=1          also build upstream Crossplane core (bin/crossplane,
+#                                 bin/crossplane-crds/) for the package benchmark
 #   CROSSPLANE_RS_FETCH_TIMEOUT   seconds per download/resolve step (default 1800)
 #   CROSSPLANE_RS_BUILD_TIMEOUT   seconds per `go build` (default 3600)
 #   CROSSPLANE_RS_LOCK_TIMEOUT    seconds to wait for a concurrent run (default 7200)
@@ -439,6 +443,38 @@ build_crank() {
   build_in_throwaway_module crank "$mod" "$ver" "$ld" "$extra" "crank=$mod/cmd/crank"
 }
 
+# Upstream Crossplane core (main package cmd/crossplane, the binary of its
+# image: `crossplane core init|start`, `crossplane rbac init|start`) and a
+# copy of the CRDs its image carries in /crds (cluster/crds of the same
+# module). Only the package benchmark runs it (hack/bench-packages.sh sets
+# CROSSPLANE_RS_CORE=1); the tests never do, so a test run does not build it.
+build_crossplane_core() {
+  local ver="$CROSSPLANE_CLI_VERSION" mod=github.com/crossplane/crossplane/v2 ld="" m extra=""
+  local dir="$CACHE/crank-$ver"
+  if all_present "$dir" crossplane && [[ -r "$dir/crds/.complete" ]]; then
+    log "crossplane core $ver: cached"; return 0
+  fi
+  need_go
+  mkdir -p "$CACHE/logs"
+  log "crossplane core $ver: fetching $mod from the Go module proxy…"
+  mod_download "$mod" "$ver" "$CACHE/logs/crossplane-$ver-download.log"
+  GO_DIRECTIVE="$(go_line "$MOD_GOMOD")"
+  [[ -n "$GO_DIRECTIVE" ]] || die "$mod $ver: no 'go' directive in $MOD_GOMOD"
+  require_go "$GO_DIRECTIVE" "$mod $ver"
+  GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
+  while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
+  grep -qs '^var version string' "$MOD_DIR/internal/version/version.go" && ld="-X $mod/internal/version.version=$ver"
+  [[ -d "$MOD_DIR/cluster/crds" ]] || die "$mod $ver has no cluster/crds directory"
+  rm -rf -- "$dir/crds"
+  mkdir -p "$dir/crds"
+  cp -- "$MOD_DIR"/cluster/crds/*.yaml "$dir/crds/"
+  chmod -R u+w "$dir/crds"
+  : >"$dir/crds/.complete"
+  # A static binary, as upstream's image has it.
+  local -a BUILD_ENV=(CGO_ENABLED=0)
+  build_in_throwaway_module crank "$mod" "$ver" "$ld" "$extra" "crossplane=$mod/cmd/crossplane"
+}
+
 # Upstream cosign (main package cmd/cosign), which the tests use to sign
 # and attest packages in a local registry, offline. Built in a throwaway
 # module like crank, which selects exactly cosign's own dependency versions.
@@ -596,6 +632,7 @@ build_etcd
 build_kubernetes
 build_registry
 build_crank
+[[ "${CROSSPLANE_RS_CORE:-}" == 1 ]] && build_crossplane_core
 build_cosign
 build_provider_kubernetes
 build_node_programs
@@ -615,6 +652,10 @@ declare -A LINKS=(
   [cosign]="../cosign-$COSIGN_VERSION/cosign"
 )
 for name in "${NODE_PROGRAMS[@]}"; do LINKS[$name]="$NODE_PROGRAMS_DIR/$name"; done
+if [[ "${CROSSPLANE_RS_CORE:-}" == 1 ]]; then
+  LINKS[crossplane]="../crank-$CROSSPLANE_CLI_VERSION/crossplane"
+  LINKS[crossplane-crds]="../crank-$CROSSPLANE_CLI_VERSION/crds"  # a directory
+fi
 for v in "${PROVIDER_KUBERNETES_VERS[@]}"; do
   LINKS[provider-kubernetes-$v]="../provider-kubernetes-$v/provider"
   LINKS[provider-kubernetes-$v-package]="../provider-kubernetes-$v/package"  # a directory
@@ -624,7 +665,7 @@ mkdir -p "$CACHE/bin"
 for name in "${!LINKS[@]}"; do
   ln -sfn "${LINKS[$name]}" "$CACHE/bin/.$name.tmp"
   mv -Tf "$CACHE/bin/.$name.tmp" "$CACHE/bin/$name"
-  if [[ "$name" == *-examples ]]; then
+  if [[ "$name" == *-examples || "$name" == crossplane-crds ]]; then
     [[ -d "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not a directory (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"
   elif [[ "$name" == *-package ]]; then
     [[ -r "$CACHE/bin/$name/crossplane.yaml" ]] || die "bin/$name -> ${LINKS[$name]} has no crossplane.yaml (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"

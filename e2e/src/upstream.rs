@@ -105,7 +105,27 @@ pub fn build_and_push(
         Command::new("chmod").arg("-R").arg("u+w").arg(&root),
     );
     let archive = runtime_archive(version, work);
-    let package = work.join(format!("provider-kubernetes-{version}.xpkg"));
+    crank_build_and_push(&root, &archive, reference, ca_file, work)
+}
+
+/// `crossplane xpkg build` of the package directory `root` (its
+/// `crossplane.yaml`, `crds/` and optional `examples/`) with the runtime
+/// image archive `archive` embedded, then `crossplane xpkg push` to
+/// `reference` trusting `ca_file`: a package as upstream's CLI makes it.
+/// Returns the path of the built package.
+pub fn crank_build_and_push(
+    root: &std::path::Path,
+    archive: &std::path::Path,
+    reference: &str,
+    ca_file: &std::path::Path,
+    work: &std::path::Path,
+) -> PathBuf {
+    let name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "package".to_owned());
+    let package = work.join(format!("{name}.xpkg"));
+    let _ = std::fs::remove_file(&package);
     run(
         "crossplane xpkg build",
         Command::new(bin("crank"))

@@ -1,0 +1,264 @@
+//! `package-bench`: crossplane-rs's package manager side by side with
+//! upstream Crossplane's (a command, not a timed test). One local control
+//! plane with a node and a registry, its API server writing an audit log;
+//! the same packages built by upstream's CLI and pushed once
+//! ([`packages`]); then for each side in turn, on the same API server,
+//! node and registry ([`side`]):
+//!
+//! 1. one Provider (provider-kubernetes at its newest pinned release):
+//!    the seconds from its apply to its revision, first CRD, ClusterRole,
+//!    runtime Deployment, Installed, every CRD Established, the runtime pod
+//!    Ready and Healthy, as watches saw them; then it is deleted;
+//! 2. N generated Providers of M CRDs at once: time to all Healthy, each
+//!    one's, requests per revision (audit log), CPU and peak memory of the
+//!    two binaries, CPU of the API server and etcd;
+//! 3. idle: requests per Provider per minute;
+//! 4. all N upgraded to v2 at once (a new storage version for every CRD),
+//!    a reader getting one object of each at v1alpha1 throughout;
+//! 5. all deleted: time until their CRDs are gone, and what is left.
+//!
+//! crossplane-rs runs first, as `deploy/` ships it (e2e::shipped: the six
+//! controllers as pods; its Object provider removed, whose CRDs are
+//! provider-kubernetes'); then its package-manager and rbac-manager are
+//! scaled to 0, the CRDs both projects define are deleted, and upstream is
+//! installed ([`upstream`]). Before either, every package image is pulled
+//! onto the node, and the null writer ([`null`]) applies what the
+//! Providers end with, for the ceiling. Writes `--out` (default
+//! bench/packages.json).
+//!
+//!     hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
+//!         [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]
+
+// A benchmark reports and exits; failing loudly on a broken setup is its job.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod null;
+mod packages;
+mod phases;
+mod side;
+mod upstream;
+
+use std::{path::PathBuf, time::Instant};
+
+use serde_json::{Value, json};
+
+use phases::{Run, Servers};
+use side::Side;
+
+const USAGE: &str = "usage: package-bench [--providers N] [--crds M] [--properties P] [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]";
+
+struct Args {
+    providers: usize,
+    crds: usize,
+    properties: usize,
+    idle: u64,
+    only: Option<String>,
+    out: PathBuf,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        providers: 50,
+        crds: 100,
+        properties: 30,
+        idle: 120,
+        only: None,
+        out: testenv::repo_root().join("bench/packages.json"),
+    };
+    let mut it = std::env::args().skip(1);
+    let number = |v: Option<String>| v.and_then(|v| v.parse().ok()).expect(USAGE);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--providers" => a.providers = number(it.next()),
+            "--crds" => a.crds = number(it.next()),
+            "--properties" => a.properties = number(it.next()),
+            "--idle" => a.idle = number(it.next()) as u64,
+            "--only" => a.only = Some(it.next().expect(USAGE)),
+            "--out" => a.out = it.next().expect(USAGE).into(),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => panic!("unknown argument {other}; {USAGE}"),
+        }
+    }
+    assert!(a.providers >= 1 && a.crds >= 1, "{USAGE}");
+    a
+}
+
+/// Every phase, for the side now installed.
+async fn measure(
+    run: &Run<'_>,
+    servers: &Servers,
+    one: &(String, Vec<String>),
+    gens: &[packages::Generated],
+    idle: u64,
+) -> Value {
+    eprintln!("package-bench: {}: one Provider", run.side.name);
+    let single = phases::one(run, "provider-kubernetes", &one.0, &one.1).await;
+    eprintln!(
+        "package-bench: {}: {} Providers at once",
+        run.side.name,
+        gens.len()
+    );
+    let many = phases::install_many(run, gens, servers).await;
+    eprintln!("package-bench: {}: idle {idle} s", run.side.name);
+    let quiet = phases::idle(run, gens.len(), idle).await;
+    eprintln!("package-bench: {}: upgrading all", run.side.name);
+    let upgraded = phases::upgrade(run, gens).await;
+    eprintln!("package-bench: {}: deleting all", run.side.name);
+    let deleted = phases::delete_all(run, gens).await;
+    json!({
+        "side": run.side.json(),
+        "one_provider": single,
+        "install": many,
+        "idle": quiet,
+        "upgrade": upgraded,
+        "delete": deleted,
+    })
+}
+
+/// Takes crossplane-rs's package side out of the cluster: its
+/// package-manager and rbac-manager scaled to 0, and the CRDs upstream
+/// defines too deleted (upstream's init installs its own).
+fn remove_ours(control: &testenv::Cluster, upstream_crds: &std::path::Path) {
+    for d in ["package-manager", "rbac-manager"] {
+        let out = control.kubectl(&[
+            "scale",
+            "deployment",
+            d,
+            "-n",
+            e2e::shipped::NS,
+            "--replicas=0",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let names: Vec<String> = std::fs::read_dir(upstream_crds)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            // <group>_<plural>.yaml
+            let (group, plural) = file.strip_suffix(".yaml")?.split_once('_')?;
+            Some(format!("{plural}.{group}"))
+        })
+        .collect();
+    let mut args = vec!["delete", "crd", "--ignore-not-found", "--wait=true"];
+    args.extend(names.iter().map(String::as_str));
+    let out = control.kubectl(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (begun, started) = (Instant::now(), benchmarks::now());
+    let wants = |side: &str| args.only.as_deref().is_none_or(|o| o == side);
+    let bin_dir = testenv::bin_dir().expect("CROSSPLANE_RS_BIN (hack/build-binaries.sh)");
+    if wants("upstream") {
+        assert!(
+            bin_dir.join("crossplane").exists(),
+            "upstream's crossplane is not built: run CROSSPLANE_RS_CORE=1 hack/build-binaries.sh (hack/bench-packages.sh does)"
+        );
+    }
+    eprintln!(
+        "package-bench: a local control plane with a node, audit log on; crossplane-rs from deploy/"
+    );
+    let plane = testenv::control_plane_with(testenv::Options {
+        node: true,
+        audit: true,
+        ..testenv::Options::default()
+    });
+    let shipped = tokio::task::spawn_blocking(e2e::shipped::shipped)
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(e2e::shipped::remove_object_provider)
+        .await
+        .unwrap();
+    let work = shipped.work.join("package-bench");
+    std::fs::create_dir_all(&work).unwrap();
+    eprintln!(
+        "package-bench: building and pushing provider-kubernetes and {} generated Providers of {} CRDs (v1 and v2) with upstream's CLI",
+        args.providers, args.crds
+    );
+    let (registry, ca_file) = (&shipped.registry, shipped.ca_file.clone());
+    let one = packages::provider_kubernetes(registry, &ca_file, &work);
+    let gens = packages::generated(
+        registry,
+        &ca_file,
+        &work,
+        args.providers,
+        args.crds,
+        args.properties,
+    );
+    let control = &plane.control;
+    let client = control.client().await;
+    let servers = Servers::of(plane);
+    let mut images: Vec<String> = gens
+        .iter()
+        .flat_map(|g| [g.v1.clone(), g.v2.clone()])
+        .collect();
+    images.push(one.0.clone());
+    eprintln!(
+        "package-bench: pulling the {} package images onto the node",
+        images.len()
+    );
+    tokio::task::spawn_blocking(move || null::prepull(&plane.control, &images))
+        .await
+        .unwrap();
+    eprintln!("package-bench: the null writer");
+    let ceiling = null::run(control, &client, &gens, &servers).await;
+    let mut sides = serde_json::Map::new();
+    if wants("crossplane-rs") {
+        let run = Run {
+            control,
+            client: client.clone(),
+            side: Side::ours(control),
+        };
+        sides.insert(
+            "crossplane-rs".to_owned(),
+            measure(&run, &servers, &one, &gens, args.idle).await,
+        );
+    }
+    let mut upstream_json = Value::Null;
+    if wants("upstream") {
+        eprintln!("package-bench: replacing crossplane-rs's package side by upstream's");
+        let image = upstream::push_image(registry, &bin_dir);
+        remove_ours(control, &bin_dir.join("crossplane-crds"));
+        upstream::install(control, &image, &registry.ca_pem);
+        upstream_json = upstream::described(&upstream::version(), &image);
+        let run = Run {
+            control,
+            client: client.clone(),
+            side: Side::upstream(control),
+        };
+        sides.insert(
+            "upstream".to_owned(),
+            measure(&run, &servers, &one, &gens, args.idle).await,
+        );
+    }
+    let out = json!({
+        "benchmark": "package-bench",
+        "started": started,
+        "took_s": begun.elapsed().as_secs_f64(),
+        "machine": benchmarks::machine(),
+        "providers": args.providers,
+        "crds_each": args.crds,
+        "properties_each": args.properties,
+        "packages": "built by upstream's crossplane CLI (xpkg build --embed-runtime-image-tarball, xpkg push)",
+        "upstream": upstream_json,
+        "null_writer": ceiling,
+        "sides": sides,
+    });
+    benchmarks::write_json(&args.out, &out);
+    eprintln!("package-bench: wrote {}", args.out.display());
+}

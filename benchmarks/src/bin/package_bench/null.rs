@@ -1,0 +1,247 @@
+//! The ceiling: a null writer that applies exactly what a Provider ends
+//! with, in upstream's shape, with no package manager at all: its CRDs,
+//! a ServiceAccount, a ClusterRole for the runtime and its binding, two
+//! aggregated ClusterRoles (edit, view), the TLS Secrets, the Service and
+//! the runtime Deployment of the package's image; then waits until every
+//! CRD is Established and every Deployment Available. Server-side apply
+//! from this process, 16 Providers at a time; nothing is read first.
+//!
+//! And a warm-up both sides are spared: every package image pulled onto the
+//! node before either runs (pods of them, 25 at a time), so that the side
+//! measured first does not pay for the node's pulls.
+
+use std::time::{Duration, Instant};
+
+use benchmarks::Probe;
+use futures::StreamExt as _;
+use kube::{
+    Api,
+    api::{DynamicObject, GroupVersionKind, Patch, PatchParams},
+    discovery::ApiResource,
+};
+use serde_json::{Value, json};
+
+use crate::packages::Generated;
+use crate::phases::{Servers, condition};
+
+/// Where the null writer's runtimes run.
+const NS: &str = "bench-null";
+const MANAGER: &str = "bench-null-writer";
+
+fn objects_of(g: &Generated) -> Vec<Value> {
+    let name = &g.name;
+    let labels = json!({"pkg.crossplane.io/provider": name});
+    let role = |suffix: &str, verbs: Value| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": format!("bench-null:{name}:{suffix}")},
+            "rules": [{"apiGroups": [g.group], "resources": ["*"], "verbs": verbs}],
+        })
+    };
+    let mut out = g.v1_crds();
+    out.extend([
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NS}}),
+        role("system", json!(["*"])),
+        role("aggregate-to-edit", json!(["get", "list", "watch", "create", "update", "patch", "delete"])),
+        role("aggregate-to-view", json!(["get", "list", "watch"])),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("bench-null:{name}:system")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("bench-null:{name}:system")},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NS}],
+        }),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-tls-server"), "namespace": NS},
+               "type": "Opaque", "stringData": {"tls.crt": "-", "tls.key": "-", "ca.crt": "-"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-tls-client"), "namespace": NS},
+               "type": "Opaque", "stringData": {"tls.crt": "-", "tls.key": "-", "ca.crt": "-"}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+               "spec": {"selector": labels, "ports": [{"name": "webhook", "port": 9443, "targetPort": 9443}]}}),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {
+                    "serviceAccountName": name,
+                    "containers": [{"name": "package-runtime", "image": g.v1}],
+                }},
+            },
+        }),
+    ]);
+    out
+}
+
+fn api_for(client: &kube::Client, v: &Value) -> Api<DynamicObject> {
+    let (group, version) = v["apiVersion"]
+        .as_str()
+        .unwrap_or("v1")
+        .split_once('/')
+        .unwrap_or(("", v["apiVersion"].as_str().unwrap_or("v1")));
+    let kind = v["kind"].as_str().unwrap_or_default();
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    match v.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+async fn apply_all(client: &kube::Client, objects: Vec<Value>) {
+    let params = PatchParams::apply(MANAGER).force();
+    for o in objects {
+        let name = o["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        api_for(client, &o)
+            .patch(&name, &params, &Patch::Apply(&o))
+            .await
+            .unwrap_or_else(|e| panic!("null writer: applying {name}: {e}"));
+    }
+}
+
+/// Applies every Provider's end state and waits for it; then removes it
+/// all. Answers the time to all Established and Available.
+pub async fn run(
+    control: &testenv::Cluster,
+    client: &kube::Client,
+    gens: &[Generated],
+    servers: &Servers,
+) -> Value {
+    namespace(control, NS);
+    let erase = |group: &str, version: &str, kind: &str, ns: Option<&str>| {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        match ns {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        }
+    };
+    let crds = Probe::watch(erase(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        None,
+    ));
+    let deployments = Probe::watch(erase("apps", "v1", "Deployment", Some(NS)));
+    assert!(crds.synced(Duration::from_secs(30)).await);
+    assert!(deployments.synced(Duration::from_secs(30)).await);
+    let crd_names: Vec<String> = gens.iter().flat_map(|g| g.crds.iter().cloned()).collect();
+    let names: Vec<String> = gens.iter().map(|g| g.name.clone()).collect();
+    for c in &crd_names {
+        crds.expect(c, Box::new(|v| condition(v, "Established") == Some("True")));
+    }
+    for n in &names {
+        deployments.expect(n, Box::new(|v| condition(v, "Available") == Some("True")));
+    }
+    let before = servers.usage();
+    let t0 = Instant::now();
+    futures::stream::iter(gens.iter().map(|g| apply_all(client, objects_of(g))))
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let written = t0.elapsed();
+    let timeout = Duration::from_secs(600) + Duration::from_secs(30) * gens.len() as u32;
+    let (c, d) = tokio::join!(
+        crds.wait(&crd_names, timeout),
+        deployments.wait(&names, timeout)
+    );
+    let all = t0.elapsed();
+    let used = servers.usage_since(&before);
+    // Gone again: the sides install the same CRDs.
+    let delete = |args: &[&str]| {
+        let out = control.kubectl(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    delete(&["delete", "namespace", NS, "--wait=true"]);
+    let mut crd_args = vec!["delete", "crd", "--wait=true", "--ignore-not-found"];
+    crd_args.extend(crd_names.iter().map(String::as_str));
+    delete(&crd_args);
+    let roles: Vec<String> = gens
+        .iter()
+        .flat_map(|g| {
+            ["system", "aggregate-to-edit", "aggregate-to-view"]
+                .map(|s| format!("bench-null:{}:{s}", g.name))
+        })
+        .collect();
+    let mut role_args = vec!["delete", "clusterrole", "--ignore-not-found"];
+    role_args.extend(roles.iter().map(String::as_str));
+    delete(&role_args);
+    let bindings: Vec<String> = gens
+        .iter()
+        .map(|g| format!("bench-null:{}:system", g.name))
+        .collect();
+    let mut binding_args = vec!["delete", "clusterrolebinding", "--ignore-not-found"];
+    binding_args.extend(bindings.iter().map(String::as_str));
+    delete(&binding_args);
+    json!({
+        "writes": "server-side apply of each Provider's end state (CRDs, ServiceAccount, 3 ClusterRoles, a binding, 2 Secrets, Service, Deployment), 16 Providers at a time",
+        "crds_established": c.json(),
+        "deployments_available": d.json(),
+        "written_s": written.as_secs_f64(),
+        "all_ready_s": (c.all() && d.all()).then_some(all.as_secs_f64()),
+        "servers": used,
+    })
+}
+
+fn namespace(control: &testenv::Cluster, ns: &str) {
+    let out = control.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).to_string(),
+        ),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Pulls every image in `images` onto the node: pods of them, 25 at a
+/// time, each waited for Ready and deleted.
+pub fn prepull(control: &testenv::Cluster, images: &[String]) {
+    const WARM: &str = "bench-prepull";
+    namespace(control, WARM);
+    for (b, batch) in images.chunks(25).enumerate() {
+        let pods: Vec<Value> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, image)| {
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": format!("pull-{b}-{i}"), "namespace": WARM},
+                       "spec": {"containers": [{"name": "c", "image": image}], "terminationGracePeriodSeconds": 0}})
+            })
+            .collect();
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": pods});
+        let out = control.kubectl_stdin(&["apply", "-f", "-"], Some(&list.to_string()));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = control.kubectl(&[
+            "wait",
+            "pods",
+            "--all",
+            "-n",
+            WARM,
+            "--for=condition=Ready",
+            "--timeout=600s",
+        ]);
+        assert!(
+            out.status.success(),
+            "pre-pulling package images: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = control.kubectl(&["delete", "pods", "--all", "-n", WARM, "--wait=true"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The package benchmark (a command, not a timed test): crossplane-rs's
+# package-manager and rbac-manager side by side with upstream Crossplane's
+# core and rbac-manager (built from the pinned module, CROSSPLANE_RS_CORE=1),
+# on one local control plane with a node and a registry whose API server
+# writes an audit log. Writes bench/packages.json.
+#   hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
+#       [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin_line=$(CROSSPLANE_RS_CORE=1 hack/build-binaries.sh | tail -n 1)
+export "${bin_line?}"
+hack/install-debian-packages.sh
+# The controllers run as pods of the project's image, made from the release
+# binaries beside package-bench (what users get).
+cargo build --release --locked --workspace --bins
+exec target/release/package-bench "$@"
