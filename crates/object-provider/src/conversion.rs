@@ -67,16 +67,22 @@ pub struct WebhookArgs {
 
     /// How long a stopping replica, no longer ready, keeps serving the
     /// webhook while the Service stops sending the API server to it.
-    #[arg(long, env = "WEBHOOK_DRAIN", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WEBHOOK_DRAIN", default_value = "10s", value_parser = humantime::parse_duration)]
     pub webhook_drain: std::time::Duration,
 }
 
 /// Starts serving the webhook: bound now (a port in use stops the binary),
 /// serving once its certificate is ready, kept current from then on. The
-/// binary is not ready until then.
-pub async fn serve(rt: &Runtime, args: &WebhookArgs, binary: &str) -> anyhow::Result<()> {
+/// binary is not ready until then. Answers how it stops
+/// ([`webhook::Drain::finish`]).
+pub async fn serve(
+    rt: &Runtime,
+    args: &WebhookArgs,
+    binary: &str,
+) -> anyhow::Result<webhook::Drain> {
+    let drain = webhook::Drain::default();
     if !args.serve_webhook {
-        return Ok(());
+        return Ok(drain);
     }
     let listener = tokio::net::TcpListener::bind(args.webhook_addr)
         .await
@@ -97,7 +103,12 @@ pub async fn serve(rt: &Runtime, args: &WebhookArgs, binary: &str) -> anyhow::Re
         let certificate = webhook::ServingCertificate::new(&cert, &key)?;
         tracing::info!(addr = %args.webhook_addr, dir = %dir.display(), "serving the Objects' conversion webhook with the certificate given");
         let router = webhook::conversion_router(PATH, convert);
-        tokio::spawn(webhook::serve(listener, certificate.clone(), router));
+        tokio::spawn(webhook::serve(
+            listener,
+            certificate.clone(),
+            router,
+            drain.clone(),
+        ));
         tokio::spawn(async move {
             let mut served = (cert, key);
             loop {
@@ -116,7 +127,7 @@ pub async fn serve(rt: &Runtime, args: &WebhookArgs, binary: &str) -> anyhow::Re
                 }
             }
         });
-        return Ok(());
+        return Ok(drain);
     }
     let namespace = rt.args.leader_election_namespace.clone();
     let endpoint = match &args.webhook_url {
@@ -138,14 +149,20 @@ pub async fn serve(rt: &Runtime, args: &WebhookArgs, binary: &str) -> anyhow::Re
     );
     let hold = rt.health.hold();
     tracing::info!(addr = %args.webhook_addr, "serving the Objects' conversion webhook once its certificate is ready");
+    let serving_drain = drain.clone();
     tokio::spawn(async move {
         let certificate = serving.start().await;
         let router = webhook::conversion_router(PATH, convert);
-        tokio::spawn(webhook::serve(listener, certificate.clone(), router));
+        tokio::spawn(webhook::serve(
+            listener,
+            certificate.clone(),
+            router,
+            serving_drain,
+        ));
         drop(hold);
         serving.keep(certificate).await;
     });
-    Ok(())
+    Ok(drain)
 }
 
 fn convert(object: &serde_json::Value, to: &str) -> Result<serde_json::Value, String> {

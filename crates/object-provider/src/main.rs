@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     runtime::init_process(args.common.log_format);
     let rt = Runtime::new(BINARY, args.common).await?;
-    conversion::serve(&rt, &args.webhook, BINARY).await?;
+    let drain = conversion::serve(&rt, &args.webhook, BINARY).await?;
     let kinds = [api_resource::<Object>(), api_resource::<ProviderConfig>()];
     let metrics = object::metrics::ObjectMetrics::register(&rt.metrics)?;
     // Built again each time this replica leads again (fresh caches).
@@ -107,8 +107,8 @@ async fn main() -> anyhow::Result<()> {
     };
     rt.run(&kinds, build).await?;
     // Not ready any more: conversions go on while the Service forgets this
-    // replica.
-    tokio::time::sleep(args.webhook.webhook_drain).await;
+    // replica, each on a connection of its own, and the last ones finish.
+    drain.finish(args.webhook.webhook_drain).await;
     Ok(())
 }
 

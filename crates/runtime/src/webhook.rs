@@ -20,9 +20,12 @@ use tokio::net::TcpListener;
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long one connection may last: the API server's webhook calls take
-/// at most 30 s each, and it connects again when a connection is closed.
+/// How long one connection is kept: then it is closed after the call it is
+/// serving, and the API server connects again for the next.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The longest the API server waits for a webhook call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a certificate could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -84,15 +87,103 @@ impl ResolvesServerCert for ServingCertificate {
     }
 }
 
+/// How a webhook server stops without failing a call: while the Service
+/// still sends the API server to a stopping replica, every response says
+/// `Connection: close` (no connection is left idle for the API server to
+/// reuse, and each new call opens a connection, to a replica the Service
+/// still lists); at the end, the connections left are closed after the
+/// call each is serving. Clones share it.
+#[derive(Clone, Debug)]
+pub struct Drain {
+    state: Arc<tokio::sync::watch::Sender<Stage>>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Serving,
+    Draining,
+    Closing,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Self {
+            state: Arc::new(tokio::sync::watch::channel(Stage::Serving).0),
+            open: Arc::default(),
+        }
+    }
+}
+
+impl Drain {
+    /// Serves on until `drain` has passed, answering every call with
+    /// `Connection: close`; then closes each connection after its call,
+    /// waiting (at most 5 s) until none is open.
+    pub async fn finish(&self, drain: Duration) {
+        self.state.send_replace(Stage::Draining);
+        tokio::time::sleep(drain).await;
+        self.state.send_replace(Stage::Closing);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.open.load(std::sync::atomic::Ordering::Acquire) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn at_least(&self, stage: Stage) -> bool {
+        *self.state.borrow() >= stage
+    }
+}
+
+/// Counts one open connection while it lives.
+struct Open(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Open {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Serves `app` over HTTPS on `listener` with `certificate`, until the
-/// future is dropped. A connection that fails (a bad handshake, a client
-/// gone) is logged at debug and costs nothing else.
-pub async fn serve(listener: TcpListener, certificate: ServingCertificate, app: Router) {
+/// future is dropped, stopping gently through `drain`. A connection that
+/// fails (a bad handshake, a client gone) is logged at debug and costs
+/// nothing else; one older than its time is closed after its call.
+pub async fn serve(
+    listener: TcpListener,
+    certificate: ServingCertificate,
+    app: Router,
+    drain: Drain,
+) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(certificate));
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let app = {
+        let drain = drain.clone();
+        app.layer(axum::middleware::map_response(
+            move |mut response: axum::response::Response| {
+                let draining = drain.at_least(Stage::Draining);
+                async move {
+                    if draining {
+                        response.headers_mut().insert(
+                            axum::http::header::CONNECTION,
+                            axum::http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    response
+                }
+            },
+        ))
+    };
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -102,8 +193,9 @@ pub async fn serve(listener: TcpListener, certificate: ServingCertificate, app: 
                 continue;
             }
         };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
+        let (acceptor, app, drain) = (acceptor.clone(), app.clone(), drain.clone());
         tokio::spawn(async move {
+            let _open = Open::new(&drain.open);
             let Ok(Ok(tls)) =
                 tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
             else {
@@ -112,8 +204,30 @@ pub async fn serve(listener: TcpListener, certificate: ServingCertificate, app: 
             };
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app));
-            // A connection that outlives its time is dropped.
-            if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
+            let mut connection = std::pin::pin!(connection);
+            let mut stage = drain.state.subscribe();
+            let closing = async {
+                let _ = stage.wait_for(|s| *s == Stage::Closing).await;
+            };
+            let served = tokio::select! {
+                done = connection.as_mut() => Some(done),
+                () = tokio::time::sleep(CONNECTION_TIMEOUT) => None,
+                () = closing => None,
+            };
+            let done = match served {
+                Some(done) => done,
+                // Closed after the call it is serving (at once when idle);
+                // a call that takes longer than the API server waits for
+                // one is cut.
+                None => {
+                    connection.as_mut().graceful_shutdown();
+                    match tokio::time::timeout(CALL_TIMEOUT, connection).await {
+                        Ok(done) => done,
+                        Err(_) => return,
+                    }
+                }
+            };
+            if let Err(e) = done {
                 tracing::debug!(%peer, error = %e, "webhook: connection failed");
             }
         });
@@ -231,7 +345,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("https://{}/convert", listener.local_addr().unwrap());
         let app = Router::new().route("/convert", get(|| async { "converted" }));
-        let server = tokio::spawn(serve(listener, certificate.clone(), app));
+        let server = tokio::spawn(serve(listener, certificate.clone(), app, Drain::default()));
         let body = client(&ca1).get(&url).send().await.unwrap().text().await;
         assert_eq!(body.unwrap(), "converted");
         certificate
@@ -246,6 +360,57 @@ mod tests {
         // A PEM that is not one leaves the certificate served as it was.
         assert!(certificate.replace(b"not pem", key2.as_bytes()).is_err());
         assert!(client(&ca2).get(&url).send().await.is_ok());
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_draining_server_closes_each_connection_after_its_call_and_finishes_those_in_flight()
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (ca, cert, key) = issued("drain");
+        let certificate = ServingCertificate::new(cert.as_bytes(), key.as_bytes()).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://{}", listener.local_addr().unwrap());
+        let app = Router::new()
+            .route("/fast", get(|| async { "fast" }))
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    "slow"
+                }),
+            );
+        let drain = Drain::default();
+        let server = tokio::spawn(serve(listener, certificate, app, drain.clone()));
+        let c = client(&ca);
+        let close = |r: &reqwest::Response| {
+            r.headers()
+                .get("connection")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+        };
+        let serving = c.get(format!("{base}/fast")).send().await.unwrap();
+        assert!(!close(&serving), "a serving server keeps connections");
+        // A call still in flight when the drain ends.
+        let slow = tokio::spawn(c.get(format!("{base}/slow")).send());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let finishing = {
+            let drain = drain.clone();
+            tokio::spawn(async move { drain.finish(Duration::from_millis(200)).await })
+        };
+        while !drain.at_least(Stage::Draining) {
+            tokio::task::yield_now().await;
+        }
+        let draining = c.get(format!("{base}/fast")).send().await.unwrap();
+        assert!(close(&draining), "a draining server says Connection: close");
+        assert_eq!(draining.text().await.unwrap(), "fast");
+        finishing.await.unwrap();
+        let slow = slow.await.unwrap().expect("the call in flight is answered");
+        assert_eq!(slow.text().await.unwrap(), "slow");
+        assert_eq!(
+            drain.open.load(std::sync::atomic::Ordering::Acquire),
+            0,
+            "every connection is closed once the drain has finished"
+        );
         server.abort();
     }
 
@@ -270,6 +435,7 @@ mod tests {
             listener,
             certificate,
             conversion_router("/convert", rename),
+            Drain::default(),
         ));
         let ask = |names: &[&str]| {
             let objects: Vec<_> = names

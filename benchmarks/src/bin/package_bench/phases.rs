@@ -67,20 +67,32 @@ fn crds(client: &kube::Client) -> Api<DynamicObject> {
     )
 }
 
-/// When an object of `api` satisfying `pred` is first seen from now on
-/// (answered by the task; it runs until then).
+/// When an object of `api` satisfying `pred` is first changed after the
+/// watch's first list (answered by the task; it runs until then). Await
+/// the receiver before the change that should cause it: objects the first
+/// list shows are not counted.
 fn first_seen(
     api: Api<DynamicObject>,
     pred: impl Fn(&Value) -> bool + Send + 'static,
-) -> tokio::task::JoinHandle<Instant> {
-    tokio::spawn(async move {
+) -> (
+    tokio::task::JoinHandle<Instant>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let (listed, synced) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut listed = Some(listed);
         let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
         loop {
             match stream.try_next().await {
-                Ok(Some(Event::Apply(o) | Event::InitApply(o))) => {
+                Ok(Some(Event::Apply(o))) => {
                     let now = Instant::now();
                     if serde_json::to_value(&o).is_ok_and(|v| pred(&v)) {
                         return now;
+                    }
+                }
+                Ok(Some(Event::InitDone)) => {
+                    if let Some(l) = listed.take() {
+                        let _ = l.send(());
                     }
                 }
                 Ok(Some(_)) => {}
@@ -88,7 +100,8 @@ fn first_seen(
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
-    })
+    });
+    (task, synced)
 }
 
 /// Seconds from `t0` to a moment a task answers, if it did within
@@ -204,6 +217,11 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
             ),
         ),
     ];
+    let mut tasks = Vec::new();
+    for (what, (task, synced)) in firsts {
+        let _ = tokio::time::timeout(Duration::from_secs(30), synced).await;
+        tasks.push((what, task));
+    }
     let mark = AuditMark::now([run.control]);
     let before = run.side.usage();
     let t0 = Instant::now();
@@ -211,7 +229,7 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
     let reached = healthy.wait(&[name.to_owned()], timeout).await;
     let crds_reached = established.wait(crds_of, timeout).await;
     let mut moments = serde_json::Map::new();
-    for (what, task) in firsts {
+    for (what, task) in tasks {
         moments.insert(
             what.to_owned(),
             moment(t0, task, Duration::from_secs(5)).await,

@@ -617,7 +617,12 @@ mod tests {
         let cert =
             ServingCertificate::new(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes()).unwrap();
         let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let server = tokio::spawn(super::super::serve(listener, cert, app));
+        let server = tokio::spawn(super::super::serve(
+            listener,
+            cert,
+            app,
+            super::super::Drain::default(),
+        ));
         let client = reqwest::Client::builder()
             .tls_certs_only([reqwest::Certificate::from_pem(ca.cert_pem().as_bytes()).unwrap()])
             .build()
