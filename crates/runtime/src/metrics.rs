@@ -61,6 +61,9 @@ pub struct Metrics {
     /// Controller objects woken because something they read changed (or
     /// its watch failed or recovered), by controller.
     pub watch_wakeups: IntCounterVec,
+    /// Shared watches that failed (their caches unknown until they list
+    /// again), by controller.
+    pub watch_failures: IntCounterVec,
     /// Managed resources' external side observed (from a watch cache or the
     /// server), by controller and cluster (the same `cluster` label as
     /// [`Self::api_requests`] gives that cluster's client). It counts
@@ -162,6 +165,13 @@ impl Metrics {
             ),
             &["controller"],
         )?;
+        let watch_failures = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}_shared_watch_failures_total"),
+                "Shared watches that failed and list again (reads of what they watch go to the server meanwhile), by controller.",
+            ),
+            &["controller"],
+        )?;
         let remote_observations = IntCounterVec::new(
             Opts::new(
                 format!("{PREFIX}_remote_observations_total"),
@@ -186,6 +196,7 @@ impl Metrics {
         registry.register(Box::new(not_leading.clone()))?;
         registry.register(Box::new(shared_watches.clone()))?;
         registry.register(Box::new(watch_wakeups.clone()))?;
+        registry.register(Box::new(watch_failures.clone()))?;
         registry.register(Box::new(remote_observations.clone()))?;
         registry.register(Box::new(heap_allocated.clone()))?;
         Ok(Self {
@@ -205,6 +216,7 @@ impl Metrics {
             own: Arc::default(),
             shared_watches,
             watch_wakeups,
+            watch_failures,
             remote_observations,
             heap_allocated,
         })

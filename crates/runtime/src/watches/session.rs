@@ -48,6 +48,7 @@ where
             wake,
             open: metrics.shared_watches.with_label_values(&[controller]),
             wakeups: metrics.watch_wakeups.with_label_values(&[controller]),
+            failures: metrics.watch_failures.with_label_values(&[controller]),
         };
         (
             Self {

@@ -347,6 +347,7 @@ pub(super) struct Shared<K: Resource> {
     pub(super) wake: mpsc::UnboundedSender<ObjectRef<K>>,
     pub(super) open: IntGauge,
     pub(super) wakeups: IntCounter,
+    pub(super) failures: IntCounter,
 }
 
 impl<K: Resource<DynamicType = ()>> Shared<K> {

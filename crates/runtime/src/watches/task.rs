@@ -49,6 +49,9 @@ where
             let Some(shared) = shared.upgrade() else {
                 return;
             };
+            if failed {
+                shared.failures.inc();
+            }
             if let Ok(mut state) = shared.state.lock() {
                 let woken = state.change(&key, id, change, Instant::now());
                 shared.wake(woken);
