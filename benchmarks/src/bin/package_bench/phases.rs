@@ -477,6 +477,13 @@ pub async fn upgrade(run: &Run<'_>, gens: &[Generated]) -> Value {
 pub async fn delete_all(run: &Run<'_>, gens: &[Generated]) -> Value {
     let names: Vec<String> = gens.iter().map(|g| g.name.clone()).collect();
     let crds: Vec<String> = gens.iter().flat_map(|g| g.crds.iter().cloned()).collect();
+    // The objects the upgrade read go first, as a user's would: crossplane-rs
+    // holds a Provider's deletion while objects of its kinds exist.
+    for g in gens {
+        let _ = api(&run.client, &g.group, "v1alpha1", "Kind000", None)
+            .delete("read-me", &Default::default())
+            .await;
+    }
     let mark = AuditMark::now([run.control]);
     let (took, left) = delete_providers(run, &names, &crds).await;
     let orphans: usize = left
