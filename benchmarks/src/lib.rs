@@ -451,6 +451,17 @@ impl AuditMark {
     }
 }
 
+/// The pid of `plane`'s process `name` (e.g. `kube-apiserver-control`,
+/// `etcd`).
+pub fn plane_pid(plane: &testenv::ControlPlane, name: &str) -> u32 {
+    plane
+        .processes()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, p)| p)
+        .unwrap_or_else(|| panic!("no {name} among {:?}", plane.processes()))
+}
+
 /// Writes `value` as pretty JSON to `out`, creating its directory.
 pub fn write_json(out: &std::path::Path, value: &Value) {
     if let Some(dir) = out.parent() {

@@ -386,10 +386,27 @@ pub(crate) fn sole_leader(
 pub fn resident_bytes(binary: &str) -> u64 {
     let (pod, _) = pod_of(binary);
     let uid = pod_field(&pod, "{.metadata.uid}");
-    let uid = uid.as_str();
-    let underscored = uid.replace('-', "_");
     let program = format!("/usr/local/bin/{binary}");
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+    let pid = pod_pid(&uid, &program)
+        .unwrap_or_else(|| panic!("no {program} process of pod {pod} (uid {uid}) in /proc"));
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    kib * 1024
+}
+
+/// The process running `program` in the pod of UID `uid` on this machine
+/// (the node): the one whose cgroup names the pod.
+pub fn pod_pid(uid: &str, program: &str) -> Option<u32> {
+    let underscored = uid.replace('-', "_");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
         let dir = entry.path();
         let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
             continue;
@@ -398,19 +415,11 @@ pub fn resident_bytes(binary: &str) -> u64 {
             continue;
         }
         let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
-        if !cgroup.contains(uid) && !cgroup.contains(&underscored) {
-            continue;
+        if cgroup.contains(uid) || cgroup.contains(&underscored) {
+            return Some(pid);
         }
-        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        return kib * 1024;
     }
-    panic!("no {program} process of pod {pod} (uid {uid}) in /proc")
+    None
 }
 
 /// The last `lines` lines of a controller's log.

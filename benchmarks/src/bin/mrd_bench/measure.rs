@@ -30,14 +30,7 @@ pub struct Processes {
 impl Processes {
     /// The control API server and etcd of `plane`, and the package-manager.
     pub fn of(plane: &testenv::ControlPlane, package_manager: u32) -> Self {
-        let pid = |name: &str| {
-            plane
-                .processes()
-                .into_iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, p)| p)
-                .unwrap_or_else(|| panic!("no {name} among {:?}", plane.processes()))
-        };
+        let pid = |name: &str| benchmarks::plane_pid(plane, name);
         Self {
             api_server: pid("kube-apiserver-control"),
             etcd: pid("etcd"),

@@ -131,17 +131,24 @@ fn mentions(name: &str) -> impl Fn(&Value) -> bool + Send + 'static {
     }
 }
 
-fn apply(control: &testenv::Cluster, objects: &[Value]) {
+/// Server-side applies `objects` as one List (taking fields over from other
+/// managers when `force`).
+pub fn apply_list(control: &testenv::Cluster, objects: &[Value], force: bool) {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    let out = control.kubectl_stdin(
-        &["apply", "--server-side", "-f", "-"],
-        Some(&list.to_string()),
-    );
+    let mut args = vec!["apply", "--server-side", "-f", "-"];
+    if force {
+        args.push("--force-conflicts");
+    }
+    let out = control.kubectl_stdin(&args, Some(&list.to_string()));
     assert!(
         out.status.success(),
         "kubectl apply: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn apply(control: &testenv::Cluster, objects: &[Value]) {
+    apply_list(control, objects, false);
 }
 
 /// One Provider (`name`, of `crds`): the moments from its apply to each
@@ -506,14 +513,7 @@ pub struct Servers {
 
 impl Servers {
     pub fn of(plane: &testenv::ControlPlane) -> Self {
-        let pid = |name: &str| {
-            plane
-                .processes()
-                .into_iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, p)| p)
-                .unwrap_or_else(|| panic!("no {name} among {:?}", plane.processes()))
-        };
+        let pid = |name: &str| benchmarks::plane_pid(plane, name);
         Self {
             api_server: pid("kube-apiserver-control"),
             etcd: pid("etcd"),

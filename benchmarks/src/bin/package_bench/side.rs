@@ -108,25 +108,8 @@ fn field(control: &testenv::Cluster, ns: &str, pod: &str, path: &str) -> String 
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// The process running `program` in the pod of UID `uid` (its cgroup
-/// names the pod), on this machine, which is the node.
-pub fn pod_pid(uid: &str, program: &str) -> u32 {
-    let underscored = uid.replace('-', "_");
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        let dir = entry.path();
-        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
-            continue;
-        };
-        if !cmdline.starts_with(program.as_bytes()) {
-            continue;
-        }
-        let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
-        if cgroup.contains(uid) || cgroup.contains(&underscored) {
-            return pid;
-        }
-    }
-    panic!("no {program} process of the pod with UID {uid} in /proc")
+/// The process running `program` in the pod of UID `uid`.
+fn pod_pid(uid: &str, program: &str) -> u32 {
+    e2e::shipped::pod_pid(uid, program)
+        .unwrap_or_else(|| panic!("no {program} process of the pod with UID {uid} in /proc"))
 }

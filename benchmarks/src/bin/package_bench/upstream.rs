@@ -250,16 +250,7 @@ fn init_job(image: &str) -> Value {
 }
 
 fn apply(control: &testenv::Cluster, objects: &[Value]) {
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    let out = control.kubectl_stdin(
-        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
-        Some(&list.to_string()),
-    );
-    assert!(
-        out.status.success(),
-        "applying upstream's installation: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::phases::apply_list(control, objects, true);
 }
 
 /// Installs upstream (after crossplane-rs's package side is removed) and
