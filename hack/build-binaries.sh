@@ -24,7 +24,7 @@
 #   etcd-<ver>/etcd
 #   registry-<ver>/registry
 #   crank-<ver>/crank                        (CROSSPLANE_CLI_VERSION)
-#   crank-<ver>/{crossplane,crds/}           (upstream's core and its CRDs; only
+#   crank-<ver>/{crossplane,crds/,webhookconfigurations/} (upstream's core, its CRDs and webhook configurations; only
 #                                             with CROSSPLANE_RS_CORE=1)
 #   cosign-<ver>/cosign                      (COSIGN_VERSION)
 #   provider-kubernetes-<ver>/provider       (each of PROVIDER_KUBERNETES_VERSIONS)
@@ -44,7 +44,8 @@
 # Environment knobs:
 #   CROSSPLANE_RS_CACHE           cache root (default $HOME/.cache/crossplane-rs)
 #   CROSSPLANE_RS_CORE=1          also build upstream Crossplane core (bin/crossplane,
-#                                 bin/crossplane-crds/) for the package benchmark
+#                                 bin/crossplane-crds/, bin/crossplane-webhookconfigurations/)
+#                                 for the package benchmark
 #   CROSSPLANE_RS_FETCH_TIMEOUT   seconds per download/resolve step (default 1800)
 #   CROSSPLANE_RS_BUILD_TIMEOUT   seconds per `go build` (default 3600)
 #   CROSSPLANE_RS_LOCK_TIMEOUT    seconds to wait for a concurrent run (default 7200)
@@ -451,7 +452,7 @@ build_crank() {
 build_crossplane_core() {
   local ver="$CROSSPLANE_CLI_VERSION" mod=github.com/crossplane/crossplane/v2 ld="" m extra=""
   local dir="$CACHE/crank-$ver"
-  if all_present "$dir" crossplane && [[ -r "$dir/crds/.complete" ]]; then
+  if all_present "$dir" crossplane && [[ -r "$dir/crds/.complete" && -d "$dir/webhookconfigurations" ]]; then
     log "crossplane core $ver: cached"; return 0
   fi
   need_go
@@ -464,11 +465,14 @@ build_crossplane_core() {
   GODEBUG_DIRECTIVES="$(godebug_lines "$MOD_GOMOD")"
   while IFS= read -r m; do [[ -n "$m" ]] && extra+="replace $m"$'\n'; done < <(remote_replaces "$MOD_GOMOD")
   grep -qs '^var version string' "$MOD_DIR/internal/version/version.go" && ld="-X $mod/internal/version.version=$ver"
-  [[ -d "$MOD_DIR/cluster/crds" ]] || die "$mod $ver has no cluster/crds directory"
-  rm -rf -- "$dir/crds"
-  mkdir -p "$dir/crds"
-  cp -- "$MOD_DIR"/cluster/crds/*.yaml "$dir/crds/"
-  chmod -R u+w "$dir/crds"
+  local sub
+  for sub in crds webhookconfigurations; do
+    [[ -d "$MOD_DIR/cluster/$sub" ]] || die "$mod $ver has no cluster/$sub directory"
+    rm -rf -- "${dir:?}/$sub"
+    mkdir -p "$dir/$sub"
+    cp -- "$MOD_DIR/cluster/$sub"/*.yaml "$dir/$sub/"
+    chmod -R u+w "$dir/$sub"
+  done
   : >"$dir/crds/.complete"
   # A static binary, as upstream's image has it.
   local -a BUILD_ENV=(CGO_ENABLED=0)
@@ -655,6 +659,7 @@ for name in "${NODE_PROGRAMS[@]}"; do LINKS[$name]="$NODE_PROGRAMS_DIR/$name"; d
 if [[ "${CROSSPLANE_RS_CORE:-}" == 1 ]]; then
   LINKS[crossplane]="../crank-$CROSSPLANE_CLI_VERSION/crossplane"
   LINKS[crossplane-crds]="../crank-$CROSSPLANE_CLI_VERSION/crds"  # a directory
+  LINKS[crossplane-webhookconfigurations]="../crank-$CROSSPLANE_CLI_VERSION/webhookconfigurations"  # a directory
 fi
 for v in "${PROVIDER_KUBERNETES_VERS[@]}"; do
   LINKS[provider-kubernetes-$v]="../provider-kubernetes-$v/provider"
@@ -665,7 +670,7 @@ mkdir -p "$CACHE/bin"
 for name in "${!LINKS[@]}"; do
   ln -sfn "${LINKS[$name]}" "$CACHE/bin/.$name.tmp"
   mv -Tf "$CACHE/bin/.$name.tmp" "$CACHE/bin/$name"
-  if [[ "$name" == *-examples || "$name" == crossplane-crds ]]; then
+  if [[ "$name" == *-examples || "$name" == crossplane-crds || "$name" == crossplane-webhookconfigurations ]]; then
     [[ -d "$CACHE/bin/$name" ]] || die "bin/$name -> ${LINKS[$name]} is not a directory (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"
   elif [[ "$name" == *-package ]]; then
     [[ -r "$CACHE/bin/$name/crossplane.yaml" ]] || die "bin/$name -> ${LINKS[$name]} has no crossplane.yaml (cache corrupted? delete $CACHE/${LINKS[$name]#../} and rerun)"

@@ -156,19 +156,21 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     apply(&provider_with_cc);
     wait_provider_healthy(&name, Duration::from_secs(90));
     let revision = format!("{name}-{}", short(&digest));
-    // A reconcile with nothing to change writes nothing: no CRD, runtime
-    // or status write (patch is how everything is written). This test
-    // alone holds the package-manager's flags, so its counters are this
-    // Provider's.
-    let patches = || {
+    // A reconcile with nothing to change writes nothing and reads nothing:
+    // no CRD, runtime or status write (patch is how everything is
+    // written), and its CRD, runtime config and runtime come from the
+    // watches. This test alone holds the package-manager's flags, so its
+    // counters are this Provider's.
+    let requests = |verb: &str| {
         e2e::metric_sum(
             &metrics_of("package-manager"),
             "crossplane_rs_kube_api_requests_total",
-            &[("cluster", "control"), ("verb", "patch")],
+            &[("cluster", "control"), ("verb", verb)],
         )
     };
+    let patches = || requests("patch");
     let reconciles = || e2e::shipped::reconciles("package-manager", "providerrevision");
-    let (patched, reconciled) = (patches(), reconciles());
+    let (patched, read, reconciled) = (patches(), requests("get"), reconciles());
     kubectl(&[
         "annotate",
         "providerrevisions.pkg.crossplane.io",
@@ -182,6 +184,11 @@ fn untrusted_registry_external_runtime_and_controller_config() {
         explain_packages,
     );
     assert_eq!(patches(), patched, "an unchanged revision wrote something");
+    assert_eq!(
+        requests("get"),
+        read,
+        "an unchanged revision read something"
+    );
     let honoured = get_json(&["deployment", &revision, "-n", RUNTIMES]).unwrap();
     assert_eq!(honoured["spec"]["replicas"], 2);
     let pod = &honoured["spec"]["template"];

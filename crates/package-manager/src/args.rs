@@ -48,11 +48,13 @@ pub struct Args {
     #[arg(long, env = "PACKAGE_CACHE_DIR", default_value = "/cache/xpkg")]
     pub package_cache_dir: PathBuf,
 
-    /// How many Provider packages may be in memory at once (read and
-    /// parsed, while a Provider or revision reconcile works with one);
-    /// other reconciles that need one wait their turn. A package of
-    /// hundreds of large CRDs takes tens of MiB as objects (at most 40 MiB
-    /// by the parse bound): raise it with the memory limit.
+    /// How many places Provider packages have in memory (read and parsed,
+    /// while a Provider or revision reconcile works with one); other
+    /// reconciles that need one wait their turn. A place is 40 MiB of
+    /// objects (the parse bound): a package not yet cached takes a whole
+    /// one, a cached one a share by its size (one of a few small CRDs a
+    /// fortieth), so small packages are read side by side. Raise it with
+    /// the memory limit.
     #[arg(long, env = "MAX_PACKAGES_IN_MEMORY", default_value_t = 1)]
     pub max_packages_in_memory: usize,
 

@@ -148,7 +148,7 @@ fn work(
         stacks::index::Index::new(packages.clone()),
         args.default_registry.clone(),
         &image_configs,
-        crds,
+        crds.clone(),
         rt.args.sync_interval,
     );
     let providers = manager::controller(
@@ -165,6 +165,7 @@ fn work(
         rt,
         packages,
         &image_configs,
+        crds.clone(),
         revision::Settings {
             namespace: namespace.clone(),
             mode: args.package_runtime,
@@ -175,7 +176,7 @@ fn work(
             trusted_root: args.trusted_root.clone(),
         },
     );
-    let mrds = mrds::controller(rt);
+    let mrds = mrds::controller(rt, crds.clone());
     let policies = mrds::activation::controller(rt);
     let activations = args.activations.clone();
     let rt = rt.clone();

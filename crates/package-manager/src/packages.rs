@@ -61,6 +61,30 @@ pub struct Packages {
     in_memory: Arc<Semaphore>,
 }
 
+/// A place in memory ([`Held`]) is this many units of a MiB: what a
+/// package may take at most as objects (the parse bound).
+const UNITS_PER_PLACE: u32 = 40;
+/// About how many bytes of objects a byte of a package's files becomes
+/// once parsed.
+const OBJECTS_PER_FILE_BYTE: u64 = 8;
+
+/// How many units of a place a package takes, by the size of its files in
+/// the cache: a whole place when it is not there yet (its size is not
+/// known before it is read), else its files' size as objects, so that
+/// packages of a few small CRDs are read side by side while one of
+/// hundreds of large ones takes a place of its own.
+fn weight(cached_bytes: Option<u64>) -> u32 {
+    let Some(bytes) = cached_bytes else {
+        return UNITS_PER_PLACE;
+    };
+    let mib = bytes
+        .saturating_mul(OBJECTS_PER_FILE_BYTE)
+        .div_ceil(1 << 20);
+    u32::try_from(mib)
+        .unwrap_or(UNITS_PER_PLACE)
+        .clamp(1, UNITS_PER_PLACE)
+}
+
 /// Where a reference is read from and as whom: what the ImageConfigs and
 /// the pull secrets make of it.
 struct Access {
@@ -163,7 +187,11 @@ impl Packages {
             fetcher,
             secrets,
             image_configs,
-            in_memory: Arc::new(Semaphore::new(max_in_memory.max(1))),
+            in_memory: Arc::new(Semaphore::new(
+                max_in_memory
+                    .max(1)
+                    .saturating_mul(UNITS_PER_PLACE as usize),
+            )),
         }
     }
 
@@ -364,7 +392,8 @@ impl Packages {
         pull_secrets: &[LocalObjectReference],
     ) -> Result<Held<xpkg::Package>, FetchError> {
         // The semaphore is never closed: a place always comes.
-        let place = self.in_memory.clone().acquire_owned().await.ok();
+        let weight = weight(self.fetcher.cached_size::<xpkg::Contents>(digest));
+        let place = self.in_memory.clone().acquire_many_owned(weight).await.ok();
         let value = self.fetch_as(reference, digest, pull_secrets).await?;
         Ok(Held {
             value,
@@ -436,5 +465,23 @@ impl Packages {
                     .map(|rest| format!("{source}/{rest}"))
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_package_weighs_its_files_as_objects_and_an_unread_one_a_whole_place() {
+        assert_eq!(weight(None), UNITS_PER_PLACE);
+        // A Provider of a few small CRDs: one unit, forty side by side.
+        assert_eq!(weight(Some(20 * 1024)), 1);
+        assert_eq!(weight(Some(0)), 1);
+        // 1 MiB of YAML: about 8 MiB as objects.
+        assert_eq!(weight(Some(1 << 20)), 8);
+        // One of hundreds of large CRDs: a place of its own.
+        assert_eq!(weight(Some(30 << 20)), UNITS_PER_PLACE);
+        assert_eq!(weight(Some(u64::MAX)), UNITS_PER_PLACE);
     }
 }

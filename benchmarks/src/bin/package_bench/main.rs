@@ -32,6 +32,7 @@
 // A benchmark reports and exits; failing loudly on a broken setup is its job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod compare;
 mod null;
 mod packages;
 mod phases;
@@ -232,9 +233,13 @@ async fn main() {
     let mut upstream_json = Value::Null;
     if wants("upstream") {
         eprintln!("package-bench: replacing crossplane-rs's package side by upstream's");
-        let image = upstream::push_image(registry, &bin_dir);
-        remove_ours(control, &bin_dir.join("crossplane-crds"));
-        upstream::install(control, &image, &registry.ca_pem);
+        // Blocking work (a push on a runtime of its own, kubectl waits).
+        let image = tokio::task::block_in_place(|| {
+            let image = upstream::push_image(registry, &bin_dir);
+            remove_ours(control, &bin_dir.join("crossplane-crds"));
+            upstream::install(control, &image, &registry.ca_pem);
+            image
+        });
         upstream_json = upstream::described(&upstream::version(), &image);
         let run = Run {
             control,
@@ -256,6 +261,7 @@ async fn main() {
         "properties_each": args.properties,
         "packages": "built by upstream's crossplane CLI (xpkg build --embed-runtime-image-tarball, xpkg push)",
         "upstream": upstream_json,
+        "verdicts": compare::verdicts(&ceiling, &sides),
         "null_writer": ceiling,
         "sides": sides,
     });

@@ -269,14 +269,15 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
     })
 }
 
-/// Deletes Providers and waits until every one of `crds` is gone; answers
-/// how long that took and what of theirs is left (by kind, the objects
+/// Deletes Providers and waits until every one of `crds` is gone, then
+/// until nothing else of theirs is left (at most two minutes more);
+/// answers how long each took and what is left (by kind, the objects
 /// whose name names a Provider).
 async fn delete_providers(
     run: &Run<'_>,
     names: &[String],
     crd_names: &[String],
-) -> (Duration, Value) {
+) -> (Duration, Duration, Value) {
     let t0 = Instant::now();
     let mut args = vec!["delete", "providers.pkg.crossplane.io", "--wait=false"];
     args.extend(names.iter().map(String::as_str));
@@ -296,10 +297,23 @@ async fn delete_providers(
     })
     .await;
     let took = t0.elapsed();
-    // What is left of them a moment later, by kind.
-    let left = leftovers(run, names).await;
+    // Then what else of theirs goes, by kind: whatever is left after
+    // two more minutes is orphaned.
+    let until = Instant::now() + Duration::from_secs(120);
+    let mut left = leftovers(run, names).await;
+    while count(&left) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        left = leftovers(run, names).await;
+    }
     let _ = gone;
-    (took, left)
+    (took, t0.elapsed(), left)
+}
+
+/// How many objects `left` names.
+fn count(left: &Value) -> usize {
+    left.as_object()
+        .map(|m| m.values().filter_map(Value::as_array).map(Vec::len).sum())
+        .unwrap_or(0)
 }
 
 /// Objects whose names name one of `names`: CRDs, ClusterRoles and
@@ -378,7 +392,20 @@ pub async fn install_many(run: &Run<'_>, gens: &[Generated], servers: &Servers) 
         &run.side.audit_users(),
         gens.len() as f64,
     );
+    // What each binary's resident memory grew by per CRD installed.
+    let installed = gens.iter().map(|g| g.crds.len()).sum::<usize>().max(1) as f64;
+    let growth: serde_json::Map<String, Value> = run
+        .side
+        .usage()
+        .iter()
+        .map(|(b, now)| {
+            let then = before.get(b).copied().unwrap_or_default();
+            let kib = (now.rss_mib - then.rss_mib) * 1024.0 / installed;
+            ((*b).to_owned(), json!(kib))
+        })
+        .collect();
     json!({
+        "rss_growth_kib_per_crd": growth,
         "providers": gens.len(),
         "crds_each": gens.first().map_or(0, |g| g.crds.len()),
         "healthy": reached.json(),
@@ -492,16 +519,16 @@ pub async fn delete_all(run: &Run<'_>, gens: &[Generated]) -> Value {
             .await;
     }
     let mark = AuditMark::now([run.control]);
-    let (took, left) = delete_providers(run, &names, &crds).await;
-    let orphans: usize = left
-        .as_object()
-        .map(|m| m.values().filter_map(Value::as_array).map(Vec::len).sum())
-        .unwrap_or(0);
+    let before = run.side.usage();
+    let (took, all, left) = delete_providers(run, &names, &crds).await;
+    let orphans = count(&left);
     json!({
         "crds_gone_s": took.as_secs_f64(),
+        "all_gone_s": (orphans == 0).then_some(all.as_secs_f64()),
         "left_after": left,
         "orphaned_objects": orphans,
         "requests": mark.delta(&AuditMark::now([run.control]), &run.side.audit_users(), 1.0),
+        "usage": run.side.usage_since(&before),
     })
 }
 

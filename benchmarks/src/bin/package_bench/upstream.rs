@@ -2,7 +2,8 @@
 //! hack/build-binaries.sh builds with `CROSSPLANE_RS_CORE=1` (the module
 //! the tests already take the `crossplane` CLI from, at the same version):
 //!
-//! - an image of the static binary and its CRDs in `/crds`, as upstream's
+//! - an image of the static binary, its CRDs in `/crds` and webhook
+//!   configurations in `/webhookconfigurations`, as upstream's
 //!   own image lays them out, pushed to the registry the node pulls from;
 //! - `crossplane core init` (CRDs, TLS Secrets, the webhook configuration,
 //!   the default DeploymentRuntimeConfig and an activation policy of `*`,
@@ -64,24 +65,24 @@ pub fn push_image(registry: &testenv::registry::Registry, bin_dir: &Path) -> Str
             "upstream's crossplane binary is not built ({e}): run CROSSPLANE_RS_CORE=1 hack/build-binaries.sh"
         )
     });
-    let mut layer = oci::LayerBuilder::new().dir("crds", 0o755).file(
-        "usr/local/bin/crossplane",
-        0o755,
-        program,
-    );
-    let crds = bin_dir.join("crossplane-crds");
-    let mut files: Vec<_> = std::fs::read_dir(&crds)
-        .unwrap_or_else(|e| panic!("{}: {e}", crds.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no CRDs in {}", crds.display());
-    for f in &files {
-        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
-        let bytes = std::fs::read(f).unwrap();
-        layer = layer.file(format!("crds/{}", name.unwrap_or_default()), 0o644, bytes);
+    let mut layer = oci::LayerBuilder::new().file("usr/local/bin/crossplane", 0o755, program);
+    // /crds and /webhookconfigurations, as upstream's Dockerfile copies them.
+    for dir in ["crds", "webhookconfigurations"] {
+        let from = bin_dir.join(format!("crossplane-{dir}"));
+        let mut files: Vec<_> = std::fs::read_dir(&from)
+            .unwrap_or_else(|e| panic!("{}: {e}", from.display()))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "no manifests in {}", from.display());
+        layer = layer.dir(dir, 0o755);
+        for f in &files {
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+            let bytes = std::fs::read(f).unwrap();
+            layer = layer.file(format!("{dir}/{}", name.unwrap_or_default()), 0o644, bytes);
+        }
     }
     let cache = oci::debian::default_cache().expect("the .deb cache");
     let debs =

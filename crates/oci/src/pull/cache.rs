@@ -68,6 +68,14 @@ impl Cache {
         tempfile::tempfile_in(&self.dir)
     }
 
+    /// How many bytes the entry for `digest` in `format` takes, if there
+    /// is one (nothing is read).
+    pub(crate) fn size(&self, format: &str, digest: &Digest) -> Option<u64> {
+        std::fs::metadata(self.file(format, digest))
+            .ok()
+            .map(|m| m.len())
+    }
+
     /// The layer and files cached for `digest` in `format`, marking the
     /// file used (trimming removes the least recently used first).
     pub(crate) fn get(&self, format: &str, digest: &Digest) -> Option<Entry> {

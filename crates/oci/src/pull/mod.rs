@@ -168,6 +168,13 @@ impl Fetcher {
         .await
     }
 
+    /// How many bytes of files the cache holds for the package at `digest`
+    /// in the format `F`, if it holds it: what a caller may weigh the
+    /// package by before reading it.
+    pub fn cached_size<F: Format>(&self, digest: &Digest) -> Option<u64> {
+        self.cache.size(F::NAME, digest)
+    }
+
     /// The package at `digest` in `reference`'s repository, in the format
     /// `F` ([`Contents`] for a Crossplane package, [`Stack`] for a stack):
     /// from the cache, else pulled (by digest), checked and cached.

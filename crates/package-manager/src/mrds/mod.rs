@@ -8,11 +8,16 @@
 //! the one exception is a CRD its own ProviderRevision installed before the
 //! package's kinds became MRDs.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, ResourceExt as _,
+    core::PartialObjectMeta,
     runtime::{Controller, WatchStreamExt as _, controller::Action, watcher},
 };
 use runtime::{
@@ -80,6 +85,31 @@ impl ReconcileError for Error {
 pub struct Mrds {
     sk: Skeleton,
     field_manager: String,
+    /// Every CRD's resourceVersion, as the watch last saw it.
+    crds: crate::stacks::known::Known,
+    /// Each Active MRD whose CRD was last found applied and established:
+    /// what the MRD was then ([`Settled::of`]) and the CRD's
+    /// resourceVersion. While both are the same, a reconcile (woken by the
+    /// MRD's own status write, say) reads and writes nothing.
+    settled: Mutex<HashMap<String, Settled>>,
+}
+
+/// An Active MRD as its CRD was made from it: uid, and the hash of what
+/// besides its status the CRD is made of (generation, labels, annotations,
+/// finalizers, deletion); and the CRD's resourceVersion.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Settled {
+    mrd: (Option<String>, Option<u64>),
+    crd: String,
+}
+
+impl Settled {
+    fn of(mrd: &ManagedResourceDefinition, crd: Option<&str>) -> Option<Self> {
+        Some(Self {
+            mrd: (mrd.uid(), runtime::controller::trim::spec_or_metadata(mrd)),
+            crd: crd?.to_owned(),
+        })
+    }
 }
 
 fn established(
@@ -93,6 +123,17 @@ fn established(
         c.status = "Unknown".into();
     }
     conditions::set(&mut status.conditions, c, &conditions::now());
+}
+
+/// Established: the CRD `name` is served; nothing to do until a change.
+fn served(status: &mut Draft<ManagedResourceDefinition>, name: &str) -> Action {
+    established(
+        status,
+        Some(true),
+        REASON_ESTABLISHED,
+        format!("the CRD {name} is served"),
+    );
+    Action::await_change()
 }
 
 impl Reconciler for Mrds {
@@ -117,6 +158,23 @@ impl Reconciler for Mrds {
     ) -> Result<Action, Error> {
         let name = mrd.name_any();
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
+        let crd_rv = self.crds.resource_version(&name);
+        let now = Settled::of(mrd, crd_rv.as_deref());
+        if body::active(mrd)
+            && now.is_some()
+            && self
+                .settled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&name)
+                == now.as_ref()
+        {
+            return Ok(served(status, &name));
+        }
+        self.settled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&name);
         // The cache keeps MRDs without their CRD spec (body::Listed): an
         // Active one is read whole.
         let mrd = if body::active(mrd) {
@@ -155,13 +213,13 @@ impl Reconciler for Mrds {
                     .map_err(|e| ControlError::new("apply a CRD", e))?,
             };
             if crate::crds::established(&applied) {
-                established(
-                    status,
-                    Some(true),
-                    REASON_ESTABLISHED,
-                    format!("the CRD {name} is served"),
-                );
-                return Ok(Action::await_change());
+                if let Some(settled) = Settled::of(mrd, applied.resource_version().as_deref()) {
+                    self.settled
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(name.clone(), settled);
+                }
+                return Ok(served(status, &name));
             }
             established(
                 status,
@@ -169,7 +227,9 @@ impl Reconciler for Mrds {
                 REASON_PENDING,
                 format!("waiting for the CRD {name} to become established"),
             );
-            return Ok(Action::requeue(Duration::from_secs(1)));
+            // The watch of CRDs wakes it once established; looking again
+            // is the fallback.
+            return Ok(Action::requeue(WAIT_POLL));
         }
         // Inactive: the CRD goes, unless objects of the kind would go with it.
         if matches!(
@@ -228,7 +288,10 @@ impl Reconciler for Mrds {
 
 /// The MRD controller, ready to run: it watches MRDs and the CRDs they
 /// control.
-pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + use<> {
+pub fn controller(
+    rt: &Runtime,
+    crds_known: crate::stacks::known::Known,
+) -> impl Future<Output = ()> + Send + 'static + use<> {
     // MRDs kept without their CRD spec (body::Listed); CRDs seen as metadata only, to wake
     // the MRD that controls one (every CRD of the cluster passes by).
     let (store, writer) = kube::runtime::reflector::store();
@@ -236,7 +299,7 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + u
         .reflect(writer)
         .touched_objects();
     let crds = watcher(
-        Api::<kube::core::PartialObjectMeta<CustomResourceDefinition>>::all(rt.client.clone()),
+        Api::<PartialObjectMeta<CustomResourceDefinition>>::all(rt.client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
@@ -248,6 +311,8 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + u
     let reconciler = Arc::new(Mrds {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
+        crds: crds_known,
+        settled: Mutex::new(HashMap::new()),
     });
     reconciler::run(ctrl, reconciler)
 }

@@ -2,12 +2,9 @@
 //! all or nothing, and who controls one that exists (control moves within a
 //! Provider by revision number; anything else is a conflict).
 
-use std::{collections::BTreeMap, time::Duration};
+use std::collections::BTreeMap;
 
-use k8s_openapi::{
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-    apimachinery::pkg::apis::meta::v1::OwnerReference,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Resource as _, ResourceExt,
     runtime::{controller::Action, reflector::ObjectRef},
@@ -19,8 +16,9 @@ use types::{
 };
 
 use super::{
-    context::{ProviderRevisions, TYPE_HEALTHY, set},
+    context::{ProviderRevisions, TYPE_HEALTHY, WAIT_POLL, set},
     error::Error,
+    seen::{Kind, Known, body_hash},
 };
 use crate::labels;
 
@@ -46,20 +44,6 @@ impl ProviderRevisions {
             })
             .map(|o| (o.name_any(), o.spec.revision))
             .collect()
-    }
-
-    pub(super) fn control(
-        &self,
-        r: &ProviderRevision,
-        siblings: &BTreeMap<String, i64>,
-        live: &CustomResourceDefinition,
-    ) -> Control {
-        self.control_of(
-            r,
-            siblings,
-            &format!("CustomResourceDefinition {}", live.name_any()),
-            &live.metadata,
-        )
     }
 
     /// How the object `what` (its `meta`) that exists relates to this
@@ -168,14 +152,24 @@ impl ProviderRevisions {
                 .unwrap_or_default()
                 .to_owned();
             let managed = crate::mrds::body::is_managed(object);
-            let live = crds
-                .get_opt(&name)
-                .await
-                .map_err(|e| Error::request("read a CRD", e))?;
-            if let Some(live) = &live
-                && !(managed && served_by_mrd(live))
+            // Each object as the watch last saw its metadata; read whole
+            // only when it changed since this controller last looked.
+            let crd_rv = self.crds_known.resource_version(&name);
+            let crd_known = self.seen.recall(Kind::Crd, &name, crd_rv.as_deref());
+            let live = match crd_known {
+                Some(_) => None,
+                None => crds
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| Error::request("read a CRD", e))?,
+            };
+            let recalled_crd = crd_known.as_ref().map(|k| k.meta(&name));
+            let crd_meta = live.as_ref().map(|l| &l.metadata).or(recalled_crd.as_ref());
+            if let Some(meta) = crd_meta
+                && !(managed && served_by_mrd(meta))
             {
-                match self.control(r, &siblings, live) {
+                let what = format!("CustomResourceDefinition {name}");
+                match self.control_of(r, &siblings, &what, meta) {
                     Control::Ours => {}
                     Control::Newer => {
                         // A newer revision took over: this one is on its way
@@ -185,24 +179,37 @@ impl ProviderRevisions {
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            let live_mrd = if managed {
-                mrds.get_opt(&name)
-                    .await
-                    .map_err(|e| Error::request("read a ManagedResourceDefinition", e))?
+            let (mrd_known, live_mrd) = if managed {
+                let now = self.mrd_meta.get(&ObjectRef::new(&name));
+                let version = now.as_deref().and_then(mrd_version);
+                let known = self.seen.recall(Kind::Mrd, &name, version.as_deref());
+                let live = match known {
+                    Some(_) => None,
+                    None => mrds
+                        .get_opt(&name)
+                        .await
+                        .map_err(|e| Error::request("read a ManagedResourceDefinition", e))?,
+                };
+                (known, live)
             } else {
-                None
+                (None, None)
             };
-            if let Some(m) = &live_mrd {
+            let recalled_mrd = mrd_known.as_ref().map(|k| k.meta(&name));
+            let mrd_meta = live_mrd
+                .as_ref()
+                .map(|l| &l.metadata)
+                .or(recalled_mrd.as_ref());
+            if let Some(meta) = mrd_meta {
                 let what = format!("ManagedResourceDefinition {name}");
-                match self.control_of(r, &siblings, &what, &m.metadata) {
+                match self.control_of(r, &siblings, &what, meta) {
                     Control::Ours => {}
                     Control::Newer => return Ok(Some(Action::requeue(self.settings.resync))),
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            let owners = match (&live_mrd, &live) {
-                (Some(m), _) => m.owner_references().to_vec(),
-                (None, Some(l)) if !managed => l.owner_references().to_vec(),
+            let owners = match (mrd_meta, crd_meta) {
+                (Some(m), _) => m.owner_references.clone().unwrap_or_default(),
+                (None, Some(l)) if !managed => l.owner_references.clone().unwrap_or_default(),
                 _ => Vec::new(),
             };
             let body = body_of(object, &owners);
@@ -210,22 +217,46 @@ impl ProviderRevisions {
             // written again. Of the live objects only uids and whether the
             // kind is served are kept: read back whole, a package's CRDs
             // would be many times the package in memory.
-            let crd = live
-                .as_ref()
-                .map(|l| (l.uid(), crate::crds::established(l)));
+            let crd_state = match (&live, crd_known) {
+                (Some(l), _) => {
+                    let known = Known {
+                        resource_version: l.resource_version().unwrap_or_default(),
+                        uid: l.uid(),
+                        ready: crate::crds::established(l),
+                        applied: (!managed && ssa::applied(l, &body, &self.field_manager))
+                            .then(|| body_hash(&body)),
+                        owners: l.owner_references().to_vec(),
+                    };
+                    self.seen.remember(Kind::Crd, &name, known.clone());
+                    Some(known)
+                }
+                (None, known) => known,
+            };
+            let crd = crd_state.as_ref().map(|k| (k.uid.clone(), k.ready));
             let current = if managed {
-                live_mrd
-                    .filter(|m| {
-                        ssa::applied(
-                            m,
-                            &crate::mrds::body::mrd_of(&body, active),
-                            &self.field_manager,
-                        )
-                    })
-                    .map(|m| (m.uid(), crate::mrds::body::active(&m)))
+                let desired = crate::mrds::body::mrd_of(&body, active);
+                let mrd_state = match (&live_mrd, mrd_known) {
+                    (Some(m), _) => {
+                        let known = Known {
+                            resource_version: mrd_version(m).unwrap_or_default(),
+                            uid: m.uid(),
+                            ready: crate::mrds::body::active(m),
+                            applied: ssa::applied(m, &desired, &self.field_manager)
+                                .then(|| body_hash(&desired)),
+                            owners: m.owner_references().to_vec(),
+                        };
+                        self.seen.remember(Kind::Mrd, &name, known.clone());
+                        Some(known)
+                    }
+                    (None, known) => known,
+                };
+                mrd_state
+                    .filter(|k| k.applied == Some(body_hash(&desired)))
+                    .map(|k| (k.uid, k.ready))
             } else {
-                live.filter(|l| ssa::applied(l, &body, &self.field_manager))
-                    .map(|l| (l.uid(), true))
+                crd_state
+                    .filter(|k| k.applied == Some(body_hash(&body)))
+                    .map(|k| (k.uid, true))
             };
             planned.push(Planned {
                 name,
@@ -250,6 +281,9 @@ impl ProviderRevisions {
             }
         }
         let mut pending = Vec::new();
+        // Whether a CRD the revision applies itself is pending: the MRDs'
+        // watch wakes the revision when theirs are served, not its own.
+        let mut unwatched = false;
         let mut refs = Vec::new();
         for p in planned {
             // (uid, Active) of the object the revision applies.
@@ -260,18 +294,42 @@ impl ProviderRevisions {
                     let applied = ssa::apply(&mrds, &p.name, &body, &self.field_manager)
                         .await
                         .map_err(|e| Error::request("apply a ManagedResourceDefinition", e))?;
-                    (applied.uid(), crate::mrds::body::active(&applied))
+                    let serving = crate::mrds::body::active(&applied);
+                    self.seen.remember(
+                        Kind::Mrd,
+                        &p.name,
+                        Known {
+                            resource_version: mrd_version(&applied).unwrap_or_default(),
+                            uid: applied.uid(),
+                            ready: serving,
+                            applied: Some(body_hash(&body)),
+                            owners: applied.owner_references().to_vec(),
+                        },
+                    );
+                    (applied.uid(), serving)
                 }
                 None => {
                     let body = body_of(p.object, &p.owners);
                     let applied = ssa::apply(&crds, &p.name, &body, &self.field_manager)
                         .await
                         .map_err(|e| Error::request("apply a CRD", e))?;
+                    self.seen.remember(
+                        Kind::Crd,
+                        &p.name,
+                        Known {
+                            resource_version: applied.resource_version().unwrap_or_default(),
+                            uid: applied.uid(),
+                            ready: crate::crds::established(&applied),
+                            applied: Some(body_hash(&body)),
+                            owners: applied.owner_references().to_vec(),
+                        },
+                    );
                     let uid = applied.uid();
                     // Read back now: the CRD's state is what was applied.
                     refs.push(crd_ref(&p.name, uid));
                     if !crate::crds::established(&applied) {
                         pending.push(p.name.clone());
+                        unwatched = true;
                     }
                     continue;
                 }
@@ -299,6 +357,7 @@ impl ProviderRevisions {
             }
             if !p.crd.is_some_and(|(_, established)| established) {
                 pending.push(p.name.clone());
+                unwatched = true;
             }
             refs.push(crd_ref(&p.name, uid));
         }
@@ -319,7 +378,14 @@ impl ProviderRevisions {
                     pending.join(", ")
                 )),
             );
-            return Ok(Some(Action::requeue(Duration::from_secs(1))));
+            // The MRDs' watch wakes the revision when theirs is served;
+            // looking again is the fallback.
+            let again = if unwatched {
+                std::time::Duration::from_secs(1)
+            } else {
+                WAIT_POLL
+            };
+            return Ok(Some(Action::requeue(again)));
         }
         if let Some(target) = webhooks {
             for w in &contents.webhooks {
@@ -487,12 +553,30 @@ fn crd_ref(name: &str, uid: Option<String>) -> TypedReference {
 
 /// Whether a CRD is controlled by the ManagedResourceDefinition of its
 /// name (who may control it is that MRD's to decide).
-fn served_by_mrd(crd: &CustomResourceDefinition) -> bool {
-    crd.owner_references().iter().any(|o| {
+/// What of an MRD the revision's view of it depends on: its uid, its
+/// owners (who controls it) and what besides its status it is
+/// (generation, labels, annotations, finalizers, deletion). The MRD
+/// controller's status writes leave it the same, so they cost the revision
+/// no read.
+fn mrd_version<K: kube::Resource>(mrd: &K) -> Option<String> {
+    use std::hash::{Hash as _, Hasher as _};
+    let meta = mrd.meta();
+    let uid = meta.uid.as_deref()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    runtime::controller::trim::spec_or_metadata(mrd)?.hash(&mut h);
+    for o in meta.owner_references.iter().flatten() {
+        (&o.uid, o.controller).hash(&mut h);
+    }
+    Some(format!("{uid}/{:x}", h.finish()))
+}
+
+fn served_by_mrd(crd: &kube::api::ObjectMeta) -> bool {
+    let name = crd.name.as_deref().unwrap_or_default();
+    crd.owner_references.iter().flatten().any(|o| {
         o.controller == Some(true)
             && o.kind == "ManagedResourceDefinition"
             && o.api_version.starts_with("apiextensions.crossplane.io/")
-            && o.name == crd.name_any()
+            && o.name == name
     })
 }
 

@@ -50,6 +50,7 @@ pub mod error;
 mod establish;
 mod runtime_config;
 mod runtime_objects;
+mod seen;
 
 pub use context::{
     CONTROLLER, DEFAULT_RUNTIME_CONFIG, FINALIZER, ProviderRevisions, Settings, TYPE_HEALTHY,
@@ -84,6 +85,8 @@ impl Reconciler for ProviderRevisions {
         cache_ready(&self.revisions).await
             && cache_ready(&self.deployments).await
             && cache_ready(&self.providers).await
+            && cache_ready(&self.runtime_configs).await
+            && cache_ready(&self.mrd_meta).await
             && self.packages.ready().await
     }
 
@@ -182,6 +185,8 @@ impl Reconciler for ProviderRevisions {
         let installed = self
             .install(r, &contents, webhook_target.as_ref(), status)
             .await;
+        // The package's place in memory is another reconcile's now.
+        drop(contents);
         if let Some(action) = installed.unhealthy(status, "UnhealthyPackageRevision")? {
             return Ok(action);
         }
@@ -351,6 +356,7 @@ impl ProviderRevisions {
         K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
         let uid = r.uid().unwrap_or_default();
+        self.seen.forget(name);
         let Some(live) = api
             .get_opt(name)
             .await
@@ -445,6 +451,7 @@ pub fn controller(
     rt: &Runtime,
     packages: Packages,
     image_configs: &ImageConfigs,
+    crds_known: crate::stacks::known::Known,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (deployments, writer) = kube::runtime::reflector::store();
@@ -463,6 +470,16 @@ pub fn controller(
     .default_backoff()
     .reflect(provider_writer)
     .touched_objects();
+    let (mrd_meta, mrd_events) = runtime::controller::trim::reflected(
+        Api::<kube::core::PartialObjectMeta<ManagedResourceDefinition>>::all(rt.client.clone()),
+        watcher::Config::default(),
+        |_| {},
+    );
+    let (runtime_configs, config_events) = runtime::controller::trim::reflected(
+        Api::<DeploymentRuntimeConfig>::all(rt.client.clone()),
+        watcher::Config::default(),
+        |_| {},
+    );
     let ctrl = Controller::new(
         Api::<ProviderRevision>::all(rt.client.clone()),
         watcher::Config::default(),
@@ -473,12 +490,10 @@ pub fn controller(
     let by_dependency = revisions.clone();
     let ctrl = ctrl
         .owns_stream(owned)
-        // A revision's MRDs: activated, deactivated, their CRD served.
-        // (As metadata: an MRD carries its whole CRD spec.)
-        .owns(
-            Api::<kube::core::PartialObjectMeta<ManagedResourceDefinition>>::all(rt.client.clone()),
-            watcher::Config::default(),
-        )
+        // A revision's MRDs (activated, deactivated, their CRD served): as
+        // metadata (an MRD carries its whole CRD spec), kept so an
+        // unchanged one is not read again (seen.rs).
+        .owns_stream(mrd_events.touched_objects())
         // A Provider that changes wakes the revisions that depend on its
         // package: what they found (a cycle through it, its version, its
         // health) may have changed. The store is fed first.
@@ -512,10 +527,9 @@ pub fn controller(
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .watches(
-            Api::<DeploymentRuntimeConfig>::all(rt.client.clone()),
-            watcher::Config::default(),
-            move |config| {
+        .watches_stream(
+            config_events.touched_objects(),
+            move |config: DeploymentRuntimeConfig| {
                 let name = config.name_any();
                 by_config
                     .state()
@@ -560,6 +574,10 @@ pub fn controller(
             &rt.field_manager(),
         ),
         warned: Expiring::new(Duration::from_secs(3600)),
+        crds_known,
+        mrd_meta,
+        runtime_configs,
+        seen: seen::Seen::default(),
         certificates: crate::tls::Certificates::new(
             rt.client.clone(),
             &settings.namespace,

@@ -2,14 +2,12 @@
 //! DeploymentRuntimeConfig (`default` when it names none), or with
 //! `--enable-runtime-config=false` its deprecated ControllerConfig.
 
-use kube::{Api, Resource as _, ResourceExt as _};
+use kube::{Api, Resource as _, ResourceExt as _, runtime::reflector::ObjectRef};
 use runtime::reconciler::Draft;
 use types::pkg::{
     v1::ProviderRevision,
     v1alpha1::ControllerConfig,
-    v1beta1::{
-        DeploymentRuntimeConfig, DeploymentRuntimeConfigSpec, ImageConfigRef, REASON_RUNTIME,
-    },
+    v1beta1::{DeploymentRuntimeConfigSpec, ImageConfigRef, REASON_RUNTIME},
 };
 
 use super::{
@@ -98,13 +96,11 @@ impl ProviderRevisions {
                 "{source} names {api_version} {kind} {name}, which --package-runtime=Deployment cannot use; name a pkg.crossplane.io DeploymentRuntimeConfig"
             )));
         }
-        let api = Api::<DeploymentRuntimeConfig>::all(self.sk.client().clone());
-        let found = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| Error::request("read a DeploymentRuntimeConfig", e))?;
+        // From the watch's cache: one made a moment ago wakes the revision
+        // when the watch sees it.
+        let found = self.runtime_configs.get(&ObjectRef::new(&name));
         match found {
-            Some(c) => Ok((c.spec, false)),
+            Some(c) => Ok((c.spec.clone(), false)),
             None => Err(Error::RuntimeConfig(format!(
                 "DeploymentRuntimeConfig {name} ({source}) does not exist; create it or name another"
             ))),

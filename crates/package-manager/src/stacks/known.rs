@@ -21,8 +21,8 @@ pub struct Known {
     api: Api<Listed>,
 }
 
-/// name → kind, of every CRD.
-type Kinds = HashMap<Box<str>, Box<str>>;
+/// name → (kind, resourceVersion), of every CRD.
+type Kinds = HashMap<Box<str>, (Box<str>, Box<str>)>;
 /// The CRDs a stack marks, by name.
 type Marked = HashMap<String, Arc<CustomResourceDefinition>>;
 
@@ -87,11 +87,15 @@ impl Known {
         };
         let whole = |c: &Listed| Arc::new(c.clone().into_crd());
         let name = |c: &Listed| c.name_any();
+        let entry = |c: &Listed| {
+            let rv = c.resource_version().unwrap_or_default();
+            (c.kind().into(), rv.into())
+        };
         match event {
             Event::Init => inner.relist = Some(Default::default()),
             Event::InitApply(c) => {
                 if let Some((kinds, marked)) = inner.relist.as_mut() {
-                    kinds.insert(name(c).into(), c.kind().into());
+                    kinds.insert(name(c).into(), entry(c));
                     if marked_by_a_stack(c.meta()) {
                         marked.insert(name(c), whole(c));
                     }
@@ -105,7 +109,7 @@ impl Known {
                 return true;
             }
             Event::Apply(c) => {
-                inner.kinds.insert(name(c).into(), c.kind().into());
+                inner.kinds.insert(name(c).into(), entry(c));
                 if marked_by_a_stack(c.meta()) {
                     inner.marked.insert(name(c), whole(c));
                 } else {
@@ -162,7 +166,7 @@ impl Known {
                 let found = self.inner.read().ok().and_then(|i| {
                     i.kinds
                         .iter()
-                        .find(|(n, k)| in_group(n) && k.as_ref() == kind.as_str())
+                        .find(|(n, (k, _))| in_group(n) && k.as_ref() == kind.as_str())
                         .map(|(n, _)| n.to_string())
                 });
                 match found {
@@ -183,6 +187,18 @@ impl Known {
                 crd.spec.versions.iter().map(|v| v.name.as_str()),
             )
             .then_some(crd))
+    }
+
+    /// The resourceVersion of the CRD `name` as the watch last saw it
+    /// (None before the first list, or when there is no such CRD).
+    pub fn resource_version(&self, name: &str) -> Option<String> {
+        self.inner
+            .read()
+            .ok()?
+            .kinds
+            .get(name)
+            .map(|(_, rv)| rv.to_string())
+            .filter(|rv| !rv.is_empty())
     }
 
     /// The kept CRDs that carry `label` (a stack's mark).
