@@ -251,6 +251,17 @@ pub fn remove_object_provider() {
         NS,
         "--ignore-not-found",
     ]);
+    // Its pods gone too: a running one points its CRD's conversion at itself.
+    let _ = kubectl_try(&[
+        "wait",
+        "--for=delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=object-provider",
+        "-n",
+        NS,
+        "--timeout=120s",
+    ]);
     kubectl(&[
         "delete",
         "crd",

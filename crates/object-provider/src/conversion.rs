@@ -150,6 +150,7 @@ pub async fn serve(
     let hold = rt.health.hold();
     tracing::info!(addr = %args.webhook_addr, "serving the Objects' conversion webhook once its certificate is ready");
     let serving_drain = drain.clone();
+    let stopping = drain.clone();
     tokio::spawn(async move {
         let certificate = serving.start().await;
         let router = webhook::conversion_router(PATH, convert);
@@ -160,7 +161,14 @@ pub async fn serve(
             serving_drain,
         ));
         drop(hold);
-        serving.keep(certificate).await;
+        // Pointing the CRD at this replica stops when it starts to stop: a
+        // replica on its way out (the object-provider removed for
+        // provider-kubernetes, say) would otherwise take the CRD back from
+        // the package that now serves it.
+        tokio::select! {
+            () = serving.keep(certificate) => {}
+            () = stopping.draining() => {}
+        }
     });
     Ok(drain)
 }

@@ -131,6 +131,14 @@ impl Drain {
         }
     }
 
+    /// Resolves once the drain has begun: a stopping replica must no
+    /// longer claim anything for itself (its CRD's conversion, say), or it
+    /// would take it back from whoever replaces it.
+    pub async fn draining(&self) {
+        let mut state = self.state.subscribe();
+        let _ = state.wait_for(|s| *s >= Stage::Draining).await;
+    }
+
     fn at_least(&self, stage: Stage) -> bool {
         *self.state.borrow() >= stage
     }
@@ -312,6 +320,32 @@ mod tests {
     use axum::routing::get;
 
     use super::*;
+
+    #[tokio::test]
+    async fn draining_is_told_when_the_drain_begins_not_before() {
+        let drain = Drain::default();
+        let told = tokio::spawn({
+            let drain = drain.clone();
+            async move { drain.draining().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!told.is_finished(), "told before the drain began");
+        let finishing = tokio::spawn({
+            let drain = drain.clone();
+            async move { drain.finish(Duration::from_secs(3600)).await }
+        });
+        tokio::time::timeout(Duration::from_secs(5), told)
+            .await
+            .expect("told once the drain began")
+            .unwrap();
+        // Told at its start, not its end; and told at once when it began
+        // before the question.
+        assert!(!finishing.is_finished());
+        tokio::time::timeout(Duration::from_secs(5), drain.draining())
+            .await
+            .expect("told at once");
+        finishing.abort();
+    }
 
     /// A CA, and a certificate for 127.0.0.1 it signed (chain and key PEM).
     fn issued(name: &str) -> (String, String, String) {
