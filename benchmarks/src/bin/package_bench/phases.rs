@@ -299,14 +299,13 @@ async fn delete_providers(
     let took = t0.elapsed();
     // Then what else of theirs goes, by kind: whatever is left after
     // two more minutes is orphaned.
-    let until = Instant::now() + Duration::from_secs(120);
-    let mut left = leftovers(run, names).await;
-    while count(&left) > 0 && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        left = leftovers(run, names).await;
-    }
+    benchmarks::wait_until(Duration::from_secs(120), || async {
+        count(&leftovers(run, names).await) == 0
+    })
+    .await;
+    let all = t0.elapsed();
     let _ = gone;
-    (took, t0.elapsed(), left)
+    (took, all, leftovers(run, names).await)
 }
 
 /// How many objects `left` names.

@@ -94,19 +94,20 @@ pub struct Mrds {
     settled: Mutex<HashMap<String, Settled>>,
 }
 
-/// An Active MRD as its CRD was made from it: uid, and the hash of what
-/// besides its status the CRD is made of (generation, labels, annotations,
-/// finalizers, deletion); and the CRD's resourceVersion.
+/// An Active MRD as its CRD was made from it ([`body::version`]), and the
+/// CRD's resourceVersion.
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct Settled {
-    mrd: (Option<String>, Option<u64>),
+    mrd: String,
     crd: String,
 }
 
 impl Settled {
+    /// `mrd` as the cache keeps it (body::Listed: what it is compared
+    /// with next time), and the CRD at `crd`.
     fn of(mrd: &ManagedResourceDefinition, crd: Option<&str>) -> Option<Self> {
         Some(Self {
-            mrd: (mrd.uid(), runtime::controller::trim::spec_or_metadata(mrd)),
+            mrd: body::version(mrd)?,
             crd: crd?.to_owned(),
         })
     }
@@ -159,22 +160,15 @@ impl Reconciler for Mrds {
         let name = mrd.name_any();
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
         let crd_rv = self.crds.resource_version(&name);
-        let now = Settled::of(mrd, crd_rv.as_deref());
-        if body::active(mrd)
-            && now.is_some()
-            && self
-                .settled
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&name)
-                == now.as_ref()
+        let cached = Arc::clone(mrd);
+        let now = Settled::of(&cached, crd_rv.as_deref()).filter(|_| body::active(mrd));
         {
-            return Ok(served(status, &name));
+            let mut settled = self.settled.lock().unwrap_or_else(PoisonError::into_inner);
+            if now.is_some() && settled.get(&name) == now.as_ref() {
+                return Ok(served(status, &name));
+            }
+            settled.remove(&name);
         }
-        self.settled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&name);
         // The cache keeps MRDs without their CRD spec (body::Listed): an
         // Active one is read whole.
         let mrd = if body::active(mrd) {
@@ -213,7 +207,9 @@ impl Reconciler for Mrds {
                     .map_err(|e| ControlError::new("apply a CRD", e))?,
             };
             if crate::crds::established(&applied) {
-                if let Some(settled) = Settled::of(mrd, applied.resource_version().as_deref()) {
+                // Recorded as the cache has the MRD (the whole one read
+                // here is never older), so the next wake compares alike.
+                if let Some(settled) = Settled::of(&cached, applied.resource_version().as_deref()) {
                     self.settled
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)

@@ -9,7 +9,10 @@ use kube::{
     Api, Resource as _, ResourceExt,
     runtime::{controller::Action, reflector::ObjectRef},
 };
-use runtime::{reconciler::Draft, ssa};
+use runtime::{
+    reconciler::{Draft, value_hash},
+    ssa,
+};
 use types::{
     apiextensions::v1alpha1::ManagedResourceDefinition, common::TypedReference,
     pkg::v1::ProviderRevision,
@@ -18,7 +21,7 @@ use types::{
 use super::{
     context::{ProviderRevisions, TYPE_HEALTHY, WAIT_POLL, set},
     error::Error,
-    seen::{Kind, Known, body_hash},
+    seen::{Kind, Known},
 };
 use crate::labels;
 
@@ -181,7 +184,7 @@ impl ProviderRevisions {
             }
             let (mrd_known, live_mrd) = if managed {
                 let now = self.mrd_meta.get(&ObjectRef::new(&name));
-                let version = now.as_deref().and_then(mrd_version);
+                let version = now.as_deref().and_then(crate::mrds::body::version);
                 let known = self.seen.recall(Kind::Mrd, &name, version.as_deref());
                 let live = match known {
                     Some(_) => None,
@@ -219,14 +222,8 @@ impl ProviderRevisions {
             // would be many times the package in memory.
             let crd_state = match (&live, crd_known) {
                 (Some(l), _) => {
-                    let known = Known {
-                        resource_version: l.resource_version().unwrap_or_default(),
-                        uid: l.uid(),
-                        ready: crate::crds::established(l),
-                        applied: (!managed && ssa::applied(l, &body, &self.field_manager))
-                            .then(|| body_hash(&body)),
-                        owners: l.owner_references().to_vec(),
-                    };
+                    let applied = !managed && ssa::applied(l, &body, &self.field_manager);
+                    let known = Known::crd(l, applied.then(|| value_hash(&body)));
                     self.seen.remember(Kind::Crd, &name, known.clone());
                     Some(known)
                 }
@@ -237,25 +234,19 @@ impl ProviderRevisions {
                 let desired = crate::mrds::body::mrd_of(&body, active);
                 let mrd_state = match (&live_mrd, mrd_known) {
                     (Some(m), _) => {
-                        let known = Known {
-                            resource_version: mrd_version(m).unwrap_or_default(),
-                            uid: m.uid(),
-                            ready: crate::mrds::body::active(m),
-                            applied: ssa::applied(m, &desired, &self.field_manager)
-                                .then(|| body_hash(&desired)),
-                            owners: m.owner_references().to_vec(),
-                        };
+                        let applied = ssa::applied(m, &desired, &self.field_manager);
+                        let known = Known::mrd(m, applied.then(|| value_hash(&desired)));
                         self.seen.remember(Kind::Mrd, &name, known.clone());
                         Some(known)
                     }
                     (None, known) => known,
                 };
                 mrd_state
-                    .filter(|k| k.applied == Some(body_hash(&desired)))
+                    .filter(|k| k.applied == Some(value_hash(&desired)))
                     .map(|k| (k.uid, k.ready))
             } else {
                 crd_state
-                    .filter(|k| k.applied == Some(body_hash(&body)))
+                    .filter(|k| k.applied == Some(value_hash(&body)))
                     .map(|k| (k.uid, true))
             };
             planned.push(Planned {
@@ -294,18 +285,9 @@ impl ProviderRevisions {
                     let applied = ssa::apply(&mrds, &p.name, &body, &self.field_manager)
                         .await
                         .map_err(|e| Error::request("apply a ManagedResourceDefinition", e))?;
-                    let serving = crate::mrds::body::active(&applied);
-                    self.seen.remember(
-                        Kind::Mrd,
-                        &p.name,
-                        Known {
-                            resource_version: mrd_version(&applied).unwrap_or_default(),
-                            uid: applied.uid(),
-                            ready: serving,
-                            applied: Some(body_hash(&body)),
-                            owners: applied.owner_references().to_vec(),
-                        },
-                    );
+                    let known = Known::mrd(&applied, Some(value_hash(&body)));
+                    let serving = known.ready;
+                    self.seen.remember(Kind::Mrd, &p.name, known);
                     (applied.uid(), serving)
                 }
                 None => {
@@ -313,17 +295,8 @@ impl ProviderRevisions {
                     let applied = ssa::apply(&crds, &p.name, &body, &self.field_manager)
                         .await
                         .map_err(|e| Error::request("apply a CRD", e))?;
-                    self.seen.remember(
-                        Kind::Crd,
-                        &p.name,
-                        Known {
-                            resource_version: applied.resource_version().unwrap_or_default(),
-                            uid: applied.uid(),
-                            ready: crate::crds::established(&applied),
-                            applied: Some(body_hash(&body)),
-                            owners: applied.owner_references().to_vec(),
-                        },
-                    );
+                    let known = Known::crd(&applied, Some(value_hash(&body)));
+                    self.seen.remember(Kind::Crd, &p.name, known);
                     let uid = applied.uid();
                     // Read back now: the CRD's state is what was applied.
                     refs.push(crd_ref(&p.name, uid));
@@ -553,23 +526,6 @@ fn crd_ref(name: &str, uid: Option<String>) -> TypedReference {
 
 /// Whether a CRD is controlled by the ManagedResourceDefinition of its
 /// name (who may control it is that MRD's to decide).
-/// What of an MRD the revision's view of it depends on: its uid, its
-/// owners (who controls it) and what besides its status it is
-/// (generation, labels, annotations, finalizers, deletion). The MRD
-/// controller's status writes leave it the same, so they cost the revision
-/// no read.
-fn mrd_version<K: kube::Resource>(mrd: &K) -> Option<String> {
-    use std::hash::{Hash as _, Hasher as _};
-    let meta = mrd.meta();
-    let uid = meta.uid.as_deref()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    runtime::controller::trim::spec_or_metadata(mrd)?.hash(&mut h);
-    for o in meta.owner_references.iter().flatten() {
-        (&o.uid, o.controller).hash(&mut h);
-    }
-    Some(format!("{uid}/{:x}", h.finish()))
-}
-
 fn served_by_mrd(crd: &kube::api::ObjectMeta) -> bool {
     let name = crd.name.as_deref().unwrap_or_default();
     crd.owner_references.iter().flatten().any(|o| {

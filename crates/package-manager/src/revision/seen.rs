@@ -6,12 +6,17 @@
 //! otherwise cost two hundred reads on every wake, and an idle one
 //! nothing). Whatever changed, or is not in the watch yet, is read.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use std::{
     collections::HashMap,
-    hash::{Hash as _, Hasher as _},
     sync::{Mutex, PoisonError},
 };
+
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
+use kube::ResourceExt as _;
+use types::apiextensions::v1alpha1::ManagedResourceDefinition;
 
 /// Which of the two kinds.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -34,6 +39,30 @@ pub(super) struct Known {
 }
 
 impl Known {
+    /// What a CRD read or applied now is, `applied` the hash of the body
+    /// it was found applied with, if it was.
+    pub fn crd(live: &CustomResourceDefinition, applied: Option<u64>) -> Self {
+        Self {
+            resource_version: live.resource_version().unwrap_or_default(),
+            uid: live.uid(),
+            ready: crate::crds::established(live),
+            applied,
+            owners: live.owner_references().to_vec(),
+        }
+    }
+
+    /// What an MRD read or applied now is, at its
+    /// [`crate::mrds::body::version`].
+    pub fn mrd(live: &ManagedResourceDefinition, applied: Option<u64>) -> Self {
+        Self {
+            resource_version: crate::mrds::body::version(live).unwrap_or_default(),
+            uid: live.uid(),
+            ready: crate::mrds::body::active(live),
+            applied,
+            owners: live.owner_references().to_vec(),
+        }
+    }
+
     /// What [`super::ProviderRevisions::control_of`] reads of `name`.
     pub fn meta(&self, name: &str) -> ObjectMeta {
         ObjectMeta {
@@ -80,14 +109,6 @@ impl Seen {
         known.remove(&(Kind::Crd, name.to_owned()));
         known.remove(&(Kind::Mrd, name.to_owned()));
     }
-}
-
-/// A hash of a body to apply, to tell later whether the same was found
-/// applied.
-pub(super) fn body_hash(body: &serde_json::Value) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    body.to_string().hash(&mut h);
-    h.finish()
 }
 
 #[cfg(test)]
