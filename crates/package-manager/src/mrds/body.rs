@@ -47,6 +47,10 @@ pub fn mrd_of(crd: &serde_json::Value, active: bool) -> serde_json::Value {
     })
 }
 
+/// kubectl's copy of what it last applied: not carried to the CRD, nor
+/// kept in the cache (it is the whole MRD again).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// The CRD an Active MRD serves: its spec without the MRD's own fields
 /// (state, connection details), its labels and annotations, controlled by
 /// the MRD (which blocks the MRD's deletion until the CRD is gone).
@@ -75,7 +79,7 @@ pub fn crd_of(mrd: &ManagedResourceDefinition) -> serde_json::Value {
     let annotations: std::collections::BTreeMap<&String, &String> = mrd
         .annotations()
         .iter()
-        .filter(|(k, _)| k.as_str() != "kubectl.kubernetes.io/last-applied-configuration")
+        .filter(|(k, _)| k.as_str() != LAST_APPLIED)
         .collect();
     if !annotations.is_empty() {
         metadata.insert(
@@ -148,7 +152,11 @@ struct ListedSpec {
 
 impl Listed {
     /// What the MRD controller keeps: the MRD's name, identity, owners,
-    /// state and status (an Active one is read whole when reconciled).
+    /// labels, annotations (all but kubectl's copy of what it last applied),
+    /// state and status; an Active one is read whole when reconciled. Its
+    /// labels and annotations are what its CRD carries ([`crd_of`]), so
+    /// they are part of the [`version`] that says whether the CRD is still
+    /// as the MRD makes it: an edit of them alone bumps no generation.
     pub fn for_reconcile(self) -> ManagedResourceDefinition {
         let m = self.metadata;
         ManagedResourceDefinition {
@@ -159,13 +167,12 @@ impl Listed {
                 generation: m.generation,
                 owner_references: m.owner_references,
                 deletion_timestamp: m.deletion_timestamp,
-                // Only the one the reconciler skeleton reads.
+                labels: m.labels,
                 annotations: m
                     .annotations
-                    .map(|a| {
-                        a.into_iter()
-                            .filter(|(k, _)| k == types::common::ANNOTATION_PAUSED)
-                            .collect::<std::collections::BTreeMap<_, _>>()
+                    .map(|mut a| {
+                        a.remove(LAST_APPLIED);
+                        a
                     })
                     .filter(|a| !a.is_empty()),
                 ..ObjectMeta::default()
@@ -311,6 +318,46 @@ mod tests {
         assert_eq!(owners[0]["uid"], "mrd-uid");
         assert_eq!(owners[0]["controller"], true);
         assert_eq!(c["metadata"]["labels"]["pkg.crossplane.io/package"], "p");
+    }
+
+    #[test]
+    fn a_cached_mrd_changes_version_when_only_its_labels_or_annotations_do() {
+        let listed = |labels: serde_json::Value, annotations: serde_json::Value| {
+            let mut m = mrd_of(&crd("Thing"), true);
+            m["metadata"]["uid"] = "mrd-uid".into();
+            m["metadata"]["generation"] = 1.into();
+            m["metadata"]["labels"] = labels;
+            m["metadata"]["annotations"] = annotations;
+            let l: Listed = serde_json::from_value(m).unwrap();
+            version(&l.for_reconcile()).unwrap()
+        };
+        let a = listed(
+            serde_json::json!({"team": "a"}),
+            serde_json::json!({"owner": "x"}),
+        );
+        // The CRD carries both: an edit of either alone is a change.
+        assert_ne!(
+            a,
+            listed(
+                serde_json::json!({"team": "b"}),
+                serde_json::json!({"owner": "x"})
+            )
+        );
+        assert_ne!(
+            a,
+            listed(
+                serde_json::json!({"team": "a"}),
+                serde_json::json!({"owner": "y"})
+            )
+        );
+        // kubectl's copy of what it applied is neither carried nor kept.
+        assert_eq!(
+            a,
+            listed(
+                serde_json::json!({"team": "a"}),
+                serde_json::json!({"owner": "x", LAST_APPLIED: "{}"})
+            )
+        );
     }
 
     #[test]
