@@ -190,6 +190,7 @@ async fn a_pushed_package_is_pulled_back_and_a_second_push_skips_its_blobs() {
         .await
         .unwrap();
     assert_eq!(p.contents.meta.name, "provider-pushed");
+    assert!(p.took.pull.is_some(), "not cached yet: pulled");
 
     let uploads = server.requests_to("/v2/pkg/x/blobs/uploads/").len();
     let again = image

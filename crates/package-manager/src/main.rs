@@ -89,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
             }),
     );
     let rt = Runtime::new(BINARY, args.common.clone()).await?;
+    let steps = packages::fetch_steps(&rt.metrics)?;
     let kinds = [
         api_resource::<ExtensionRequest>(),
         api_resource::<Extension>(),
@@ -104,7 +105,12 @@ async fn main() -> anyhow::Result<()> {
     let build = {
         let rt = rt.clone();
         move || {
-            let work = work(&rt, &args, fetcher.clone(), &controllers_namespace);
+            let work = work(
+                &rt,
+                &args,
+                (fetcher.clone(), steps.clone()),
+                &controllers_namespace,
+            );
             async move {
                 work.await;
                 Ok(())
@@ -122,7 +128,7 @@ async fn main() -> anyhow::Result<()> {
 fn work(
     rt: &Runtime,
     args: &Args,
-    fetcher: std::sync::Arc<oci::xpkg::Fetcher>,
+    (fetcher, steps): (std::sync::Arc<oci::xpkg::Fetcher>, prometheus::HistogramVec),
     controllers_namespace: &str,
 ) -> impl Future<Output = ()> + use<> {
     let namespace = args.runtime_namespace.clone();
@@ -133,6 +139,7 @@ fn work(
         Api::namespaced(rt.client.clone(), &namespace),
         image_configs.clone(),
         args.max_packages_in_memory,
+        steps,
     );
     // Every CRD's name and kind, and the CRDs stacks mark (stacks::known::Known).
     let (crds, crd_changes) = stacks::known::Known::watch(rt.client.clone());

@@ -1,5 +1,6 @@
 //! The ProviderRevision controller of the rbac-manager: renders each
-//! revision's ClusterRoles from the CRDs it installed ([`crate::roles`]),
+//! revision's ClusterRoles from the CRDs it installed and, without
+//! SafeStart, its MRDs ([`granted_kinds`], [`crate::roles`]),
 //! binds the `system` role to the ServiceAccount its runtime Deployment runs
 //! as while the revision is Active (an Inactive one keeps its roles and
 //! loses the binding), and says so in the revision's `RBACReady` condition.
@@ -115,7 +116,7 @@ impl Reconciler for ProviderRevisions {
         r: &Arc<ProviderRevision>,
         _status: &mut Draft<ProviderRevision>,
     ) -> Result<Action, Error> {
-        let (kinds, protected) = kinds::installed(&r.crd_names());
+        let (kinds, protected) = kinds::installed(&granted_kinds(r));
         if kinds.is_empty() && protected.is_empty() {
             // Nothing installed yet: the revision's status change wakes us.
             return Ok(Action::await_change());
@@ -266,30 +267,29 @@ impl ProviderRevisions {
         Some((deployment.name_any(), sa))
     }
 
-    /// Applies the revision's roles and its binding (or deletes the binding
-    /// when there is none), unless exactly these were applied last.
+    /// Applies the revision's roles, then its binding (or deletes the
+    /// binding when there is none), each unless exactly it was applied
+    /// last: a runtime bound later writes its binding, not the roles again.
     async fn write(
         &self,
         name: &str,
         rendered: &[ClusterRole],
         binding: Option<&Bindings>,
     ) -> Result<(), Error> {
-        // The roles and binding are compared as one: nothing is written
-        // unless one of them changed.
         self.applier
-            .apply_with(name, &(rendered, binding), true, || {
-                self.write_now(name, rendered, binding)
+            .apply_with(&roles_key(name), &rendered, true, || {
+                self.apply_roles(rendered)
+            })
+            .await?;
+        self.applier
+            .apply_with(&binding_key(name), &binding, true, || {
+                self.bind(name, binding)
             })
             .await?;
         Ok(())
     }
 
-    async fn write_now(
-        &self,
-        name: &str,
-        rendered: &[ClusterRole],
-        binding: Option<&Bindings>,
-    ) -> Result<(), Error> {
+    async fn apply_roles(&self, rendered: &[ClusterRole]) -> Result<(), Error> {
         let api = Api::<ClusterRole>::all(self.sk.client().clone());
         for role in rendered {
             let role_name = role.metadata.name.as_deref().unwrap_or_default();
@@ -298,6 +298,10 @@ impl ProviderRevisions {
                 .map_err(|e| Error::Request("apply a ClusterRole", e))?;
             self.metrics.roles_rendered.inc();
         }
+        Ok(())
+    }
+
+    async fn bind(&self, name: &str, binding: Option<&Bindings>) -> Result<(), Error> {
         match binding {
             Some(b) => {
                 let bindings = Api::<ClusterRoleBinding>::all(self.sk.client().clone());
@@ -365,7 +369,8 @@ impl ProviderRevisions {
 
     /// Deletes the revision's bindings, then its roles.
     async fn remove(&self, name: &str) -> Result<(), Error> {
-        self.applier.forget(name);
+        self.applier.forget(&roles_key(name));
+        self.applier.forget(&binding_key(name));
         self.unbind(name).await?;
         let api = Api::<ClusterRole>::all(self.sk.client().clone());
         for role in roles::role_names(name) {
@@ -393,6 +398,29 @@ impl ProviderRevisions {
         )
         .await
     }
+}
+
+/// Under what the revision `name`'s roles, and its binding, were applied.
+fn roles_key(name: &str) -> String {
+    format!("{name}/roles")
+}
+
+fn binding_key(name: &str) -> String {
+    format!("{name}/binding")
+}
+
+/// The CRDs whose kinds the revision's roles grant: those it delivered
+/// and, without SafeStart, also those of its MRDs (which it makes Active:
+/// each serves its CRD in a moment), so the roles are written once with
+/// every kind rather than again as each CRD appears. With SafeStart an
+/// MRD is granted only once a policy activated it and its CRD is there.
+fn granted_kinds(r: &ProviderRevision) -> Vec<String> {
+    let mut names = r.crd_names();
+    if !r.safe_start() {
+        // The same name twice is one kind ([`roles::kinds_of`]).
+        names.extend(r.mrd_names());
+    }
+    names
 }
 
 /// The controller, ready to run: it watches the runtime Deployments of
@@ -442,4 +470,53 @@ where
         metrics,
     });
     reconciler::run(ctrl, reconciler)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn revision(capabilities: &str) -> ProviderRevision {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "pkg.crossplane.io/v1",
+            "kind": "ProviderRevision",
+            "metadata": {
+                "name": "p-1",
+                "annotations": {"pkg.crossplane.io/capabilities": capabilities},
+            },
+            "spec": {"package": "p:v1", "revision": 1, "desiredState": "Active"},
+            "status": {"objectRefs": [
+                {"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition", "name": "buckets.example.org"},
+                {"apiVersion": "apiextensions.crossplane.io/v1alpha1", "kind": "ManagedResourceDefinition", "name": "queues.example.org"},
+                {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "buckets.example.org"},
+                {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "providerconfigs.example.org"},
+            ]},
+        }))
+        .unwrap()
+    }
+
+    fn plurals(r: &ProviderRevision) -> Vec<String> {
+        roles::kinds_of(&granted_kinds(r))
+            .into_iter()
+            .map(|k| k.plural)
+            .collect()
+    }
+
+    #[test]
+    fn a_revision_without_safe_start_is_granted_its_mrds_kinds_before_their_crds_appear() {
+        assert_eq!(
+            plurals(&revision("")),
+            ["buckets", "providerconfigs", "queues"]
+        );
+    }
+
+    #[test]
+    fn a_safe_start_revision_is_granted_only_the_kinds_whose_crds_are_there() {
+        assert_eq!(
+            plurals(&revision("SafeStart")),
+            ["buckets", "providerconfigs"]
+        );
+    }
 }

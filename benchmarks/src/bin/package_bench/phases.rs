@@ -231,6 +231,7 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
     }
     let mark = AuditMark::now([run.control]);
     let before = run.side.usage();
+    let steps_before = fetch_steps(run);
     let t0 = Instant::now();
     apply(run.control, &[provider(name, reference)]);
     let reached = healthy.wait(&[name.to_owned()], timeout).await;
@@ -256,6 +257,7 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
     moments.insert("healthy".to_owned(), json!(at(&healthy)));
     let requests = mark.delta(&AuditMark::now([run.control]), &run.side.audit_users(), 1.0);
     let usage = run.side.usage_since(&before);
+    let fetch = steps_since(&fetch_steps(run), &steps_before);
     delete_providers(run, &[name.to_owned()], crds_of).await;
     json!({
         "provider": name,
@@ -264,9 +266,43 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
         "healthy": reached.json(),
         "crds_established": crds_reached.json(),
         "seconds_from_apply": moments,
+        "package_fetch": fetch,
         "requests": requests,
         "usage": usage,
     })
+}
+
+/// What ours counted of reading packages so far: seconds and fetches of
+/// each step (`crossplane_rs_package_fetch_seconds`), from the
+/// package-manager's /metrics; nothing for upstream, which has no such
+/// metric.
+fn fetch_steps(run: &Run<'_>) -> Option<[(f64, f64); 2]> {
+    if run.side.name != "crossplane-rs" {
+        return None;
+    }
+    let m = tokio::task::block_in_place(|| e2e::shipped::metrics_of("package-manager"));
+    let of = |step: &str| {
+        let sum = |what: &str| {
+            e2e::metric_sum(
+                &m,
+                &format!("crossplane_rs_package_fetch_seconds_{what}"),
+                &[("step", step)],
+            )
+        };
+        (sum("sum"), sum("count"))
+    };
+    Some([of("pull"), of("parse")])
+}
+
+/// The pull and parse seconds (and how many of each) between two
+/// [`fetch_steps`]: a package pulled once is parsed as often as it is read.
+fn steps_since(after: &Option<[(f64, f64); 2]>, before: &Option<[(f64, f64); 2]>) -> Value {
+    let (Some(after), Some(before)) = (after, before) else {
+        return Value::Null;
+    };
+    let step =
+        |i: usize| json!({"seconds": after[i].0 - before[i].0, "count": after[i].1 - before[i].1});
+    json!({"pull": step(0), "parse": step(1)})
 }
 
 /// Deletes Providers and waits until every one of `crds` is gone, then

@@ -57,6 +57,18 @@ pub struct Fetched<F> {
     pub digest: Digest,
     /// What it holds.
     pub contents: F,
+    /// How long reading it took, step by step.
+    pub took: Took,
+}
+
+/// How long a fetch took, step by step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Took {
+    /// Reading the manifest and downloading the package layer; `None` when
+    /// the package came from the cache.
+    pub pull: Option<std::time::Duration>,
+    /// Parsing (and checking) what was read, and caching it when pulled.
+    pub parse: std::time::Duration,
 }
 
 /// A Crossplane package read from a registry.
@@ -192,13 +204,15 @@ impl Fetcher {
                 Ok(cache.get(F::NAME, &key))
             })
             .await?;
-            let (layer, files, fresh) = match hit {
-                Some((layer, files)) => (layer, files, false),
+            let (layer, files, pull) = match hit {
+                Some((layer, files)) => (layer, files, None),
                 None => {
+                    let started = std::time::Instant::now();
                     let pulled = self.pull_files(reference, digest, auth, F::wanted).await?;
-                    (pulled.layer, pulled.files, true)
+                    (pulled.layer, pulled.files, Some(started.elapsed()))
                 }
             };
+            let (fresh, parsing) = (pull.is_some(), std::time::Instant::now());
             let (cache, key, limits) = (self.cache.clone(), digest.clone(), self.limits.clone());
             let owned = reference.to_owned();
             let contents = off_workers(reference, F::PARSING, move || {
@@ -214,6 +228,10 @@ impl Fetcher {
                 reference: reference.to_owned(),
                 digest: digest.clone(),
                 contents,
+                took: Took {
+                    pull,
+                    parse: parsing.elapsed(),
+                },
             })
         })
         .await
@@ -316,6 +334,7 @@ mod tests {
             .unwrap();
         assert_eq!(p.contents.meta.name, "provider-test");
         assert_eq!(p.contents.objects.len(), 1);
+        assert_eq!(p.took.pull, None, "a hit pulls nothing");
         let touched = std::fs::metadata(&path).unwrap().modified().unwrap();
         assert!(
             touched > SystemTime::UNIX_EPOCH,

@@ -348,6 +348,7 @@ fn describe_prints_the_meta_and_a_line_per_crd() {
         reference: "reg/x:v1".into(),
         digest: crate::Digest::of(b"m"),
         contents: parse("r", "l", format!("{META}---\n{crd}").as_bytes()).unwrap(),
+        took: crate::pull::Took::default(),
     };
     let text = describe(&package);
     assert!(
