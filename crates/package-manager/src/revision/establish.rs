@@ -49,6 +49,30 @@ impl ProviderRevisions {
             .collect()
     }
 
+    /// What is known of `name` while the watch shows it at the version it
+    /// was known at (`now`, [`super::seen`]); else the object, read whole
+    /// (`None` when there is none).
+    async fn recall_or_read<K>(
+        &self,
+        kind: Kind,
+        api: &Api<K>,
+        name: &str,
+        now: Option<&str>,
+        what: &'static str,
+    ) -> Result<(Option<Known>, Option<K>), Error>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        if let Some(known) = self.seen.recall(kind, name, now) {
+            return Ok((Some(known), None));
+        }
+        let live = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::request(what, e))?;
+        Ok((None, live))
+    }
+
     /// How the object `what` (its `meta`) that exists relates to this
     /// revision: a package never takes over what it did not make.
     pub(super) fn control_of(
@@ -158,14 +182,9 @@ impl ProviderRevisions {
             // Each object as the watch last saw its metadata; read whole
             // only when it changed since this controller last looked.
             let crd_rv = self.crds_known.resource_version(&name);
-            let crd_known = self.seen.recall(Kind::Crd, &name, crd_rv.as_deref());
-            let live = match crd_known {
-                Some(_) => None,
-                None => crds
-                    .get_opt(&name)
-                    .await
-                    .map_err(|e| Error::request("read a CRD", e))?,
-            };
+            let (crd_known, live) = self
+                .recall_or_read(Kind::Crd, &crds, &name, crd_rv.as_deref(), "read a CRD")
+                .await?;
             let recalled_crd = crd_known.as_ref().map(|k| k.meta(&name));
             let crd_meta = live.as_ref().map(|l| &l.metadata).or(recalled_crd.as_ref());
             if let Some(meta) = crd_meta
@@ -185,15 +204,14 @@ impl ProviderRevisions {
             let (mrd_known, live_mrd) = if managed {
                 let now = self.mrd_meta.get(&ObjectRef::new(&name));
                 let version = now.as_deref().and_then(crate::mrds::body::version);
-                let known = self.seen.recall(Kind::Mrd, &name, version.as_deref());
-                let live = match known {
-                    Some(_) => None,
-                    None => mrds
-                        .get_opt(&name)
-                        .await
-                        .map_err(|e| Error::request("read a ManagedResourceDefinition", e))?,
-                };
-                (known, live)
+                self.recall_or_read(
+                    Kind::Mrd,
+                    &mrds,
+                    &name,
+                    version.as_deref(),
+                    "read a ManagedResourceDefinition",
+                )
+                .await?
             } else {
                 (None, None)
             };
@@ -220,10 +238,13 @@ impl ProviderRevisions {
             // written again. Of the live objects only uids and whether the
             // kind is served are kept: read back whole, a package's CRDs
             // would be many times the package in memory.
+            // A managed kind's CRD is its MRD's to write: only the MRD is
+            // compared with what this revision would apply.
+            let body_hash = (!managed).then(|| value_hash(&body));
             let crd_state = match (&live, crd_known) {
                 (Some(l), _) => {
-                    let applied = !managed && ssa::applied(l, &body, &self.field_manager);
-                    let known = Known::crd(l, applied.then(|| value_hash(&body)));
+                    let applied = body_hash.filter(|_| ssa::applied(l, &body, &self.field_manager));
+                    let known = Known::crd(l, applied);
                     self.seen.remember(Kind::Crd, &name, known.clone());
                     Some(known)
                 }
@@ -232,21 +253,22 @@ impl ProviderRevisions {
             let crd = crd_state.as_ref().map(|k| (k.uid.clone(), k.ready));
             let current = if managed {
                 let desired = crate::mrds::body::mrd_of(&body, active);
+                let desired_hash = value_hash(&desired);
                 let mrd_state = match (&live_mrd, mrd_known) {
                     (Some(m), _) => {
                         let applied = ssa::applied(m, &desired, &self.field_manager);
-                        let known = Known::mrd(m, applied.then(|| value_hash(&desired)));
+                        let known = Known::mrd(m, applied.then_some(desired_hash));
                         self.seen.remember(Kind::Mrd, &name, known.clone());
                         Some(known)
                     }
                     (None, known) => known,
                 };
                 mrd_state
-                    .filter(|k| k.applied == Some(value_hash(&desired)))
+                    .filter(|k| k.applied == Some(desired_hash))
                     .map(|k| (k.uid, k.ready))
             } else {
                 crd_state
-                    .filter(|k| k.applied == Some(value_hash(&body)))
+                    .filter(|k| k.applied == body_hash)
                     .map(|k| (k.uid, true))
             };
             planned.push(Planned {
