@@ -33,6 +33,13 @@ pub const ACTIVATION_MANAGER: &str = "package-manager-activation";
 /// Healthy: every matching MRD is Active.
 pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
 
+/// How long a policy's growing `status.activated` may wait for more MRDs
+/// before it is written. A package's MRDs appear one by one (5000 for 50
+/// Providers of 100 kinds), and the list is rewritten whole: written on
+/// each, a burst costs as many writes as MRDs, each as long as the list.
+/// Activation itself never waits ([`Policies::urgent`]).
+const LISTED_WINDOW: Duration = Duration::from_secs(5);
+
 /// The MRAP controller's reconciler.
 pub struct Policies {
     sk: Skeleton,
@@ -53,6 +60,30 @@ impl Reconciler for Policies {
 
     async fn ready(&self) -> bool {
         cache_ready(&self.mrds).await
+    }
+
+    /// Only a list that grew, with the same conditions, waits: what a
+    /// burst of new MRDs does. A first status, a name gone or a condition
+    /// changed is written at once.
+    fn may_wait(
+        &self,
+        before: &Draft<ManagedResourceActivationPolicy>,
+        after: &Draft<ManagedResourceActivationPolicy>,
+    ) -> Option<Duration> {
+        listed_more(before, after).then_some(LISTED_WINDOW)
+    }
+
+    /// An MRD the policy matches that is not Active yet is activated at
+    /// once, not at the end of a held write's window.
+    fn urgent(
+        &self,
+        policy: &ManagedResourceActivationPolicy,
+        _status: &Draft<ManagedResourceActivationPolicy>,
+    ) -> bool {
+        self.mrds.state().iter().any(|mrd| {
+            mrd.spec.state != ManagedResourceDefinitionState::Active
+                && policy.activates(&mrd.name_any())
+        })
     }
 
     async fn apply(
@@ -113,6 +144,21 @@ impl Reconciler for Policies {
     }
 }
 
+/// Whether `after` only lists more MRDs than `before` (already written,
+/// with conditions) and says the same otherwise.
+fn listed_more(
+    before: &Draft<ManagedResourceActivationPolicy>,
+    after: &Draft<ManagedResourceActivationPolicy>,
+) -> bool {
+    !before.conditions.is_empty()
+        && before.conditions == after.conditions
+        && after.activated.len() > before.activated.len()
+        && before
+            .activated
+            .iter()
+            .all(|n| after.activated.binary_search(n).is_ok())
+}
+
 /// The MRAP controller, ready to run: an MRD that is made or changes
 /// wakes every policy (there are few).
 pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + use<> {
@@ -140,8 +186,44 @@ pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + u
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Policies {
-        sk: Skeleton::new(rt, CONTROLLER),
+        sk: Skeleton::new(rt, CONTROLLER).coalescing(LISTED_WINDOW),
         mrds,
     });
     reconciler::run(ctrl, reconciler)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use types::apiextensions::v1alpha1::ManagedResourceActivationPolicyStatus as Status;
+
+    fn status(activated: &[&str], healthy: bool) -> Status {
+        let mut s = Status {
+            activated: activated.iter().map(|n| (*n).to_owned()).collect(),
+            ..Status::default()
+        };
+        conditions::set(
+            &mut s.conditions,
+            conditions::custom(TYPE_HEALTHY, healthy, "Running", None),
+            "2026-12-03T00:00:00Z",
+        );
+        s
+    }
+
+    #[test]
+    fn only_a_list_that_grew_waits_for_more() {
+        let two = status(&["a.example.org", "b.example.org"], true);
+        let three = status(&["a.example.org", "b.example.org", "c.example.org"], true);
+        assert!(listed_more(&two, &three), "more MRDs listed: may wait");
+        assert!(!listed_more(&three, &two), "a name gone: written at once");
+        assert!(!listed_more(&two, &two), "nothing new");
+        let swapped = status(&["a.example.org", "c.example.org", "d.example.org"], true);
+        assert!(!listed_more(&two, &swapped), "b gone: written at once");
+        let unhealthy = status(&["a.example.org", "b.example.org", "c.example.org"], false);
+        assert!(!listed_more(&two, &unhealthy), "a condition changed");
+        assert!(
+            !listed_more(&Status::default(), &three),
+            "a first status is written at once"
+        );
+    }
 }
