@@ -219,6 +219,30 @@ async fn main() {
     eprintln!("package-bench: the null writer");
     let ceiling = null::run(control, &client, &gens, &servers).await;
     let mut sides = serde_json::Map::new();
+    let mut upstream_json = Value::Null;
+    // Written after each side as well as at the end: a side that fails
+    // (at 50 x 100 the API server's memory is the machine's limit) keeps
+    // what the one before it measured.
+    let write = |sides: &serde_json::Map<String, Value>, upstream_json: &Value| {
+        let out = json!({
+            "benchmark": "package-bench",
+            "started": started,
+            "took_s": begun.elapsed().as_secs_f64(),
+            "machine": benchmarks::machine(),
+            "providers": args.providers,
+            "crds_each": args.crds,
+            "properties_each": args.properties,
+            "packages": "built by upstream's crossplane CLI (xpkg build --embed-runtime-image-tarball, xpkg push)",
+            // The Go runtime's soft memory limit the control plane's
+            // processes ran with (hack/bench-packages.sh), if any.
+            "go_memory_limit": std::env::var("GOMEMLIMIT").ok(),
+            "upstream": upstream_json,
+            "verdicts": compare::verdicts(&ceiling, sides),
+            "null_writer": ceiling,
+            "sides": sides,
+        });
+        benchmarks::write_json(&args.out, &out);
+    };
     if wants("crossplane-rs") {
         let run = Run {
             control,
@@ -229,8 +253,8 @@ async fn main() {
             "crossplane-rs".to_owned(),
             measure(&run, &servers, &one, &gens, args.idle).await,
         );
+        write(&sides, &upstream_json);
     }
-    let mut upstream_json = Value::Null;
     if wants("upstream") {
         eprintln!("package-bench: replacing crossplane-rs's package side by upstream's");
         // Blocking work (a push on a runtime of its own, kubectl waits).
@@ -251,20 +275,6 @@ async fn main() {
             measure(&run, &servers, &one, &gens, args.idle).await,
         );
     }
-    let out = json!({
-        "benchmark": "package-bench",
-        "started": started,
-        "took_s": begun.elapsed().as_secs_f64(),
-        "machine": benchmarks::machine(),
-        "providers": args.providers,
-        "crds_each": args.crds,
-        "properties_each": args.properties,
-        "packages": "built by upstream's crossplane CLI (xpkg build --embed-runtime-image-tarball, xpkg push)",
-        "upstream": upstream_json,
-        "verdicts": compare::verdicts(&ceiling, &sides),
-        "null_writer": ceiling,
-        "sides": sides,
-    });
-    benchmarks::write_json(&args.out, &out);
+    write(&sides, &upstream_json);
     eprintln!("package-bench: wrote {}", args.out.display());
 }
