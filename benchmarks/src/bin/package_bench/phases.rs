@@ -332,13 +332,16 @@ async fn delete_providers(
     // 0.27 s per CRD at 10 x 20): a side that is not done by then is
     // reported as not done, with what it left.
     let wait = Duration::from_secs(900) + Duration::from_millis(250) * crd_names.len() as u32;
-    let (gone, _) = benchmarks::wait_until(wait, || async {
-        c.list_metadata(&Default::default())
-            .await
-            .map(|l| !l.items.iter().any(|o| wanted.contains(&o.name_any())))
-            .unwrap_or(false)
-    })
-    .await;
+    // How many of `crd_names` are left (None: the list failed).
+    let crds_left = || async {
+        c.list_metadata(&Default::default()).await.ok().map(|l| {
+            l.items
+                .iter()
+                .filter(|o| wanted.contains(&o.name_any()))
+                .count()
+        })
+    };
+    let (gone, _) = benchmarks::wait_until(wait, || async { crds_left().await == Some(0) }).await;
     let took = gone.then(|| t0.elapsed());
     // Then what else of theirs goes, by kind: whatever is left after
     // two more minutes is orphaned.
@@ -348,18 +351,8 @@ async fn delete_providers(
     .await;
     let all = t0.elapsed();
     let mut left = leftovers(run, names).await;
-    let crds_left = c
-        .list_metadata(&Default::default())
-        .await
-        .map(|l| {
-            l.items
-                .iter()
-                .filter(|o| wanted.contains(&o.name_any()))
-                .count()
-        })
-        .unwrap_or(0);
     if let Some(m) = left.as_object_mut() {
-        m.insert("crds".into(), json!(crds_left));
+        m.insert("crds".into(), json!(crds_left().await.unwrap_or(0)));
     }
     (took, all, left)
 }
