@@ -3,13 +3,34 @@
 
 use std::error::Error as StdError;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::{
-    Client,
-    runtime::events::{Event, EventType, Recorder, Reporter},
+use std::{
+    hash::{BuildHasher, RandomState},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
-use crate::metrics::Metrics;
+use k8s_openapi::{
+    api::{core::v1::ObjectReference, events::v1::Event},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+
+use crate::{lru::Lru, metrics::Metrics};
+
+/// How long an event repeated counts in the first one's series instead of
+/// making another Event (what client-go and kube-rs use).
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+/// How many recent events a controller remembers for series, whatever it
+/// publishes: a burst of one event per object (an Activated per MRD, 5000
+/// for 50 Providers of 100 kinds) must not cost memory per object. The
+/// least recently published is forgotten first; repeating it then makes a
+/// new Event, not a wrong count.
+const REMEMBERED: usize = 1024;
 
 /// An error a reconcile can fail with: it names its category, a bounded
 /// label used as the Event reason and the metric label.
@@ -74,6 +95,159 @@ pub struct EventReporter {
     metrics: Metrics,
 }
 
+/// Normal or Warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
+}
+
+/// An Event published lately, for its series: what it is called and how
+/// many times it was seen. Its key is a hash of what makes events the same
+/// (type, reason, regarding object), not a copy of them.
+struct Sent {
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+/// Publishes `events.k8s.io/v1` Events, counting an event repeated within
+/// [`SERIES_WINDOW`] in the first one's series (a patch of its count)
+/// instead of making another. Unlike kube-rs's recorder it remembers at
+/// most [`REMEMBERED`] events, each as a name and a count, and never holds
+/// its lock across a request.
+#[derive(Clone)]
+struct Recorder {
+    client: Client,
+    controller: String,
+    instance: String,
+    hasher: RandomState,
+    sent: Arc<Mutex<Lru<u64, Sent>>>,
+}
+
+impl Recorder {
+    fn new(client: Client, controller: String, instance: String) -> Self {
+        Self {
+            client,
+            controller,
+            instance,
+            hasher: RandomState::new(),
+            sent: Arc::new(Mutex::new(Lru::new(REMEMBERED))),
+        }
+    }
+
+    /// What makes two events one series: the same type and reason about
+    /// the same object (its note may differ: the series keeps the first,
+    /// as client-go's does).
+    fn key(&self, type_: EventType, reason: &str, regarding: &ObjectReference) -> u64 {
+        self.hasher.hash_one((
+            type_,
+            reason,
+            &regarding.api_version,
+            &regarding.kind,
+            &regarding.namespace,
+            &regarding.name,
+            &regarding.uid,
+        ))
+    }
+
+    /// The series an event with `key` continues, counted once more.
+    fn repeat(&self, key: u64, now: Instant) -> Option<(String, i32)> {
+        let mut sent = self
+            .sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let s = sent.get(&key)?;
+        if now.duration_since(s.at) > SERIES_WINDOW {
+            sent.remove(&key);
+            return None;
+        }
+        s.count += 1;
+        s.at = now;
+        Some((s.name.clone(), s.count))
+    }
+
+    async fn publish(
+        &self,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        // A cluster-scoped object's events go to "default", as kubectl
+        // describe looks for them.
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let key = self.key(type_, reason, regarding);
+        let now = Timestamp::now();
+        if let Some((name, count)) = self.repeat(key, Instant::now()) {
+            let series = serde_json::json!({"series": {
+                "count": count,
+                "lastObservedTime": MicroTime(now),
+            }});
+            match events
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                // Gone (its TTL, or deleted): a new Event starts a series.
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    self.forget(key);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let object = regarding.name.as_deref().unwrap_or(&self.controller);
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            action: Some("Reconcile".to_owned()),
+            reason: Some(reason.to_owned()),
+            note: Some(note),
+            type_: Some(type_.as_str().to_owned()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Event::default()
+        };
+        let made = events.create(&PostParams::default(), &event).await?;
+        let sent = Sent {
+            name: made.metadata.name.unwrap_or_default(),
+            count: 1,
+            at: Instant::now(),
+        };
+        let forgotten = self
+            .sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, sent);
+        drop(forgotten);
+        Ok(())
+    }
+
+    fn forget(&self, key: u64) {
+        let gone = self
+            .sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&key);
+        drop(gone);
+    }
+}
+
 impl EventReporter {
     /// A reporter for `controller` (its name in metrics and logs) whose
     /// events come from `reporter` (e.g. "crossplane-rs/scheduler"), with this
@@ -85,12 +259,8 @@ impl EventReporter {
         instance: String,
         metrics: Metrics,
     ) -> Self {
-        let reporter = Reporter {
-            controller: reporter.to_owned(),
-            instance: Some(instance),
-        };
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder: Recorder::new(client, reporter.to_owned(), instance),
             controller: controller.to_owned(),
             metrics,
         }
@@ -113,14 +283,8 @@ impl EventReporter {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(truncate(types::printable(&note).into_owned(), 1000)),
-            action: "Reconcile".to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, object).await {
+        let note = truncate(types::printable(&note).into_owned(), 1000);
+        if let Err(error) = self.recorder.publish(type_, reason, note, object).await {
             // An event that cannot be published must not fail the reconcile.
             tracing::warn!(%error, reason, "failed to publish event");
         }
@@ -226,6 +390,76 @@ mod tests {
         assert!(!is_conflict(&Write(api_error(422, "Invalid"))));
         assert!(!is_conflict(&Write(api_error(500, "InternalError"))));
         assert!(!is_conflict(&Outer(std::io::Error::other("timed out"))));
+    }
+
+    fn recorder() -> Recorder {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        Recorder::new(client, "crossplane-rs/test".into(), "test-0".into())
+    }
+
+    fn object(name: &str, uid: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("pkg.crossplane.io/v1".into()),
+            kind: Some("Provider".into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repeated_event_counts_in_its_series_within_the_window_only() {
+        let r = recorder();
+        let a = object("a", "1");
+        let key = r.key(EventType::Warning, "CannotPull", &a);
+        assert_eq!(key, r.key(EventType::Warning, "CannotPull", &a));
+        for other in [
+            r.key(EventType::Normal, "CannotPull", &a),
+            r.key(EventType::Warning, "Installed", &a),
+            r.key(EventType::Warning, "CannotPull", &object("b", "2")),
+            r.key(EventType::Warning, "CannotPull", &object("a", "3")),
+        ] {
+            assert_ne!(key, other, "a different event is another series");
+        }
+        let t0 = Instant::now();
+        assert_eq!(r.repeat(key, t0), None, "nothing published yet");
+        r.sent.lock().unwrap().insert(
+            key,
+            Sent {
+                name: "a.1".into(),
+                count: 1,
+                at: t0,
+            },
+        );
+        assert_eq!(r.repeat(key, t0), Some(("a.1".into(), 2)));
+        let later = t0 + SERIES_WINDOW - Duration::from_secs(1);
+        assert_eq!(r.repeat(key, later), Some(("a.1".into(), 3)));
+        let past = later + SERIES_WINDOW + Duration::from_secs(1);
+        assert_eq!(r.repeat(key, past), None, "too old: a new Event");
+        assert!(r.sent.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_events_is_remembered_up_to_a_bound() {
+        let r = recorder();
+        let t0 = Instant::now();
+        for n in 0..(REMEMBERED * 3) {
+            let key = r.key(
+                EventType::Normal,
+                "Activated",
+                &object(&format!("m{n}"), "u"),
+            );
+            r.sent.lock().unwrap().insert(
+                key,
+                Sent {
+                    name: format!("m{n}.1"),
+                    count: 1,
+                    at: t0,
+                },
+            );
+        }
+        assert_eq!(r.sent.lock().unwrap().len(), REMEMBERED);
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl Metrics {
         )?;
         let heap_allocated = IntGauge::new(
             format!("{PREFIX}_heap_allocated_bytes"),
-            "Bytes held in live allocations now (read from the allocator at each scrape).",
+            "Bytes held in live allocations now, not counting what the allocator's per-thread caches keep for reuse (read from the allocator at each scrape).",
         )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
