@@ -135,8 +135,13 @@ fn providers_of_many_large_crds_install_and_the_package_manager_does_not_grow_wi
     // its ManagedResourceDefinition's name, owners, state and conditions
     // (two caches), and two lines in its revision's status, not a copy of
     // either: a schema here is 15 KiB. (Before MRDs a kind cost under
-    // 2 KiB; measured with them, 5.5 to 6.3 KiB with 30 KiB schemas, 2.9
-    // KiB with 15 KiB ones.)
+    // 2 KiB; with them 2.9 KiB, then 7 to 11 KiB once the revision
+    // remembered what it saw of each CRD and MRD, whatever the schema's
+    // size: a jemalloc heap profile showed whole MRD objects in two more
+    // caches and every revision's object list in the Provider
+    // controller's. Those now keep a name and a fact per MRD
+    // (runtime::controller::summaries) and no object lists: 2.0 to 4.4
+    // KiB.)
     assert!(
         per_crd < 8192,
         "the package-manager keeps {per_crd} bytes per CRD installed ({} bytes for {providers} Providers of {few} CRDs, {} for {providers} of {crds_each})",

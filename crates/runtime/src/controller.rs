@@ -15,6 +15,7 @@ pub mod harness;
 pub mod observer;
 pub mod queue;
 pub mod reporting;
+pub mod summaries;
 pub mod trim;
 
 pub use cache::{CACHE_NOT_READY_RETRY, cache_ready, wait_cache_ready};

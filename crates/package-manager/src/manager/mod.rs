@@ -142,7 +142,7 @@ impl Reconciler for Providers {
         }
         // Custom resources of the package's CRDs hold the deletion: they
         // would be lost with their CRDs.
-        let crds: Vec<String> = revisions.iter().flat_map(|r| r.crd_names()).collect();
+        let crds = self.crds_of(&revisions).await?;
         let users = usage::custom_resources(self.sk.client(), &crds)
             .await
             .map_err(|e| Error::Revisions("list the custom resources of the package's CRDs", e))?;
@@ -188,6 +188,21 @@ fn is_active(r: &ProviderRevision) -> bool {
 impl Providers {
     fn revisions_api(&self) -> Api<ProviderRevision> {
         Api::all(self.sk.client().clone())
+    }
+
+    /// The CRDs `revisions` delivered, from each read whole: the cache
+    /// keeps revisions without the objects they list ([`delivered`]).
+    async fn crds_of(&self, revisions: &[Arc<ProviderRevision>]) -> Result<Vec<String>, Error> {
+        let api = self.revisions_api();
+        let mut crds = Vec::new();
+        for r in revisions {
+            let whole = api
+                .get_opt(&r.name_any())
+                .await
+                .map_err(|e| Error::Revisions("read a revision's CRDs", e))?;
+            crds.extend(whole.iter().flat_map(|w| w.crd_names()));
+        }
+        Ok(crds)
     }
 
     /// The Provider's revisions from the cache, oldest (lowest revision)
@@ -438,6 +453,17 @@ impl Providers {
     }
 }
 
+/// What the Provider controller keeps of a revision: all but the objects
+/// it delivered and the permissions its package asked for (two lines of
+/// status for each of hundreds of kinds, read whole where needed:
+/// [`Providers::crds_of`]).
+fn delivered(r: &mut ProviderRevision) {
+    if let Some(status) = r.status.as_mut() {
+        status.object_refs = Vec::new();
+        status.permission_requests = Vec::new();
+    }
+}
+
 /// The Provider controller, ready to run. It watches the revisions it
 /// controls through one reflector, which updates the store reconciles read
 /// before it wakes their Provider.
@@ -447,14 +473,12 @@ pub fn controller(
     image_configs: &ImageConfigs,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
-    let (reader, writer) = kube::runtime::reflector::store();
-    let revisions = watcher(
+    let (reader, revisions) = runtime::controller::trim::reflected(
         Api::<ProviderRevision>::all(rt.client.clone()),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
+        delivered,
+    );
+    let revisions = revisions.touched_objects();
     let providers = Arc::new(Providers {
         sk: Skeleton::new(rt, CONTROLLER),
         revisions: reader,

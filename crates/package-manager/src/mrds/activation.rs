@@ -9,16 +9,11 @@ use std::{sync::Arc, time::Duration};
 use kube::{
     Api, Resource as _, ResourceExt as _,
     api::{Patch, PatchParams},
-    runtime::{
-        Controller,
-        controller::Action,
-        reflector::{ObjectRef, Store},
-        watcher,
-    },
+    runtime::{Controller, WatchStreamExt as _, controller::Action, reflector::ObjectRef, watcher},
 };
 use runtime::{
     conditions,
-    controller::{Runtime, cache_ready},
+    controller::{Runtime, summaries::Summaries},
     reconciler::{self, Cleanup, ControlError, Draft, Reconciler, Skeleton},
 };
 use types::apiextensions::v1alpha1::{
@@ -43,7 +38,26 @@ const LISTED_WINDOW: Duration = Duration::from_secs(5);
 /// The MRAP controller's reconciler.
 pub struct Policies {
     sk: Skeleton,
-    mrds: Store<ManagedResourceDefinition>,
+    mrds: States,
+}
+
+/// Every MRD's name and whether it is Active: all a policy reads of MRDs
+/// (a hundred bytes an MRD where a cached MRD object is 800 before its
+/// strings), by name, so `status.activated` comes out sorted.
+type States = Summaries<bool>;
+
+fn is_active(mrd: &ManagedResourceDefinition) -> bool {
+    mrd.spec.state == ManagedResourceDefinitionState::Active
+}
+
+/// The MRDs `policy` activates, by name, and whether each is Active.
+fn matching(states: &States, policy: &ManagedResourceActivationPolicy) -> Vec<(String, bool)> {
+    states.read(|all| {
+        all.iter()
+            .filter(|(name, _)| policy.activates(name))
+            .map(|(name, active)| (name.to_string(), *active))
+            .collect()
+    })
 }
 
 impl Reconciler for Policies {
@@ -59,7 +73,7 @@ impl Reconciler for Policies {
     }
 
     async fn ready(&self) -> bool {
-        cache_ready(&self.mrds).await
+        self.mrds.ready().await
     }
 
     /// Only a list that grew, with the same conditions, waits: what a
@@ -80,9 +94,9 @@ impl Reconciler for Policies {
         policy: &ManagedResourceActivationPolicy,
         _status: &Draft<ManagedResourceActivationPolicy>,
     ) -> bool {
-        self.mrds.state().iter().any(|mrd| {
-            mrd.spec.state != ManagedResourceDefinitionState::Active
-                && policy.activates(&mrd.name_any())
+        self.mrds.read(|all| {
+            all.iter()
+                .any(|(name, active)| !active && policy.activates(name))
         })
     }
 
@@ -93,28 +107,25 @@ impl Reconciler for Policies {
     ) -> Result<Action, super::Error> {
         let api = Api::<ManagedResourceDefinition>::all(self.sk.client().clone());
         let mut activated: Vec<String> = Vec::new();
-        for mrd in self.mrds.state() {
-            let name = mrd.name_any();
-            if !policy.activates(&name) {
-                continue;
-            }
-            if mrd.spec.state != ManagedResourceDefinitionState::Active {
+        for (name, active) in matching(&self.mrds, policy) {
+            if !active {
                 let patch = serde_json::json!({"spec": {"state": "Active"}});
-                api.patch(
-                    &name,
-                    &PatchParams {
-                        field_manager: Some(ACTIVATION_MANAGER.to_owned()),
-                        ..PatchParams::default()
-                    },
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(|e| ControlError::new("activate a ManagedResourceDefinition", e))?;
+                let patched = api
+                    .patch(
+                        &name,
+                        &PatchParams {
+                            field_manager: Some(ACTIVATION_MANAGER.to_owned()),
+                            ..PatchParams::default()
+                        },
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(|e| ControlError::new("activate a ManagedResourceDefinition", e))?;
                 self.sk
                     .reporting
                     .events
                     .normal(
-                        &mrd.object_ref(&()),
+                        &patched.object_ref(&()),
                         "Activated",
                         format!(
                             "activated by ManagedResourceActivationPolicy {}",
@@ -125,7 +136,7 @@ impl Reconciler for Policies {
             }
             activated.push(name);
         }
-        activated.sort();
+        // By name already (States keeps them so).
         status.activated = activated;
         conditions::set(
             &mut status.conditions,
@@ -162,14 +173,15 @@ fn listed_more(
 /// The MRAP controller, ready to run: an MRD that is made or changes
 /// wakes every policy (there are few).
 pub fn controller(rt: &Runtime) -> impl Future<Output = ()> + Send + 'static + use<> {
-    let (mrds, writer) = kube::runtime::reflector::store();
-    // Only names and states are read: the MRDs are kept without their
-    // CRD spec (super::body::Listed).
-    let mrd_stream =
-        kube::runtime::WatchStreamExt::touched_objects(kube::runtime::WatchStreamExt::reflect(
+    // Only names and states are read (States), off the wire without the
+    // CRD spec an MRD carries (super::body::Listed).
+    let mrds = States::new();
+    let mrd_stream = mrds
+        .follow(
             super::body::watch(rt.client.clone(), super::body::Listed::name_and_state),
-            writer,
-        ));
+            is_active,
+        )
+        .touched_objects();
     let ctrl = Controller::new(
         Api::<ManagedResourceActivationPolicy>::all(rt.client.clone()),
         watcher::Config::default(),
@@ -208,6 +220,41 @@ mod tests {
             "2026-12-03T00:00:00Z",
         );
         s
+    }
+
+    fn mrd(name: &str, state: ManagedResourceDefinitionState) -> ManagedResourceDefinition {
+        let mut m = ManagedResourceDefinition::new(name, Default::default());
+        m.spec.state = state;
+        m
+    }
+
+    fn policy(patterns: &[&str]) -> ManagedResourceActivationPolicy {
+        let mut p = ManagedResourceActivationPolicy::new("p", Default::default());
+        p.spec.activate = patterns.iter().map(|s| (*s).to_owned()).collect();
+        p
+    }
+
+    #[test]
+    fn a_policy_matches_mrds_by_name_and_knows_the_inactive_ones() {
+        use ManagedResourceDefinitionState::{Active, Inactive};
+        use watcher::Event;
+        let states = States::new();
+        for m in [
+            mrd("b.example.org", Inactive),
+            mrd("a.example.org", Active),
+            mrd("c.other.org", Inactive),
+        ] {
+            states.apply(&Event::Apply(m), is_active);
+        }
+        let all = policy(&["*.example.org"]);
+        assert_eq!(
+            matching(&states, &all),
+            vec![
+                ("a.example.org".into(), true),
+                ("b.example.org".into(), false)
+            ],
+            "by name, only the matching"
+        );
     }
 
     #[test]

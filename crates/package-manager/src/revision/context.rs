@@ -11,7 +11,6 @@ use k8s_openapi::{
 };
 use kube::{
     Api, ResourceExt,
-    core::PartialObjectMeta,
     runtime::reflector::{ObjectRef, Store},
 };
 use runtime::{
@@ -19,10 +18,7 @@ use runtime::{
     expiring::Expiring,
     reconciler::{Draft, Skeleton},
 };
-use types::{
-    apiextensions::v1alpha1::ManagedResourceDefinition,
-    pkg::v1::{Provider, ProviderRevision},
-};
+use types::pkg::v1::{Provider, ProviderRevision};
 
 use super::error::Error;
 use crate::{args::PackageRuntime, labels, packages::Packages};
@@ -86,10 +82,10 @@ pub struct ProviderRevisions {
     pub(super) warned: Expiring<String, ()>,
     /// The Providers' certificates.
     pub(super) certificates: crate::tls::Certificates,
-    /// Every CRD's resourceVersion, and the metadata of every MRD, as
-    /// their watches last saw them.
+    /// Every CRD's resourceVersion, and every MRD's version
+    /// ([`crate::mrds::body::version`]), as their watches last saw them.
     pub(super) crds_known: crate::stacks::known::Known,
-    pub(super) mrd_meta: Store<PartialObjectMeta<ManagedResourceDefinition>>,
+    pub(super) mrd_versions: runtime::controller::summaries::Summaries<Option<String>>,
     /// The DeploymentRuntimeConfigs, as their watch last saw them.
     pub(super) runtime_configs: Store<types::pkg::v1beta1::DeploymentRuntimeConfig>,
     /// What was last read or written of them ([`super::seen`]).

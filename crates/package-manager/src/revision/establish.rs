@@ -202,8 +202,7 @@ impl ProviderRevisions {
                 }
             }
             let (mrd_known, live_mrd) = if managed {
-                let now = self.mrd_meta.get(&ObjectRef::new(&name));
-                let version = now.as_deref().and_then(crate::mrds::body::version);
+                let version = self.mrd_versions.get(&name).flatten();
                 self.recall_or_read(
                     Kind::Mrd,
                     &mrds,

@@ -29,7 +29,7 @@ use k8s_openapi::{
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{Controller, WatchStreamExt, controller::Action, reflector::ObjectRef, watcher},
+    runtime::{WatchStreamExt, controller::Action, reflector::ObjectRef, watcher},
 };
 use runtime::{
     controller::{Runtime, cache_ready},
@@ -86,7 +86,7 @@ impl Reconciler for ProviderRevisions {
             && cache_ready(&self.deployments).await
             && cache_ready(&self.providers).await
             && cache_ready(&self.runtime_configs).await
-            && cache_ready(&self.mrd_meta).await
+            && self.mrd_versions.ready().await
             && self.packages.ready().await
     }
 
@@ -470,19 +470,25 @@ pub fn controller(
     .default_backoff()
     .reflect(provider_writer)
     .touched_objects();
-    let (mrd_meta, mrd_events) = runtime::controller::trim::reflected(
-        Api::<kube::core::PartialObjectMeta<ManagedResourceDefinition>>::all(rt.client.clone()),
-        watcher::Config::default(),
-        |_| {},
+    let mrd_versions = runtime::controller::summaries::Summaries::new();
+    let mrd_events = mrd_versions.follow(
+        runtime::controller::trim::watch(
+            Api::<kube::core::PartialObjectMeta<ManagedResourceDefinition>>::all(rt.client.clone()),
+            watcher::Config::default(),
+            |_| {},
+        )
+        .default_backoff(),
+        crate::mrds::body::version,
     );
     let (runtime_configs, config_events) = runtime::controller::trim::reflected(
         Api::<DeploymentRuntimeConfig>::all(rt.client.clone()),
         watcher::Config::default(),
         |_| {},
     );
-    let ctrl = Controller::new(
+    let ctrl = runtime::controller::trim::controller(
         Api::<ProviderRevision>::all(rt.client.clone()),
         watcher::Config::default(),
+        runtime::controller::trim::nothing_else,
     );
     let revisions = ctrl.store();
     let by_config = revisions.clone();
@@ -575,7 +581,7 @@ pub fn controller(
         ),
         warned: Expiring::new(Duration::from_secs(3600)),
         crds_known,
-        mrd_meta,
+        mrd_versions,
         runtime_configs,
         seen: seen::Seen::default(),
         certificates: crate::tls::Certificates::new(

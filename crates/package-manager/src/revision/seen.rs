@@ -8,7 +8,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use k8s_openapi::{
@@ -34,8 +34,9 @@ pub(super) struct Known {
     pub ready: bool,
     /// The hash of the body found applied (or applied) then, if it was.
     pub applied: Option<u64>,
-    /// Its owners then (who controls it).
-    pub owners: Vec<OwnerReference>,
+    /// Its owners then (who controls it): the same for every object of
+    /// a revision, so kept once ([`Seen::remember`]).
+    pub owners: Arc<[OwnerReference]>,
 }
 
 impl Known {
@@ -47,7 +48,7 @@ impl Known {
             uid: live.uid(),
             ready: crate::crds::established(live),
             applied,
-            owners: live.owner_references().to_vec(),
+            owners: live.owner_references().into(),
         }
     }
 
@@ -59,7 +60,7 @@ impl Known {
             uid: live.uid(),
             ready: crate::mrds::body::active(live),
             applied,
-            owners: live.owner_references().to_vec(),
+            owners: live.owner_references().into(),
         }
     }
 
@@ -68,7 +69,7 @@ impl Known {
         ObjectMeta {
             name: Some(name.to_owned()),
             uid: self.uid.clone(),
-            owner_references: Some(self.owners.clone()),
+            owner_references: Some(self.owners.to_vec()),
             ..ObjectMeta::default()
         }
     }
@@ -77,7 +78,15 @@ impl Known {
 /// The objects, by kind and name.
 #[derive(Default)]
 pub(super) struct Seen {
-    known: Mutex<HashMap<(Kind, String), Known>>,
+    known: Mutex<Memo>,
+}
+
+#[derive(Default)]
+struct Memo {
+    by_name: HashMap<(Kind, String), Known>,
+    /// The owners last remembered: a revision's hundreds of objects
+    /// share one list.
+    owners: Option<Arc<[OwnerReference]>>,
 }
 
 impl Seen {
@@ -87,27 +96,30 @@ impl Seen {
         let now = now?;
         let known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         known
+            .by_name
             .get(&(kind, name.to_owned()))
             .filter(|k| k.resource_version == now)
             .cloned()
     }
 
     /// Remembers `known` of `name` (nothing without a resourceVersion).
-    pub fn remember(&self, kind: Kind, name: &str, known: Known) {
+    pub fn remember(&self, kind: Kind, name: &str, mut known: Known) {
         if known.resource_version.is_empty() {
             return;
         }
-        self.known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert((kind, name.to_owned()), known);
+        let mut all = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        match &all.owners {
+            Some(last) if *last == known.owners => known.owners = Arc::clone(last),
+            _ => all.owners = Some(Arc::clone(&known.owners)),
+        }
+        all.by_name.insert((kind, name.to_owned()), known);
     }
 
     /// Forgets `name` of both kinds (it is deleted or let go of).
     pub fn forget(&self, name: &str) {
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
-        known.remove(&(Kind::Crd, name.to_owned()));
-        known.remove(&(Kind::Mrd, name.to_owned()));
+        known.by_name.remove(&(Kind::Crd, name.to_owned()));
+        known.by_name.remove(&(Kind::Mrd, name.to_owned()));
     }
 }
 
@@ -121,7 +133,7 @@ mod tests {
             uid: Some("u".into()),
             ready: true,
             applied: Some(1),
-            owners: Vec::new(),
+            owners: Arc::from([]),
         }
     }
 
@@ -139,6 +151,38 @@ mod tests {
         assert_eq!(seen.recall(Kind::Mrd, "a.example.org", Some("5")), None);
         seen.forget("a.example.org");
         assert_eq!(seen.recall(Kind::Crd, "a.example.org", Some("5")), None);
+    }
+
+    #[test]
+    fn the_objects_of_one_revision_share_their_owners() {
+        let owners = |uid: &str| -> Arc<[OwnerReference]> {
+            Arc::from([OwnerReference {
+                api_version: "pkg.crossplane.io/v1".into(),
+                kind: "ProviderRevision".into(),
+                name: "p-1".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }])
+        };
+        let seen = Seen::default();
+        for (kind, name, uid) in [
+            (Kind::Crd, "a", "r1"),
+            (Kind::Mrd, "a", "r1"),
+            (Kind::Crd, "b", "r2"),
+        ] {
+            let mut k = known("5");
+            k.owners = owners(uid);
+            seen.remember(kind, name, k);
+        }
+        let of = |kind, name| seen.recall(kind, name, Some("5")).unwrap().owners;
+        assert!(Arc::ptr_eq(&of(Kind::Crd, "a"), &of(Kind::Mrd, "a")));
+        assert!(!Arc::ptr_eq(&of(Kind::Crd, "a"), &of(Kind::Crd, "b")));
+        assert_eq!(of(Kind::Crd, "b"), owners("r2"));
+        assert_eq!(
+            of(Kind::Crd, "a").first().map(|o| o.uid.as_str()),
+            Some("r1")
+        );
     }
 
     #[test]

@@ -1,0 +1,189 @@
+//! What a controller keeps of each object of a watch when it needs one
+//! small fact per object (a state, a version) and not the object: a
+//! reflector's store keeps every object whole (an MRD is 800 bytes before
+//! its strings), so for thousands of objects it costs megabytes where a
+//! name and a fact cost a hundred bytes each.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use futures::{Stream, TryStreamExt as _};
+use kube::{ResourceExt as _, runtime::watcher};
+
+/// One value per cluster-scoped object, by name (so iterated in name
+/// order), as the watch last showed it. Cheap to clone: clones share it.
+pub struct Summaries<V> {
+    inner: Arc<RwLock<Inner<V>>>,
+    ready: tokio::sync::watch::Receiver<bool>,
+    done: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl<V> Clone for Summaries<V> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            ready: self.ready.clone(),
+            done: Arc::clone(&self.done),
+        }
+    }
+}
+
+struct Inner<V> {
+    values: BTreeMap<Box<str>, V>,
+    /// What a relist has read so far; it replaces `values` when done.
+    relist: Option<BTreeMap<Box<str>, V>>,
+}
+
+impl<V: Clone + Send + Sync + 'static> Summaries<V> {
+    /// Empty, and not ready until a watch's first list is complete.
+    pub fn new() -> Self {
+        let (done, ready) = tokio::sync::watch::channel(false);
+        Self {
+            inner: Arc::new(RwLock::new(Inner {
+                values: BTreeMap::new(),
+                relist: None,
+            })),
+            ready,
+            done: Arc::new(done),
+        }
+    }
+
+    /// `events` as they come, each taken in first with `summary` of its
+    /// object: whoever the stream wakes reads summaries at least as new as
+    /// the event that woke it.
+    pub fn follow<K, S>(
+        &self,
+        events: S,
+        summary: fn(&K) -> V,
+    ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+    where
+        K: kube::Resource + Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let me = self.clone();
+        events.map_ok(move |event| {
+            me.apply(&event, summary);
+            event
+        })
+    }
+
+    /// Takes in one watch event.
+    pub fn apply<K: kube::Resource>(&self, event: &watcher::Event<K>, summary: fn(&K) -> V) {
+        use watcher::Event;
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let entry = |o: &K| (Box::<str>::from(o.name_any()), summary(o));
+        match event {
+            Event::Init => inner.relist = Some(BTreeMap::new()),
+            Event::InitApply(o) => {
+                if let Some(relist) = inner.relist.as_mut() {
+                    let (name, value) = entry(o);
+                    relist.insert(name, value);
+                }
+            }
+            Event::InitDone => {
+                if let Some(relist) = inner.relist.take() {
+                    inner.values = relist;
+                }
+                drop(inner);
+                self.done.send_replace(true);
+            }
+            Event::Apply(o) => {
+                let (name, value) = entry(o);
+                inner.values.insert(name, value);
+            }
+            Event::Delete(o) => {
+                inner.values.remove(o.name_any().as_str());
+            }
+        }
+    }
+
+    /// Whether the first list is complete (waiting a moment for it, as
+    /// [`super::cache_ready`] does for a store).
+    pub async fn ready(&self) -> bool {
+        let mut ready = self.ready.clone();
+        tokio::time::timeout(Duration::from_millis(20), ready.wait_for(|r| *r))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The value of `name`, if the watch has shown it.
+    pub fn get(&self, name: &str) -> Option<V> {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        inner.values.get(name).cloned()
+    }
+
+    /// What `f` makes of every name and value, in name order (under a
+    /// read lock: `f` must not wait).
+    pub fn read<R>(&self, f: impl FnOnce(&BTreeMap<Box<str>, V>) -> R) -> R {
+        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        f(&inner.values)
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> Default for Summaries<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Namespace;
+    use watcher::Event;
+
+    use super::*;
+
+    fn ns(name: &str, phase: &str) -> Namespace {
+        let mut n = Namespace::default();
+        n.metadata.name = Some(name.into());
+        n.status = Some(k8s_openapi::api::core::v1::NamespaceStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        n
+    }
+
+    fn phase(n: &Namespace) -> String {
+        n.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default()
+    }
+
+    fn all(s: &Summaries<String>) -> Vec<(String, String)> {
+        s.read(|m| m.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+    }
+
+    #[tokio::test]
+    async fn summaries_follow_the_watch_and_a_relist_replaces_them() {
+        let s = Summaries::new();
+        s.apply(&Event::Init, phase);
+        s.apply(&Event::InitApply(ns("b", "Active")), phase);
+        s.apply(&Event::InitApply(ns("a", "Terminating")), phase);
+        assert!(!s.ready().await, "not ready before the list is done");
+        assert!(all(&s).is_empty(), "a list not done yet is not seen");
+        s.apply(&Event::InitDone, phase);
+        assert!(s.ready().await);
+        assert_eq!(
+            all(&s),
+            vec![
+                ("a".into(), "Terminating".into()),
+                ("b".into(), "Active".into())
+            ],
+            "by name"
+        );
+        s.apply(&Event::Apply(ns("b", "Terminating")), phase);
+        assert_eq!(s.get("b").as_deref(), Some("Terminating"));
+        s.apply(&Event::Delete(ns("a", "Terminating")), phase);
+        assert_eq!(s.get("a"), None);
+        // A relist forgets what it no longer lists, and stays ready.
+        s.apply(&Event::Init, phase);
+        s.apply(&Event::InitApply(ns("c", "Active")), phase);
+        s.apply(&Event::InitDone, phase);
+        assert_eq!(all(&s), vec![("c".into(), "Active".into())]);
+        assert!(s.ready().await);
+    }
+}
