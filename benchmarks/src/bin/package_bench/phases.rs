@@ -490,24 +490,57 @@ pub async fn idle(run: &Run<'_>, providers: usize, secs: u64) -> Value {
     })
 }
 
+/// How long the upgrade waits for each Provider's first kind to be served
+/// before it gives up reading that one.
+const READ_OBJECT_WAIT: Duration = Duration::from_secs(120);
+
+/// Makes one object of each Provider's first kind at v1alpha1 through the
+/// API (not kubectl, whose discovery of thousands of kinds can be stale),
+/// retrying while the kind is not served yet. Returns the groups that have
+/// one, and each group whose kind was not served in time with the answer.
+async fn read_objects(c: &kube::Client, gens: &[Generated]) -> (Vec<String>, Vec<String>) {
+    let params = kube::api::PatchParams::apply("package-bench").force();
+    let (mut made, mut not_served) = (Vec::new(), Vec::new());
+    for g in gens {
+        let object = json!({"apiVersion": format!("{}/v1alpha1", g.group), "kind": "Kind000",
+                   "metadata": {"name": "read-me"}, "spec": {"forProvider": {"field0": "x"}}});
+        let kinds = api(c, &g.group, "v1alpha1", "Kind000", None);
+        let deadline = Instant::now() + READ_OBJECT_WAIT;
+        loop {
+            match kinds
+                .patch("read-me", &params, &kube::api::Patch::Apply(&object))
+                .await
+            {
+                Ok(_) => {
+                    made.push(g.group.clone());
+                    break;
+                }
+                Err(e) if Instant::now() >= deadline => {
+                    eprintln!(
+                        "package-bench: {}/v1alpha1 Kind000 not served: {e}",
+                        g.group
+                    );
+                    not_served.push(format!("{}: {e}", g.group));
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    }
+    (made, not_served)
+}
+
 /// Every Provider to v2 at once: time until each is Healthy on its new
 /// revision; meanwhile one object of each Provider's first kind is read at
 /// v1alpha1 over and over, and every failed read counted.
 pub async fn upgrade(run: &Run<'_>, gens: &[Generated]) -> Value {
     let c = &run.client;
     // One object of the first kind of each, to read during the upgrade.
-    let objects: Vec<Value> = gens
-        .iter()
-        .map(|g| {
-            json!({"apiVersion": format!("{}/v1alpha1", g.group), "kind": "Kind000",
-                   "metadata": {"name": "read-me"}, "spec": {"forProvider": {"field0": "x"}}})
-        })
-        .collect();
-    apply(run.control, &objects);
+    let (groups, not_served) = read_objects(c, gens).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (c, stop) = (c.clone(), stop.clone());
-        let groups: Vec<String> = gens.iter().map(|g| g.group.clone()).collect();
+        let groups = groups.clone();
         tokio::spawn(async move {
             let (mut reads, mut failed) = (0u64, Vec::<String>::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -554,6 +587,9 @@ pub async fn upgrade(run: &Run<'_>, gens: &[Generated]) -> Value {
         "all_upgraded_s": reached.all().then_some(all.as_secs_f64()),
         "each_upgraded_s": latency_json(&on_v2.latencies(&at)),
         "reads_of_a_converted_kind": reads,
+        // Kinds whose object could not be made before the upgrade (not
+        // served at v1alpha1 within READ_OBJECT_WAIT): not read.
+        "kinds_not_served_before": not_served,
         "failed_reads": failed.len(),
         "failed_examples": failed,
         "requests_per_revision": mark.delta(&AuditMark::now([run.control]), &run.side.audit_users(), gens.len() as f64),

@@ -87,11 +87,13 @@ pub struct Mrds {
     field_manager: String,
     /// Every CRD's resourceVersion, as the watch last saw it.
     crds: crate::stacks::known::Known,
-    /// Each Active MRD whose CRD was last found applied and established:
-    /// what the MRD was then ([`Settled::of`]) and the CRD's
-    /// resourceVersion. While both are the same, a reconcile (woken by the
-    /// MRD's own status write, say) reads and writes nothing.
-    settled: Mutex<HashMap<String, Settled>>,
+    /// Each Active MRD whose CRD was last found applied: what the MRD was
+    /// then ([`Settled::of`]) and the CRD's resourceVersion, and whether
+    /// the CRD was established. While both are the same, a reconcile (woken
+    /// by the MRD's own status write, or looking again at a CRD not
+    /// established yet) reads and writes nothing: thousands of MRDs waiting
+    /// for their CRDs cost no requests while they wait.
+    settled: Mutex<HashMap<String, (Settled, bool)>>,
 }
 
 /// An Active MRD as its CRD was made from it ([`body::version`]), and the
@@ -137,6 +139,20 @@ fn served(status: &mut Draft<ManagedResourceDefinition>, name: &str) -> Action {
     Action::await_change()
 }
 
+/// Waiting for the CRD `name` to become established. The watch of CRDs
+/// wakes the MRD once it is (its status write bumps the CRD's
+/// resourceVersion); looking again is the fallback, and reads nothing
+/// while the CRD's resourceVersion is the one last found.
+fn pending(status: &mut Draft<ManagedResourceDefinition>, name: &str) -> Action {
+    established(
+        status,
+        None,
+        REASON_PENDING,
+        format!("waiting for the CRD {name} to become established"),
+    );
+    Action::requeue(WAIT_POLL)
+}
+
 impl Reconciler for Mrds {
     type Object = ManagedResourceDefinition;
     type Error = Error;
@@ -164,8 +180,15 @@ impl Reconciler for Mrds {
         let now = Settled::of(&cached, crd_rv.as_deref()).filter(|_| body::active(mrd));
         {
             let mut settled = self.settled.lock().unwrap_or_else(PoisonError::into_inner);
-            if now.is_some() && settled.get(&name) == now.as_ref() {
-                return Ok(served(status, &name));
+            if let Some(now) = &now
+                && let Some((then, established)) = settled.get(&name)
+                && then == now
+            {
+                return Ok(if *established {
+                    served(status, &name)
+                } else {
+                    pending(status, &name)
+                });
             }
             settled.remove(&name);
         }
@@ -206,26 +229,20 @@ impl Reconciler for Mrds {
                     .await
                     .map_err(|e| ControlError::new("apply a CRD", e))?,
             };
-            if crate::crds::established(&applied) {
-                // Recorded as the cache has the MRD (the whole one read
-                // here is never older), so the next wake compares alike.
-                if let Some(settled) = Settled::of(&cached, applied.resource_version().as_deref()) {
-                    self.settled
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(name.clone(), settled);
-                }
-                return Ok(served(status, &name));
+            let served_now = crate::crds::established(&applied);
+            // Recorded as the cache has the MRD (the whole one read here is
+            // never older), so the next wake compares alike.
+            if let Some(settled) = Settled::of(&cached, applied.resource_version().as_deref()) {
+                self.settled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(name.clone(), (settled, served_now));
             }
-            established(
-                status,
-                None,
-                REASON_PENDING,
-                format!("waiting for the CRD {name} to become established"),
-            );
-            // The watch of CRDs wakes it once established; looking again
-            // is the fallback.
-            return Ok(Action::requeue(WAIT_POLL));
+            return Ok(if served_now {
+                served(status, &name)
+            } else {
+                pending(status, &name)
+            });
         }
         // Inactive: the CRD goes, unless objects of the kind would go with it.
         if matches!(
