@@ -1,11 +1,10 @@
 //! Events and the reconcile reporter: one place turns a reconcile result into
 //! a log line, a Kubernetes Event and metrics.
 
-use std::error::Error as StdError;
-
 use std::{
+    error::Error as StdError,
     hash::{BuildHasher, RandomState},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -160,12 +159,15 @@ impl Recorder {
         ))
     }
 
+    /// The events remembered (what they forget is dropped by the caller
+    /// after the guard, outside the lock).
+    fn sent(&self) -> MutexGuard<'_, Lru<u64, Sent>> {
+        self.sent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The series an event with `key` continues, counted once more.
     fn repeat(&self, key: u64, now: Instant) -> Option<(String, i32)> {
-        let mut sent = self
-            .sent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sent = self.sent();
         let s = sent.get(&key)?;
         if now.duration_since(s.at) > SERIES_WINDOW {
             sent.remove(&key);
@@ -201,7 +203,8 @@ impl Recorder {
                 Ok(_) => return Ok(()),
                 // Gone (its TTL, or deleted): a new Event starts a series.
                 Err(kube::Error::Api(s)) if s.code == 404 => {
-                    self.forget(key);
+                    let gone = self.sent().remove(&key);
+                    drop(gone);
                 }
                 Err(e) => return Err(e),
             }
@@ -229,22 +232,9 @@ impl Recorder {
             count: 1,
             at: Instant::now(),
         };
-        let forgotten = self
-            .sent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, sent);
+        let forgotten = self.sent().insert(key, sent);
         drop(forgotten);
         Ok(())
-    }
-
-    fn forget(&self, key: u64) {
-        let gone = self
-            .sent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&key);
-        drop(gone);
     }
 }
 

@@ -540,7 +540,6 @@ pub async fn upgrade(run: &Run<'_>, gens: &[Generated]) -> Value {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (c, stop) = (c.clone(), stop.clone());
-        let groups = groups.clone();
         tokio::spawn(async move {
             let (mut reads, mut failed) = (0u64, Vec::<String>::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {

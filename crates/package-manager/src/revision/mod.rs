@@ -475,7 +475,7 @@ pub fn controller(
         runtime::controller::trim::watch(
             Api::<kube::core::PartialObjectMeta<ManagedResourceDefinition>>::all(rt.client.clone()),
             watcher::Config::default(),
-            |_| {},
+            runtime::controller::trim::nothing_else,
         )
         .default_backoff(),
         crate::mrds::body::version,

@@ -17,7 +17,7 @@ use kube::{ResourceExt as _, runtime::watcher};
 /// order), as the watch last showed it. Cheap to clone: clones share it.
 pub struct Summaries<V> {
     inner: Arc<RwLock<Inner<V>>>,
-    ready: tokio::sync::watch::Receiver<bool>,
+    /// True once a first list is complete.
     done: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
@@ -25,7 +25,6 @@ impl<V> Clone for Summaries<V> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
-            ready: self.ready.clone(),
             done: Arc::clone(&self.done),
         }
     }
@@ -40,14 +39,12 @@ struct Inner<V> {
 impl<V: Clone + Send + Sync + 'static> Summaries<V> {
     /// Empty, and not ready until a watch's first list is complete.
     pub fn new() -> Self {
-        let (done, ready) = tokio::sync::watch::channel(false);
         Self {
             inner: Arc::new(RwLock::new(Inner {
                 values: BTreeMap::new(),
                 relist: None,
             })),
-            ready,
-            done: Arc::new(done),
+            done: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
     }
 
@@ -103,7 +100,7 @@ impl<V: Clone + Send + Sync + 'static> Summaries<V> {
     /// Whether the first list is complete (waiting a moment for it, as
     /// [`super::cache_ready`] does for a store).
     pub async fn ready(&self) -> bool {
-        let mut ready = self.ready.clone();
+        let mut ready = self.done.subscribe();
         tokio::time::timeout(Duration::from_millis(20), ready.wait_for(|r| *r))
             .await
             .is_ok_and(|r| r.is_ok())
