@@ -147,7 +147,7 @@ fn install() -> Shipped {
         .expect("these tests need testenv's node (not an existing cluster)");
     let host = OVERLAY_IMAGE.split('/').next().unwrap_or_default();
     let registry = testenv::registry::Registry::start(plane, node, host, None).unwrap();
-    let work = std::env::temp_dir().join(testenv::unique_name("shipped"));
+    let work = plane.scratch_dir("shipped");
     std::fs::create_dir_all(&work).unwrap();
     let ca_file = work.join("registry-ca.pem");
     std::fs::write(&ca_file, &registry.ca_pem).unwrap();

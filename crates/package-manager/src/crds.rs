@@ -52,6 +52,11 @@ impl Listed {
         &self.spec.names.kind
     }
 
+    /// Whether the CRD is Established.
+    pub fn established(&self) -> bool {
+        runtime::crds::established_by(self.status.as_ref().and_then(|s| s.conditions.as_deref()))
+    }
+
     /// The CustomResourceDefinition the cache keeps, as [`trim`] leaves one.
     pub fn into_crd(self) -> CustomResourceDefinition {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{

@@ -18,13 +18,19 @@ use crate::{
 
 /// Whether a CRD is Established.
 pub fn established(c: &CustomResourceDefinition) -> bool {
-    c.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-        })
+    established_by(c.status.as_ref().and_then(|s| s.conditions.as_deref()))
+}
+
+/// Whether a CRD's conditions say it is Established.
+pub fn established_by(
+    conditions: Option<
+        &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionCondition],
+    >,
+) -> bool {
+    conditions.is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    })
 }
 
 /// A CRD the binary needs is missing or cannot be read.

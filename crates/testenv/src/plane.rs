@@ -29,11 +29,12 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// A new directory for a server started beside the clusters (a
-    /// registry): inside the plane's own, which the watchdog removes when
-    /// the test process exits; under the temporary directory for clusters
-    /// the tests were pointed at.
-    pub(crate) fn scratch_dir(&self, prefix: &str) -> std::path::PathBuf {
+    /// A new directory name for a server started beside the clusters (a
+    /// registry) or a test's files: inside the plane's own, which the
+    /// watchdog removes when the test process exits (a static holding it is
+    /// never dropped); under the temporary directory for clusters the tests
+    /// were pointed at.
+    pub fn scratch_dir(&self, prefix: &str) -> std::path::PathBuf {
         let base = self
             ._guard
             .as_ref()

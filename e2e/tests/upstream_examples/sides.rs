@@ -153,7 +153,7 @@ pub fn upstream() -> Side {
                 cluster,
             };
             let release = release();
-            let work = std::env::temp_dir().join(testenv::unique_name("upstream-provider"));
+            let work = plane.scratch_dir("upstream-provider");
             std::fs::create_dir_all(&work).unwrap();
             let now = time::OffsetDateTime::now_utc();
             let ca = runtime::certificates::Authority::new("upstream-webhook", "e2e", now).unwrap();

@@ -11,14 +11,13 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, PoisonError},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, ResourceExt as _,
-    core::PartialObjectMeta,
-    runtime::{Controller, WatchStreamExt as _, controller::Action, watcher},
+    runtime::{Controller, WatchStreamExt as _, controller::Action, reflector::ObjectRef},
 };
 use runtime::{
     conditions,
@@ -85,33 +84,47 @@ impl ReconcileError for Error {
 pub struct Mrds {
     sk: Skeleton,
     field_manager: String,
-    /// Every CRD's resourceVersion, as the watch last saw it.
+    /// Every CRD's version and whether it is established, as the watch
+    /// last saw it.
     crds: crate::stacks::known::Known,
-    /// Each Active MRD whose CRD was last found applied: what the MRD was
-    /// then ([`Settled::of`]) and the CRD's resourceVersion, and whether
-    /// the CRD was established. While both are the same, a reconcile (woken
-    /// by the MRD's own status write, or looking again at a CRD not
-    /// established yet) reads and writes nothing: thousands of MRDs waiting
-    /// for their CRDs cost no requests while they wait.
-    settled: Mutex<HashMap<String, (Settled, bool)>>,
+    /// Each Active MRD whose CRD was last found applied ([`Settled`]).
+    /// While neither changed, a reconcile (woken by the MRD's own status
+    /// write, by its CRD becoming established, or looking again at a CRD
+    /// not established yet) reads and writes nothing and takes whether the
+    /// CRD is established from the watch: thousands of MRDs cost no reads
+    /// while they wait for their CRDs, nor when those are served. A CRD's
+    /// deletion forgets its entry ([`controller`]).
+    settled: Arc<Mutex<HashMap<String, Settled>>>,
 }
 
-/// An Active MRD as its CRD was made from it ([`body::version`]), and the
-/// CRD's resourceVersion.
-#[derive(Clone, PartialEq, Eq, Debug)]
+/// An Active MRD as its CRD was made from it, and that CRD, each at its
+/// [`body::version`] (status writes leave both alone), and when.
+#[derive(Clone, Debug)]
 struct Settled {
     mrd: String,
     crd: String,
+    at: Instant,
 }
 
+/// How long an MRD whose CRD was just applied waits for the watch of CRDs
+/// to show it without reading it again: the watch tells the MRD when it
+/// does, so this bounds only a CRD deleted before the watch saw it made.
+const UNSEEN_WAIT: Duration = Duration::from_secs(30);
+
 impl Settled {
-    /// `mrd` as the cache keeps it (body::Listed: what it is compared
-    /// with next time), and the CRD at `crd`.
-    fn of(mrd: &ManagedResourceDefinition, crd: Option<&str>) -> Option<Self> {
-        Some(Self {
-            mrd: body::version(mrd)?,
-            crd: crd?.to_owned(),
-        })
+    /// Whether the MRD at `mrd` (as the cache keeps it, body::Listed) and
+    /// its CRD as the watch shows it (`crd`, None when it does not) are
+    /// still as they were settled: `Some(established)` then.
+    fn holds(&self, mrd: &str, crd: Option<&crate::stacks::known::State>) -> Option<bool> {
+        if self.mrd != mrd {
+            return None;
+        }
+        match crd {
+            Some(c) if c.version == self.crd => Some(c.established),
+            // Applied, and not in the watch yet: it tells when it is.
+            None if self.at.elapsed() < UNSEEN_WAIT => Some(false),
+            _ => None,
+        }
     }
 }
 
@@ -139,10 +152,10 @@ fn served(status: &mut Draft<ManagedResourceDefinition>, name: &str) -> Action {
     Action::await_change()
 }
 
-/// Waiting for the CRD `name` to become established. The watch of CRDs
-/// wakes the MRD once it is (its status write bumps the CRD's
-/// resourceVersion); looking again is the fallback, and reads nothing
-/// while the CRD's resourceVersion is the one last found.
+/// Waiting for the CRD `name` to become established. The view of CRDs
+/// wakes the MRD once it is ([`crate::stacks::known::Known::changes`]);
+/// looking again is the fallback, and reads nothing while the CRD's
+/// version is the one last found.
 fn pending(status: &mut Draft<ManagedResourceDefinition>, name: &str) -> Action {
     established(
         status,
@@ -175,22 +188,21 @@ impl Reconciler for Mrds {
     ) -> Result<Action, Error> {
         let name = mrd.name_any();
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
-        let crd_rv = self.crds.resource_version(&name);
-        let cached = Arc::clone(mrd);
-        let now = Settled::of(&cached, crd_rv.as_deref()).filter(|_| body::active(mrd));
+        // The MRD as the cache has it (body::Listed): what is compared
+        // next time.
+        let version = body::version(mrd.as_ref()).filter(|_| body::active(mrd));
         {
             let mut settled = self.settled.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(now) = &now
-                && let Some((then, established)) = settled.get(&name)
-                && then == now
-            {
-                return Ok(if *established {
-                    served(status, &name)
-                } else {
-                    pending(status, &name)
-                });
-            }
-            settled.remove(&name);
+            let holds = version.as_deref().and_then(|v| {
+                settled
+                    .get(&name)
+                    .and_then(|s| s.holds(v, self.crds.state(&name).as_ref()))
+            });
+            match holds {
+                Some(true) => return Ok(served(status, &name)),
+                Some(false) => return Ok(pending(status, &name)),
+                None => settled.remove(&name),
+            };
         }
         // The cache keeps MRDs without their CRD spec (body::Listed): an
         // Active one is read whole.
@@ -232,11 +244,18 @@ impl Reconciler for Mrds {
             let served_now = crate::crds::established(&applied);
             // Recorded as the cache has the MRD (the whole one read here is
             // never older), so the next wake compares alike.
-            if let Some(settled) = Settled::of(&cached, applied.resource_version().as_deref()) {
+            if let (Some(mrd), Some(crd)) = (version.clone(), body::version(&applied)) {
                 self.settled
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(name.clone(), (settled, served_now));
+                    .insert(
+                        name.clone(),
+                        Settled {
+                            mrd,
+                            crd,
+                            at: Instant::now(),
+                        },
+                    );
             }
             return Ok(if served_now {
                 served(status, &name)
@@ -299,33 +318,80 @@ impl Reconciler for Mrds {
     }
 }
 
-/// The MRD controller, ready to run: it watches MRDs and the CRDs they
-/// control.
+/// The MRD controller, ready to run: it watches MRDs, and is told of the
+/// CRDs that changed by the package-manager's view of them.
 pub fn controller(
     rt: &Runtime,
     crds_known: crate::stacks::known::Known,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
-    // MRDs kept without their CRD spec (body::Listed); CRDs seen as metadata only, to wake
-    // the MRD that controls one (every CRD of the cluster passes by).
+    use futures::StreamExt as _;
+    // MRDs kept without their CRD spec (body::Listed). A CRD's name is its
+    // MRD's: a change of one wakes the MRD of that name, if there is one,
+    // once the view has it.
     let (store, writer) = kube::runtime::reflector::store();
     let mrds = body::watch(rt.client.clone(), body::Listed::for_reconcile)
         .reflect(writer)
         .touched_objects();
-    let crds = watcher(
-        Api::<PartialObjectMeta<CustomResourceDefinition>>::all(rt.client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects();
+    let settled = Arc::new(Mutex::new(HashMap::<String, Settled>::new()));
+    let forget = Arc::clone(&settled);
+    let crds = crds_known.changes().map(move |change| {
+        if change.gone {
+            forget
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&change.name);
+        }
+        ObjectRef::<ManagedResourceDefinition>::new(&change.name)
+    });
     let ctrl = Controller::for_stream(mrds, store)
-        .owns_stream(crds)
+        .reconcile_on(crds)
         .with_config(rt.controller_config())
         .graceful_shutdown_on(rt.shutdown());
     let reconciler = Arc::new(Mrds {
         sk: Skeleton::new(rt, CONTROLLER),
         field_manager: rt.field_manager(),
         crds: crds_known,
-        settled: Mutex::new(HashMap::new()),
+        settled,
     });
     reconciler::run(ctrl, reconciler)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::stacks::known::State;
+
+    fn state(version: &str, established: bool) -> State {
+        State {
+            version: version.into(),
+            established,
+        }
+    }
+
+    #[test]
+    fn a_settled_mrd_is_not_read_again_until_it_or_its_crd_changes_or_the_crd_stays_unseen() {
+        let settled = Settled {
+            mrd: "m1".into(),
+            crd: "c1".into(),
+            at: Instant::now(),
+        };
+        // The CRD as applied: served or not as the watch says.
+        assert_eq!(settled.holds("m1", Some(&state("c1", false))), Some(false));
+        assert_eq!(settled.holds("m1", Some(&state("c1", true))), Some(true));
+        // Applied a moment ago and not in the watch yet: waits for it.
+        assert_eq!(settled.holds("m1", None), Some(false));
+        // The MRD or the CRD changed besides its status: read again.
+        assert_eq!(settled.holds("m2", Some(&state("c1", true))), None);
+        assert_eq!(settled.holds("m1", Some(&state("c2", true))), None);
+        // Still not in the watch long after: read again.
+        let long_ago = Settled {
+            at: Instant::now()
+                .checked_sub(UNSEEN_WAIT + Duration::from_secs(1))
+                .unwrap(),
+            ..settled
+        };
+        assert_eq!(long_ago.holds("m1", None), None);
+    }
 }

@@ -169,6 +169,9 @@ impl ProviderRevisions {
             body
         };
         let mrds = Api::<ManagedResourceDefinition>::all(self.sk.client().clone());
+        // Whether a CRD the view of CRDs does not show may be taken as
+        // absent (it has listed them all).
+        let view_ready = self.crds_known.ready().await;
         // Without SafeStart a package's MRDs are Active from the start.
         let active = !r.safe_start();
         let mut planned = Vec::new();
@@ -179,12 +182,31 @@ impl ProviderRevisions {
                 .unwrap_or_default()
                 .to_owned();
             let managed = crate::mrds::body::is_managed(object);
-            // Each object as the watch last saw its metadata; read whole
-            // only when it changed since this controller last looked.
-            let crd_rv = self.crds_known.resource_version(&name);
-            let (crd_known, live) = self
-                .recall_or_read(Kind::Crd, &crds, &name, crd_rv.as_deref(), "read a CRD")
-                .await?;
+            // Each object as the watch last saw it; read whole only when it
+            // changed, besides its status, since this controller last
+            // looked. Whether a CRD is established is the watch's.
+            let crd_now = self.crds_known.state(&name);
+            // A managed kind's CRD is its MRD's to make (and its MRD
+            // refuses one it did not make): one the view does not show yet
+            // is not read, the revision waits for it.
+            let (crd_known, live) = if managed && view_ready && crd_now.is_none() {
+                (None, None)
+            } else {
+                self.recall_or_read(
+                    Kind::Crd,
+                    &crds,
+                    &name,
+                    crd_now.as_ref().map(|c| c.version.as_str()),
+                    "read a CRD",
+                )
+                .await?
+            };
+            // (A CRD stays established until it is deleted, which is a new
+            // version: what was found established still is.)
+            let crd_known = crd_known.map(|mut k| {
+                k.ready |= crd_now.as_ref().is_some_and(|c| c.established);
+                k
+            });
             let recalled_crd = crd_known.as_ref().map(|k| k.meta(&name));
             let crd_meta = live.as_ref().map(|l| &l.metadata).or(recalled_crd.as_ref());
             if let Some(meta) = crd_meta

@@ -1,6 +1,6 @@
 //! What the revision controller last read or wrote of each CRD and MRD it
-//! establishes, at the version it saw (a CRD's resourceVersion; an MRD's
-//! uid and generation and metadata, which its status writes leave alone):
+//! establishes, at the version it saw (the object's uid, generation and
+//! metadata, [`crate::mrds::body::version`], which status writes leave alone):
 //! while the watches show the same version what was known still holds, so
 //! a reconcile reads nothing again (a Provider of a hundred CRDs would
 //! otherwise cost two hundred reads on every wake, and an idle one
@@ -25,12 +25,14 @@ pub(super) enum Kind {
     Mrd,
 }
 
-/// What is known of one object at `resource_version`.
+/// What is known of one object at `version` (its
+/// [`crate::mrds::body::version`]).
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Known {
-    pub resource_version: String,
+    pub version: String,
     pub uid: Option<String>,
-    /// A CRD: Established; an MRD: Active.
+    /// A CRD: Established then (a status write changes it and not the
+    /// version: the reader also asks the watch of CRDs); an MRD: Active.
     pub ready: bool,
     /// The hash of the body found applied (or applied) then, if it was.
     pub applied: Option<u64>,
@@ -44,7 +46,7 @@ impl Known {
     /// it was found applied with, if it was.
     pub fn crd(live: &CustomResourceDefinition, applied: Option<u64>) -> Self {
         Self {
-            resource_version: live.resource_version().unwrap_or_default(),
+            version: crate::mrds::body::version(live).unwrap_or_default(),
             uid: live.uid(),
             ready: crate::crds::established(live),
             applied,
@@ -56,7 +58,7 @@ impl Known {
     /// [`crate::mrds::body::version`].
     pub fn mrd(live: &ManagedResourceDefinition, applied: Option<u64>) -> Self {
         Self {
-            resource_version: crate::mrds::body::version(live).unwrap_or_default(),
+            version: crate::mrds::body::version(live).unwrap_or_default(),
             uid: live.uid(),
             ready: crate::mrds::body::active(live),
             applied,
@@ -90,7 +92,7 @@ struct Memo {
 }
 
 impl Seen {
-    /// What is known of `name`, if the watch's resourceVersion `now` is
+    /// What is known of `name`, if the version `now` the watch shows is
     /// the one it was known at.
     pub fn recall(&self, kind: Kind, name: &str, now: Option<&str>) -> Option<Known> {
         let now = now?;
@@ -98,13 +100,13 @@ impl Seen {
         known
             .by_name
             .get(&(kind, name.to_owned()))
-            .filter(|k| k.resource_version == now)
+            .filter(|k| k.version == now)
             .cloned()
     }
 
-    /// Remembers `known` of `name` (nothing without a resourceVersion).
+    /// Remembers `known` of `name` (nothing without a version).
     pub fn remember(&self, kind: Kind, name: &str, mut known: Known) {
-        if known.resource_version.is_empty() {
+        if known.version.is_empty() {
             return;
         }
         let mut all = self.known.lock().unwrap_or_else(PoisonError::into_inner);
@@ -129,7 +131,7 @@ mod tests {
 
     fn known(rv: &str) -> Known {
         Known {
-            resource_version: rv.into(),
+            version: rv.into(),
             uid: Some("u".into()),
             ready: true,
             applied: Some(1),
@@ -138,7 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn an_object_is_recalled_only_at_the_resource_version_it_was_seen_at() {
+    fn an_object_is_recalled_only_at_the_version_it_was_seen_at() {
         let seen = Seen::default();
         seen.remember(Kind::Crd, "a.example.org", known("5"));
         assert_eq!(
@@ -186,7 +188,7 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_remembered_without_a_resource_version() {
+    fn nothing_is_remembered_without_a_version() {
         let seen = Seen::default();
         seen.remember(Kind::Mrd, "b", known(""));
         assert_eq!(seen.recall(Kind::Mrd, "b", Some("")), None);

@@ -1,37 +1,65 @@
 //! What the stacks know of the cluster's CRDs ([`Known`]).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, PoisonError, RwLock},
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Resource, ResourceExt};
+use runtime::controller::summaries::{Change, Summaries};
 
 use super::error::Error;
 use crate::crds::Listed;
 
 /// What the package-manager knows of the cluster's CRDs without asking:
-/// every CRD's name and kind (all a lookup by kind needs, about a hundred
-/// bytes a CRD), and whole (as [`crate::crds::trim`] leaves them) only the CRDs a stack
-/// has marked as its own or as one it depends on. Any other CRD is read by
-/// name when a decision needs it, so the CRDs Providers install cost the
-/// process their names and kinds, not a copy each.
+/// every CRD's name, kind, version and whether it is established ([`Fact`]:
+/// all a lookup by kind or a wait for a CRD needs, under two hundred bytes a
+/// CRD), and whole (as [`crate::crds::trim`] leaves them) only the CRDs a
+/// stack has marked as its own or as one it depends on. Any other CRD is
+/// read by name when a decision needs it, so the CRDs Providers install
+/// cost the process their names and facts, not a copy each.
 #[derive(Clone)]
 pub struct Known {
-    inner: Arc<std::sync::RwLock<KnownInner>>,
-    ready: tokio::sync::watch::Receiver<bool>,
+    facts: Summaries<Fact>,
+    marked: Arc<RwLock<Marks>>,
     api: Api<Listed>,
 }
 
-/// name → (kind, resourceVersion), of every CRD.
-type Kinds = HashMap<Box<str>, (Box<str>, Box<str>)>;
+/// What is known of every CRD without reading it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct Fact {
+    kind: Box<str>,
+    /// [`crate::mrds::body::version`]: what of the CRD is not its status.
+    version: Box<str>,
+    established: bool,
+}
+
+/// The fact of `crd`.
+fn fact(crd: &Listed) -> Fact {
+    Fact {
+        kind: crd.kind().into(),
+        version: crate::mrds::body::version(crd).unwrap_or_default().into(),
+        established: crd.established(),
+    }
+}
+
+/// A CRD's version (what of it is not its status, as
+/// [`crate::mrds::body::version`] says it) and whether it is established.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct State {
+    pub version: String,
+    pub established: bool,
+}
+
 /// The CRDs a stack marks, by name.
 type Marked = HashMap<String, Arc<CustomResourceDefinition>>;
 
 #[derive(Default)]
-struct KnownInner {
-    kinds: Kinds,
+struct Marks {
     marked: Marked,
-    /// What a relist has read so far; it replaces the two above when done.
-    relist: Option<(Kinds, Marked)>,
+    /// What a relist has read so far; it replaces `marked` when done.
+    relist: Option<Marked>,
 }
 
 /// Whether a stack marks this CRD (a stack's label or its owner annotation).
@@ -58,88 +86,83 @@ impl Known {
     ) {
         use futures::TryStreamExt;
         use kube::runtime::{WatchStreamExt, watcher};
-        let (tx, ready) = tokio::sync::watch::channel(false);
         let api = Api::<Listed>::all(client);
         let known = Self {
-            inner: Arc::default(),
-            ready,
+            facts: Summaries::new(),
+            marked: Arc::default(),
             api: api.clone(),
         };
         let view = known.clone();
-        let changes = watcher(api, watcher::Config::default().page_size(100))
+        // The marked CRDs are taken in before the facts: once the facts
+        // say the first list is done, both are.
+        let events = watcher(api, watcher::Config::default().page_size(100))
             .default_backoff()
             .map_ok(move |event| {
-                if view.apply(&event) {
-                    tx.send_replace(true);
-                }
+                view.mark(&event);
                 event
-            })
+            });
+        let changes = known
+            .facts
+            .follow(events, fact)
             .touched_objects()
             .map_ok(Listed::into_crd);
         (known, changes)
     }
 
-    /// Takes in one watch event; true once a (re)list is complete.
-    fn apply(&self, event: &kube::runtime::watcher::Event<Listed>) -> bool {
+    /// Takes in one watch event (by hand, in tests).
+    #[cfg(test)]
+    fn apply(&self, event: &kube::runtime::watcher::Event<Listed>) {
+        self.mark(event);
+        self.facts.apply(event, fact);
+    }
+
+    /// Keeps or forgets the CRD of one watch event as a stack marks it.
+    fn mark(&self, event: &kube::runtime::watcher::Event<Listed>) {
         use kube::runtime::watcher::Event;
-        let Ok(mut inner) = self.inner.write() else {
-            return false;
-        };
+        let mut marks = self.marked.write().unwrap_or_else(PoisonError::into_inner);
         let whole = |c: &Listed| Arc::new(c.clone().into_crd());
-        let name = |c: &Listed| c.name_any();
-        let entry = |c: &Listed| {
-            let rv = c.resource_version().unwrap_or_default();
-            (c.kind().into(), rv.into())
-        };
         match event {
-            Event::Init => inner.relist = Some(Default::default()),
+            Event::Init => marks.relist = Some(Marked::new()),
             Event::InitApply(c) => {
-                if let Some((kinds, marked)) = inner.relist.as_mut() {
-                    kinds.insert(name(c).into(), entry(c));
-                    if marked_by_a_stack(c.meta()) {
-                        marked.insert(name(c), whole(c));
-                    }
+                if let Some(marked) = marks.relist.as_mut()
+                    && marked_by_a_stack(c.meta())
+                {
+                    marked.insert(c.name_any(), whole(c));
                 }
             }
             Event::InitDone => {
-                if let Some((kinds, marked)) = inner.relist.take() {
-                    inner.kinds = kinds;
-                    inner.marked = marked;
+                if let Some(marked) = marks.relist.take() {
+                    marks.marked = marked;
                 }
-                return true;
             }
             Event::Apply(c) => {
-                inner.kinds.insert(name(c).into(), entry(c));
                 if marked_by_a_stack(c.meta()) {
-                    inner.marked.insert(name(c), whole(c));
+                    marks.marked.insert(c.name_any(), whole(c));
                 } else {
-                    inner.marked.remove(&name(c));
+                    marks.marked.remove(&c.name_any());
                 }
             }
             Event::Delete(c) => {
-                inner.kinds.remove(name(c).as_str());
-                inner.marked.remove(&name(c));
+                marks.marked.remove(&c.name_any());
             }
         }
-        false
     }
 
     /// Whether the first list is complete (waiting a moment for it).
     pub async fn ready(&self) -> bool {
-        let mut ready = self.ready.clone();
-        tokio::time::timeout(std::time::Duration::from_millis(20), ready.wait_for(|r| *r))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        self.facts.ready().await
     }
 
     /// The CRD `name`: the kept copy of a CRD a stack marks, else read from
     /// the API server (as [`crate::crds::trim`] leaves it).
     pub async fn get(&self, name: &str) -> Result<Option<Arc<CustomResourceDefinition>>, Error> {
         let kept = self
-            .inner
+            .marked
             .read()
-            .ok()
-            .and_then(|i| i.marked.get(name).cloned());
+            .unwrap_or_else(PoisonError::into_inner)
+            .marked
+            .get(name)
+            .cloned();
         if kept.is_some() {
             return Ok(kept);
         }
@@ -163,10 +186,10 @@ impl Known {
                 // dot: a name with more before the group is another group's.
                 let suffix = format!(".{}", selector.group);
                 let in_group = |n: &str| n.strip_suffix(&suffix).is_some_and(|p| !p.contains('.'));
-                let found = self.inner.read().ok().and_then(|i| {
-                    i.kinds
+                let found = self.facts.read(|facts| {
+                    facts
                         .iter()
-                        .find(|(n, (k, _))| in_group(n) && k.as_ref() == kind.as_str())
+                        .find(|(n, f)| in_group(n) && f.kind.as_ref() == kind.as_str())
                         .map(|(n, _)| n.to_string())
                 });
                 match found {
@@ -189,44 +212,54 @@ impl Known {
             .then_some(crd))
     }
 
-    /// The resourceVersion of the CRD `name` as the watch last saw it
-    /// (None before the first list, or when there is no such CRD).
-    pub fn resource_version(&self, name: &str) -> Option<String> {
-        self.inner
-            .read()
-            .ok()?
-            .kinds
+    /// The CRD `name` as the watch last saw it: its version and whether it
+    /// is established (None before the first list, or when there is no
+    /// such CRD).
+    pub fn state(&self, name: &str) -> Option<State> {
+        self.facts
             .get(name)
-            .map(|(_, rv)| rv.to_string())
-            .filter(|rv| !rv.is_empty())
+            .filter(|f| !f.version.is_empty())
+            .map(|f| State {
+                version: f.version.into(),
+                established: f.established,
+            })
+    }
+
+    /// The CRDs whose version or Established condition changed, or that
+    /// were made or deleted, each once the view has it: whoever is woken by
+    /// one reads a view at least as new as the change. A status write that
+    /// changes neither tells nothing.
+    pub fn changes(&self) -> futures::channel::mpsc::UnboundedReceiver<Change> {
+        self.facts.changes()
     }
 
     /// The kept CRDs that carry `label` (a stack's mark).
     pub fn marked_with(&self, label: &str) -> Vec<String> {
-        self.inner
+        self.marked
             .read()
-            .map(|i| {
-                i.marked
-                    .values()
-                    .filter(|c| {
-                        c.metadata
-                            .labels
-                            .as_ref()
-                            .is_some_and(|l| l.contains_key(label))
-                    })
-                    .filter_map(|c| c.metadata.name.clone())
-                    .collect()
+            .unwrap_or_else(PoisonError::into_inner)
+            .marked
+            .values()
+            .filter(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(label))
             })
-            .unwrap_or_default()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect()
     }
 
     /// How many CRDs are kept whole and how many are known by name.
     #[cfg(test)]
     fn counts(&self) -> (usize, usize) {
-        self.inner
+        let marked = self
+            .marked
             .read()
-            .map(|i| (i.marked.len(), i.kinds.len()))
-            .unwrap_or_default()
+            .unwrap_or_else(PoisonError::into_inner)
+            .marked
+            .len();
+        (marked, self.facts.read(|f| f.len()))
     }
 }
 
@@ -251,32 +284,29 @@ mod tests {
     }
 
     /// A view fed by hand, whose API server address answers nothing.
-    fn view() -> (Known, tokio::sync::watch::Sender<bool>) {
+    fn view() -> Known {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let (tx, ready) = tokio::sync::watch::channel(false);
-        let known = Known {
-            inner: std::sync::Arc::default(),
-            ready,
+        Known {
+            facts: Summaries::new(),
+            marked: Arc::default(),
             api: Api::all(kube::Client::try_from(config).unwrap()),
-        };
-        (known, tx)
+        }
     }
 
     #[tokio::test]
     async fn the_view_keeps_whole_only_the_crds_a_stack_marks() {
         use kube::runtime::watcher::Event;
-        let (known, tx) = view();
+        let known = view();
         let label = "stack.extensions.crossplane.io/0123456789abcdef";
         let provider = listed("buckets.aws.example.org", "Bucket", json!({}));
         let stack = listed("redises.cache.example.org", "Redis", json!({label: "owns"}));
-        assert!(!known.apply(&Event::Init));
+        known.apply(&Event::Init);
         for c in [&provider, &stack] {
-            assert!(!known.apply(&Event::InitApply(c.clone())));
+            known.apply(&Event::InitApply(c.clone()));
         }
         assert!(!known.ready().await, "ready before the list is done");
         assert_eq!(known.counts(), (0, 0), "a relist shows only when done");
-        assert!(known.apply(&Event::InitDone));
-        tx.send_replace(true);
+        known.apply(&Event::InitDone);
         assert!(known.ready().await);
         assert_eq!(known.counts(), (1, 2));
         assert_eq!(known.marked_with(label), vec!["redises.cache.example.org"]);
@@ -312,13 +342,70 @@ mod tests {
         assert!(known.installed(&missing).await.unwrap().is_none());
     }
 
+    /// A CRD at `rv` and `generation`, Established or not.
+    fn at(rv: &str, generation: i64, established: bool) -> Listed {
+        let c = json!({
+            "metadata": {"name": "buckets.aws.example.org", "uid": "u1",
+                "resourceVersion": rv, "generation": generation},
+            "spec": {"group": "aws.example.org", "scope": "Cluster",
+                "names": {"kind": "Bucket", "plural": "buckets"},
+                "versions": [{"name": "v1", "served": true, "storage": true}]},
+            "status": {"conditions": [
+                {"type": "Established", "status": if established { "True" } else { "False" }},
+            ]},
+        });
+        serde_json::from_value(c).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_status_write_alone_tells_nothing_and_establishing_tells() {
+        use futures::{FutureExt as _, StreamExt as _};
+        use kube::runtime::watcher::Event;
+        let known = view();
+        let mut changes = known.changes();
+        let mut told = || {
+            let mut names = Vec::new();
+            while let Some(Some(c)) = changes.next().now_or_never() {
+                names.push(format!("{}{}", c.name, if c.gone { " gone" } else { "" }));
+            }
+            names
+        };
+        let name = "buckets.aws.example.org";
+        known.apply(&Event::Init);
+        known.apply(&Event::InitApply(at("1", 1, false)));
+        known.apply(&Event::InitDone);
+        assert_eq!(told(), vec![name], "a CRD the first list found");
+        let pending = known.state(name).unwrap();
+        assert!(!pending.established);
+        // Another status write (NamesAccepted, say): the same version, the
+        // same Established, nothing told.
+        known.apply(&Event::Apply(at("2", 1, false)));
+        assert_eq!(told(), Vec::<String>::new());
+        assert_eq!(known.state(name).unwrap(), pending);
+        // Established: told, and the same version.
+        known.apply(&Event::Apply(at("3", 1, true)));
+        assert_eq!(told(), vec![name]);
+        let served = known.state(name).unwrap();
+        assert!(served.established);
+        assert_eq!(served.version, pending.version);
+        // A spec change is a new version.
+        known.apply(&Event::Apply(at("4", 2, true)));
+        assert_eq!(told(), vec![name]);
+        assert_ne!(known.state(name).unwrap().version, pending.version);
+        // A relist that finds it gone tells it, as a deletion does.
+        known.apply(&Event::Init);
+        known.apply(&Event::InitDone);
+        assert_eq!(told(), vec![format!("{name} gone")]);
+        assert_eq!(known.state(name), None);
+    }
+
     #[tokio::test]
     async fn a_kind_is_found_in_its_own_group_not_in_one_whose_name_ends_like_it() {
         use kube::runtime::watcher::Event;
         let marks = json!({"stack.extensions.crossplane.io/0123456789abcdef": "owns"});
         // Each view's map has an order of its own: either CRD may come first.
         for _ in 0..16 {
-            let (known, _tx) = view();
+            let known = view();
             known.apply(&Event::Init);
             for name in [
                 "redises.other.cache.example.org",

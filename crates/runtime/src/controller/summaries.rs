@@ -2,7 +2,9 @@
 //! small fact per object (a state, a version) and not the object: a
 //! reflector's store keeps every object whole (an MRD is 800 bytes before
 //! its strings), so for thousands of objects it costs megabytes where a
-//! name and a fact cost a hundred bytes each.
+//! name and a fact cost a hundred bytes each. Whoever needs to act when a
+//! fact changes is told its name ([`Summaries::changes`]); changes of the
+//! object that leave its fact alone tell nothing.
 
 use std::{
     collections::BTreeMap,
@@ -10,7 +12,10 @@ use std::{
     time::Duration,
 };
 
-use futures::{Stream, TryStreamExt as _};
+use futures::{
+    Stream, TryStreamExt as _,
+    channel::mpsc::{UnboundedReceiver, UnboundedSender},
+};
 use kube::{ResourceExt as _, runtime::watcher};
 
 /// One value per cluster-scoped object, by name (so iterated in name
@@ -34,18 +39,54 @@ struct Inner<V> {
     values: BTreeMap<Box<str>, V>,
     /// What a relist has read so far; it replaces `values` when done.
     relist: Option<BTreeMap<Box<str>, V>>,
+    /// Who is told of each value that changed ([`Summaries::changes`]).
+    told: Vec<UnboundedSender<Change>>,
 }
 
-impl<V: Clone + Send + Sync + 'static> Summaries<V> {
+/// An object whose value changed, appeared, or went (`gone`).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Change {
+    pub name: String,
+    pub gone: bool,
+}
+
+impl<V> Inner<V> {
+    /// Tells every listener that `name`'s value changed (forgetting those
+    /// that stopped listening).
+    fn tell(&mut self, name: &str) {
+        let change = Change {
+            name: name.to_owned(),
+            gone: !self.values.contains_key(name),
+        };
+        self.told
+            .retain(|tx| tx.unbounded_send(change.clone()).is_ok());
+    }
+}
+
+impl<V: Clone + PartialEq + Send + Sync + 'static> Summaries<V> {
     /// Empty, and not ready until a watch's first list is complete.
     pub fn new() -> Self {
         Self {
             inner: Arc::new(RwLock::new(Inner {
                 values: BTreeMap::new(),
                 relist: None,
+                told: Vec::new(),
             })),
             done: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
+    }
+
+    /// The objects whose value changed from now on, appeared or went (a
+    /// relist tells what differs from before it), each once the summaries
+    /// have it: whoever one wakes reads summaries at least as new.
+    pub fn changes(&self) -> UnboundedReceiver<Change> {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .told
+            .push(tx);
+        rx
     }
 
     /// `events` as they come, each taken in first with `summary` of its
@@ -55,7 +96,7 @@ impl<V: Clone + Send + Sync + 'static> Summaries<V> {
         &self,
         events: S,
         summary: fn(&K) -> V,
-    ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+    ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static + use<V, K, S>
     where
         K: kube::Resource + Send + 'static,
         S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
@@ -82,17 +123,41 @@ impl<V: Clone + Send + Sync + 'static> Summaries<V> {
             }
             Event::InitDone => {
                 if let Some(relist) = inner.relist.take() {
-                    inner.values = relist;
+                    let before = std::mem::replace(&mut inner.values, relist);
+                    if !inner.told.is_empty() {
+                        let changed: Vec<Box<str>> = inner
+                            .values
+                            .iter()
+                            .filter(|(n, v)| before.get(*n) != Some(*v))
+                            .map(|(n, _)| n.clone())
+                            .chain(
+                                before
+                                    .keys()
+                                    .filter(|n| !inner.values.contains_key(*n))
+                                    .cloned(),
+                            )
+                            .collect();
+                        for name in changed {
+                            inner.tell(&name);
+                        }
+                    }
                 }
                 drop(inner);
                 self.done.send_replace(true);
             }
             Event::Apply(o) => {
                 let (name, value) = entry(o);
-                inner.values.insert(name, value);
+                let changed = inner.values.get(&name) != Some(&value);
+                inner.values.insert(name.clone(), value);
+                if changed {
+                    inner.tell(&name);
+                }
             }
             Event::Delete(o) => {
-                inner.values.remove(o.name_any().as_str());
+                let name = o.name_any();
+                if inner.values.remove(name.as_str()).is_some() {
+                    inner.tell(&name);
+                }
             }
         }
     }
@@ -120,7 +185,7 @@ impl<V: Clone + Send + Sync + 'static> Summaries<V> {
     }
 }
 
-impl<V: Clone + Send + Sync + 'static> Default for Summaries<V> {
+impl<V: Clone + PartialEq + Send + Sync + 'static> Default for Summaries<V> {
     fn default() -> Self {
         Self::new()
     }
@@ -182,5 +247,48 @@ mod tests {
         s.apply(&Event::InitDone, phase);
         assert_eq!(all(&s), vec![("c".into(), "Active".into())]);
         assert!(s.ready().await);
+    }
+
+    #[tokio::test]
+    async fn a_changed_value_is_told_and_a_change_that_leaves_it_alone_is_not() {
+        use futures::{FutureExt as _, StreamExt as _};
+        let s = Summaries::new();
+        let mut changes = s.changes();
+        let mut told = || {
+            let mut names = Vec::new();
+            while let Some(Some(c)) = changes.next().now_or_never() {
+                names.push(format!("{}{}", c.name, if c.gone { " gone" } else { "" }));
+            }
+            names
+        };
+        s.apply(&Event::Init, phase);
+        s.apply(&Event::InitApply(ns("a", "Active")), phase);
+        s.apply(&Event::InitApply(ns("b", "Active")), phase);
+        assert_eq!(
+            told(),
+            Vec::<String>::new(),
+            "nothing before the list is done"
+        );
+        s.apply(&Event::InitDone, phase);
+        assert_eq!(told(), ["a", "b"]);
+        // The object changed, its value did not (another field, say).
+        s.apply(&Event::Apply(ns("a", "Active")), phase);
+        assert_eq!(told(), Vec::<String>::new());
+        s.apply(&Event::Apply(ns("a", "Terminating")), phase);
+        assert_eq!(told(), ["a"]);
+        s.apply(&Event::Delete(ns("a", "Terminating")), phase);
+        assert_eq!(told(), ["a gone"]);
+        // A relist tells what differs from before it: b changed, c is new,
+        // and nothing went.
+        s.apply(&Event::Init, phase);
+        s.apply(&Event::InitApply(ns("b", "Terminating")), phase);
+        s.apply(&Event::InitApply(ns("c", "Active")), phase);
+        s.apply(&Event::InitDone, phase);
+        assert_eq!(told(), ["b", "c"]);
+        // A relist that no longer lists c tells it gone.
+        s.apply(&Event::Init, phase);
+        s.apply(&Event::InitApply(ns("b", "Terminating")), phase);
+        s.apply(&Event::InitDone, phase);
+        assert_eq!(told(), ["c gone"]);
     }
 }
