@@ -419,7 +419,9 @@ pub fn impersonating_kubeconfig_for(
         user["user"]["as"] =
             serde_json::json!(format!("system:serviceaccount:crossplane-system:{binary}"));
     }
-    let path = std::env::temp_dir().join(format!("{}.kubeconfig", testenv::unique_name(binary)));
+    let path = control
+        .scratch_dir()
+        .join(format!("{}.kubeconfig", testenv::unique_name(binary)));
     std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
     path
 }

@@ -45,7 +45,7 @@ pub fn viewer(control: &testenv::Cluster, runtimes: bool, namespaces: &[&str]) -
     for u in config["users"].as_array_mut().unwrap() {
         u["user"]["as"] = Value::String(user.clone());
     }
-    let path = std::env::temp_dir().join(format!("{user}.kubeconfig"));
+    let path = control.scratch_dir().join(format!("{user}.kubeconfig"));
     std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
     wait_blocking(
         Duration::from_secs(60),

@@ -29,6 +29,8 @@ pub struct Cluster {
     /// Kubeconfigs of the extra users (`Options::users`), by user name.
     pub(crate) user_kubeconfigs: std::collections::BTreeMap<String, String>,
     kubectl: PathBuf,
+    /// Where a test's own files about this cluster go ([`Cluster::scratch_dir`]).
+    scratch: PathBuf,
 }
 
 impl Cluster {
@@ -39,6 +41,10 @@ impl Cluster {
     ) -> anyhow::Result<Self> {
         let kubeconfig = std::fs::read_to_string(&kubeconfig_path)
             .with_context(|| format!("reading kubeconfig {}", kubeconfig_path.display()))?;
+        // A started cluster's kubeconfig is in its plane's directory.
+        let scratch = kubeconfig_path
+            .parent()
+            .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
         Ok(Self {
             name,
             kubeconfig_path,
@@ -46,7 +52,16 @@ impl Cluster {
             audit_log: None,
             user_kubeconfigs: Default::default(),
             kubectl,
+            scratch,
         })
+    }
+
+    /// Where a test's own files about this cluster go (a kubeconfig for
+    /// another identity): the plane's directory, which the watchdog removes
+    /// when the test process exits; the temporary directory for a cluster
+    /// the tests were pointed at.
+    pub fn scratch_dir(&self) -> &std::path::Path {
+        &self.scratch
     }
 
     /// A kubeconfig (YAML) that authenticates to this cluster as `user`, one
@@ -70,7 +85,9 @@ impl Cluster {
         path: PathBuf,
         kubectl: PathBuf,
     ) -> anyhow::Result<Self> {
-        Self::new(name, path, kubectl)
+        let mut cluster = Self::new(name, path, kubectl)?;
+        cluster.scratch = std::env::temp_dir();
+        Ok(cluster)
     }
 
     /// A new client for this cluster (build one per test: clients belong to
