@@ -170,6 +170,10 @@ pub async fn run(
         .iter()
         .map(|g| format!("bench-null:{}:system", g.name))
         .collect();
+    // The ceiling of the sides' deletion: how long the API server takes to
+    // remove these CRDs when nothing else asks anything of it.
+    let crds_deleting = Instant::now();
+    let mut crds_deleted = None;
     for (api, names) in [
         (
             erase(
@@ -195,6 +199,7 @@ pub async fn run(
         ),
     ] {
         erase_all(&api, names).await;
+        crds_deleted.get_or_insert(crds_deleting.elapsed());
     }
     json!({
         "writes": "server-side apply of each Provider's end state (CRDs, ServiceAccount, 3 ClusterRoles, a binding, 2 Secrets, Service, Deployment), 16 Providers at a time",
@@ -203,6 +208,7 @@ pub async fn run(
         "written_s": written.as_secs_f64(),
         "all_ready_s": (c.all() && d.all()).then_some(all.as_secs_f64()),
         "servers": used,
+        "crds_deleted_s": crds_deleted.map(|d| d.as_secs_f64()),
     })
 }
 

@@ -487,7 +487,19 @@ pub async fn idle(run: &Run<'_>, providers: usize, secs: u64) -> Value {
         "seconds": secs,
         "requests_per_provider_per_minute": requests,
         "usage": run.side.usage_since(&before),
+        "package_manager_heap_live_mib": heap_live_mib(run),
     })
+}
+
+/// What ours holds in live allocations now (`crossplane_rs_heap_allocated_bytes`
+/// on the package-manager's /metrics), to tell what it keeps from what its
+/// allocator has not returned yet; nothing for upstream.
+fn heap_live_mib(run: &Run<'_>) -> Option<f64> {
+    if run.side.name != "crossplane-rs" {
+        return None;
+    }
+    let m = tokio::task::block_in_place(|| e2e::shipped::metrics_of("package-manager"));
+    Some(e2e::metric_sum(&m, "crossplane_rs_heap_allocated_bytes", &[]) / (1024.0 * 1024.0))
 }
 
 /// How long the upgrade waits for each Provider's first kind to be served
