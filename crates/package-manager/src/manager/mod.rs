@@ -140,6 +140,15 @@ impl Reconciler for Providers {
             self.resolved.remove(&p.name_any());
             return Ok(Cleanup::Done);
         }
+        if revisions
+            .iter()
+            .all(|r| r.meta().deletion_timestamp.is_some())
+        {
+            // Each revision's own cleanup keeps a CRD while objects of its
+            // kind exist (and says so); looking again here would read every
+            // CRD and list every kind on each wake while thousands go.
+            return Ok(Cleanup::Wait(Action::requeue(DELETE_POLL)));
+        }
         // Custom resources of the package's CRDs hold the deletion: they
         // would be lost with their CRDs.
         let crds = self.crds_of(&revisions).await?;
