@@ -30,7 +30,7 @@ pub struct Cluster {
     pub(crate) user_kubeconfigs: std::collections::BTreeMap<String, String>,
     kubectl: PathBuf,
     /// Where a test's own files about this cluster go ([`Cluster::scratch_dir`]).
-    scratch: PathBuf,
+    pub(crate) scratch: PathBuf,
 }
 
 impl Cluster {
@@ -41,10 +41,6 @@ impl Cluster {
     ) -> anyhow::Result<Self> {
         let kubeconfig = std::fs::read_to_string(&kubeconfig_path)
             .with_context(|| format!("reading kubeconfig {}", kubeconfig_path.display()))?;
-        // A started cluster's kubeconfig is in its plane's directory.
-        let scratch = kubeconfig_path
-            .parent()
-            .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf);
         Ok(Self {
             name,
             kubeconfig_path,
@@ -52,7 +48,8 @@ impl Cluster {
             audit_log: None,
             user_kubeconfigs: Default::default(),
             kubectl,
-            scratch,
+            // A started cluster's is its plane's directory (set by launch).
+            scratch: std::env::temp_dir(),
         })
     }
 
@@ -85,9 +82,7 @@ impl Cluster {
         path: PathBuf,
         kubectl: PathBuf,
     ) -> anyhow::Result<Self> {
-        let mut cluster = Self::new(name, path, kubectl)?;
-        cluster.scratch = std::env::temp_dir();
-        Ok(cluster)
+        Self::new(name, path, kubectl)
     }
 
     /// A new client for this cluster (build one per test: clients belong to

@@ -93,6 +93,7 @@ pub(crate) fn start(bin: &Path, options: &Options) -> anyhow::Result<Started> {
     for server in spawned {
         let mut cluster = Cluster::new(server.name, server.kubeconfig, bin.join("kubectl"))?;
         cluster.audit_log = server.audit_log;
+        cluster.scratch = dir.clone();
         cluster.user_kubeconfigs = server.users;
         // The first start of an apiserver on a cold machine can take a while.
         cluster.wait_ready(Duration::from_secs(90), || procs.check_alive())?;
