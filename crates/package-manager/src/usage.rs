@@ -24,58 +24,74 @@ pub async fn custom_resources(
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let mut clauses = Vec::new();
     for name in crds {
-        let Some(crd) = api.get_opt(name).await? else {
-            continue;
-        };
-        let Some(ar) = api_resource(&crd) else {
-            continue;
-        };
-        let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
-            .list(&ListParams::default().limit(100))
-            .await;
-        let objects = match listed {
-            Ok(o) => o,
-            // The kind is no longer served (its CRD is going): none.
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(kube::Error::Api(e)) if e.code == 403 => {
-                // Not knowing is not "none": the deletion waits.
-                clauses.push(format!(
-                    "permission to list {}.{} (to know whether any exist): grant the package-manager list on it with a ClusterRole labelled {AGGREGATE_LABEL}=\"true\"",
-                    ar.plural, ar.group
-                ));
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if objects.items.is_empty() {
-            continue;
+        if let Some(crd) = api.get_opt(name).await?
+            && let Some(clause) = of_kind(client, &crd).await?
+        {
+            clauses.push(clause);
         }
-        let names: Vec<String> = objects
-            .items
-            .iter()
-            .take(NAMED)
-            .map(|o| match o.namespace() {
-                Some(ns) => format!("{ns}/{}", o.name_any()),
-                None => o.name_any(),
-            })
-            .collect();
-        let more = objects.items.len().saturating_sub(NAMED);
-        let mut clause = format!(
-            "{} {}: {}",
-            objects.items.len(),
-            if objects.items.len() == 1 {
-                crd.spec.names.kind.clone()
-            } else {
-                format!("{}s", crd.spec.names.kind)
-            },
-            names.join(", ")
-        );
-        if more > 0 {
-            clause.push_str(&format!(" and {more} more"));
-        }
-        clauses.push(clause);
     }
-    Ok((!clauses.is_empty()).then(|| format!("waiting for {}", clauses.join("; "))))
+    Ok(waiting_for(&clauses))
+}
+
+/// `waiting for ...` of what [`of_kind`] found, or None when it found
+/// nothing.
+pub fn waiting_for(clauses: &[String]) -> Option<String> {
+    (!clauses.is_empty()).then(|| format!("waiting for {}", clauses.join("; ")))
+}
+
+/// The custom resources of the kind `crd` serves that exist, as `2
+/// Objects: a, b`, or None when there are none (or the kind is no longer
+/// served).
+pub async fn of_kind(
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+) -> kube::Result<Option<String>> {
+    let Some(ar) = api_resource(crd) else {
+        return Ok(None);
+    };
+    let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
+        .list(&ListParams::default().limit(100))
+        .await;
+    let objects = match listed {
+        Ok(o) => o,
+        // The kind is no longer served (its CRD is going): none.
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            // Not knowing is not "none": the deletion waits.
+            return Ok(Some(format!(
+                "permission to list {}.{} (to know whether any exist): grant the package-manager list on it with a ClusterRole labelled {AGGREGATE_LABEL}=\"true\"",
+                ar.plural, ar.group
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    if objects.items.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<String> = objects
+        .items
+        .iter()
+        .take(NAMED)
+        .map(|o| match o.namespace() {
+            Some(ns) => format!("{ns}/{}", o.name_any()),
+            None => o.name_any(),
+        })
+        .collect();
+    let more = objects.items.len().saturating_sub(NAMED);
+    let mut clause = format!(
+        "{} {}: {}",
+        objects.items.len(),
+        if objects.items.len() == 1 {
+            crd.spec.names.kind.clone()
+        } else {
+            format!("{}s", crd.spec.names.kind)
+        },
+        names.join(", ")
+    );
+    if more > 0 {
+        clause.push_str(&format!(" and {more} more"));
+    }
+    Ok(Some(clause))
 }
 
 /// The ApiResource of a CRD's storage version (else its first served one).

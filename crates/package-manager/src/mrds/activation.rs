@@ -28,10 +28,11 @@ pub const ACTIVATION_MANAGER: &str = "package-manager-activation";
 /// Healthy: every matching MRD is Active.
 pub const TYPE_HEALTHY: &str = types::pkg::contract::conditions::HEALTHY;
 
-/// How long a policy's growing `status.activated` may wait for more MRDs
-/// before it is written. A package's MRDs appear one by one (5000 for 50
-/// Providers of 100 kinds), and the list is rewritten whole: written on
-/// each, a burst costs as many writes as MRDs, each as long as the list.
+/// How long a change of a policy's `status.activated` may wait for more
+/// before it is written. A package's MRDs appear (and a deleted Provider's
+/// go) one by one, 5000 for 50 Providers of 100 kinds, and the list is
+/// rewritten whole: written on each, a burst costs as many writes as MRDs,
+/// each as long as the list.
 /// Activation itself never waits ([`Policies::urgent`]).
 const LISTED_WINDOW: Duration = Duration::from_secs(5);
 
@@ -76,15 +77,15 @@ impl Reconciler for Policies {
         self.mrds.ready().await
     }
 
-    /// Only a list that grew, with the same conditions, waits: what a
-    /// burst of new MRDs does. A first status, a name gone or a condition
-    /// changed is written at once.
+    /// Only a list that changed, with the same conditions, waits: what a
+    /// burst of new MRDs, or of deleted ones, does. A first status or a
+    /// condition changed is written at once.
     fn may_wait(
         &self,
         before: &Draft<ManagedResourceActivationPolicy>,
         after: &Draft<ManagedResourceActivationPolicy>,
     ) -> Option<Duration> {
-        listed_more(before, after).then_some(LISTED_WINDOW)
+        only_listed_other(before, after).then_some(LISTED_WINDOW)
     }
 
     /// An MRD the policy matches that is not Active yet is activated at
@@ -155,19 +156,16 @@ impl Reconciler for Policies {
     }
 }
 
-/// Whether `after` only lists more MRDs than `before` (already written,
-/// with conditions) and says the same otherwise.
-fn listed_more(
+/// Whether `after` says what `before` (already written, with conditions)
+/// said but for the MRDs it lists: more of them as a package's MRDs
+/// appear, fewer as a deleted Provider's go.
+fn only_listed_other(
     before: &Draft<ManagedResourceActivationPolicy>,
     after: &Draft<ManagedResourceActivationPolicy>,
 ) -> bool {
     !before.conditions.is_empty()
         && before.conditions == after.conditions
-        && after.activated.len() > before.activated.len()
-        && before
-            .activated
-            .iter()
-            .all(|n| after.activated.binary_search(n).is_ok())
+        && after.activated != before.activated
 }
 
 /// The MRAP controller, ready to run: an MRD that is made or changes
@@ -258,18 +256,19 @@ mod tests {
     }
 
     #[test]
-    fn only_a_list_that_grew_waits_for_more() {
+    fn only_a_list_that_changed_waits_for_more_changes() {
         let two = status(&["a.example.org", "b.example.org"], true);
         let three = status(&["a.example.org", "b.example.org", "c.example.org"], true);
-        assert!(listed_more(&two, &three), "more MRDs listed: may wait");
-        assert!(!listed_more(&three, &two), "a name gone: written at once");
-        assert!(!listed_more(&two, &two), "nothing new");
-        let swapped = status(&["a.example.org", "c.example.org", "d.example.org"], true);
-        assert!(!listed_more(&two, &swapped), "b gone: written at once");
-        let unhealthy = status(&["a.example.org", "b.example.org", "c.example.org"], false);
-        assert!(!listed_more(&two, &unhealthy), "a condition changed");
         assert!(
-            !listed_more(&Status::default(), &three),
+            only_listed_other(&two, &three),
+            "more MRDs listed: may wait"
+        );
+        assert!(only_listed_other(&three, &two), "a name gone: may wait");
+        assert!(!only_listed_other(&two, &two), "nothing new");
+        let unhealthy = status(&["a.example.org", "b.example.org", "c.example.org"], false);
+        assert!(!only_listed_other(&two, &unhealthy), "a condition changed");
+        assert!(
+            !only_listed_other(&Status::default(), &three),
             "a first status is written at once"
         );
     }

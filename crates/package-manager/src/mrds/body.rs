@@ -95,6 +95,18 @@ pub fn crd_of(mrd: &ManagedResourceDefinition) -> serde_json::Value {
     })
 }
 
+/// Whether the CRD whose metadata is `crd` is served by the MRD of its
+/// name (which controls it).
+pub fn served_by_mrd(crd: &ObjectMeta) -> bool {
+    let name = crd.name.as_deref().unwrap_or_default();
+    crd.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "ManagedResourceDefinition"
+            && o.api_version.starts_with("apiextensions.crossplane.io/")
+            && o.name == name
+    })
+}
+
 /// How a CRD that exists relates to the MRD of the same name.
 #[derive(Debug, PartialEq, Eq)]
 pub enum CrdControl {

@@ -98,17 +98,26 @@ pub struct Mrds {
 }
 
 /// An Active MRD as its CRD was made from it, and that CRD, each at its
-/// [`body::version`] (status writes leave both alone), and when.
+/// [`body::version`] (status writes leave both alone), and when; the CRD's
+/// version before (None: it was made then) and whether it came back
+/// established.
 #[derive(Clone, Debug)]
 struct Settled {
     mrd: String,
     crd: String,
+    before: Option<String>,
+    established: bool,
     at: Instant,
 }
 
-/// How long an MRD whose CRD was just applied waits for the watch of CRDs
-/// to show it without reading it again: the watch tells the MRD when it
-/// does, so this bounds only a CRD deleted before the watch saw it made.
+/// How long an MRD whose CRD was just applied takes the view of CRDs still
+/// showing it as it was (or not at all) as the view being late, without
+/// reading it again: the view tells the MRD when it shows the CRD as
+/// applied. Against an API server that 50 Providers' install keeps busy
+/// the view is seconds behind, and each wake between (the MRD's own
+/// status write, looking again at a CRD not established yet) read both
+/// again. This bounds only a CRD changed or deleted by someone else before
+/// the view showed it applied.
 const UNSEEN_WAIT: Duration = Duration::from_secs(30);
 
 impl Settled {
@@ -119,10 +128,14 @@ impl Settled {
         if self.mrd != mrd {
             return None;
         }
+        let unseen = self.at.elapsed() < UNSEEN_WAIT;
         match crd {
             Some(c) if c.version == self.crd => Some(c.established),
-            // Applied, and not in the watch yet: it tells when it is.
-            None if self.at.elapsed() < UNSEEN_WAIT => Some(false),
+            // Applied, and the view not showing it yet: it tells when it does.
+            Some(c) if unseen && self.before.as_deref() == Some(c.version.as_str()) => {
+                Some(self.established)
+            }
+            None if unseen => Some(self.established),
             _ => None,
         }
     }
@@ -225,6 +238,7 @@ impl Reconciler for Mrds {
             .await
             .map_err(|e| ControlError::new("read a CRD", e))?;
         let control = live.as_ref().map(|l| body::crd_control(mrd, &l.metadata));
+        let live_version = live.as_ref().and_then(body::version);
         if body::active(mrd) {
             let desired = body::crd_of(mrd);
             if let Some(why) = crate::crds::refused(&desired, true) {
@@ -242,6 +256,7 @@ impl Reconciler for Mrds {
                     .map_err(|e| ControlError::new("apply a CRD", e))?,
             };
             let served_now = crate::crds::established(&applied);
+            let before = live_version;
             // Recorded as the cache has the MRD (the whole one read here is
             // never older), so the next wake compares alike.
             if let (Some(mrd), Some(crd)) = (version.clone(), body::version(&applied)) {
@@ -253,6 +268,8 @@ impl Reconciler for Mrds {
                         Settled {
                             mrd,
                             crd,
+                            before,
+                            established: served_now,
                             at: Instant::now(),
                         },
                     );
@@ -367,6 +384,7 @@ mod tests {
         State {
             version: version.into(),
             established,
+            by_mrd: true,
         }
     }
 
@@ -375,12 +393,14 @@ mod tests {
         let settled = Settled {
             mrd: "m1".into(),
             crd: "c1".into(),
+            before: None,
+            established: false,
             at: Instant::now(),
         };
         // The CRD as applied: served or not as the watch says.
         assert_eq!(settled.holds("m1", Some(&state("c1", false))), Some(false));
         assert_eq!(settled.holds("m1", Some(&state("c1", true))), Some(true));
-        // Applied a moment ago and not in the watch yet: waits for it.
+        // Made a moment ago and not in the watch yet: waits for it.
         assert_eq!(settled.holds("m1", None), Some(false));
         // The MRD or the CRD changed besides its status: read again.
         assert_eq!(settled.holds("m2", Some(&state("c1", true))), None);
@@ -390,8 +410,31 @@ mod tests {
             at: Instant::now()
                 .checked_sub(UNSEEN_WAIT + Duration::from_secs(1))
                 .unwrap(),
-            ..settled
+            ..settled.clone()
         };
         assert_eq!(long_ago.holds("m1", None), None);
+    }
+
+    #[test]
+    fn an_updated_crd_the_watch_still_shows_as_it_was_is_not_read_again_for_a_while() {
+        // An upgrade applied c2 over c1, which came back established.
+        let updated = Settled {
+            mrd: "m2".into(),
+            crd: "c2".into(),
+            before: Some("c1".into()),
+            established: true,
+            at: Instant::now(),
+        };
+        assert_eq!(updated.holds("m2", Some(&state("c1", true))), Some(true));
+        assert_eq!(updated.holds("m2", Some(&state("c2", true))), Some(true));
+        // Someone else's version: read again.
+        assert_eq!(updated.holds("m2", Some(&state("c3", true))), None);
+        let long_ago = Settled {
+            at: Instant::now()
+                .checked_sub(UNSEEN_WAIT + Duration::from_secs(1))
+                .unwrap(),
+            ..updated
+        };
+        assert_eq!(long_ago.holds("m2", Some(&state("c1", true))), None);
     }
 }

@@ -2,7 +2,7 @@
 //! all or nothing, and who controls one that exists (control moves within a
 //! Provider by revision number; anything else is a conflict).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
@@ -189,8 +189,20 @@ impl ProviderRevisions {
             // A managed kind's CRD is its MRD's to make (and its MRD
             // refuses one it did not make): one the view does not show yet
             // is not read, the revision waits for it.
+            // Of a CRD its MRD serves the revision takes only its uid and
+            // whether it is established: the view says both.
+            let by_mrd = managed && crd_now.as_ref().is_some_and(|c| c.by_mrd);
             let (crd_known, live) = if managed && view_ready && crd_now.is_none() {
                 (None, None)
+            } else if let Some(now) = crd_now.as_ref().filter(|_| by_mrd) {
+                let known = Known {
+                    version: now.version.clone(),
+                    uid: now.uid(),
+                    ready: now.established,
+                    applied: None,
+                    owners: Arc::from([]),
+                };
+                (Some(known), None)
             } else {
                 self.recall_or_read(
                     Kind::Crd,
@@ -210,7 +222,8 @@ impl ProviderRevisions {
             let recalled_crd = crd_known.as_ref().map(|k| k.meta(&name));
             let crd_meta = live.as_ref().map(|l| &l.metadata).or(recalled_crd.as_ref());
             if let Some(meta) = crd_meta
-                && !(managed && served_by_mrd(meta))
+                && !by_mrd
+                && !(managed && crate::mrds::body::served_by_mrd(meta))
             {
                 let what = format!("CustomResourceDefinition {name}");
                 match self.control_of(r, &siblings, &what, meta) {
@@ -565,18 +578,6 @@ fn crd_ref(name: &str, uid: Option<String>) -> TypedReference {
         name: name.to_owned(),
         uid,
     }
-}
-
-/// Whether a CRD is controlled by the ManagedResourceDefinition of its
-/// name (who may control it is that MRD's to decide).
-fn served_by_mrd(crd: &kube::api::ObjectMeta) -> bool {
-    let name = crd.name.as_deref().unwrap_or_default();
-    crd.owner_references.iter().flatten().any(|o| {
-        o.controller == Some(true)
-            && o.kind == "ManagedResourceDefinition"
-            && o.api_version.starts_with("apiextensions.crossplane.io/")
-            && o.name == name
-    })
 }
 
 /// The reference that makes the revision the controller of what it

@@ -33,6 +33,8 @@ struct Fact {
     /// [`crate::mrds::body::version`]: what of the CRD is not its status.
     version: Box<str>,
     established: bool,
+    /// Served by the MRD of its name ([`crate::mrds::body::served_by_mrd`]).
+    by_mrd: bool,
 }
 
 /// The fact of `crd`.
@@ -41,15 +43,28 @@ fn fact(crd: &Listed) -> Fact {
         kind: crd.kind().into(),
         version: crate::mrds::body::version(crd).unwrap_or_default().into(),
         established: crd.established(),
+        by_mrd: crate::mrds::body::served_by_mrd(crd.meta()),
     }
 }
 
 /// A CRD's version (what of it is not its status, as
-/// [`crate::mrds::body::version`] says it) and whether it is established.
+/// [`crate::mrds::body::version`] says it), whether it is established and
+/// whether the MRD of its name serves it.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct State {
     pub version: String,
     pub established: bool,
+    pub by_mrd: bool,
+}
+
+impl State {
+    /// The CRD's uid (the first part of its version).
+    pub fn uid(&self) -> Option<String> {
+        self.version
+            .split_once('/')
+            .map(|(uid, _)| uid.to_owned())
+            .filter(|uid| !uid.is_empty())
+    }
 }
 
 /// The CRDs a stack marks, by name.
@@ -222,6 +237,7 @@ impl Known {
             .map(|f| State {
                 version: f.version.into(),
                 established: f.established,
+                by_mrd: f.by_mrd,
             })
     }
 
