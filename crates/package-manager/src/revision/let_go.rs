@@ -1,0 +1,161 @@
+//! What a deleted revision delivered goes: each kind's MRD and CRD, or
+//! only the revision's reference on them while another revision of the
+//! Provider still delivers them, and never while custom resources of the
+//! kind exist.
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::{
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
+use kube::{
+    Api, ResourceExt as _,
+    api::{Patch, PatchParams},
+};
+use types::{apiextensions::v1alpha1::ManagedResourceDefinition, pkg::v1::ProviderRevision};
+
+use super::{Error, ProviderRevisions};
+use crate::usage;
+
+/// How many of a deleted revision's kinds are let go of at once.
+const LET_GO_AT_ONCE: usize = 16;
+
+impl ProviderRevisions {
+    /// Lets go of every kind the revision `r` delivered; what waits for
+    /// custom resources of its kind to go, as `waiting for ...` clauses.
+    pub(super) async fn let_go(&self, r: &ProviderRevision) -> Result<Vec<String>, Error> {
+        // Each kind's MRD and CRD, LET_GO_AT_ONCE kinds at a time: one by
+        // one, a revision of 100 kinds took minutes against a busy API
+        // server (and its reconcile timed out and started again).
+        let mrds = r.mrd_names();
+        let mut kinds = mrds.clone();
+        kinds.extend(r.crd_names().into_iter().filter(|c| !mrds.contains(c)));
+        futures::stream::iter(kinds)
+            .map(|name| {
+                let mrd = mrds.contains(&name);
+                async move { self.let_go_kind(r, &name, mrd).await }
+            })
+            .buffered(LET_GO_AT_ONCE)
+            .try_collect::<Vec<_>>()
+            .await
+            .map(|all| all.into_iter().flatten().collect())
+    }
+
+    /// Lets go of the kind `name` the revision delivered: of its MRD, when
+    /// `mrd`, and of its CRD. Only the revision's reference goes from
+    /// either when another revision of the Provider still delivers it;
+    /// otherwise it is deleted (an MRD with the CRD it serves) once no
+    /// custom resource of its kind is left. `Some(users)` while some are.
+    async fn let_go_kind(
+        &self,
+        r: &ProviderRevision,
+        name: &str,
+        mrd: bool,
+    ) -> Result<Option<String>, Error> {
+        self.seen.forget(name);
+        let crds = self.crds_api();
+        if mrd {
+            let mrds = Api::<ManagedResourceDefinition>::all(self.sk.client().clone());
+            if let Some(live) = self.release(r, &mrds, name).await? {
+                let crd = crds
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| Error::request("read a CRD", e))?;
+                if let Some(crd) = &crd
+                    && let Some(users) = self.users(crd).await?
+                {
+                    return Ok(Some(users));
+                }
+                // The CRD it serves goes first (it would go with the MRD,
+                // but later, and the Provider's deletion would not see it
+                // go).
+                let served = crd.as_ref().is_some_and(|c| {
+                    c.owner_references()
+                        .iter()
+                        .any(|o| o.controller == Some(true) && Some(&o.uid) == live.uid().as_ref())
+                });
+                if served {
+                    runtime::objects::delete(&crds, name)
+                        .await
+                        .map_err(|e| Error::request("delete a CRD", e))?;
+                }
+                runtime::objects::delete(&mrds, name)
+                    .await
+                    .map_err(|e| Error::request("delete a ManagedResourceDefinition", e))?;
+                if served || crd.is_none() {
+                    return Ok(None);
+                }
+            }
+        }
+        if let Some(live) = self.release(r, &crds, name).await? {
+            if let Some(users) = self.users(&live).await? {
+                return Ok(Some(users));
+            }
+            runtime::objects::delete(&crds, name)
+                .await
+                .map_err(|e| Error::request("delete a CRD", e))?;
+        }
+        Ok(None)
+    }
+
+    /// `waiting for ...` the custom resources of the kind `crd` serves.
+    async fn users(&self, crd: &CustomResourceDefinition) -> Result<Option<String>, Error> {
+        let clause = usage::of_kind(self.sk.client(), crd)
+            .await
+            .map_err(|e| Error::request("list custom resources", e))?;
+        Ok(usage::waiting_for(clause.as_slice()))
+    }
+
+    /// The CRD or MRD `name` when the revision is the last of its
+    /// Provider's to deliver it (its to delete); None when it is gone, not
+    /// the revision's, or still another revision's, whose the revision's
+    /// reference is then removed from it.
+    async fn release<K>(
+        &self,
+        r: &ProviderRevision,
+        api: &Api<K>,
+        name: &str,
+    ) -> Result<Option<K>, Error>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let uid = r.uid().unwrap_or_default();
+        let Some(live) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::request("read a CRD or ManagedResourceDefinition", e))?
+        else {
+            return Ok(None);
+        };
+        let refs = live.owner_references();
+        if !refs.iter().any(|o| o.uid == uid) {
+            return Ok(None);
+        }
+        let others: Vec<OwnerReference> = refs
+            .iter()
+            .filter(|o| o.uid != uid && o.kind == "ProviderRevision" && self.exists(&o.name))
+            .cloned()
+            .map(|mut o| {
+                o.controller = Some(false);
+                o
+            })
+            .collect();
+        if others.is_empty() {
+            return Ok(Some(live));
+        }
+        // Another revision of the Provider still delivers it: only this
+        // revision's reference goes. Guarded by the resourceVersion, so
+        // two revisions letting go at once cannot both leave (and orphan
+        // it): the second looks again and deletes it.
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": live.resource_version(),
+                "ownerReferences": others,
+            },
+        });
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::request("release a CRD or ManagedResourceDefinition", e))?;
+        Ok(None)
+    }
+}
