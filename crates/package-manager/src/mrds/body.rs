@@ -260,6 +260,18 @@ pub fn version<K: kube::Resource>(mrd: &K) -> Option<String> {
     Some(format!("{uid}/{:x}", h.finish()))
 }
 
+/// What of an MRD its CRD is made from ([`crd_of`]), as a version like
+/// [`version`]'s but without its owners: once the MRD controls its CRD,
+/// a revision adding or removing its reference (an upgrade, a deletion)
+/// changes nothing of the CRD.
+pub fn made_from(mrd: &ManagedResourceDefinition) -> Option<String> {
+    use std::hash::{Hash as _, Hasher as _};
+    let uid = mrd.meta().uid.as_deref()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    runtime::controller::trim::spec_or_metadata(mrd)?.hash(&mut h);
+    Some(format!("{uid}/{:x}", h.finish()))
+}
+
 pub fn active(mrd: &ManagedResourceDefinition) -> bool {
     mrd.spec.state == ManagedResourceDefinitionState::Active
 }
@@ -330,6 +342,28 @@ mod tests {
         assert_eq!(owners[0]["uid"], "mrd-uid");
         assert_eq!(owners[0]["controller"], true);
         assert_eq!(c["metadata"]["labels"]["pkg.crossplane.io/package"], "p");
+    }
+
+    #[test]
+    fn what_a_crd_is_made_from_leaves_the_mrds_owners_out() {
+        let listed = |owners: serde_json::Value, team: &str| {
+            let mut m = mrd_of(&crd("Thing"), true);
+            m["metadata"]["uid"] = "mrd-uid".into();
+            m["metadata"]["generation"] = 1.into();
+            m["metadata"]["labels"] = serde_json::json!({"team": team});
+            m["metadata"]["ownerReferences"] = owners;
+            let l: Listed = serde_json::from_value(m).unwrap();
+            l.for_reconcile()
+        };
+        let rev = |uid: &str, controller: bool| serde_json::json!({"apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision", "name": uid, "uid": uid, "controller": controller});
+        let both = listed(serde_json::json!([rev("r1", false), rev("r2", true)]), "a");
+        let one = listed(serde_json::json!([rev("r2", true)]), "a");
+        // A revision letting go: the MRD's version changes, its CRD's not.
+        assert_ne!(version(&both), version(&one));
+        assert_eq!(made_from(&both), made_from(&one));
+        // A label is carried to the CRD.
+        let relabelled = listed(serde_json::json!([rev("r2", true)]), "b");
+        assert_ne!(made_from(&one), made_from(&relabelled));
     }
 
     #[test]

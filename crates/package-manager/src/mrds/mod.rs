@@ -97,8 +97,9 @@ pub struct Mrds {
     settled: Arc<Mutex<HashMap<String, Settled>>>,
 }
 
-/// An Active MRD as its CRD was made from it, and that CRD, each at its
-/// [`body::version`] (status writes leave both alone), and when; the CRD's
+/// An Active MRD as its CRD was made from it ([`body::made_from`]), and
+/// that CRD at its [`body::version`] (status writes leave both alone), and
+/// when; the CRD's
 /// version before (None: it was made then) and whether it came back
 /// established.
 #[derive(Clone, Debug)]
@@ -203,7 +204,7 @@ impl Reconciler for Mrds {
         let crds = Api::<CustomResourceDefinition>::all(self.sk.client().clone());
         // The MRD as the cache has it (body::Listed): what is compared
         // next time.
-        let version = body::version(mrd.as_ref()).filter(|_| body::active(mrd));
+        let version = body::made_from(mrd.as_ref()).filter(|_| body::active(mrd));
         {
             let mut settled = self.settled.lock().unwrap_or_else(PoisonError::into_inner);
             let holds = version.as_deref().and_then(|v| {
