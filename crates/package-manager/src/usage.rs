@@ -13,6 +13,12 @@ pub const AGGREGATE_LABEL: &str = "rbac.crossplane-rs.io/aggregate-to-package-ma
 
 /// At most this many names are listed per kind.
 const NAMED: usize = 5;
+/// How many of a package's kinds are looked at (or let go of) at once:
+/// one by one, a Provider of 100 kinds is hundreds of requests in a row,
+/// each waiting on an API server busy deleting other Providers' CRDs (at
+/// 50 x 100 a deleted Provider read and listed its kinds three times over
+/// five minutes before it deleted its revisions).
+pub const AT_ONCE: usize = 16;
 
 /// The custom resources of the CRDs called `crds` that exist, as
 /// `waiting for 2 Objects: a, b` (one clause per kind), or None when there
@@ -21,15 +27,24 @@ pub async fn custom_resources(
     client: &kube::Client,
     crds: &[String],
 ) -> kube::Result<Option<String>> {
+    use futures::{StreamExt as _, TryStreamExt as _};
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    let mut clauses = Vec::new();
-    for name in crds {
-        if let Some(crd) = api.get_opt(name).await?
-            && let Some(clause) = of_kind(client, &crd).await?
-        {
-            clauses.push(clause);
-        }
-    }
+    let clauses: Vec<String> = futures::stream::iter(crds.to_vec())
+        .map(|name| {
+            let (api, client) = (api.clone(), client.clone());
+            async move {
+                match api.get_opt(&name).await? {
+                    Some(crd) => of_kind(&client, &crd).await,
+                    None => Ok(None),
+                }
+            }
+        })
+        .buffered(AT_ONCE)
+        .try_collect::<Vec<_>>()
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
     Ok(waiting_for(&clauses))
 }
 

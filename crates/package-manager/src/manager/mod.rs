@@ -211,6 +211,9 @@ impl Providers {
                 .map_err(|e| Error::Revisions("read a revision's CRDs", e))?;
             crds.extend(whole.iter().flat_map(|w| w.crd_names()));
         }
+        // An upgraded Provider's revisions deliver the same CRDs.
+        crds.sort_unstable();
+        crds.dedup();
         Ok(crds)
     }
 

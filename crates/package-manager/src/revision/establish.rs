@@ -19,7 +19,7 @@ use types::{
 };
 
 use super::{
-    context::{ProviderRevisions, TYPE_HEALTHY, WAIT_POLL, set},
+    context::{PENDING, ProviderRevisions, TYPE_HEALTHY, WAIT_POLL, set},
     error::Error,
     seen::{Kind, Known},
 };
@@ -402,10 +402,7 @@ impl ProviderRevisions {
                 TYPE_HEALTHY,
                 false,
                 "UnhealthyPackageRevision",
-                Some(format!(
-                    "waiting for CRDs to become established: {}",
-                    pending.join(", ")
-                )),
+                Some(format!("{PENDING}{}", pending.join(", "))),
             );
             // The MRDs' watch wakes the revision when theirs is served;
             // looking again is the fallback.

@@ -17,16 +17,11 @@ use types::{apiextensions::v1alpha1::ManagedResourceDefinition, pkg::v1::Provide
 use super::{Error, ProviderRevisions};
 use crate::usage;
 
-/// How many of a deleted revision's kinds are let go of at once.
-const LET_GO_AT_ONCE: usize = 16;
-
 impl ProviderRevisions {
     /// Lets go of every kind the revision `r` delivered; what waits for
     /// custom resources of its kind to go, as `waiting for ...` clauses.
     pub(super) async fn let_go(&self, r: &ProviderRevision) -> Result<Vec<String>, Error> {
-        // Each kind's MRD and CRD, LET_GO_AT_ONCE kinds at a time: one by
-        // one, a revision of 100 kinds is some 500 requests in a row, each
-        // waiting on an API server busy deleting CRDs.
+        // Each kind's MRD and CRD, usage::AT_ONCE kinds at a time.
         let mrds = r.mrd_names();
         let mut kinds = mrds.clone();
         kinds.extend(r.crd_names().into_iter().filter(|c| !mrds.contains(c)));
@@ -35,7 +30,7 @@ impl ProviderRevisions {
                 let mrd = mrds.contains(&name);
                 async move { self.let_go_kind(r, &name, mrd).await }
             })
-            .buffered(LET_GO_AT_ONCE)
+            .buffered(usage::AT_ONCE)
             .try_collect::<Vec<_>>()
             .await
             .map(|all| all.into_iter().flatten().collect())

@@ -64,7 +64,9 @@ use crate::{
     packages::Packages,
     signatures::Verdict,
 };
-use context::{Unhealthy as _, WAIT_POLL, condition_true, provider_owner, set, unhealthy};
+use context::{
+    PENDING_WINDOW, Unhealthy as _, WAIT_POLL, condition_true, provider_owner, set, unhealthy,
+};
 
 impl Reconciler for ProviderRevisions {
     type Object = ProviderRevision;
@@ -85,6 +87,17 @@ impl Reconciler for ProviderRevisions {
             && cache_ready(&self.runtime_configs).await
             && self.mrd_versions.ready().await
             && self.packages.ready().await
+    }
+
+    /// A new list of the CRDs the revision still waits for may wait for
+    /// more to be established ([`context::still_pending`]); anything else
+    /// is written at once.
+    fn may_wait(
+        &self,
+        before: &Draft<ProviderRevision>,
+        after: &Draft<ProviderRevision>,
+    ) -> Option<Duration> {
+        context::still_pending(before, after).then_some(PENDING_WINDOW)
     }
 
     async fn apply(
@@ -467,7 +480,8 @@ pub fn controller(
     let reconciler = Arc::new(ProviderRevisions {
         // The rbac-manager owns RBACReady.
         sk: Skeleton::new(rt, CONTROLLER)
-            .leaving_conditions(&[types::pkg::contract::conditions::RBAC_READY]),
+            .leaving_conditions(&[types::pkg::contract::conditions::RBAC_READY])
+            .coalescing(PENDING_WINDOW),
         field_manager: rt.field_manager(),
         signatures: crate::signatures::Signatures::new(
             packages.clone(),
