@@ -258,7 +258,13 @@ mod tests {
         assert!(still_pending(&two, &one), "fewer pending: may wait");
         assert!(!still_pending(&two, &two), "nothing new");
         let mut healthy = two.clone();
-        set(&mut healthy, TYPE_HEALTHY, true, "HealthyPackageRevision", None);
+        set(
+            &mut healthy,
+            TYPE_HEALTHY,
+            true,
+            "HealthyPackageRevision",
+            None,
+        );
         assert!(!still_pending(&two, &healthy), "Healthy: written at once");
         let mut more = one.clone();
         more.object_refs.push(Default::default());

@@ -100,6 +100,13 @@ impl Reconciler for ProviderRevisions {
         context::still_pending(before, after).then_some(PENDING_WINDOW)
     }
 
+    /// Every wake is looked at at once: only the writes of new lists wait,
+    /// and the last CRD established is Healthy without waiting out the
+    /// window (the looks read nothing that did not change).
+    fn urgent(&self, _r: &ProviderRevision, _status: &Draft<ProviderRevision>) -> bool {
+        true
+    }
+
     async fn apply(
         &self,
         r: &Arc<ProviderRevision>,
