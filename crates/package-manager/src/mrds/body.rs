@@ -242,22 +242,13 @@ pub fn watch(
     })
 }
 
-/// Whether an MRD is Active.
 /// What an MRD is besides its status, as one string: its uid, its owners
 /// (who controls it) and the hash of its generation, labels, annotations,
 /// finalizers and deletion. Its status writes leave it the same, so a
 /// reader that remembers what it knew of an MRD at this version need not
 /// read it again after one. Of the MRD whole or of its metadata alike.
 pub fn version<K: kube::Resource>(mrd: &K) -> Option<String> {
-    use std::hash::{Hash as _, Hasher as _};
-    let meta = mrd.meta();
-    let uid = meta.uid.as_deref()?;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    runtime::controller::trim::spec_or_metadata(mrd)?.hash(&mut h);
-    for o in meta.owner_references.iter().flatten() {
-        (&o.uid, o.controller).hash(&mut h);
-    }
-    Some(format!("{uid}/{:x}", h.finish()))
+    versioned(mrd, true)
 }
 
 /// What of an MRD its CRD is made from ([`crd_of`]), as a version like
@@ -265,13 +256,24 @@ pub fn version<K: kube::Resource>(mrd: &K) -> Option<String> {
 /// a revision adding or removing its reference (an upgrade, a deletion)
 /// changes nothing of the CRD.
 pub fn made_from(mrd: &ManagedResourceDefinition) -> Option<String> {
+    versioned(mrd, false)
+}
+
+fn versioned<K: kube::Resource>(obj: &K, with_owners: bool) -> Option<String> {
     use std::hash::{Hash as _, Hasher as _};
-    let uid = mrd.meta().uid.as_deref()?;
+    let meta = obj.meta();
+    let uid = meta.uid.as_deref()?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    runtime::controller::trim::spec_or_metadata(mrd)?.hash(&mut h);
+    runtime::controller::trim::spec_or_metadata(obj)?.hash(&mut h);
+    if with_owners {
+        for o in meta.owner_references.iter().flatten() {
+            (&o.uid, o.controller).hash(&mut h);
+        }
+    }
     Some(format!("{uid}/{:x}", h.finish()))
 }
 
+/// Whether an MRD is Active.
 pub fn active(mrd: &ManagedResourceDefinition) -> bool {
     mrd.spec.state == ManagedResourceDefinitionState::Active
 }

@@ -99,9 +99,8 @@ pub struct Mrds {
 
 /// An Active MRD as its CRD was made from it ([`body::made_from`]), and
 /// that CRD at its [`body::version`] (status writes leave both alone), and
-/// when; the CRD's
-/// version before (None: it was made then) and whether it came back
-/// established.
+/// when; the CRD's version before (None: it was made then) and whether it
+/// came back established.
 #[derive(Clone, Debug)]
 struct Settled {
     mrd: String,
@@ -257,7 +256,6 @@ impl Reconciler for Mrds {
                     .map_err(|e| ControlError::new("apply a CRD", e))?,
             };
             let served_now = crate::crds::established(&applied);
-            let before = live_version;
             // Recorded as the cache has the MRD (the whole one read here is
             // never older), so the next wake compares alike.
             if let (Some(mrd), Some(crd)) = (version.clone(), body::version(&applied)) {
@@ -269,7 +267,7 @@ impl Reconciler for Mrds {
                         Settled {
                             mrd,
                             crd,
-                            before,
+                            before: live_version,
                             established: served_now,
                             at: Instant::now(),
                         },

@@ -15,7 +15,7 @@ use kube::{
 use types::{apiextensions::v1alpha1::ManagedResourceDefinition, pkg::v1::ProviderRevision};
 
 use super::{Error, ProviderRevisions};
-use crate::usage;
+use crate::{mrds::body, usage};
 
 impl ProviderRevisions {
     /// Lets go of every kind the revision `r` delivered; what waits for
@@ -65,9 +65,7 @@ impl ProviderRevisions {
                 // but later, and the Provider's deletion would not see it
                 // go).
                 let served = crd.as_ref().is_some_and(|c| {
-                    c.owner_references()
-                        .iter()
-                        .any(|o| o.controller == Some(true) && Some(&o.uid) == live.uid().as_ref())
+                    body::crd_control(&live, &c.metadata) == body::CrdControl::Ours
                 });
                 if served {
                     runtime::objects::delete(&crds, name)
