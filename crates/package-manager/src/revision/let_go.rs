@@ -61,23 +61,31 @@ impl ProviderRevisions {
                 {
                     return Ok(Some(users));
                 }
-                // The CRD it serves goes first (it would go with the MRD,
-                // but later, and the Provider's deletion would not see it
-                // go).
                 let served = crd.as_ref().is_some_and(|c| {
                     body::crd_control(&live, &c.metadata) == body::CrdControl::Ours
                 });
+                // The MRD goes first: gone, its controller has nothing to
+                // look at when the CRD goes. The other way round, the CRD
+                // going woke the MRD, still Active, which read both again
+                // and could apply the terminating CRD again (at 50 x 100,
+                // 1099 CRD patches in the deletion).
+                runtime::objects::delete(&mrds, name)
+                    .await
+                    .map_err(|e| Error::request("delete a ManagedResourceDefinition", e))?;
+                // The CRD it served right after, not later by garbage
+                // collection: the Provider's deletion sees it go.
                 if served {
                     runtime::objects::delete(&crds, name)
                         .await
                         .map_err(|e| Error::request("delete a CRD", e))?;
                 }
-                runtime::objects::delete(&mrds, name)
-                    .await
-                    .map_err(|e| Error::request("delete a ManagedResourceDefinition", e))?;
                 if served || crd.is_none() {
                     return Ok(None);
                 }
+            } else if self.crds_known.mrds_alone(name) {
+                // Another revision's MRD still serves the CRD, which no
+                // revision references: nothing more of it to let go of.
+                return Ok(None);
             }
         }
         if let Some(live) = self.release(r, &crds, name).await? {

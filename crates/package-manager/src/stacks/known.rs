@@ -35,6 +35,9 @@ struct Fact {
     established: bool,
     /// Served by the MRD of its name ([`crate::mrds::body::served_by_mrd`]).
     by_mrd: bool,
+    /// Referenced by a ProviderRevision (one installed it, or still
+    /// shares it with the MRD that took it over).
+    by_revision: bool,
 }
 
 /// The fact of `crd`.
@@ -44,6 +47,10 @@ fn fact(crd: &Listed) -> Fact {
         version: crate::mrds::body::version(crd).unwrap_or_default().into(),
         established: crd.established(),
         by_mrd: crate::mrds::body::served_by_mrd(crd.meta()),
+        by_revision: crd
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "ProviderRevision"),
     }
 }
 
@@ -230,6 +237,13 @@ impl Known {
     /// The CRD `name` as the watch last saw it: its version and whether it
     /// is established (None before the first list, or when there is no
     /// such CRD).
+    /// Whether the CRD `name` is its MRD's alone, as the watch last saw
+    /// it: served by the MRD and referenced by no revision.
+    pub fn mrds_alone(&self, name: &str) -> bool {
+        self.facts
+            .read(|all| all.get(name).is_some_and(|f| f.by_mrd && !f.by_revision))
+    }
+
     pub fn state(&self, name: &str) -> Option<State> {
         self.facts
             .get(name)
