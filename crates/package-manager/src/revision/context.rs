@@ -199,8 +199,15 @@ impl ProviderRevisions {
         Api::all(self.sk.client().clone())
     }
 
-    pub(super) fn exists(&self, revision: &str) -> bool {
-        self.revisions.get(&ObjectRef::new(revision)).is_some()
+    /// Whether the revision named `revision` exists and is not being
+    /// deleted: it still delivers what it references. Two revisions of a
+    /// deleted Provider each saw the other and only removed their own
+    /// reference, one of them twice after a lost race, before either
+    /// deleted the kind.
+    pub(super) fn stays(&self, revision: &str) -> bool {
+        self.revisions
+            .get(&ObjectRef::new(revision))
+            .is_some_and(|r| r.metadata.deletion_timestamp.is_none())
     }
 
     /// Reads the revision's package (from the cache; the registry only

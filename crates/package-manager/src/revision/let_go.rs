@@ -48,6 +48,16 @@ impl ProviderRevisions {
         mrd: bool,
     ) -> Result<Option<String>, Error> {
         self.seen.forget(name);
+        // Gone from the views (deleted by a pass before, or by garbage
+        // collection with its owner): nothing to read. The views lag only
+        // behind objects just made, and what a revision delivered was
+        // made long before; an MRD or CRD missed still goes with its
+        // owners. A CRD its deleted MRD served is that MRD's.
+        let mrd_seen = mrd && self.mrd_versions.read(|all| all.contains_key(name));
+        let crd_seen = self.crds_known.state(name).is_some();
+        if !mrd_seen && (!crd_seen || (mrd && self.crds_known.mrds_alone(name))) {
+            return Ok(None);
+        }
         let crds = self.crds_api();
         if mrd {
             let mrds = Api::<ManagedResourceDefinition>::all(self.sk.client().clone());
@@ -134,7 +144,7 @@ impl ProviderRevisions {
         }
         let others: Vec<OwnerReference> = refs
             .iter()
-            .filter(|o| o.uid != uid && o.kind == "ProviderRevision" && self.exists(&o.name))
+            .filter(|o| o.uid != uid && o.kind == "ProviderRevision" && self.stays(&o.name))
             .cloned()
             .map(|mut o| {
                 o.controller = Some(false);
