@@ -169,6 +169,9 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     };
     let patches = || requests("patch");
     let reconciles = || e2e::shipped::reconciles("package-manager", "providerrevision");
+    // The Provider is Healthy once its CRD is established; its MRD's
+    // status and the policy's list of MRDs are written after that.
+    wait_mrd_writes();
     let (patched, read, reconciled) = (patches(), requests("get"), reconciles());
     kubectl(&[
         "annotate",
@@ -254,25 +257,52 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     drop(pm);
 }
 
-/// The names in an activation policy's `status.activated` that no MRD
-/// has any more.
-fn activated_gone() -> Vec<String> {
-    let names = |kind: &str, path: &str| -> Vec<Value> {
+/// What the package-manager still has to write of MRDs it was told of
+/// before: an MRD not Established yet, an MRD no activation policy lists
+/// yet, a listed one that is gone. Policies write their lists after a
+/// window and an MRD its status after its CRD, both after a Provider is
+/// Healthy or gone; this binary's package-manager runs with deploy/'s
+/// `--activation=*`, so every MRD is listed once written.
+fn mrd_writes_pending() -> Vec<String> {
+    let items = |kind: &str| -> Vec<Value> {
         get_json(&[kind])
             .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
             .unwrap_or_default()
-            .iter()
-            .filter_map(|i| i.pointer(path).cloned())
-            .collect()
     };
-    let mrds = names("mrd", "/metadata/name");
-    names("mrap", "/status/activated")
+    let mrds = items("mrd");
+    let listed: Vec<Value> = items("mrap")
         .iter()
-        .filter_map(Value::as_array)
+        .filter_map(|p| p.pointer("/status/activated").and_then(Value::as_array))
         .flatten()
-        .filter(|n| !mrds.contains(n))
-        .filter_map(|n| n.as_str().map(str::to_owned))
-        .collect()
+        .cloned()
+        .collect();
+    let names: Vec<&Value> = mrds.iter().map(|m| &m["metadata"]["name"]).collect();
+    let mut pending: Vec<String> = listed
+        .iter()
+        .filter(|n| !names.contains(n))
+        .map(|n| format!("{n} listed, gone"))
+        .collect();
+    for m in &mrds {
+        let name = &m["metadata"]["name"];
+        if !listed.contains(name) {
+            pending.push(format!("{name} not listed"));
+        }
+        if condition(m, "Established").is_none_or(|c| c.0 != "True") {
+            pending.push(format!("{name} not Established"));
+        }
+    }
+    pending
+}
+
+/// Waits until [`mrd_writes_pending`] has nothing left: from then on the
+/// package-manager's counters move only for what the test does.
+fn wait_mrd_writes() {
+    wait_blocking(
+        Duration::from_secs(60),
+        "the MRDs' status and the activation policies' lists written",
+        || mrd_writes_pending().is_empty().then_some(()),
+        || format!("{:?}\n{}", mrd_writes_pending(), explain_packages()),
+    );
 }
 
 /// Waits for an event with `reason` about `involved` in any namespace.
@@ -395,16 +425,10 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
         })
     };
     let reconciles = |controller: &str| e2e::shipped::reconciles("package-manager", controller);
-    // Providers an earlier test deleted are gone, but their policies'
-    // status.activated lets go of their kinds in one write after a window
-    // (the default policy's included): this pod's counters are this
-    // test's once no policy names a kind that is gone.
-    wait_blocking(
-        Duration::from_secs(60),
-        "no activation policy naming a deleted MRD",
-        || activated_gone().is_empty().then_some(()),
-        || format!("{:?}\n{}", activated_gone(), explain_packages()),
-    );
+    // Providers an earlier test deleted are gone, but the activation
+    // policies let go of their kinds in one write after a window: this
+    // pod's counters are this test's once that is written.
+    wait_mrd_writes();
     let written = writes();
     assert!(
         written.iter().map(|(_, n)| n).sum::<f64>() > 0.0,

@@ -168,14 +168,11 @@ fn work(
             runtime_bound: args.package_runtime == PackageRuntime::Deployment,
         },
     );
-    // The MRDs revisions apply, handed to the MRD controller whole.
-    let applied = mrds::applied::Applied::default();
     let revisions = revision::controller(
         rt,
         packages,
         &image_configs,
         crds.clone(),
-        applied.clone(),
         revision::Settings {
             namespace: namespace.clone(),
             mode: args.package_runtime,
@@ -186,7 +183,7 @@ fn work(
             trusted_root: args.trusted_root.clone(),
         },
     );
-    let mrds = mrds::controller(rt, crds.clone(), applied);
+    let mrds = mrds::controller(rt, crds.clone());
     let policies = mrds::activation::controller(rt);
     let activations = args.activations.clone();
     let rt = rt.clone();

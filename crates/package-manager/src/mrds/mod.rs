@@ -31,7 +31,6 @@ use runtime::{
 use types::apiextensions::v1alpha1::ManagedResourceDefinition;
 
 pub mod activation;
-pub mod applied;
 pub mod body;
 
 /// Name of this controller in metrics and events.
@@ -94,8 +93,6 @@ pub struct Mrds {
     /// Every CRD's version and whether it is established, as the watch
     /// last saw it.
     crds: crate::stacks::known::Known,
-    /// The MRDs revisions just applied, whole: not read again.
-    applied: applied::Applied,
     /// Each Active MRD whose CRD was last found applied ([`Settled`]).
     /// While neither changed, a reconcile (woken by the MRD's own status
     /// write, by its CRD becoming established, or looking again at a CRD
@@ -268,11 +265,8 @@ impl Reconciler for Mrds {
             };
         }
         // The cache keeps MRDs without their CRD spec (body::Listed): an
-        // Active one is read whole, unless a revision just applied it.
-        let handed = version.as_deref().and_then(|v| self.applied.take(&name, v));
-        let mrd = if let Some(whole) = handed {
-            whole
-        } else if body::active(mrd) {
+        // Active one is read whole.
+        let mrd = if body::active(mrd) {
             match Api::<ManagedResourceDefinition>::all(self.sk.client().clone())
                 .get_opt(&name)
                 .await
@@ -392,7 +386,6 @@ impl Reconciler for Mrds {
 pub fn controller(
     rt: &Runtime,
     crds_known: crate::stacks::known::Known,
-    applied: applied::Applied,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     use futures::StreamExt as _;
     // MRDs kept without their CRD spec (body::Listed). A CRD's name is its
@@ -421,7 +414,6 @@ pub fn controller(
         sk: Skeleton::new(rt, CONTROLLER).coalescing(PENDING_HOLD),
         field_manager: rt.field_manager(),
         crds: crds_known,
-        applied,
         settled,
     });
     reconciler::run(ctrl, reconciler)

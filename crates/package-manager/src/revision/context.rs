@@ -121,8 +121,6 @@ pub struct ProviderRevisions {
     /// ([`crate::mrds::body::version`]), as their watches last saw them.
     pub(super) crds_known: crate::stacks::known::Known,
     pub(super) mrd_versions: runtime::controller::summaries::Summaries<Option<String>>,
-    /// The MRDs this controller applied, for the MRD controller.
-    pub(super) applied: crate::mrds::applied::Applied,
     /// The DeploymentRuntimeConfigs, as their watch last saw them.
     pub(super) runtime_configs: Store<types::pkg::v1beta1::DeploymentRuntimeConfig>,
     /// What was last read or written of them ([`super::seen`]).

@@ -344,12 +344,7 @@ impl ProviderRevisions {
                     let known = Known::mrd(&applied, Some(value_hash(&body)));
                     let serving = known.ready;
                     self.seen.remember(Kind::Mrd, &p.name, known);
-                    let uid = applied.uid();
-                    // The MRD controller reads an Active one whole next.
-                    if crate::mrds::body::active(&applied) {
-                        self.applied.put(applied);
-                    }
-                    (uid, serving)
+                    (applied.uid(), serving)
                 }
                 None => {
                     let body = body_of(p.object, &p.owners);

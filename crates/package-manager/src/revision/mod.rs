@@ -375,7 +375,6 @@ pub fn controller(
     packages: Packages,
     image_configs: &ImageConfigs,
     crds_known: crate::stacks::known::Known,
-    applied: crate::mrds::applied::Applied,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (deployments, writer) = kube::runtime::reflector::store();
@@ -506,7 +505,6 @@ pub fn controller(
         ),
         warned: Expiring::new(Duration::from_secs(3600)),
         crds_known,
-        applied,
         mrd_versions,
         runtime_configs,
         seen: seen::Seen::default(),
