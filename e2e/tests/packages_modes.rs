@@ -257,54 +257,6 @@ fn untrusted_registry_external_runtime_and_controller_config() {
     drop(pm);
 }
 
-/// What the package-manager still has to write of MRDs it was told of
-/// before: an MRD not Established yet, an MRD no activation policy lists
-/// yet, a listed one that is gone. Policies write their lists after a
-/// window and an MRD its status after its CRD, both after a Provider is
-/// Healthy or gone; this binary's package-manager runs with deploy/'s
-/// `--activation=*`, so every MRD is listed once written.
-fn mrd_writes_pending() -> Vec<String> {
-    let items = |kind: &str| -> Vec<Value> {
-        get_json(&[kind])
-            .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
-            .unwrap_or_default()
-    };
-    let mrds = items("mrd");
-    let listed: Vec<Value> = items("mrap")
-        .iter()
-        .filter_map(|p| p.pointer("/status/activated").and_then(Value::as_array))
-        .flatten()
-        .cloned()
-        .collect();
-    let names: Vec<&Value> = mrds.iter().map(|m| &m["metadata"]["name"]).collect();
-    let mut pending: Vec<String> = listed
-        .iter()
-        .filter(|n| !names.contains(n))
-        .map(|n| format!("{n} listed, gone"))
-        .collect();
-    for m in &mrds {
-        let name = &m["metadata"]["name"];
-        if !listed.contains(name) {
-            pending.push(format!("{name} not listed"));
-        }
-        if condition(m, "Established").is_none_or(|c| c.0 != "True") {
-            pending.push(format!("{name} not Established"));
-        }
-    }
-    pending
-}
-
-/// Waits until [`mrd_writes_pending`] has nothing left: from then on the
-/// package-manager's counters move only for what the test does.
-fn wait_mrd_writes() {
-    wait_blocking(
-        Duration::from_secs(60),
-        "the MRDs' status and the activation policies' lists written",
-        || mrd_writes_pending().is_empty().then_some(()),
-        || format!("{:?}\n{}", mrd_writes_pending(), explain_packages()),
-    );
-}
-
 /// Waits for an event with `reason` about `involved` in any namespace.
 fn e2e_wait_event(involved: &str, reason: &str) {
     wait_blocking(
