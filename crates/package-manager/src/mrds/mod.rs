@@ -167,18 +167,11 @@ fn newly_pending(
     before: &Draft<ManagedResourceDefinition>,
     after: &Draft<ManagedResourceDefinition>,
 ) -> bool {
-    let reason = |s: &Draft<ManagedResourceDefinition>| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == TYPE_ESTABLISHED)
-            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
-    };
-    let was_nothing = match reason(before) {
-        None => true,
-        Some((_, r)) => r == REASON_INACTIVE,
-    };
+    let was_nothing = conditions::get(&before.conditions, TYPE_ESTABLISHED)
+        .is_none_or(|c| c.reason.as_deref() == Some(REASON_INACTIVE));
     was_nothing
-        && reason(after).is_some_and(|(status, r)| status == "Unknown" && r == REASON_PENDING)
+        && conditions::get(&after.conditions, TYPE_ESTABLISHED)
+            .is_some_and(|c| c.status == "Unknown" && c.reason.as_deref() == Some(REASON_PENDING))
 }
 
 /// Established: the CRD `name` is served; nothing to do until a change.

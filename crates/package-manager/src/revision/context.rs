@@ -198,10 +198,9 @@ impl ProviderRevisions {
     }
 
     /// Whether the revision named `revision` exists and is not being
-    /// deleted: it still delivers what it references. Two revisions of a
-    /// deleted Provider each saw the other and only removed their own
-    /// reference, one of them twice after a lost race, before either
-    /// deleted the kind.
+    /// deleted: it still delivers what it references. Of two revisions
+    /// of a deleted Provider, neither counts on the other, so whichever
+    /// lets go of a kind first deletes it.
     pub(super) fn stays(&self, revision: &str) -> bool {
         self.revisions
             .get(&ObjectRef::new(revision))

@@ -234,9 +234,6 @@ impl Known {
             .then_some(crd))
     }
 
-    /// The CRD `name` as the watch last saw it: its version and whether it
-    /// is established (None before the first list, or when there is no
-    /// such CRD).
     /// Whether the CRD `name` is its MRD's alone, as the watch last saw
     /// it: served by the MRD and referenced by no revision.
     pub fn mrds_alone(&self, name: &str) -> bool {
@@ -244,6 +241,9 @@ impl Known {
             .read(|all| all.get(name).is_some_and(|f| f.by_mrd && !f.by_revision))
     }
 
+    /// The CRD `name` as the watch last saw it: its version and whether it
+    /// is established (None before the first list, or when there is no
+    /// such CRD).
     pub fn state(&self, name: &str) -> Option<State> {
         self.facts
             .get(name)
