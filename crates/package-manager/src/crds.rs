@@ -52,6 +52,17 @@ impl Listed {
         &self.spec.names.kind
     }
 
+    /// The version its objects are listed at: the storage version, else
+    /// the first served one.
+    pub fn listed_at(&self) -> Option<&str> {
+        let versions = &self.spec.versions;
+        versions
+            .iter()
+            .find(|v| v.storage)
+            .or_else(|| versions.iter().find(|v| v.served))
+            .map(|v| v.name.as_str())
+    }
+
     /// Whether the CRD is Established.
     pub fn established(&self) -> bool {
         runtime::crds::established_by(self.status.as_ref().and_then(|s| s.conditions.as_deref()))

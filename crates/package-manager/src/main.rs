@@ -162,6 +162,7 @@ fn work(
         rt,
         packages.clone(),
         &image_configs,
+        crds.clone(),
         manager::Settings {
             pull_interval: args.package_pull_interval,
             resync: rt.args.sync_interval,

@@ -4,7 +4,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, ResourceExt,
-    api::{ApiResource, DynamicObject, ListParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
 /// The label of ClusterRoles that grant the package-manager list on a
@@ -22,9 +22,11 @@ pub const AT_ONCE: usize = 16;
 
 /// The custom resources of the CRDs called `crds` that exist, as
 /// `waiting for 2 Objects: a, b` (one clause per kind), or None when there
-/// are none. CRDs that do not exist are skipped.
+/// are none. Each kind is listed as the view `known` shows its CRD (read
+/// only when the view has none yet); CRDs that do not exist are skipped.
 pub async fn custom_resources(
     client: &kube::Client,
+    known: &crate::stacks::known::Known,
     crds: &[String],
 ) -> kube::Result<Option<String>> {
     use futures::{StreamExt as _, TryStreamExt as _};
@@ -32,11 +34,16 @@ pub async fn custom_resources(
     let clauses: Vec<String> = futures::stream::iter(crds.to_vec())
         .map(|name| {
             let (api, client) = (api.clone(), client.clone());
+            let viewed = known.api_resource(&name);
             async move {
-                match api.get_opt(&name).await? {
-                    Some(crd) => of_kind(&client, &crd).await,
-                    None => Ok(None),
-                }
+                let ar = match viewed {
+                    Some(ar) => ar,
+                    None => match api.get_opt(&name).await?.as_ref().and_then(api_resource) {
+                        Some(ar) => ar,
+                        None => return Ok(None),
+                    },
+                };
+                of_kind(&client, &ar).await
             }
         })
         .buffered(AT_ONCE)
@@ -54,17 +61,11 @@ pub fn waiting_for(clauses: &[String]) -> Option<String> {
     (!clauses.is_empty()).then(|| format!("waiting for {}", clauses.join("; ")))
 }
 
-/// The custom resources of the kind `crd` serves that exist, as `2
+/// The custom resources of the kind `ar` that exist, as `2
 /// Objects: a, b`, or None when there are none (or the kind is no longer
 /// served).
-pub async fn of_kind(
-    client: &kube::Client,
-    crd: &CustomResourceDefinition,
-) -> kube::Result<Option<String>> {
-    let Some(ar) = api_resource(crd) else {
-        return Ok(None);
-    };
-    let listed = Api::<DynamicObject>::all_with(client.clone(), &ar)
+pub async fn of_kind(client: &kube::Client, ar: &ApiResource) -> kube::Result<Option<String>> {
+    let listed = Api::<DynamicObject>::all_with(client.clone(), ar)
         .list(&ListParams::default().limit(100))
         .await;
     let objects = match listed {
@@ -97,9 +98,9 @@ pub async fn of_kind(
         "{} {}: {}",
         objects.items.len(),
         if objects.items.len() == 1 {
-            crd.spec.names.kind.clone()
+            ar.kind.clone()
         } else {
-            format!("{}s", crd.spec.names.kind)
+            format!("{}s", ar.kind)
         },
         names.join(", ")
     );
@@ -117,12 +118,8 @@ pub fn api_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
         .iter()
         .find(|v| v.storage)
         .or_else(|| crd.spec.versions.iter().find(|v| v.served))?;
-    let group = crd.spec.group.clone();
-    Some(ApiResource {
-        api_version: format!("{group}/{}", version.name),
-        group,
-        version: version.name.clone(),
-        kind: crd.spec.names.kind.clone(),
-        plural: crd.spec.names.plural.clone(),
-    })
+    Some(ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind),
+        &crd.spec.names.plural,
+    ))
 }

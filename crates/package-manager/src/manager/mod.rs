@@ -59,6 +59,8 @@ use crate::{
 pub struct Providers {
     sk: Skeleton,
     revisions: Store<ProviderRevision>,
+    /// Every CRD as the watch sees it: where a kind's objects are listed.
+    crds: crate::stacks::known::Known,
     packages: Packages,
     settings: Settings,
     /// The last resolution of a tag: (Provider name) → (package, digest).
@@ -152,7 +154,7 @@ impl Reconciler for Providers {
         // Custom resources of the package's CRDs hold the deletion: they
         // would be lost with their CRDs.
         let crds = self.crds_of(&revisions).await?;
-        let users = usage::custom_resources(self.sk.client(), &crds)
+        let users = usage::custom_resources(self.sk.client(), &self.crds, &crds)
             .await
             .map_err(|e| Error::Revisions("list the custom resources of the package's CRDs", e))?;
         conditions::set(
@@ -483,6 +485,7 @@ pub fn controller(
     rt: &Runtime,
     packages: Packages,
     image_configs: &ImageConfigs,
+    crds: crate::stacks::known::Known,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (reader, revisions) = runtime::controller::trim::reflected(
@@ -494,6 +497,7 @@ pub fn controller(
     let providers = Arc::new(Providers {
         sk: Skeleton::new(rt, CONTROLLER),
         revisions: reader,
+        crds,
         packages,
         settings,
         resolved: Expiring::new(Duration::from_secs(3600)),

@@ -324,10 +324,13 @@ impl Reconciler for Mrds {
             control,
             Some(body::CrdControl::Ours | body::CrdControl::Adopt)
         ) {
-            let users =
-                crate::usage::custom_resources(self.sk.client(), std::slice::from_ref(&name))
-                    .await
-                    .map_err(|e| ControlError::new("list the kind's objects", e))?;
+            let users = crate::usage::custom_resources(
+                self.sk.client(),
+                &self.crds,
+                std::slice::from_ref(&name),
+            )
+            .await
+            .map_err(|e| ControlError::new("list the kind's objects", e))?;
             if let Some(users) = users {
                 let why = format!(
                     "spec.state is Inactive, but the CRD {name} stays while objects of its kind exist ({users}); delete them, and the CRD goes"

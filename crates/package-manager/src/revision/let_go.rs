@@ -3,6 +3,8 @@
 //! Provider still delivers them, and never while custom resources of the
 //! kind exist.
 
+use std::{collections::HashSet, sync::Arc};
+
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -15,7 +17,7 @@ use kube::{
 use types::{apiextensions::v1alpha1::ManagedResourceDefinition, pkg::v1::ProviderRevision};
 
 use super::{Error, ProviderRevisions};
-use crate::{mrds::body, usage};
+use crate::{labels, mrds::body, usage};
 
 impl ProviderRevisions {
     /// Lets go of every kind the revision `r` delivered; what waits for
@@ -25,15 +27,42 @@ impl ProviderRevisions {
         let mrds = r.mrd_names();
         let mut kinds = mrds.clone();
         kinds.extend(r.crd_names().into_iter().filter(|c| !mrds.contains(c)));
-        futures::stream::iter(kinds)
+        // A kind a newer revision being deleted too also delivers is left
+        // to it: it deletes the kind (it does not count on this one, which
+        // is going), and this one looks again once it is gone, when the
+        // views show what is left. Both walking every kind read each CRD
+        // and MRD and listed each kind twice (at 50 x 100, 15311 CRD reads
+        // and 12968 lists for 5000 kinds).
+        let heir = self.heir(r);
+        let (left, kinds): (Vec<_>, Vec<_>) = kinds
+            .into_iter()
+            .partition(|k| heir.as_ref().is_some_and(|(_, theirs)| theirs.contains(k)));
+        let mut waiting: Vec<String> = futures::stream::iter(kinds)
             .map(|name| {
                 let mrd = mrds.contains(&name);
                 async move { self.let_go_kind(r, &name, mrd).await }
             })
             .buffered(usage::AT_ONCE)
             .try_collect::<Vec<_>>()
-            .await
-            .map(|all| all.into_iter().flatten().collect())
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Some((name, _)) = heir
+            && !left.is_empty()
+        {
+            waiting.push(format!(
+                "waiting for ProviderRevision {name}, being deleted too, to let go of the {} kinds it also delivers",
+                left.len()
+            ));
+        }
+        Ok(waiting)
+    }
+
+    /// The newest revision of `r`'s Provider newer than `r` and being
+    /// deleted too, and the kinds (MRD and CRD names) it delivers.
+    fn heir(&self, r: &ProviderRevision) -> Option<(String, HashSet<String>)> {
+        heir_among(r, &self.revisions.state())
     }
 
     /// Lets go of the kind `name` the revision delivered: of its MRD, when
@@ -54,7 +83,10 @@ impl ProviderRevisions {
         // made long before; an MRD or CRD missed still goes with its
         // owners. A CRD its deleted MRD served is that MRD's.
         let mrd_seen = mrd && self.mrd_versions.read(|all| all.contains_key(name));
-        let crd_seen = self.crds_known.state(name).is_some();
+        // A CRD being deleted is let go of already: whoever deleted it
+        // looked for its custom resources first (or a user deleted it,
+        // and its objects go with it whatever this revision does).
+        let crd_seen = self.crds_known.state(name).is_some() && !self.crds_known.going(name);
         if !mrd_seen && (!crd_seen || (mrd && self.crds_known.mrds_alone(name))) {
             return Ok(None);
         }
@@ -111,7 +143,10 @@ impl ProviderRevisions {
 
     /// `waiting for ...` the custom resources of the kind `crd` serves.
     async fn users(&self, crd: &CustomResourceDefinition) -> Result<Option<String>, Error> {
-        let clause = usage::of_kind(self.sk.client(), crd)
+        let Some(ar) = usage::api_resource(crd) else {
+            return Ok(None);
+        };
+        let clause = usage::of_kind(self.sk.client(), &ar)
             .await
             .map_err(|e| Error::request("list custom resources", e))?;
         Ok(usage::waiting_for(clause.as_slice()))
@@ -168,5 +203,90 @@ impl ProviderRevisions {
             .await
             .map_err(|e| Error::request("release a CRD or ManagedResourceDefinition", e))?;
         Ok(None)
+    }
+}
+
+/// Among `all`, the newest revision of `r`'s Provider (its package label)
+/// newer than `r` and being deleted too, and the kinds it delivers.
+fn heir_among(
+    r: &ProviderRevision,
+    all: &[Arc<ProviderRevision>],
+) -> Option<(String, HashSet<String>)> {
+    let package = r.labels().get(labels::PACKAGE)?;
+    let newest = all
+        .iter()
+        .filter(|o| {
+            o.labels().get(labels::PACKAGE) == Some(package)
+                && o.spec.revision > r.spec.revision
+                && o.metadata.deletion_timestamp.is_some()
+        })
+        .max_by_key(|o| o.spec.revision)?;
+    let mut theirs: HashSet<String> = newest.mrd_names().into_iter().collect();
+    theirs.extend(newest.crd_names());
+    Some((newest.name_any(), theirs))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn revision(
+        name: &str,
+        package: &str,
+        n: i64,
+        going: bool,
+        kinds: &[&str],
+    ) -> Arc<ProviderRevision> {
+        let refs: Vec<_> = kinds
+            .iter()
+            .map(|k| json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": k}))
+            .collect();
+        let mut meta = json!({"name": name, "labels": {labels::PACKAGE: package}});
+        if going {
+            meta["deletionTimestamp"] = json!("2026-12-03T21:50:50Z");
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+                "metadata": meta,
+                "spec": {"package": "example.org/p:v1", "desiredState": "Inactive", "revision": n},
+                "status": {"objectRefs": refs},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_kind_is_left_to_the_newest_revision_being_deleted_too() {
+        let old = revision("p-1", "p", 1, true, &["as.example.org", "bs.example.org"]);
+        let all = [
+            old.clone(),
+            revision("p-2", "p", 2, true, &["as.example.org"]),
+            revision("p-3", "p", 3, true, &["bs.example.org"]),
+            revision("p-4", "p", 4, false, &["as.example.org", "bs.example.org"]),
+            revision("q-9", "q", 9, true, &["as.example.org"]),
+        ];
+        let (name, theirs) = heir_among(&old, &all).unwrap();
+        assert_eq!(
+            name, "p-3",
+            "the newest of the Provider's that is going, not one staying or another Provider's"
+        );
+        assert_eq!(theirs, HashSet::from(["bs.example.org".to_owned()]));
+        assert!(
+            heir_among(&all[2], &all).is_none(),
+            "no newer revision is going"
+        );
+        let staying = [
+            old.clone(),
+            revision("p-2", "p", 2, false, &["as.example.org"]),
+        ];
+        assert!(
+            heir_among(&old, &staying).is_none(),
+            "a revision that stays inherits nothing: it is released only"
+        );
     }
 }

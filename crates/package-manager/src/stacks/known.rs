@@ -38,6 +38,10 @@ struct Fact {
     /// Referenced by a ProviderRevision (one installed it, or still
     /// shares it with the MRD that took it over).
     by_revision: bool,
+    /// Being deleted.
+    going: bool,
+    /// The version its objects are listed at ([`Listed::listed_at`]).
+    listed_at: Box<str>,
 }
 
 /// The fact of `crd`.
@@ -51,6 +55,8 @@ fn fact(crd: &Listed) -> Fact {
             .owner_references()
             .iter()
             .any(|o| o.kind == "ProviderRevision"),
+        going: crd.meta().deletion_timestamp.is_some(),
+        listed_at: crd.listed_at().unwrap_or_default().into(),
     }
 }
 
@@ -241,6 +247,23 @@ impl Known {
             .read(|all| all.get(name).is_some_and(|f| f.by_mrd && !f.by_revision))
     }
 
+    /// Where the objects of the CRD `name` are listed, as the watch last
+    /// saw it (None when it has not seen the CRD, or it serves no version).
+    pub fn api_resource(&self, name: &str) -> Option<kube::api::ApiResource> {
+        let (plural, group) = name.split_once('.')?;
+        self.facts.read(|all| {
+            let f = all.get(name).filter(|f| !f.listed_at.is_empty())?;
+            let gvk = kube::api::GroupVersionKind::gvk(group, &f.listed_at, &f.kind);
+            Some(kube::api::ApiResource::from_gvk_with_plural(&gvk, plural))
+        })
+    }
+
+    /// Whether the CRD `name` is being deleted, as the watch last saw it.
+    pub fn going(&self, name: &str) -> bool {
+        self.facts
+            .read(|all| all.get(name).is_some_and(|f| f.going))
+    }
+
     /// The CRD `name` as the watch last saw it: its version and whether it
     /// is established (None before the first list, or when there is no
     /// such CRD).
@@ -370,6 +393,40 @@ mod tests {
         // A kind nobody installed is not installed, without a request.
         let missing = oci::stack::CrdSelector::of_kind("Queue", "mq.example.org/v1");
         assert!(known.installed(&missing).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn where_a_kind_is_listed_and_whether_its_crd_goes_come_from_the_view() {
+        use kube::runtime::watcher::Event;
+        let known = view();
+        known.apply(&Event::Init);
+        known.apply(&Event::InitDone);
+        assert!(
+            known.api_resource("buckets.aws.example.org").is_none(),
+            "not seen: read"
+        );
+        let mut two: serde_json::Value = json!({
+            "metadata": {"name": "buckets.aws.example.org"},
+            "spec": {"group": "aws.example.org", "scope": "Cluster",
+                "names": {"kind": "Bucket", "plural": "buckets"},
+                "versions": [{"name": "v1alpha1", "served": true, "storage": false},
+                             {"name": "v1", "served": true, "storage": true}]},
+        });
+        known.apply(&Event::Apply(serde_json::from_value(two.clone()).unwrap()));
+        let ar = known.api_resource("buckets.aws.example.org").unwrap();
+        assert_eq!(
+            (
+                ar.api_version.as_str(),
+                ar.kind.as_str(),
+                ar.plural.as_str()
+            ),
+            ("aws.example.org/v1", "Bucket", "buckets"),
+            "listed at the storage version"
+        );
+        assert!(!known.going("buckets.aws.example.org"));
+        two["metadata"]["deletionTimestamp"] = json!("2026-12-03T21:50:50Z");
+        known.apply(&Event::Apply(serde_json::from_value(two).unwrap()));
+        assert!(known.going("buckets.aws.example.org"), "being deleted");
     }
 
     /// A CRD at `rv` and `generation`, Established or not.
