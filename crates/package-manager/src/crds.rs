@@ -46,6 +46,18 @@ struct ListedStatus {
     >,
 }
 
+/// The version a CRD's objects are listed at, of its versions as (name,
+/// served, storage): the storage version, else the first served one.
+pub fn listed_version<'a>(
+    versions: impl Iterator<Item = (&'a str, bool, bool)> + Clone,
+) -> Option<&'a str> {
+    let (mut stored, mut served) = (versions.clone(), versions);
+    stored
+        .find(|&(_, _, storage)| storage)
+        .or_else(|| served.find(|&(_, served, _)| served))
+        .map(|(name, _, _)| name)
+}
+
 impl Listed {
     /// The kind of the CRD's objects.
     pub fn kind(&self) -> &str {
@@ -55,12 +67,12 @@ impl Listed {
     /// The version its objects are listed at: the storage version, else
     /// the first served one.
     pub fn listed_at(&self) -> Option<&str> {
-        let versions = &self.spec.versions;
-        versions
-            .iter()
-            .find(|v| v.storage)
-            .or_else(|| versions.iter().find(|v| v.served))
-            .map(|v| v.name.as_str())
+        listed_version(
+            self.spec
+                .versions
+                .iter()
+                .map(|v| (v.name.as_str(), v.served, v.storage)),
+        )
     }
 
     /// Whether the CRD is Established.
@@ -388,5 +400,24 @@ mod tests {
         assert_eq!(c.spec.names.plural, "cs");
         assert_eq!(c.metadata.labels.as_ref().unwrap()["l"], "v");
         assert_eq!(c.metadata.annotations.as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn objects_are_listed_at_the_storage_version_else_the_first_served_one() {
+        let at = |v: &[(&'static str, bool, bool)]| listed_version(v.iter().copied());
+        assert_eq!(
+            at(&[("v1alpha1", true, false), ("v1", true, true)]),
+            Some("v1")
+        );
+        assert_eq!(
+            at(&[
+                ("v1alpha1", false, false),
+                ("v1beta1", true, false),
+                ("v1", true, false)
+            ]),
+            Some("v1beta1"),
+            "no storage version: the first served"
+        );
+        assert_eq!(at(&[("v1", false, false)]), None, "none served");
     }
 }

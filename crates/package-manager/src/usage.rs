@@ -112,14 +112,14 @@ pub async fn of_kind(client: &kube::Client, ar: &ApiResource) -> kube::Result<Op
 
 /// The ApiResource of a CRD's storage version (else its first served one).
 pub fn api_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
-    let version = crd
-        .spec
-        .versions
-        .iter()
-        .find(|v| v.storage)
-        .or_else(|| crd.spec.versions.iter().find(|v| v.served))?;
+    let version = crate::crds::listed_version(
+        crd.spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage)),
+    )?;
     Some(ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind),
+        &GroupVersionKind::gvk(&crd.spec.group, version, &crd.spec.names.kind),
         &crd.spec.names.plural,
     ))
 }
