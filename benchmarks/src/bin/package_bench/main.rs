@@ -247,7 +247,7 @@ async fn main() {
         let run = Run {
             control,
             client: client.clone(),
-            side: Side::ours(control),
+            side: Side::ours(),
         };
         sides.insert(
             "crossplane-rs".to_owned(),
@@ -268,7 +268,7 @@ async fn main() {
         let run = Run {
             control,
             client: client.clone(),
-            side: Side::upstream(control),
+            side: Side::upstream(),
         };
         sides.insert(
             "upstream".to_owned(),

@@ -455,7 +455,9 @@ pub async fn install_many(run: &Run<'_>, gens: &[Generated], servers: &Servers) 
         .iter()
         .map(|(b, now)| {
             let then = before.get(b).copied().unwrap_or_default();
-            let kib = (now.rss_mib - then.rss_mib) * 1024.0 / installed;
+            // None when the process was replaced while installing.
+            let kib = (now.pid == then.pid)
+                .then(|| (now.usage.rss_mib - then.usage.rss_mib) * 1024.0 / installed);
             ((*b).to_owned(), json!(kib))
         })
         .collect();
