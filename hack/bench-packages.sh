@@ -6,6 +6,8 @@
 # writes an audit log. Writes bench/packages.json.
 #   hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
 #       [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]
+#   PACKAGE_BENCH_PPROF=FILE [PACKAGE_BENCH_PPROF_SECONDS=15]: also the API
+#   server's CPU profile of each install, as FILE.null, FILE.<side>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin_line=$(CROSSPLANE_RS_CORE=1 hack/build-binaries.sh | tail -n 1)

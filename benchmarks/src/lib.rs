@@ -1,4 +1,4 @@
-//! The benchmark commands (`object-bench`, `workload-bench`, `mrd-bench`; run by
+//! The benchmark commands (`object-bench`, `workload-bench`, `mrd-bench`, `package-bench`; run by
 //! `hack/bench-*.sh`, not by the tests) and what they share: watching for the moment each object
 //! reaches a state, counting requests (a binary's /metrics and the API
 //! servers' audit logs) between two marks, a process's CPU time and memory,
@@ -554,4 +554,39 @@ pub fn machine() -> Value {
         "cpu_model": first("/proc/cpuinfo", "model name").unwrap_or_default(),
         "memory_gib": (mem_kib / 1024.0 / 1024.0 * 10.0).round() / 10.0,
     })
+}
+
+/// With the environment variable `var` naming a file, starts an API
+/// server's CPU profile (Go pprof, `seconds` long, from `after` into the
+/// phase about to begin) written to that name plus `suffix`; read it with
+/// `go tool pprof -top FILE`. None without the variable: a run without it
+/// asks the API server nothing more.
+pub fn profile_server(
+    var: &str,
+    suffix: &str,
+    mut kubectl: std::process::Command,
+    after: Duration,
+    seconds: u64,
+) -> Option<std::thread::JoinHandle<()>> {
+    let mut out = std::env::var_os(var)?;
+    out.push(suffix);
+    let out = PathBuf::from(out);
+    Some(std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let got = kubectl
+            .args([
+                "get",
+                "--raw",
+                &format!("/debug/pprof/profile?seconds={seconds}"),
+            ])
+            .output()
+            .expect("kubectl runs");
+        std::fs::write(&out, &got.stdout).expect("the profile is written");
+        eprintln!(
+            "  profile of an API server: {} ({} bytes) {}",
+            out.display(),
+            got.stdout.len(),
+            String::from_utf8_lossy(&got.stderr).trim()
+        );
+    }))
 }

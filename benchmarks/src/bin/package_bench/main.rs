@@ -28,6 +28,11 @@
 //!
 //!     hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
 //!         [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]
+//!
+//! With `PACKAGE_BENCH_PPROF=FILE`, the API server's CPU profile (Go pprof)
+//! of the first `PACKAGE_BENCH_PPROF_SECONDS` (15) of the null writer's
+//! install and of each side's N Providers is written to FILE.null,
+//! FILE.crossplane-rs and FILE.upstream (`go tool pprof -top FILE.null`).
 
 // A benchmark reports and exits; failing loudly on a broken setup is its job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -39,7 +44,10 @@ mod phases;
 mod side;
 mod upstream;
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use serde_json::{Value, json};
 
@@ -102,7 +110,11 @@ async fn measure(
         run.side.name,
         gens.len()
     );
+    let profile = profile(run.control, run.side.name);
     let many = phases::install_many(run, gens, servers).await;
+    if let Some(p) = profile {
+        p.join().expect("the profile is taken");
+    }
     eprintln!("package-bench: {}: idle {idle} s", run.side.name);
     let quiet = phases::idle(run, gens.len(), idle).await;
     eprintln!("package-bench: {}: upgrading all", run.side.name);
@@ -117,6 +129,22 @@ async fn measure(
         "upgrade": upgraded,
         "delete": deleted,
     })
+}
+
+/// With `PACKAGE_BENCH_PPROF`, starts the control API server's CPU profile
+/// for the install about to begin, as FILE.`suffix`.
+fn profile(control: &testenv::Cluster, suffix: &str) -> Option<std::thread::JoinHandle<()>> {
+    let seconds = std::env::var("PACKAGE_BENCH_PPROF_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    benchmarks::profile_server(
+        "PACKAGE_BENCH_PPROF",
+        &format!(".{suffix}"),
+        control.kubectl_command(),
+        Duration::ZERO,
+        seconds,
+    )
 }
 
 /// Takes crossplane-rs's package side out of the cluster: its
@@ -217,7 +245,11 @@ async fn main() {
         .await
         .unwrap();
     eprintln!("package-bench: the null writer");
+    let profile = profile(control, "null");
     let ceiling = null::run(control, &client, &gens, &servers).await;
+    if let Some(p) = profile {
+        p.join().expect("the profile is taken");
+    }
     let mut sides = serde_json::Map::new();
     let mut upstream_json = Value::Null;
     // Written after each side as well as at the end: a side that fails

@@ -219,11 +219,8 @@ async fn many(run: &Run, args: &Args) -> Value {
 }
 
 /// With `WORKLOAD_BENCH_PPROF`, starts profiling the control and the first
-/// remote API server for the phase about to begin.
+/// remote API server for the phase about to begin (60 s from 30 s in).
 fn profile(run: &Run, phase: &str) -> Vec<std::thread::JoinHandle<()>> {
-    let Some(base) = std::env::var_os("WORKLOAD_BENCH_PPROF") else {
-        return Vec::new();
-    };
     let plane = &run.bench.plane;
     let servers = std::iter::once(("control", plane.control.kubectl_command())).chain(
         plane
@@ -232,28 +229,16 @@ fn profile(run: &Run, phase: &str) -> Vec<std::thread::JoinHandle<()>> {
             .map(|r| ("remote", r.kubectl_command())),
     );
     servers
-        .map(|(server, kubectl)| {
-            let mut out = base.clone();
-            out.push(format!(".{phase}{server}"));
-            std::thread::spawn(move || server_profile(kubectl, out.into()))
+        .filter_map(|(server, kubectl)| {
+            benchmarks::profile_server(
+                "WORKLOAD_BENCH_PPROF",
+                &format!(".{phase}{server}"),
+                kubectl,
+                Duration::from_secs(30),
+                60,
+            )
         })
         .collect()
-}
-
-/// 60 s of an API server's CPU profile, from 30 s into the phase.
-fn server_profile(mut kubectl: std::process::Command, out: std::path::PathBuf) {
-    std::thread::sleep(Duration::from_secs(30));
-    let got = kubectl
-        .args(["get", "--raw", "/debug/pprof/profile?seconds=60"])
-        .output()
-        .expect("kubectl runs");
-    std::fs::write(&out, &got.stdout).expect("the profile is written");
-    eprintln!(
-        "  profile of an API server: {} ({} bytes) {}",
-        out.display(),
-        got.stdout.len(),
-        String::from_utf8_lossy(&got.stderr).trim()
-    );
 }
 
 /// Ours against the null writer's ceiling: templates per second as a
