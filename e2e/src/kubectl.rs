@@ -163,6 +163,24 @@ pub fn get_json(args: &[&str]) -> Option<Value> {
     control().get_json(args)
 }
 
+/// A Running pod in `ns` matching the label `selector` that is not being
+/// deleted, as JSON.
+pub fn running_pod(ns: &str, selector: &str) -> Option<Value> {
+    let list = get_json(&[
+        "pods",
+        "-n",
+        ns,
+        "-l",
+        selector,
+        "--field-selector=status.phase=Running",
+    ])?;
+    list["items"]
+        .as_array()?
+        .iter()
+        .find(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .cloned()
+}
+
 /// kubectl that needs no cluster (`kustomize`, say): its stdout, failing
 /// the test with stderr when it fails.
 pub fn local(args: &[&str]) -> String {

@@ -282,20 +282,8 @@ pub fn remove_object_provider() {
 /// The running pod of a controller: (name, restart count).
 pub fn pod_of(binary: &str) -> (String, i64) {
     shipped();
-    let list = get_json(&[
-        "pods",
-        "-n",
-        NS,
-        "-l",
-        &format!("app.kubernetes.io/name={binary}"),
-        "--field-selector=status.phase=Running",
-    ])
-    .unwrap_or_default();
-    let pods = list["items"].as_array().cloned().unwrap_or_default();
-    let pod = pods
-        .iter()
-        .find(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-        .unwrap_or_else(|| panic!("no running {binary} pod: {list}"));
+    let pod = crate::kubectl::running_pod(NS, &format!("app.kubernetes.io/name={binary}"))
+        .unwrap_or_else(|| panic!("no running {binary} pod in {NS}"));
     let restarts = pod
         .pointer("/status/containerStatuses/0/restartCount")
         .and_then(Value::as_i64)

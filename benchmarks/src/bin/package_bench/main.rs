@@ -110,11 +110,12 @@ async fn measure(
         run.side.name,
         gens.len()
     );
-    let profile = profile(run.control, run.side.name);
-    let many = phases::install_many(run, gens, servers).await;
-    if let Some(p) = profile {
-        p.join().expect("the profile is taken");
-    }
+    let many = profiled(
+        run.control,
+        run.side.name,
+        phases::install_many(run, gens, servers),
+    )
+    .await;
     eprintln!("package-bench: {}: idle {idle} s", run.side.name);
     let quiet = phases::idle(run, gens.len(), idle).await;
     eprintln!("package-bench: {}: upgrading all", run.side.name);
@@ -131,20 +132,29 @@ async fn measure(
     })
 }
 
-/// With `PACKAGE_BENCH_PPROF`, starts the control API server's CPU profile
-/// for the install about to begin, as FILE.`suffix`.
-fn profile(control: &testenv::Cluster, suffix: &str) -> Option<std::thread::JoinHandle<()>> {
+/// Runs an install; with `PACKAGE_BENCH_PPROF`, under the control API
+/// server's CPU profile from its start, written as FILE.`suffix`.
+async fn profiled<T>(
+    control: &testenv::Cluster,
+    suffix: &str,
+    install: impl std::future::Future<Output = T>,
+) -> T {
     let seconds = std::env::var("PACKAGE_BENCH_PPROF_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
-    benchmarks::profile_server(
+    let profile = benchmarks::profile_server(
         "PACKAGE_BENCH_PPROF",
         &format!(".{suffix}"),
         control.kubectl_command(),
         Duration::ZERO,
         seconds,
-    )
+    );
+    let done = install.await;
+    if let Some(p) = profile {
+        p.join().expect("the profile is taken");
+    }
+    done
 }
 
 /// Takes crossplane-rs's package side out of the cluster: its
@@ -245,11 +255,12 @@ async fn main() {
         .await
         .unwrap();
     eprintln!("package-bench: the null writer");
-    let profile = profile(control, "null");
-    let ceiling = null::run(control, &client, &gens, &servers).await;
-    if let Some(p) = profile {
-        p.join().expect("the profile is taken");
-    }
+    let ceiling = profiled(
+        control,
+        "null",
+        null::run(control, &client, &gens, &servers),
+    )
+    .await;
     let mut sides = serde_json::Map::new();
     let mut upstream_json = Value::Null;
     // Written after each side as well as at the end: a side that fails

@@ -67,27 +67,14 @@ impl Process {
     /// Its running, not deleting, pod; the process in it; what the pod
     /// says of its restarts.
     fn find(&self) -> (Option<u32>, Value) {
-        let list = e2e::kubectl::get_json(&[
-            "pods",
-            "-n",
-            &self.ns,
-            "-l",
-            &self.selector,
-            "--field-selector=status.phase=Running",
-        ])
-        .unwrap_or_default();
-        let pods = list["items"].as_array().cloned().unwrap_or_default();
-        let Some(pod) = pods
-            .iter()
-            .find(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-        else {
+        let Some(pod) = e2e::kubectl::running_pod(&self.ns, &self.selector) else {
             return (None, Value::Null);
         };
         let uid = pod
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        (e2e::shipped::pod_pid(uid, &self.program), pod_state(pod))
+        (e2e::shipped::pod_pid(uid, &self.program), pod_state(&pod))
     }
 
     /// The process now: the one last seen while it lives, else the one its

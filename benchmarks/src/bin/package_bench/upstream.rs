@@ -298,7 +298,9 @@ pub fn install(control: &testenv::Cluster, image: &str, ca_pem: &[u8]) {
     }
     // Each acts once its one pod holds its Lease.
     for app in ["crossplane", "crossplane-rbac-manager"] {
-        let (pod, _) = pod(control, app);
+        let pod = e2e::kubectl::running_pod(NS, &format!("app={app}"))
+            .and_then(|p| p.pointer("/metadata/name")?.as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("no running pod of {app} in {NS}"));
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let out = control.kubectl(&[
@@ -320,24 +322,4 @@ pub fn install(control: &testenv::Cluster, image: &str, ca_pem: &[u8]) {
             std::thread::sleep(Duration::from_millis(250));
         }
     }
-}
-
-/// The pod of one of upstream's Deployments: (name, uid).
-pub fn pod(control: &testenv::Cluster, app: &str) -> (String, String) {
-    let out = control.kubectl(&[
-        "get",
-        "pods",
-        "-n",
-        NS,
-        "-l",
-        &format!("app={app}"),
-        "--field-selector=status.phase=Running",
-        "-o",
-        "jsonpath={.items[0].metadata.name} {.items[0].metadata.uid}",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (name, uid) = text
-        .split_once(' ')
-        .unwrap_or_else(|| panic!("no running pod of {app} in {NS}: {text}"));
-    (name.to_owned(), uid.to_owned())
 }
