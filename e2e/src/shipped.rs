@@ -181,20 +181,26 @@ fn install() -> Shipped {
     // Each controller acts only once its one pod holds the Lease: until the
     // package-manager's new pod does, the old one (without the registry's
     // CA) may still be the one reconciling.
-    for binary in oci::project::BINARIES {
-        wait_blocking(
-            Duration::from_secs(120),
-            &format!("one {binary} pod, Ready and leading"),
-            || sole_leader(binary, None, None),
-            || kubectl(&["get", "pods", "-n", NS, "-o", "wide"]),
-        );
-    }
+    wait_leading(&oci::project::BINARIES);
     Shipped {
         registry,
         ca_file,
         pause_image: format!("{host}/pause:v1"),
         work,
         deployed_args,
+    }
+}
+
+/// Waits until each of `binaries` has one pod left, Ready and holding its
+/// Lease (2 minutes each), or panics with the pods' state.
+pub fn wait_leading(binaries: &[&str]) {
+    for binary in binaries {
+        wait_blocking(
+            Duration::from_secs(120),
+            &format!("one {binary} pod, Ready and leading"),
+            || sole_leader(binary, None, None),
+            || kubectl(&["get", "pods", "-n", NS, "-o", "wide"]),
+        );
     }
 }
 

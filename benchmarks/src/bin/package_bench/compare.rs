@@ -1,4 +1,4 @@
-//! The verdicts of one run: each side against the null writer, and
+//! The verdicts of one run: each side against the null writers, and
 //! crossplane-rs against upstream axis by axis, from the phases' JSON.
 
 use serde_json::{Map, Value, json};
@@ -51,7 +51,7 @@ fn largest(usage: &Value, field: &str) -> Option<f64> {
 }
 
 /// One side's figures on each axis.
-fn figures(side: &Value, null_ready_s: Option<f64>) -> Value {
+fn figures(side: &Value, null_ready_s: Option<f64>, with_mrds_ready_s: Option<f64>) -> Value {
     let healthy = num(side, "/install/all_healthy_s");
     json!({
         "one_provider_healthy_s": num(side, "/one_provider/seconds_from_apply/healthy"),
@@ -59,6 +59,7 @@ fn figures(side: &Value, null_ready_s: Option<f64>) -> Value {
         "each_healthy_p50_s": num(side, "/install/each_healthy_s/p50_s"),
         "each_healthy_p99_s": num(side, "/install/each_healthy_s/p99_s"),
         "fraction_of_null_writer": null_ready_s.zip(healthy).map(|(n, h)| n / h),
+        "fraction_of_null_writer_with_mrds": with_mrds_ready_s.zip(healthy).map(|(n, h)| n / h),
         "requests_per_revision": num(side, "/install/requests_per_revision/per_unit_total"),
         "cpu_s_install": side.pointer("/install/usage").and_then(|u| summed(u, "cpu_s")),
         // VmHWM: each binary's peak over the run so far.
@@ -77,11 +78,12 @@ fn figures(side: &Value, null_ready_s: Option<f64>) -> Value {
 
 /// Each side's figures, and upstream's divided by crossplane-rs's on each
 /// axis where less is better (above 1: crossplane-rs is ahead).
-pub fn verdicts(null: &Value, sides: &Map<String, Value>) -> Value {
+pub fn verdicts(null: &Value, with_mrds: &Value, sides: &Map<String, Value>) -> Value {
     let null_ready_s = num(null, "/all_ready_s");
+    let with_mrds_ready_s = num(with_mrds, "/all_ready_s");
     let mut out = Map::new();
     for (name, side) in sides {
-        out.insert(name.clone(), figures(side, null_ready_s));
+        out.insert(name.clone(), figures(side, null_ready_s, with_mrds_ready_s));
     }
     if let (Some(ours), Some(theirs)) = (out.get("crossplane-rs"), out.get("upstream")) {
         let mut ratios = Map::new();

@@ -23,7 +23,9 @@
 //! scaled to 0, the CRDs both projects define are deleted, and upstream is
 //! installed ([`upstream`]). Before either, every package image is pulled
 //! onto the node, and the null writer ([`null`]) applies what the
-//! Providers end with, for the ceiling. Writes `--out` (default
+//! Providers end with, for the ceiling, once as the issue lists it and once
+//! with Crossplane v2's MRDs besides (crossplane-rs's package-manager and
+//! rbac-manager scaled to 0 meanwhile). Writes `--out` (default
 //! bench/packages.json).
 //!
 //!     hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
@@ -51,6 +53,7 @@ use std::{
 
 use serde_json::{Value, json};
 
+use null::Ceiling;
 use phases::{Run, Servers};
 use side::Side;
 
@@ -157,25 +160,52 @@ async fn profiled<T>(
     done
 }
 
-/// Takes crossplane-rs's package side out of the cluster: its
-/// package-manager and rbac-manager scaled to 0, and the CRDs upstream
-/// defines too deleted (upstream's init installs its own).
-fn remove_ours(control: &testenv::Cluster, upstream_crds: &std::path::Path) {
-    for d in ["package-manager", "rbac-manager"] {
+/// Scales crossplane-rs's package-manager and rbac-manager to `replicas`;
+/// at 0 waits until their pods are gone, at 1 until each leads.
+fn scale_ours(control: &testenv::Cluster, replicas: u8) {
+    const OURS: [&str; 2] = ["package-manager", "rbac-manager"];
+    for d in OURS {
         let out = control.kubectl(&[
             "scale",
             "deployment",
             d,
             "-n",
             e2e::shipped::NS,
-            "--replicas=0",
+            &format!("--replicas={replicas}"),
         ]);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if replicas == 0 {
+            let out = control.kubectl(&[
+                "wait",
+                "--for=delete",
+                "pod",
+                "-l",
+                &format!("app.kubernetes.io/name={d}"),
+                "-n",
+                e2e::shipped::NS,
+                "--timeout=120s",
+            ]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
+    if replicas > 0 {
+        e2e::shipped::wait_leading(&OURS);
+    }
+}
+
+/// Takes crossplane-rs's package side out of the cluster: its
+/// package-manager and rbac-manager scaled to 0, and the CRDs upstream
+/// defines too deleted (upstream's init installs its own).
+fn remove_ours(control: &testenv::Cluster, upstream_crds: &std::path::Path) {
+    scale_ours(control, 0);
     let names: Vec<String> = std::fs::read_dir(upstream_crds)
         .unwrap()
         .flatten()
@@ -254,13 +284,21 @@ async fn main() {
     tokio::task::spawn_blocking(move || null::prepull(&plane.control, &images))
         .await
         .unwrap();
+    // No package manager while the null writers run: an Active MRD is
+    // theirs to serve.
+    tokio::task::block_in_place(|| scale_ours(control, 0));
     eprintln!("package-bench: the null writer");
     let ceiling = profiled(
         control,
         "null",
-        null::run(control, &client, &gens, &servers),
+        null::run(control, &client, &gens, &servers, Ceiling::Listed),
     )
     .await;
+    eprintln!("package-bench: the null writer with MRDs");
+    let ceiling_mrds = null::run(control, &client, &gens, &servers, Ceiling::WithMrds).await;
+    if wants("crossplane-rs") {
+        tokio::task::block_in_place(|| scale_ours(control, 1));
+    }
     let mut sides = serde_json::Map::new();
     let mut upstream_json = Value::Null;
     // Written after each side as well as at the end: a side that fails
@@ -280,8 +318,9 @@ async fn main() {
             // processes ran with (hack/bench-packages.sh), if any.
             "go_memory_limit": std::env::var("GOMEMLIMIT").ok(),
             "upstream": upstream_json,
-            "verdicts": compare::verdicts(&ceiling, sides),
+            "verdicts": compare::verdicts(&ceiling, &ceiling_mrds, sides),
             "null_writer": ceiling,
+            "null_writer_with_mrds": ceiling_mrds,
             "sides": sides,
         });
         benchmarks::write_json(&args.out, &out);

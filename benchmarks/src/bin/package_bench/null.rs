@@ -6,6 +6,12 @@
 //! CRD is Established and every Deployment Available. Server-side apply
 //! from this process, 16 Providers at a time; nothing is read first.
 //!
+//! [`Ceiling::WithMrds`] writes the Crossplane v2 end state besides: each
+//! managed kind's ManagedResourceDefinition (the CRD's spec, Active), its
+//! status (Established), and the CRD controlled by it; 3 writes per kind
+//! where the other writes 1. Both are reported; the package managers are
+//! stopped while either runs (an Active MRD is theirs to serve).
+//!
 //! And a warm-up both sides are spared: every package image pulled onto the
 //! node before either runs (pods of them, 25 at a time), so that the side
 //! measured first does not pay for the node's pulls.
@@ -28,6 +34,17 @@ use crate::phases::{Servers, condition};
 const NS: &str = "bench-null";
 const MANAGER: &str = "bench-null-writer";
 
+/// Which end state the null writer writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ceiling {
+    /// The objects the issue lists: CRDs, roles, binding, Secrets,
+    /// Service, Deployment.
+    Listed,
+    /// Those and each kind's MRD with its status, controlling its CRD.
+    WithMrds,
+}
+
+/// Everything of a Provider's end state but its CRDs.
 fn objects_of(g: &Generated) -> Vec<Value> {
     let name = &g.name;
     let labels = json!({"pkg.crossplane.io/provider": name});
@@ -38,11 +55,15 @@ fn objects_of(g: &Generated) -> Vec<Value> {
             "rules": [{"apiGroups": [g.group], "resources": ["*"], "verbs": verbs}],
         })
     };
-    let mut out = g.v1_crds();
-    out.extend([
+    vec![
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NS}}),
         role("system", json!(["*"])),
-        role("aggregate-to-edit", json!(["get", "list", "watch", "create", "update", "patch", "delete"])),
+        role(
+            "aggregate-to-edit",
+            json!([
+                "get", "list", "watch", "create", "update", "patch", "delete"
+            ]),
+        ),
         role("aggregate-to-view", json!(["get", "list", "watch"])),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -68,8 +89,70 @@ fn objects_of(g: &Generated) -> Vec<Value> {
                 }},
             },
         }),
-    ]);
-    out
+    ]
+}
+
+const MRD_VERSION: &str = "apiextensions.crossplane.io/v1alpha1";
+const MRD: &str = "ManagedResourceDefinition";
+
+fn mrd_api(client: &kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "apiextensions.crossplane.io",
+        "v1alpha1",
+        MRD,
+    ));
+    Api::all_with(client.clone(), &ar)
+}
+
+/// The MRD of `crd`, Active, and its status saying its CRD is served.
+fn mrd_of(crd: &Value) -> (Value, Value) {
+    let name = &crd["metadata"]["name"];
+    let mut spec = crd["spec"].clone();
+    if let Some(s) = spec.as_object_mut() {
+        s.insert("state".into(), "Active".into());
+    }
+    let meta = json!({"name": name});
+    let status = json!({"conditions": [{
+        "type": "Established", "status": "True", "reason": "EstablishedManagedResource",
+        "message": format!("the CRD {} is served", name.as_str().unwrap_or_default()),
+        "lastTransitionTime": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    }]});
+    (
+        json!({"apiVersion": MRD_VERSION, "kind": MRD, "metadata": meta, "spec": spec}),
+        json!({"apiVersion": MRD_VERSION, "kind": MRD, "metadata": meta, "status": status}),
+    )
+}
+
+/// Writes one Provider's end state: its CRDs first (with `ceiling`
+/// WithMrds, each kind's MRD, its status, then its CRD controlled by it),
+/// then the rest.
+async fn write_provider(client: &kube::Client, g: &Generated, ceiling: Ceiling) {
+    let params = PatchParams::apply(MANAGER).force();
+    let mrds = mrd_api(client);
+    let mut crds = g.v1_crds();
+    if ceiling == Ceiling::WithMrds {
+        for crd in &mut crds {
+            let name = crd["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let (mrd, status) = mrd_of(crd);
+            let applied = mrds
+                .patch(&name, &params, &Patch::Apply(&mrd))
+                .await
+                .unwrap_or_else(|e| panic!("null writer: applying MRD {name}: {e}"));
+            mrds.patch_status(&name, &params, &Patch::Apply(&status))
+                .await
+                .unwrap_or_else(|e| panic!("null writer: MRD {name}'s status: {e}"));
+            let owner = json!([{"apiVersion": MRD_VERSION, "kind": MRD, "name": name,
+                "uid": applied.metadata.uid, "controller": true, "blockOwnerDeletion": true}]);
+            if let Some(m) = crd.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.insert("ownerReferences".into(), owner);
+            }
+        }
+    }
+    apply_all(client, crds).await;
+    apply_all(client, objects_of(g)).await;
 }
 
 fn api_for(client: &kube::Client, v: &Value) -> Api<DynamicObject> {
@@ -107,6 +190,7 @@ pub async fn run(
     client: &kube::Client,
     gens: &[Generated],
     servers: &Servers,
+    ceiling: Ceiling,
 ) -> Value {
     namespace(control, NS);
     let erase = |group: &str, version: &str, kind: &str, ns: Option<&str>| {
@@ -135,7 +219,7 @@ pub async fn run(
     }
     let before = servers.usage();
     let t0 = Instant::now();
-    futures::stream::iter(gens.iter().map(|g| apply_all(client, objects_of(g))))
+    futures::stream::iter(gens.iter().map(|g| write_provider(client, g, ceiling)))
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
@@ -174,6 +258,11 @@ pub async fn run(
     // remove these CRDs when nothing else asks anything of it.
     let crds_deleting = Instant::now();
     let mut crds_deleted = None;
+    // Their MRDs after them (nothing serves these; no finalizer holds them).
+    let mrd_names: &[String] = match ceiling {
+        Ceiling::WithMrds => &crd_names,
+        Ceiling::Listed => &[],
+    };
     for (api, names) in [
         (
             erase(
@@ -182,11 +271,12 @@ pub async fn run(
                 "CustomResourceDefinition",
                 None,
             ),
-            &crd_names,
+            &crd_names[..],
         ),
+        (mrd_api(client), mrd_names),
         (
             erase("rbac.authorization.k8s.io", "v1", "ClusterRole", None),
-            &roles,
+            &roles[..],
         ),
         (
             erase(
@@ -195,14 +285,22 @@ pub async fn run(
                 "ClusterRoleBinding",
                 None,
             ),
-            &bindings,
+            &bindings[..],
         ),
     ] {
         erase_all(&api, names).await;
         crds_deleted.get_or_insert(crds_deleting.elapsed());
     }
+    let writes = match ceiling {
+        Ceiling::Listed => {
+            "server-side apply of each Provider's end state (CRDs, ServiceAccount, 3 ClusterRoles, a binding, 2 Secrets, Service, Deployment), 16 Providers at a time"
+        }
+        Ceiling::WithMrds => {
+            "server-side apply of each Provider's Crossplane v2 end state (per kind its MRD, Active, the MRD's status, Established, and the CRD controlled by the MRD; ServiceAccount, 3 ClusterRoles, a binding, 2 Secrets, Service, Deployment), 16 Providers at a time"
+        }
+    };
     json!({
-        "writes": "server-side apply of each Provider's end state (CRDs, ServiceAccount, 3 ClusterRoles, a binding, 2 Secrets, Service, Deployment), 16 Providers at a time",
+        "writes": writes,
         "crds_established": c.json(),
         "deployments_available": d.json(),
         "written_s": written.as_secs_f64(),
