@@ -23,8 +23,8 @@
 //! scaled to 0, the CRDs both projects define are deleted, and upstream is
 //! installed ([`upstream`]). Before either, every package image is pulled
 //! onto the node, and the null writer ([`null`]) applies what the
-//! Providers end with, for the ceiling, once as the issue lists it and once
-//! with Crossplane v2's MRDs besides (crossplane-rs's package-manager and
+//! Providers end with, for the ceiling, once without and once with
+//! Crossplane v2's MRDs (crossplane-rs's package-manager and
 //! rbac-manager scaled to 0 meanwhile). Writes `--out` (default
 //! bench/packages.json).
 //!
@@ -165,35 +165,31 @@ async fn profiled<T>(
 fn scale_ours(control: &testenv::Cluster, replicas: u8) {
     const OURS: [&str; 2] = ["package-manager", "rbac-manager"];
     for d in OURS {
-        let out = control.kubectl(&[
-            "scale",
-            "deployment",
-            d,
-            "-n",
-            e2e::shipped::NS,
-            &format!("--replicas={replicas}"),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if replicas == 0 {
-            let out = control.kubectl(&[
-                "wait",
-                "--for=delete",
-                "pod",
-                "-l",
-                &format!("app.kubernetes.io/name={d}"),
+        let replicas_flag = format!("--replicas={replicas}");
+        control
+            .kubectl_ok(&[
+                "scale",
+                "deployment",
+                d,
                 "-n",
                 e2e::shipped::NS,
-                "--timeout=120s",
-            ]);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+                &replicas_flag,
+            ])
+            .unwrap();
+        if replicas == 0 {
+            let selector = format!("app.kubernetes.io/name={d}");
+            control
+                .kubectl_ok(&[
+                    "wait",
+                    "--for=delete",
+                    "pod",
+                    "-l",
+                    &selector,
+                    "-n",
+                    e2e::shipped::NS,
+                    "--timeout=120s",
+                ])
+                .unwrap();
         }
     }
     if replicas > 0 {

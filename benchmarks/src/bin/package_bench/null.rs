@@ -37,8 +37,7 @@ const MANAGER: &str = "bench-null-writer";
 /// Which end state the null writer writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Ceiling {
-    /// The objects the issue lists: CRDs, roles, binding, Secrets,
-    /// Service, Deployment.
+    /// CRDs, roles, binding, Secrets, Service, Deployment.
     Listed,
     /// Those and each kind's MRD with its status, controlling its CRD.
     WithMrds,
@@ -95,15 +94,6 @@ fn objects_of(g: &Generated) -> Vec<Value> {
 const MRD_VERSION: &str = "apiextensions.crossplane.io/v1alpha1";
 const MRD: &str = "ManagedResourceDefinition";
 
-fn mrd_api(client: &kube::Client) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "apiextensions.crossplane.io",
-        "v1alpha1",
-        MRD,
-    ));
-    Api::all_with(client.clone(), &ar)
-}
-
 /// The MRD of `crd`, Active, and its status saying its CRD is served.
 fn mrd_of(crd: &Value) -> (Value, Value) {
     let name = &crd["metadata"]["name"];
@@ -128,7 +118,6 @@ fn mrd_of(crd: &Value) -> (Value, Value) {
 /// then the rest.
 async fn write_provider(client: &kube::Client, g: &Generated, ceiling: Ceiling) {
     let params = PatchParams::apply(MANAGER).force();
-    let mrds = mrd_api(client);
     let mut crds = g.v1_crds();
     if ceiling == Ceiling::WithMrds {
         for crd in &mut crds {
@@ -137,6 +126,7 @@ async fn write_provider(client: &kube::Client, g: &Generated, ceiling: Ceiling) 
                 .unwrap_or_default()
                 .to_owned();
             let (mrd, status) = mrd_of(crd);
+            let mrds = api_for(client, &mrd);
             let applied = mrds
                 .patch(&name, &params, &Patch::Apply(&mrd))
                 .await
@@ -273,7 +263,10 @@ pub async fn run(
             ),
             &crd_names[..],
         ),
-        (mrd_api(client), mrd_names),
+        (
+            erase("apiextensions.crossplane.io", "v1alpha1", MRD, None),
+            mrd_names,
+        ),
         (
             erase("rbac.authorization.k8s.io", "v1", "ClusterRole", None),
             &roles[..],
