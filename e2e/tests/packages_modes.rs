@@ -5,7 +5,8 @@
 //! a test holds them while it runs): a registry it does not trust,
 //! `--package-runtime=External`, and the deprecated ControllerConfig with
 //! `--enable-runtime-config=false` beside its conversion; and an installed
-//! stack, whose reconciles must write nothing (counted on the
+//! stack, whose reconciles must write nothing, and a Provider's managed
+//! kinds, made without reading one back (both counted on the
 //! package-manager pod while that test alone holds it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -433,6 +434,79 @@ fn an_installed_stack_writes_nothing_when_reconciled_again() {
         },
         explain_packages,
     );
+    drop(pm);
+}
+
+/// A Provider's managed kinds are made without reading one back: each MRD
+/// is applied and, its CRD absent, the CRD served from the API server's
+/// answer, so the package-manager reads no MRD and no CRD (counted on its
+/// pod while this test alone holds it). Each MRD still says Established
+/// and controls the CRD it serves.
+#[test]
+fn a_providers_managed_kinds_are_made_without_reading_one_back() {
+    let _alone = alone();
+    let e = env();
+    let pm = package_manager_flags(&operator_flags());
+    let g = group("unread");
+    let kinds = [
+        "Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel",
+    ];
+    let crds: Vec<_> = kinds.iter().map(|k| test_crd(&g, k)).collect();
+    let reference = format!(
+        "{}/test/{}:v1",
+        e.registry.address,
+        testenv::unique_name("unread")
+    );
+    // CRDs alone: no runtime to read either.
+    xpkg_push(
+        &package_dir("unread", "v1", &crds_of(&crds)),
+        &reference,
+        None,
+    );
+    let gets = || {
+        e2e::metric_sum(
+            &metrics_of("package-manager"),
+            "crossplane_rs_kube_api_requests_total",
+            &[("cluster", "control"), ("verb", "get")],
+        )
+    };
+    // What earlier tests left (MRD status, policies' lists) is written.
+    wait_mrd_writes();
+    let before = gets();
+    let name = testenv::unique_name("unread");
+    apply(&provider_yaml(&name, &reference, ""));
+    wait_provider_healthy(&name, Duration::from_secs(90));
+    wait_mrd_writes();
+    let reads = gets() - before;
+    // Reading back each MRD and looking for each CRD was three reads a
+    // kind; what is left is the Provider's own (its revision, a Lease).
+    assert!(
+        reads < kinds.len() as f64,
+        "installing {} managed kinds read {reads} objects\n{}",
+        kinds.len(),
+        e2e::shipped::log_tail("package-manager", 40)
+    );
+    for k in kinds {
+        let crd_name = format!("{}s.{g}", k.to_lowercase());
+        let mrd = get_json(&["mrd", &crd_name]).unwrap();
+        assert_eq!(
+            condition(&mrd, "Established").map(|c| c.0).as_deref(),
+            Some("True"),
+            "{mrd}"
+        );
+        let crd = get_json(&["crd", &crd_name]).unwrap();
+        let controller = crd["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["controller"] == true)
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(controller["kind"], "ManagedResourceDefinition", "{crd}");
+        assert_eq!(controller["uid"], mrd["metadata"]["uid"], "{crd}");
+    }
+    delete_provider(&name);
+    wait_provider_gone(&name);
     drop(pm);
 }
 

@@ -169,11 +169,15 @@ fn work(
             runtime_bound: args.package_runtime == PackageRuntime::Deployment,
         },
     );
+    // What the MRD controller knows of each MRD's CRD: the revision
+    // controller serves the CRDs of the MRDs it makes and says so.
+    let served = mrds::Served::default();
     let revisions = revision::controller(
         rt,
         packages,
         &image_configs,
         crds.clone(),
+        served.clone(),
         revision::Settings {
             namespace: namespace.clone(),
             mode: args.package_runtime,
@@ -184,7 +188,7 @@ fn work(
             trusted_root: args.trusted_root.clone(),
         },
     );
-    let mrds = mrds::controller(rt, crds.clone());
+    let mrds = mrds::controller(rt, crds.clone(), served);
     let policies = mrds::activation::controller(rt);
     let activations = args.activations.clone();
     let rt = rt.clone();

@@ -8,11 +8,7 @@
 //! the one exception is a CRD its own ProviderRevision installed before the
 //! package's kinds became MRDs.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, PoisonError},
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
@@ -32,6 +28,9 @@ use types::apiextensions::v1alpha1::ManagedResourceDefinition;
 
 pub mod activation;
 pub mod body;
+mod served;
+
+pub use served::Served;
 
 /// Name of this controller in metrics and events.
 pub const CONTROLLER: &str = "managedresourcedefinition";
@@ -93,58 +92,9 @@ pub struct Mrds {
     /// Every CRD's version and whether it is established, as the watch
     /// last saw it.
     crds: crate::stacks::known::Known,
-    /// Each Active MRD whose CRD was last found applied ([`Settled`]).
-    /// While neither changed, a reconcile (woken by the MRD's own status
-    /// write, by its CRD becoming established, or looking again at a CRD
-    /// not established yet) reads and writes nothing and takes whether the
-    /// CRD is established from the watch: thousands of MRDs cost no reads
-    /// while they wait for their CRDs, nor when those are served. A CRD's
-    /// deletion forgets its entry ([`controller`]).
-    settled: Arc<Mutex<HashMap<String, Settled>>>,
-}
-
-/// An Active MRD as its CRD was made from it ([`body::made_from`]), and
-/// that CRD at its [`body::version`] (status writes leave both alone), and
-/// when; the CRD's version before (None: it was made then) and whether it
-/// came back established.
-#[derive(Clone, Debug)]
-struct Settled {
-    mrd: String,
-    crd: String,
-    before: Option<String>,
-    established: bool,
-    at: Instant,
-}
-
-/// How long an MRD whose CRD was just applied takes the view of CRDs still
-/// showing it as it was (or not at all) as the view being late, without
-/// reading it again: the view tells the MRD when it shows the CRD as
-/// applied. Against an API server that 50 Providers' install keeps busy
-/// the view is seconds behind, and each wake between (the MRD's own
-/// status write, looking again at a CRD not established yet) read both
-/// again. This bounds only a CRD changed or deleted by someone else before
-/// the view showed it applied.
-const UNSEEN_WAIT: Duration = Duration::from_secs(30);
-
-impl Settled {
-    /// Whether the MRD at `mrd` (as the cache keeps it, body::Listed) and
-    /// its CRD as the watch shows it (`crd`, None when it does not) are
-    /// still as they were settled: `Some(established)` then.
-    fn holds(&self, mrd: &str, crd: Option<&crate::stacks::known::State>) -> Option<bool> {
-        if self.mrd != mrd {
-            return None;
-        }
-        let unseen = self.at.elapsed() < UNSEEN_WAIT;
-        match crd {
-            Some(c) if c.version == self.crd => Some(c.established),
-            // Applied, and the view not showing it yet: it tells when it does.
-            Some(c) if unseen && self.before.as_deref() == Some(c.version.as_str()) => {
-                Some(self.established)
-            }
-            None if unseen => Some(self.established),
-            _ => None,
-        }
-    }
+    /// What is known of each Active MRD's CRD, also told by the revision
+    /// controller of the MRDs it makes ([`served`]).
+    served: Served,
 }
 
 fn established(
@@ -244,18 +194,12 @@ impl Reconciler for Mrds {
         // The MRD as the cache has it (body::Listed): what is compared
         // next time.
         let version = body::made_from(mrd.as_ref()).filter(|_| body::active(mrd));
-        {
-            let mut settled = self.settled.lock().unwrap_or_else(PoisonError::into_inner);
-            let holds = version.as_deref().and_then(|v| {
-                settled
-                    .get(&name)
-                    .and_then(|s| s.holds(v, self.crds.state(&name).as_ref()))
-            });
-            match holds {
+        if let Some(v) = version.as_deref() {
+            match self.served.holds(&name, v, self.crds.state(&name).as_ref()) {
                 Some(true) => return Ok(served(status, &name)),
                 Some(false) => return Ok(pending(status, &name)),
-                None => settled.remove(&name),
-            };
+                None => {}
+            }
         }
         // The cache keeps MRDs without their CRD spec (body::Listed): an
         // Active one is read whole.
@@ -298,20 +242,9 @@ impl Reconciler for Mrds {
             let served_now = crate::crds::established(&applied);
             // Recorded as the cache has the MRD (the whole one read here is
             // never older), so the next wake compares alike.
-            if let (Some(mrd), Some(crd)) = (version.clone(), body::version(&applied)) {
-                self.settled
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(
-                        name.clone(),
-                        Settled {
-                            mrd,
-                            crd,
-                            before: live_version,
-                            established: served_now,
-                            at: Instant::now(),
-                        },
-                    );
+            if version.is_some() {
+                self.served
+                    .settle(&name, version.clone(), &applied, live_version);
             }
             return Ok(if served_now {
                 served(status, &name)
@@ -382,6 +315,7 @@ impl Reconciler for Mrds {
 pub fn controller(
     rt: &Runtime,
     crds_known: crate::stacks::known::Known,
+    served: Served,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     use futures::StreamExt as _;
     // MRDs kept without their CRD spec (body::Listed). A CRD's name is its
@@ -391,14 +325,10 @@ pub fn controller(
     let mrds = body::watch(rt.client.clone(), body::Listed::for_reconcile)
         .reflect(writer)
         .touched_objects();
-    let settled = Arc::new(Mutex::new(HashMap::<String, Settled>::new()));
-    let forget = Arc::clone(&settled);
+    let forget = served.clone();
     let crds = crds_known.changes().map(move |change| {
         if change.gone {
-            forget
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&change.name);
+            forget.forget(&change.name);
         }
         ObjectRef::<ManagedResourceDefinition>::new(&change.name)
     });
@@ -410,7 +340,7 @@ pub fn controller(
         sk: Skeleton::new(rt, CONTROLLER).coalescing(PENDING_HOLD),
         field_manager: rt.field_manager(),
         crds: crds_known,
-        settled,
+        served,
     });
     reconciler::run(ctrl, reconciler)
 }
@@ -420,42 +350,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::stacks::known::State;
-
-    fn state(version: &str, established: bool) -> State {
-        State {
-            version: version.into(),
-            established,
-            by_mrd: true,
-        }
-    }
-
-    #[test]
-    fn a_settled_mrd_is_not_read_again_until_it_or_its_crd_changes_or_the_crd_stays_unseen() {
-        let settled = Settled {
-            mrd: "m1".into(),
-            crd: "c1".into(),
-            before: None,
-            established: false,
-            at: Instant::now(),
-        };
-        // The CRD as applied: served or not as the watch says.
-        assert_eq!(settled.holds("m1", Some(&state("c1", false))), Some(false));
-        assert_eq!(settled.holds("m1", Some(&state("c1", true))), Some(true));
-        // Made a moment ago and not in the watch yet: waits for it.
-        assert_eq!(settled.holds("m1", None), Some(false));
-        // The MRD or the CRD changed besides its status: read again.
-        assert_eq!(settled.holds("m2", Some(&state("c1", true))), None);
-        assert_eq!(settled.holds("m1", Some(&state("c2", true))), None);
-        // Still not in the watch long after: read again.
-        let long_ago = Settled {
-            at: Instant::now()
-                .checked_sub(UNSEEN_WAIT + Duration::from_secs(1))
-                .unwrap(),
-            ..settled.clone()
-        };
-        assert_eq!(long_ago.holds("m1", None), None);
-    }
 
     #[test]
     fn only_a_first_pending_word_waits_for_the_crd() {
@@ -477,28 +371,5 @@ mod tests {
         assert!(!newly_pending(&new, &served), "served: at once");
         let refused = said(Some(false), REASON_PENDING);
         assert!(!newly_pending(&new, &refused), "a refusal: at once");
-    }
-
-    #[test]
-    fn an_updated_crd_the_watch_still_shows_as_it_was_is_not_read_again_for_a_while() {
-        // An upgrade applied c2 over c1, which came back established.
-        let updated = Settled {
-            mrd: "m2".into(),
-            crd: "c2".into(),
-            before: Some("c1".into()),
-            established: true,
-            at: Instant::now(),
-        };
-        assert_eq!(updated.holds("m2", Some(&state("c1", true))), Some(true));
-        assert_eq!(updated.holds("m2", Some(&state("c2", true))), Some(true));
-        // Someone else's version: read again.
-        assert_eq!(updated.holds("m2", Some(&state("c3", true))), None);
-        let long_ago = Settled {
-            at: Instant::now()
-                .checked_sub(UNSEEN_WAIT + Duration::from_secs(1))
-                .unwrap(),
-            ..updated
-        };
-        assert_eq!(long_ago.holds("m2", Some(&state("c1", true))), None);
     }
 }

@@ -125,6 +125,9 @@ pub struct ProviderRevisions {
     pub(super) runtime_configs: Store<types::pkg::v1beta1::DeploymentRuntimeConfig>,
     /// What was last read or written of them ([`super::seen`]).
     pub(super) seen: super::seen::Seen,
+    /// What the MRD controller in this process knows of each MRD's CRD:
+    /// told when a revision serves one itself ([`super::deliver`]).
+    pub(super) served: crate::mrds::Served,
 }
 
 /// What is wrong with an unhealthy revision, as its conditions say.

@@ -4,9 +4,11 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
+use futures::{StreamExt as _, TryStreamExt as _};
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
-    Api, Resource as _, ResourceExt,
+    Api, ResourceExt,
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use runtime::{
@@ -20,6 +22,7 @@ use types::{
 
 use super::{
     context::{PENDING, ProviderRevisions, TYPE_HEALTHY, WAIT_POLL, set},
+    deliver,
     error::Error,
     seen::{Kind, Known},
 };
@@ -236,18 +239,21 @@ impl ProviderRevisions {
                     Control::Foreign(message) => return Err(Error::Conflict(message)),
                 }
             }
-            let (mrd_known, live_mrd) = if managed {
-                let version = self.mrd_versions.get(&name).flatten();
-                self.recall_or_read(
-                    Kind::Mrd,
-                    &mrds,
-                    &name,
-                    version.as_deref(),
-                    "read a ManagedResourceDefinition",
-                )
-                .await?
-            } else {
-                (None, None)
+            let (mrd_known, live_mrd) = match self.mrd_versions.get(&name) {
+                // The view of MRDs (listed before any reconcile) shows none:
+                // there is none to read. One made a moment ago that it does
+                // not show yet is applied again, which changes nothing.
+                Some(version) if managed => {
+                    self.recall_or_read(
+                        Kind::Mrd,
+                        &mrds,
+                        &name,
+                        version.as_deref(),
+                        "read a ManagedResourceDefinition",
+                    )
+                    .await?
+                }
+                _ => (None, None),
             };
             let recalled_mrd = mrd_known.as_ref().map(|k| k.meta(&name));
             let mrd_meta = live_mrd
@@ -315,37 +321,68 @@ impl ProviderRevisions {
             });
         }
         // All or nothing: every CRD to write is checked by the API server
-        // before any is written (a managed kind's as its MRD would serve it).
-        for p in &planned {
-            if p.current.is_none() {
+        // before any is written (a managed kind's as its MRD would serve
+        // it), a few at once.
+        let to_write: Vec<usize> = (0..planned.len())
+            .filter(|&i| planned[i].current.is_none())
+            .collect();
+        futures::stream::iter(to_write)
+            .map(|i: usize| {
+                let p = &planned[i];
                 let mut body = body_of(p.object, &p.owners);
                 if p.managed
                     && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
                 {
                     meta.remove("ownerReferences");
                 }
-                crate::crds::dry_run_one(&crds, &self.field_manager, &p.name, &body).await?;
-            }
-        }
+                let crds = &crds;
+                async move {
+                    crate::crds::dry_run_one(crds, &self.field_manager, &p.name, &body).await
+                }
+            })
+            .buffered(deliver::AT_ONCE)
+            .try_collect::<()>()
+            .await?;
+        // The MRDs to make, a few at once, each serving its CRD when it
+        // does not exist yet (deliver.rs).
+        let to_make: Vec<usize> = (0..planned.len())
+            .filter(|&i| planned[i].managed && planned[i].current.is_none())
+            .collect();
+        let mut made: BTreeMap<String, deliver::Made> = futures::stream::iter(to_make)
+            .map(|i: usize| {
+                let p = &planned[i];
+                self.make_mrd(deliver::ToMake {
+                    name: p.name.clone(),
+                    body: crate::mrds::body::mrd_of(&body_of(p.object, &p.owners), active),
+                    crd_absent: p.crd.is_none(),
+                    active,
+                })
+            })
+            .buffered(deliver::AT_ONCE)
+            .map_ok(|m| (m.name.clone(), m))
+            .try_collect()
+            .await?;
         let mut pending = Vec::new();
         // Whether a CRD the revision applies itself is pending: the MRDs'
         // watch wakes the revision when theirs are served, not its own.
         let mut unwatched = false;
         let mut refs = Vec::new();
-        for p in planned {
+        for mut p in planned {
             // (uid, Active) of the object the revision applies.
             let (uid, serving) = match p.current {
                 Some(live) => live,
-                None if p.managed => {
-                    let body = crate::mrds::body::mrd_of(&body_of(p.object, &p.owners), active);
-                    let applied = ssa::apply(&mrds, &p.name, &body, &self.field_manager)
-                        .await
-                        .map_err(|e| Error::request("apply a ManagedResourceDefinition", e))?;
-                    let known = Known::mrd(&applied, Some(value_hash(&body)));
-                    let serving = known.ready;
-                    self.seen.remember(Kind::Mrd, &p.name, known);
-                    (applied.uid(), serving)
-                }
+                None if p.managed => match made.remove(&p.name) {
+                    Some(m) => {
+                        p.crd = m.crd.or(p.crd);
+                        (m.uid, m.active)
+                    }
+                    // (Every MRD to make was made, or the first failure
+                    // returned.)
+                    None => {
+                        pending.push(p.name.clone());
+                        continue;
+                    }
+                },
                 None => {
                     let body = body_of(p.object, &p.owners);
                     let applied = ssa::apply(&crds, &p.name, &body, &self.field_manager)
@@ -460,7 +497,7 @@ impl ProviderRevisions {
                 Control::Foreign(message) => return Err(Error::Conflict(message)),
             }
         }
-        let owner = controlled_by(r)
+        let owner = deliver::controlled_by(r)
             .and_then(|o| serde_json::to_value(o).ok())
             .unwrap_or_default();
         let mut labels = serde_json::Map::new();
@@ -483,73 +520,6 @@ impl ProviderRevisions {
             name: name.to_owned(),
             uid: applied.uid(),
         }))
-    }
-
-    /// A CRD of the package as this revision applies it: controlled by the
-    /// revision, referenced (not controlled) by its siblings that already
-    /// reference it.
-    pub(super) fn crd_body(
-        &self,
-        r: &ProviderRevision,
-        object: &serde_json::Value,
-        live_owners: &[OwnerReference],
-        siblings: &BTreeMap<String, i64>,
-    ) -> serde_json::Value {
-        let mut owners: Vec<OwnerReference> = live_owners
-            .iter()
-            .filter(|o| o.kind == "ProviderRevision" && siblings.contains_key(&o.name))
-            .cloned()
-            .map(|mut o| {
-                o.controller = Some(false);
-                o.block_owner_deletion = None;
-                o
-            })
-            .collect();
-        owners.extend(controlled_by(r));
-        let mut body = serde_json::json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {
-                "name": object.pointer("/metadata/name").cloned().unwrap_or_default(),
-                "labels": object.pointer("/metadata/labels").cloned().unwrap_or_else(|| serde_json::json!({})),
-                "ownerReferences": owners,
-            },
-            "spec": object.get("spec").cloned().unwrap_or_default(),
-        });
-        // The package's annotations, if it has any (an empty map would
-        // never read back equal, so the CRD would be written every time).
-        if let Some(a) = object
-            .pointer("/metadata/annotations")
-            .filter(|a| a.as_object().is_some_and(|a| !a.is_empty()))
-            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
-        {
-            meta.insert("annotations".into(), a.clone());
-        }
-        if let Some(l) = body
-            .pointer_mut("/metadata/labels")
-            .and_then(|l| l.as_object_mut())
-        {
-            for (k, v) in r.common_labels() {
-                l.entry(k).or_insert(v.into());
-            }
-            if let Some(p) = r.labels().get(labels::PACKAGE) {
-                l.insert(labels::PACKAGE.into(), p.clone().into());
-            }
-        }
-        let common_annotations = r.common_annotations();
-        if !common_annotations.is_empty()
-            && let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut())
-        {
-            let annotations = meta
-                .entry("annotations")
-                .or_insert_with(|| serde_json::json!({}));
-            if let Some(a) = annotations.as_object_mut() {
-                for (k, v) in common_annotations {
-                    a.entry(k).or_insert(v.into());
-                }
-            }
-        }
-        body
     }
 }
 
@@ -575,14 +545,4 @@ fn crd_ref(name: &str, uid: Option<String>) -> TypedReference {
         name: name.to_owned(),
         uid,
     }
-}
-
-/// The reference that makes the revision the controller of what it
-/// establishes (CRDs, webhook configurations), blocking the revision's
-/// deletion until they go.
-fn controlled_by(r: &ProviderRevision) -> Option<OwnerReference> {
-    r.controller_owner_ref(&()).map(|mut own| {
-        own.block_owner_deletion = Some(true);
-        own
-    })
 }

@@ -42,6 +42,7 @@ use types::{
 };
 
 pub mod context;
+mod deliver;
 mod dependencies;
 pub mod error;
 mod establish;
@@ -375,6 +376,7 @@ pub fn controller(
     packages: Packages,
     image_configs: &ImageConfigs,
     crds_known: crate::stacks::known::Known,
+    served: crate::mrds::Served,
     settings: Settings,
 ) -> impl Future<Output = ()> + Send + 'static + use<> {
     let (deployments, writer) = kube::runtime::reflector::store();
@@ -508,6 +510,7 @@ pub fn controller(
         mrd_versions,
         runtime_configs,
         seen: seen::Seen::default(),
+        served,
         certificates: crate::tls::Certificates::new(
             rt.client.clone(),
             &settings.namespace,
