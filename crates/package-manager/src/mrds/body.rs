@@ -170,25 +170,8 @@ impl Listed {
     /// they are part of the [`version`] that says whether the CRD is still
     /// as the MRD makes it: an edit of them alone bumps no generation.
     pub fn for_reconcile(self) -> ManagedResourceDefinition {
-        let m = self.metadata;
         ManagedResourceDefinition {
-            metadata: ObjectMeta {
-                name: m.name,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                generation: m.generation,
-                owner_references: m.owner_references,
-                deletion_timestamp: m.deletion_timestamp,
-                labels: m.labels,
-                annotations: m
-                    .annotations
-                    .map(|mut a| {
-                        a.remove(LAST_APPLIED);
-                        a
-                    })
-                    .filter(|a| !a.is_empty()),
-                ..ObjectMeta::default()
-            },
+            metadata: kept(self.metadata),
             spec: types::apiextensions::v1alpha1::ManagedResourceDefinitionSpec {
                 state: self.spec.state,
                 ..Default::default()
@@ -242,6 +225,28 @@ pub fn watch(
     })
 }
 
+/// The metadata the MRD controller's cache keeps of an MRD
+/// ([`Listed::for_reconcile`]).
+fn kept(m: ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: m.name,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        owner_references: m.owner_references,
+        deletion_timestamp: m.deletion_timestamp,
+        labels: m.labels,
+        annotations: m
+            .annotations
+            .map(|mut a| {
+                a.remove(LAST_APPLIED);
+                a
+            })
+            .filter(|a| !a.is_empty()),
+        ..ObjectMeta::default()
+    }
+}
+
 /// What an MRD is besides its status, as one string: its uid, its owners
 /// (who controls it) and the hash of its generation, labels, annotations,
 /// finalizers and deletion. Its status writes leave it the same, so a
@@ -257,6 +262,16 @@ pub fn version<K: kube::Resource>(mrd: &K) -> Option<String> {
 /// changes nothing of the CRD.
 pub fn made_from(mrd: &ManagedResourceDefinition) -> Option<String> {
     versioned(mrd, false)
+}
+
+/// [`made_from`] of an MRD whole (as the API server answered its apply),
+/// as the MRD controller's cache will show it ([`Listed::for_reconcile`]).
+pub fn made_from_whole(mrd: &ManagedResourceDefinition) -> Option<String> {
+    made_from(&ManagedResourceDefinition {
+        metadata: kept(mrd.metadata.clone()),
+        spec: Default::default(),
+        status: None,
+    })
 }
 
 fn versioned<K: kube::Resource>(obj: &K, with_owners: bool) -> Option<String> {
@@ -300,6 +315,22 @@ mod tests {
                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}],
             },
         })
+    }
+
+    #[test]
+    fn an_mrd_whole_is_made_from_what_the_cache_will_show_of_it() {
+        let mut whole: serde_json::Value = mrd_of(&crd("Thing"), true);
+        let meta = whole.get_mut("metadata").unwrap();
+        meta["uid"] = "mrd-uid".into();
+        meta["generation"] = 3.into();
+        meta["finalizers"] = serde_json::json!(["kept-by-someone"]);
+        meta["annotations"] = serde_json::json!({(LAST_APPLIED): "{}", "team": "a"});
+        let cached = serde_json::from_value::<Listed>(whole.clone())
+            .unwrap()
+            .for_reconcile();
+        let whole: ManagedResourceDefinition = serde_json::from_value(whole).unwrap();
+        assert!(made_from_whole(&whole).is_some());
+        assert_eq!(made_from_whole(&whole), made_from(&cached));
     }
 
     #[test]

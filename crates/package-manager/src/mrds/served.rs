@@ -170,13 +170,9 @@ impl Served {
         mrd: &ManagedResourceDefinition,
     ) -> Result<Option<CustomResourceDefinition>, kube::Error> {
         let name = kube::ResourceExt::name_any(mrd);
-        // What the MRD controller's cache keeps of the MRD, so its wakes
+        // As the MRD controller's cache will show the MRD, so its wakes
         // compare alike.
-        let cached = serde_json::to_value(mrd)
-            .and_then(serde_json::from_value::<body::Listed>)
-            .ok()
-            .map(body::Listed::for_reconcile);
-        let made_from = cached.as_ref().and_then(body::made_from);
+        let made_from = body::made_from_whole(mrd);
         let desired = body::crd_of(mrd);
         if !body::active(mrd)
             || made_from.is_none()
