@@ -4,8 +4,9 @@
 //! [`Reconciler::cleanup`]); the skeleton does the rest, the same way for
 //! every kind:
 //!
-//! 1. guards: an object the controller does not want yet is left alone, and
-//!    one it wants waits (uncounted) until the controller's caches are
+//! 1. guards: an object the controller does not want yet is left alone, one
+//!    another part of the process is acting on waits for it
+//!    ([`Reconciler::deferred`]), and one it wants waits (uncounted) until the controller's caches are
 //!    ready ([`Reconciler::ready`]); a paused object (`crossplane.io/paused: "true"`) gets Synced=False with
 //!    reason ReconcilePaused, one Normal event, and nothing else; a deleted
 //!    object whose finalizer is gone is left alone;
@@ -173,6 +174,16 @@ pub trait Reconciler: Send + Sync + 'static {
         true
     }
 
+    /// How long to leave a wanted object alone because another part of
+    /// this process is acting on it right now and wakes it when done (the
+    /// revision controller serving the CRD of an MRD it just made): looked
+    /// at again after that long at most, with nothing read, counted or
+    /// written meanwhile, so the object's status is first written from
+    /// what that other part made. None (the default): reconciled now.
+    fn deferred(&self, _obj: &Self::Object) -> Option<Duration> {
+        None
+    }
+
     /// Whether the caches the controller decides from hold their first
     /// complete list (see [`crate::controller::cache_ready`]). While they do not, a wanted
     /// object is looked at again after [`CACHE_NOT_READY_RETRY`], without a
@@ -318,6 +329,9 @@ pub async fn reconcile<R: Reconciler>(r: &R, obj: Arc<R::Object>) -> Result<Acti
     let obj = r.open_cached(obj);
     if !r.wanted(&obj) {
         return Ok(Action::await_change());
+    }
+    if let Some(wait) = r.deferred(&obj) {
+        return Ok(Action::requeue(wait));
     }
     if !r.ready().await {
         return Ok(Action::requeue(CACHE_NOT_READY_RETRY));

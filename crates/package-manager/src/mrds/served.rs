@@ -95,6 +95,17 @@ impl Served {
         holds
     }
 
+    /// Whether this process's revision controller is making the MRD `name`
+    /// and serving its CRD right now ([`Self::claim`]): it has not said how
+    /// that went, and [`UNSEEN_WAIT`] has not passed.
+    pub(super) fn claimed(&self, name: &str) -> bool {
+        self.settled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .is_some_and(|s| s.mrd.is_none() && s.at.elapsed() < UNSEEN_WAIT)
+    }
+
     /// Records the CRD `crd` (as applied, its version before: `before`)
     /// made from the MRD `name` at `mrd`.
     pub(super) fn settle(
@@ -313,5 +324,33 @@ mod tests {
         // A claim dropped before the revision said how serving went.
         drop(served.claim("c"));
         assert_eq!(served.holds("c", "m1", None), None);
+    }
+
+    #[test]
+    fn an_mrd_is_left_to_its_revision_only_while_the_claim_is_open() {
+        let served = Served::default();
+        let claim = served.claim("a");
+        assert!(served.claimed("a"));
+        assert!(!served.claimed("b"), "nobody claimed it");
+        // Said how serving went: the MRD controller takes it from there.
+        served.record(
+            "a",
+            Settled {
+                mrd: Some("m1".into()),
+                crd: "c1".into(),
+                before: None,
+                established: false,
+                at: Instant::now(),
+            },
+        );
+        assert!(!served.claimed("a"));
+        std::mem::forget(claim);
+        // Dropped without a word, or too old: looked at.
+        drop(served.claim("c"));
+        assert!(!served.claimed("c"));
+        let claim = served.claim("d");
+        served.settled.lock().unwrap().get_mut("d").unwrap().at = long_ago();
+        assert!(!served.claimed("d"));
+        std::mem::forget(claim);
     }
 }
