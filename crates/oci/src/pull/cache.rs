@@ -1,5 +1,6 @@
 //! The pull-side cache: the files a package format reads from a package
-//! layer (a package's `package.yaml`, a stack's `.registry/` files), by
+//! layer, or what the format keeps of them once checked (a package's
+//! objects as JSON, a stack's `.registry/` files: `Format::kept`), by
 //! manifest digest and format, in a directory kept under a size bound (the
 //! least recently used go first), so a digest is downloaded once. Only
 //! checked packages are written; a cache that cannot be written only costs

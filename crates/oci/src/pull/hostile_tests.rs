@@ -127,6 +127,53 @@ async fn a_package_is_pulled_into_a_cache_directory_made_for_it() {
 }
 
 #[tokio::test]
+async fn a_pulled_package_is_kept_as_what_was_parsed_and_read_back_alike() {
+    let server = http();
+    let yaml = format!(
+        "{META}spec:\n  dependsOn:\n  - provider: xpkg.example.org/dep\n    version: \">=v1.0.0\"\n---\n\
+         apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: things.example.org\n\
+         spec:\n  group: example.org\n  names: {{kind: Thing, plural: things}}\n---\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: things\nwebhooks: []\n"
+    );
+    let image = package(&yaml);
+    let digest = serve(&server, &image, None, |_| true);
+    let dir = tempfile::tempdir().unwrap();
+    let fetcher = Fetcher::new(dir.path().to_path_buf(), 1 << 20).with_tls(&Tls::PlainHttp);
+    let reference = format!("{}/pkg/x:v1", server.host());
+    let pulled = fetcher
+        .fetch::<Contents>(&reference, &digest, &Auth::Anonymous)
+        .await
+        .unwrap();
+    assert!(pulled.took.pull.is_some());
+    // The cache keeps what was parsed, not the YAML.
+    let (_, files) = fetcher.cache.get("package", &digest).unwrap();
+    assert_eq!(
+        files.keys().map(String::as_str).collect::<Vec<_>>(),
+        [crate::xpkg::KEPT_FILE]
+    );
+    // Read back without the registry (which now fails everything), alike.
+    server.route(&format!("/v2/pkg/x/manifests/{digest}"), |_| {
+        Reply::new(500)
+    });
+    for layer in image.layers() {
+        server.route(&format!("/v2/pkg/x/blobs/{}", layer.digest()), |_| {
+            Reply::new(500)
+        });
+    }
+    let hit = fetcher
+        .fetch::<Contents>(&reference, &digest, &Auth::Anonymous)
+        .await
+        .unwrap();
+    assert_eq!(hit.took.pull, None);
+    assert_eq!(hit.contents, pulled.contents);
+    assert_eq!(hit.contents.meta.depends_on.len(), 1);
+    assert_eq!(
+        (hit.contents.objects.len(), hit.contents.webhooks.len()),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
 async fn an_unqualified_reference_is_refused_without_asking_any_registry() {
     let fetcher = Fetcher::new(std::env::temp_dir(), 0).with_tls(&Tls::System);
     let e = fetcher

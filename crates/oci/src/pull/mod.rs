@@ -216,11 +216,12 @@ impl Fetcher {
             let (cache, key, limits) = (self.cache.clone(), digest.clone(), self.limits.clone());
             let owned = reference.to_owned();
             let contents = off_workers(reference, F::PARSING, move || {
+                if !fresh {
+                    return F::parse_kept(&owned, &layer, &files, &limits);
+                }
                 let contents = F::parse(&owned, &layer, &files, &limits)?;
                 // Checked before it is cached: a bad package is never kept.
-                if fresh {
-                    cache.store(F::NAME, &key, &layer, &files);
-                }
+                cache.store(F::NAME, &key, &layer, &contents.kept(files));
                 Ok(contents)
             })
             .await?;

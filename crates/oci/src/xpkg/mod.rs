@@ -14,6 +14,7 @@ pub(crate) mod yaml;
 
 use serde_json::Value;
 
+pub(crate) use self::parse::{from_kept, kept};
 pub use self::{
     build::build,
     parse::{parse, parse_within},
@@ -26,6 +27,10 @@ pub use crate::pull::{Fetcher, Package, auth_from_docker_config, registry_of, re
 pub const BASE_ANNOTATION: (&str, &str) = ("io.crossplane.xpkg", "base");
 /// The file a package's layer holds.
 pub const PACKAGE_FILE: &str = "package.yaml";
+/// What the package cache keeps of a checked package instead of its
+/// [`PACKAGE_FILE`]: its objects as JSON ([`kept`]). Never read from a
+/// layer.
+pub(crate) const KEPT_FILE: &str = "package.kept.json";
 /// The API group of package metadata.
 pub const META_GROUP: &str = "meta.pkg.crossplane.io";
 /// The versions of [`META_GROUP`] a package's Provider may have.

@@ -2,6 +2,8 @@
 //! and webhook configurations, each object named by its document and line
 //! when refused, all within the [`Limits`].
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::{
@@ -229,6 +231,41 @@ pub fn parse_within(
         objects: crds,
         webhooks,
     })
+}
+
+/// What the package cache keeps of a checked package: its objects as
+/// JSON, the meta Provider first ([`from_kept`] reads it back). None when
+/// they cannot be written as JSON.
+pub(crate) fn kept(contents: &Contents) -> Option<Vec<u8>> {
+    serde_json::to_vec(&Kept {
+        meta: Cow::Borrowed(&contents.meta.raw),
+        objects: Cow::Borrowed(&contents.objects),
+        webhooks: Cow::Borrowed(&contents.webhooks),
+    })
+    .ok()
+}
+
+/// A package as [`kept`] wrote it: checked then, so only read back.
+pub(crate) fn from_kept(reference: &str, layer: &str, json: &[u8]) -> Result<Contents, Error> {
+    let kept: Kept<'static> = serde_json::from_slice(json).map_err(|e| {
+        Error::invalid(
+            reference,
+            layer,
+            format!("the package cache's copy of {PACKAGE_FILE} cannot be read: {e}"),
+        )
+    })?;
+    Ok(Contents {
+        meta: meta_of(kept.meta.into_owned()),
+        objects: kept.objects.into_owned(),
+        webhooks: kept.webhooks.into_owned(),
+    })
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept<'a> {
+    meta: Cow<'a, Value>,
+    objects: Cow<'a, [Value]>,
+    webhooks: Cow<'a, [Value]>,
 }
 
 fn meta_of(raw: Value) -> Meta {
