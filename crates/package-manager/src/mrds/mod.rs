@@ -170,9 +170,8 @@ impl Reconciler for Mrds {
     /// revision to say how that went: the view of CRDs wakes it once it
     /// shows the CRD (a claim dropped instead is found by looking again).
     /// Its first status is then written from the CRD as applied, and the
-    /// wait for the CRD to be established ([`PENDING_HOLD`]) starts there,
-    /// not at the MRD's creation: under load, a hold started at creation ran
-    /// out before the CRD was established, and the MRD was written twice.
+    /// wait for the CRD to be established ([`PENDING_HOLD`]) counts from
+    /// there rather than from the MRD's creation.
     fn deferred(&self, mrd: &ManagedResourceDefinition) -> Option<Duration> {
         (body::active(mrd) && self.served.claimed(&mrd.name_any())).then_some(WAIT_POLL)
     }
