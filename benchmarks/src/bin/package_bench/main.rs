@@ -29,7 +29,12 @@
 //! bench/packages.json).
 //!
 //!     hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
-//!         [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]
+//!         [--idle SECS] [--delete-wait SECS] [--only crossplane-rs|upstream]
+//!         [--out FILE]
+//!
+//! `--delete-wait` bounds how long the delete phase waits for the CRDs to
+//! go (default: fifteen minutes and a quarter second per CRD); the JSON
+//! says the bound each side had.
 //!
 //! With `PACKAGE_BENCH_PPROF=FILE`, the API server's CPU profile (Go pprof)
 //! of the first `PACKAGE_BENCH_PPROF_SECONDS` (15) of the null writer's
@@ -57,13 +62,14 @@ use null::Ceiling;
 use phases::{Run, Servers};
 use side::Side;
 
-const USAGE: &str = "usage: package-bench [--providers N] [--crds M] [--properties P] [--idle SECS] [--only crossplane-rs|upstream] [--out FILE]";
+const USAGE: &str = "usage: package-bench [--providers N] [--crds M] [--properties P] [--idle SECS] [--delete-wait SECS] [--only crossplane-rs|upstream] [--out FILE]";
 
 struct Args {
     providers: usize,
     crds: usize,
     properties: usize,
     idle: u64,
+    delete_wait: Option<Duration>,
     only: Option<String>,
     out: PathBuf,
 }
@@ -74,6 +80,7 @@ fn args() -> Args {
         crds: 100,
         properties: 30,
         idle: 120,
+        delete_wait: None,
         only: None,
         out: testenv::repo_root().join("bench/packages.json"),
     };
@@ -85,6 +92,9 @@ fn args() -> Args {
             "--crds" => a.crds = number(it.next()),
             "--properties" => a.properties = number(it.next()),
             "--idle" => a.idle = number(it.next()) as u64,
+            "--delete-wait" => {
+                a.delete_wait = Some(Duration::from_secs(number(it.next()) as u64));
+            }
             "--only" => a.only = Some(it.next().expect(USAGE)),
             "--out" => a.out = it.next().expect(USAGE).into(),
             "--help" | "-h" => {
@@ -105,6 +115,7 @@ async fn measure(
     one: &(String, Vec<String>),
     gens: &[packages::Generated],
     idle: u64,
+    delete_wait: Option<Duration>,
 ) -> Value {
     eprintln!("package-bench: {}: one Provider", run.side.name);
     let single = phases::one(run, "provider-kubernetes", &one.0, &one.1).await;
@@ -124,7 +135,7 @@ async fn measure(
     eprintln!("package-bench: {}: upgrading all", run.side.name);
     let upgraded = phases::upgrade(run, gens).await;
     eprintln!("package-bench: {}: deleting all", run.side.name);
-    let deleted = phases::delete_all(run, gens).await;
+    let deleted = phases::delete_all(run, gens, delete_wait).await;
     json!({
         "side": run.side.json(),
         "one_provider": single,
@@ -329,7 +340,7 @@ async fn main() {
         };
         sides.insert(
             "crossplane-rs".to_owned(),
-            measure(&run, &servers, &one, &gens, args.idle).await,
+            measure(&run, &servers, &one, &gens, args.idle, args.delete_wait).await,
         );
         write(&sides, &upstream_json);
     }
@@ -350,7 +361,7 @@ async fn main() {
         };
         sides.insert(
             "upstream".to_owned(),
-            measure(&run, &servers, &one, &gens, args.idle).await,
+            measure(&run, &servers, &one, &gens, args.idle, args.delete_wait).await,
         );
     }
     write(&sides, &upstream_json);

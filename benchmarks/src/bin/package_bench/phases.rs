@@ -260,7 +260,7 @@ pub async fn one(run: &Run<'_>, name: &str, reference: &str, crds_of: &[String])
     let requests = mark.delta(&AuditMark::now([run.control]), &run.side.audit_users(), 1.0);
     let usage = run.side.usage_since(&before);
     let fetch = steps_since(&fetch_steps(run), &steps_before);
-    delete_providers(run, &[name.to_owned()], crds_of).await;
+    delete_providers(run, &[name.to_owned()], crds_of, delete_wait(crds_of.len())).await;
     json!({
         "provider": name,
         "package": reference,
@@ -307,8 +307,17 @@ fn steps_since(after: &Option<[(f64, f64); 2]>, before: &Option<[(f64, f64); 2]>
     json!({"pull": step(0), "parse": step(1)})
 }
 
-/// Deletes Providers and waits until every one of `crds` is gone, then
-/// until nothing else of theirs is left (at most two minutes more);
+/// How long a deletion of `crds` CRDs is waited for by default: fifteen
+/// minutes, and a quarter second more per CRD (upstream took 0.27 s per
+/// CRD at 10 x 20). A side not done by then is reported as not done, with
+/// what it left.
+fn delete_wait(crds: usize) -> Duration {
+    Duration::from_secs(900) + Duration::from_millis(250) * crds as u32
+}
+
+/// Deletes Providers and waits until every one of `crds` is gone (at most
+/// `wait`), then until nothing else of theirs is left (at most two minutes
+/// more);
 /// answers how long the CRDs took (None: not all gone in time), how long
 /// everything took and what is left (by kind, the objects whose name
 /// names a Provider, and how many of `crds`).
@@ -316,6 +325,7 @@ async fn delete_providers(
     run: &Run<'_>,
     names: &[String],
     crd_names: &[String],
+    wait: Duration,
 ) -> (Option<Duration>, Duration, Value) {
     let t0 = Instant::now();
     let mut args = vec!["delete", "providers.pkg.crossplane.io", "--wait=false"];
@@ -328,10 +338,6 @@ async fn delete_providers(
     );
     let c = crds(&run.client);
     let wanted: std::collections::HashSet<&String> = crd_names.iter().collect();
-    // Fifteen minutes, and a quarter second more per CRD (upstream took
-    // 0.27 s per CRD at 10 x 20): a side that is not done by then is
-    // reported as not done, with what it left.
-    let wait = Duration::from_secs(900) + Duration::from_millis(250) * crd_names.len() as u32;
     // How many of `crd_names` are left (None: the list failed).
     let crds_left = || async {
         c.list_metadata(&Default::default()).await.ok().map(|l| {
@@ -611,8 +617,9 @@ pub async fn upgrade(run: &Run<'_>, gens: &[Generated]) -> Value {
 }
 
 /// Every Provider deleted at once: time until all their CRDs are gone, and
-/// what is left of them then.
-pub async fn delete_all(run: &Run<'_>, gens: &[Generated]) -> Value {
+/// what is left of them then; the CRDs are waited for `wait`, else
+/// [`delete_wait`].
+pub async fn delete_all(run: &Run<'_>, gens: &[Generated], wait: Option<Duration>) -> Value {
     let names: Vec<String> = gens.iter().map(|g| g.name.clone()).collect();
     let crds: Vec<String> = gens.iter().flat_map(|g| g.crds.iter().cloned()).collect();
     // The objects the upgrade read go first, as a user's would: crossplane-rs
@@ -622,14 +629,16 @@ pub async fn delete_all(run: &Run<'_>, gens: &[Generated]) -> Value {
             .delete("read-me", &Default::default())
             .await;
     }
+    let wait = wait.unwrap_or_else(|| delete_wait(crds.len()));
     let mark = AuditMark::now([run.control]);
     let before = run.side.usage();
-    let (took, all, left) = delete_providers(run, &names, &crds).await;
+    let (took, all, left) = delete_providers(run, &names, &crds, wait).await;
     let orphans = count(&left);
     json!({
         // None: CRDs were still there when the wait ended (left_after
         // counts them).
         "crds_gone_s": took.map(|t| t.as_secs_f64()),
+        "waited_at_most_s": wait.as_secs_f64(),
         "all_gone_s": (orphans == 0).then_some(all.as_secs_f64()),
         "left_after": left,
         "orphaned_objects": orphans,
