@@ -6,7 +6,11 @@
 //! (an object deleted while it was failing, a ProviderConfig removed), so a
 //! plain map would keep it for ever. Here every entry lives `ttl` after its
 //! last write and is then dropped: the map never holds more than what was
-//! written within one `ttl`, whatever happens to the owners.
+//! written within one and a half `ttl`, whatever happens to the owners.
+//! Expired entries go at the next write, and, made inside a Tokio runtime,
+//! from a task every half `ttl`, so a burst's notes do not outlive it in a
+//! controller that goes idle (5000 MRD statuses written at once were
+//! otherwise kept until the next write, however late).
 
 use std::{
     collections::HashMap,
@@ -36,16 +40,15 @@ impl<K, V> Clone for Expiring<K, V> {
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> Expiring<K, V> {
+impl<K: Hash + Eq + Clone + Send + 'static, V: Clone + Send + 'static> Expiring<K, V> {
     /// An empty map whose entries live `ttl` after their last write.
     pub fn new(ttl: Duration) -> Self {
-        Self {
-            ttl,
-            inner: Arc::new(Mutex::new(Inner {
-                entries: HashMap::new(),
-                last_sweep: Instant::now(),
-            })),
-        }
+        let inner = Arc::new(Mutex::new(Inner {
+            entries: HashMap::new(),
+            last_sweep: Instant::now(),
+        }));
+        sweep_while_alive(&inner, ttl);
+        Self { ttl, inner }
     }
 
     /// The value of `key` if it was written less than `ttl` ago.
@@ -111,7 +114,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Expiring<K, V> {
         let current = self.get_at(&key, now);
         let value = f(current);
         if let Ok(mut inner) = self.inner.lock() {
-            self.sweep(&mut inner, now, false);
+            sweep(&mut inner, self.ttl, now, false);
             inner.entries.insert(key, (now, value.clone()));
         }
         value
@@ -120,31 +123,80 @@ impl<K: Hash + Eq + Clone, V: Clone> Expiring<K, V> {
     fn len_at(&self, now: Instant) -> usize {
         match self.inner.lock() {
             Ok(mut inner) => {
-                self.sweep(&mut inner, now, true);
+                sweep(&mut inner, self.ttl, now, true);
                 inner.entries.len()
             }
             Err(_) => 0,
         }
     }
+}
 
-    /// Drops expired entries: when `force`d, else at most once per half
-    /// `ttl`, so that writes stay O(1) on average however many entries
-    /// there are.
-    fn sweep(&self, inner: &mut Inner<K, V>, now: Instant, force: bool) {
-        if !force && now.saturating_duration_since(inner.last_sweep) < self.ttl / 2 {
-            return;
-        }
-        inner.last_sweep = now;
-        let ttl = self.ttl;
-        inner
-            .entries
-            .retain(|_, (at, _)| now.saturating_duration_since(*at) < ttl);
+/// Drops expired entries: when `force`d, else at most once per half `ttl`,
+/// so that writes stay O(1) on average however many entries there are.
+fn sweep<K, V>(inner: &mut Inner<K, V>, ttl: Duration, now: Instant, force: bool) {
+    if !force && now.saturating_duration_since(inner.last_sweep) < ttl / 2 {
+        return;
     }
+    inner.last_sweep = now;
+    inner
+        .entries
+        .retain(|_, (at, _)| now.saturating_duration_since(*at) < ttl);
+}
+
+/// Inside a Tokio runtime, sweeps `inner` every half `ttl` until the map is
+/// dropped (the task holds it weakly). Outside one (a unit test) the map is
+/// swept by its writes only.
+fn sweep_while_alive<K, V>(inner: &Arc<Mutex<Inner<K, V>>>, ttl: Duration)
+where
+    K: Send + 'static,
+    V: Send + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    let every = (ttl / 2).max(Duration::from_millis(100));
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            if let Ok(mut inner) = inner.lock() {
+                sweep(&mut inner, ttl, Instant::now(), true);
+            }
+        }
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Entries held, expired or not (`len` sweeps first).
+    fn held<K, V>(m: &Expiring<K, V>) -> usize {
+        m.inner.lock().map(|i| i.entries.len()).unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn an_idle_map_drops_what_expired_without_a_write() {
+        let ttl = Duration::from_millis(500);
+        let m: Expiring<String, u32> = Expiring::new(ttl);
+        let t0 = Instant::now();
+        m.insert("a".into(), 1);
+        // Nothing is written again: only the map's own task can drop it,
+        // once it expired and before half a ttl more has passed.
+        let deadline = t0 + ttl * 10;
+        while held(&m) > 0 {
+            assert!(Instant::now() < deadline, "the expired entry is still held");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let gone = t0.elapsed();
+        assert!(gone >= ttl, "dropped after {gone:?}, before it expired");
+        assert!(gone < ttl * 3, "dropped only after {gone:?}");
+    }
 
     const TTL: Duration = Duration::from_secs(10);
 
