@@ -141,9 +141,8 @@ fn providers_of_many_large_crds_install_and_the_package_manager_does_not_grow_wi
     // caches and every revision's object list in the Provider
     // controller's. Those now keep a name and a fact per MRD
     // (runtime::controller::summaries) and no object lists: 2.0 to 4.4
-    // KiB. Since the revision serves its MRDs' CRDs (mrds::Served) 5.7
-    // and 6.5 KiB in two runs, read after a quiet minute; read right after
-    // the last reconcile it swung from 5 to 11 KiB.)
+    // KiB then. Now 5.7 and 6.5 KiB in two runs, read after a quiet
+    // minute; what the rest is has not been profiled.)
     assert!(
         per_crd < 8192,
         "the package-manager keeps {per_crd} bytes per CRD installed ({} bytes for {providers} Providers of {few} CRDs, {} for {providers} of {crds_each})",

@@ -8,9 +8,9 @@
 //! last write and is then dropped: the map never holds more than what was
 //! written within one and a half `ttl`, whatever happens to the owners.
 //! Expired entries go at the next write, and, made inside a Tokio runtime,
-//! from a task every half `ttl`, so a burst's notes do not outlive it in a
-//! controller that goes idle (5000 MRD statuses written at once were
-//! otherwise kept until the next write, however late).
+//! from a task every half `ttl`, so a burst's notes (a status writer's text
+//! of thousands of statuses) do not outlive it in a controller that goes
+//! idle and writes nothing more.
 
 use std::{
     collections::HashMap,
