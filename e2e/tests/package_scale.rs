@@ -141,8 +141,13 @@ fn providers_of_many_large_crds_install_and_the_package_manager_does_not_grow_wi
     // caches and every revision's object list in the Provider
     // controller's. Those now keep a name and a fact per MRD
     // (runtime::controller::summaries) and no object lists: 2.0 to 4.4
-    // KiB then. Now 5.7 and 6.5 KiB in two runs, read after a quiet
-    // minute; what the rest is has not been profiled.)
+    // KiB then. CI read up to 12.5 KiB under load: the references the
+    // package-manager parsed went through oci-spec's regular expression,
+    // 8 MiB compiled plus a search cache of up to a MiB for each thread
+    // that parsed at once, so a batch cost megabytes more or less by how
+    // busy it had been. References are read by hand now (oci::reference);
+    // a profile then shows the MRD controller's cache entry, about 3.5
+    // KiB, and a few hundred bytes in each of four maps by name.)
     assert!(
         per_crd < 8192,
         "the package-manager keeps {per_crd} bytes per CRD installed ({} bytes for {providers} Providers of {few} CRDs, {} for {providers} of {crds_each})",

@@ -232,7 +232,7 @@ impl Image {
 /// with distribution's grammar: lower-case path, no digest), as `docker
 /// load` requires of every `RepoTags` entry.
 fn docker_repo_tag(ref_name: &str) -> Option<&str> {
-    let parsed = oci_spec::distribution::Reference::try_from(ref_name).ok()?;
+    let parsed = crate::reference::by_grammar(ref_name).ok()?;
     let tagged = parsed.digest().is_none() && crate::reference::tag_of(ref_name).is_some();
     tagged.then_some(ref_name)
 }

@@ -52,6 +52,12 @@ mod text;
 mod unpack;
 pub mod xpkg;
 
+/// The binaries' allocator in this crate's unit tests too: some count what
+/// they allocate with its per-thread counters.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 pub use error::{Cause, Error};
 pub use image::{
     CONFIG_MEDIA_TYPE, CONTAINERD_NAME_ANNOTATION, Config, INDEX_MEDIA_TYPE, Image,
