@@ -70,17 +70,7 @@ pub(crate) fn by_grammar(reference: &str) -> Result<Reference, String> {
         Some((named, digest)) => (named, Some(checked_digest(digest)?)),
         None => (reference, None),
     };
-    // A ':' after the last '/' starts the tag; one before it is a port.
-    let (name, tag) = match named.rsplit_once('/') {
-        Some((head, last)) => match last.split_once(':') {
-            Some((base, tag)) => (format!("{head}/{base}"), Some(tag)),
-            None => (named.to_owned(), None),
-        },
-        None => match named.split_once(':') {
-            Some((base, tag)) => (base.to_owned(), Some(tag)),
-            None => (named.to_owned(), None),
-        },
-    };
+    let (name, tag) = split_tag(named);
     if let Some(tag) = tag
         && !is_tag(tag)
     {
@@ -103,7 +93,7 @@ pub(crate) fn by_grammar(reference: &str) -> Result<Reference, String> {
             }
             (first, rest)
         }
-        _ => ("docker.io", name.as_str()),
+        _ => ("docker.io", name),
     };
     if let Some(bad) = path.split('/').find(|c| !is_path_component(c)) {
         return Err(format!(
@@ -135,6 +125,19 @@ pub(crate) fn by_grammar(reference: &str) -> Result<Reference, String> {
         (None, Some(digest)) => Reference::with_digest(registry, repository, digest),
         (None, None) => Reference::with_tag(registry, repository, "latest".to_owned()),
     })
+}
+
+/// A reference without its digest (`[host[:port]/]path[:tag]`) split at
+/// its tag: a ':' after the last '/' starts it (one before it is a port).
+fn split_tag(named: &str) -> (&str, Option<&str>) {
+    let last = named.rfind('/').map_or(0, |slash| slash + 1);
+    match named.get(last..).and_then(|segment| segment.find(':')) {
+        Some(colon) => {
+            let (name, tag) = named.split_at(last + colon);
+            (name, tag.strip_prefix(':'))
+        }
+        None => (named, None),
+    }
 }
 
 /// `digest` (`algorithm:hex`) if it is a sha256, sha384 or sha512 digest
@@ -217,17 +220,7 @@ pub fn repository_of(reference: &str) -> String {
         Ok(r) => format!("{}/{}", r.registry(), r.repository()),
         Err(_) => {
             let without_digest = reference.split('@').next().unwrap_or(reference);
-            // A ':' after the last '/' starts the tag (one before it is a port).
-            match without_digest.rsplit_once('/') {
-                Some((head, tail)) => {
-                    format!("{head}/{}", tail.split(':').next().unwrap_or(tail))
-                }
-                None => without_digest
-                    .split(':')
-                    .next()
-                    .unwrap_or(without_digest)
-                    .to_owned(),
-            }
+            split_tag(without_digest).0.to_owned()
         }
     }
 }
@@ -236,10 +229,10 @@ pub fn repository_of(reference: &str) -> String {
 /// one is not taken to mean `latest` here).
 pub fn tag_of(reference: &str) -> Option<String> {
     let without_digest = reference.split('@').next().unwrap_or(reference);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split_once(':')
-        .map(|(_, tag)| tag.to_owned())
+    split_tag(without_digest)
+        .1
         .filter(|t| !t.is_empty())
+        .map(str::to_owned)
 }
 
 #[cfg(test)]
