@@ -237,6 +237,15 @@ impl Running {
         )
     }
 
+    /// How many reconciles of `controller` are running now.
+    pub fn in_flight(&self, controller: &str) -> f64 {
+        metric_sum(
+            &self.metrics(),
+            "crossplane_rs_reconcile_in_flight",
+            &[("controller", controller)],
+        )
+    }
+
     /// Kills the process at once (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -109,7 +109,7 @@ fn request_lines(r: &Running) -> String {
 async fn wake_all(client: &Client, ns: &str, r: &Running, n: f64, round: u32) -> Idle {
     // What a reconcile still running does belongs to what came before.
     wait(WAIT, "no reconcile to be running", || {
-        let idle = running(r) == 0.0;
+        let idle = r.in_flight("kubernetesapplicationresource") == 0.0;
         async move { idle.then_some(()) }
     })
     .await;
@@ -182,15 +182,6 @@ fn watch_failures(r: &Running) -> f64 {
     )
 }
 
-/// How many reconciles of the resource-controller are running.
-fn running(r: &Running) -> f64 {
-    metric_sum(
-        &r.metrics(),
-        "crossplane_rs_reconcile_in_flight",
-        &[("controller", "kubernetesapplicationresource")],
-    )
-}
-
 /// Waits until every shared watch of remote objects has sent its watch
 /// request, and no reconcile is running. A shared watch starts (a list,
 /// then a watch) in its own task after the reconcile that first read
@@ -200,9 +191,9 @@ fn running(r: &Running) -> f64 {
 /// other watch not listed yet and asked the server. Its GET waits in the
 /// client's request queue and is counted when sent, while watches send
 /// through a client of their own: under load the GET can leave after the
-/// watch started (CI once counted it as an idle reconcile's request). So
-/// that reconcile must have ended too; every reconcile that starts later
-/// reads listed caches.
+/// watch started and be counted as an idle reconcile's request. So that
+/// reconcile must have ended too; every reconcile that starts later reads
+/// listed caches.
 async fn watches_started(r: &Running) {
     wait(
         WAIT,
@@ -223,7 +214,7 @@ async fn watches_started(r: &Running) {
                 "crossplane_rs_kube_api_requests_total",
                 &[("cluster", "control"), ("verb", "watch")],
             );
-            let idle = running(r) == 0.0;
+            let idle = r.in_flight("kubernetesapplicationresource") == 0.0;
             async move { (open > 0.0 && watches >= open && idle).then_some(()) }
         },
     )
