@@ -6,7 +6,7 @@
 # writes an audit log. Writes bench/packages.json.
 #   hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
 #       [--idle SECS] [--delete-wait SECS] [--only crossplane-rs|upstream]
-#       [--out FILE]
+#       [--install-only] [--out FILE]
 #   PACKAGE_BENCH_PPROF=FILE [PACKAGE_BENCH_PPROF_SECONDS=15]: also the API
 #   server's CPU profile of each install, as FILE.null, FILE.<side>.
 set -euo pipefail

@@ -451,6 +451,85 @@ impl AuditMark {
     }
 }
 
+impl AuditMark {
+    /// How a phase went on `cluster`, from `self` to `to`, in buckets of
+    /// `bucket_s` seconds from its first request: the CRDs written (not dry
+    /// runs, not the API server's own status writes), their dry runs, the
+    /// API server's own writes of CRD status (its naming and establishing
+    /// controllers: two per CRD, one at a time each) and how long those
+    /// took (p50 and max, ms), MRD writes, and all requests. Where the
+    /// install waits: for the CRDs to be written, or for the API server to
+    /// establish them.
+    pub fn timeline(&self, to: &AuditMark, cluster: &str, bucket_s: f64) -> Value {
+        let Some((_, path, from)) = self.0.iter().find(|(n, _, _)| n == cluster) else {
+            return Value::Null;
+        };
+        let end =
+            to.0.iter()
+                .find(|(n, _, _)| n == cluster)
+                .map_or(*from, |(_, _, e)| *e);
+        let events = match testenv::audit::timed(path, *from, end) {
+            Ok(e) => e,
+            Err(e) => return json!({"error": e.to_string()}),
+        };
+        let Some(start) = events.iter().map(|e| e.received).min() else {
+            return Value::Null;
+        };
+        #[derive(Default, Clone)]
+        struct Bucket {
+            crds_written: u64,
+            crd_dry_runs: u64,
+            crd_status_by_api_server: u64,
+            crd_status_ms: Vec<f64>,
+            mrd_writes: u64,
+            requests: u64,
+        }
+        let mut buckets: Vec<Bucket> = Vec::new();
+        for e in &events {
+            let at = (e.received - start).num_milliseconds() as f64 / 1000.0;
+            let i = (at / bucket_s) as usize;
+            if buckets.len() <= i {
+                buckets.resize(i + 1, Bucket::default());
+            }
+            let b = &mut buckets[i];
+            b.requests += 1;
+            let r = &e.request;
+            let writes = matches!(r.verb.as_str(), "create" | "update" | "patch");
+            if r.user == "system:apiserver" {
+                if r.resource == "customresourcedefinitions/status" && writes {
+                    b.crd_status_by_api_server += 1;
+                    b.crd_status_ms.push(e.took_ms);
+                }
+            } else if writes && r.resource == "customresourcedefinitions" {
+                if e.dry_run {
+                    b.crd_dry_runs += 1;
+                } else {
+                    b.crds_written += 1;
+                }
+            } else if writes && r.resource.starts_with("managedresourcedefinitions") {
+                b.mrd_writes += 1;
+            }
+        }
+        let column = |f: &dyn Fn(&Bucket) -> Value| buckets.iter().map(f).collect::<Vec<_>>();
+        let quantile = |v: &[f64], q: f64| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+                .map(|x| (x * 10.0).round() / 10.0)
+        };
+        json!({
+            "bucket_s": bucket_s,
+            "crds_written": column(&|b| json!(b.crds_written)),
+            "crd_dry_runs": column(&|b| json!(b.crd_dry_runs)),
+            "crd_status_by_api_server": column(&|b| json!(b.crd_status_by_api_server)),
+            "crd_status_ms_p50": column(&|b| json!(quantile(&b.crd_status_ms, 0.5))),
+            "crd_status_ms_max": column(&|b| json!(quantile(&b.crd_status_ms, 1.0))),
+            "mrd_writes": column(&|b| json!(b.mrd_writes)),
+            "requests": column(&|b| json!(b.requests)),
+        })
+    }
+}
+
 /// The pid of `plane`'s process `name` (e.g. `kube-apiserver-control`,
 /// `etcd`).
 pub fn plane_pid(plane: &testenv::ControlPlane, name: &str) -> u32 {

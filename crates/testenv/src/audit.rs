@@ -170,6 +170,8 @@ pub struct Event {
     object_ref: Option<ObjectRef>,
     #[serde(rename = "requestReceivedTimestamp", default)]
     received: Option<String>,
+    #[serde(rename = "stageTimestamp", default)]
+    stage_at: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -228,6 +230,54 @@ impl Event {
 /// One line of the log, or None when it is not an audit event.
 pub fn parse_line(line: &str) -> Option<Event> {
     serde_json::from_str(line).ok()
+}
+
+/// One request that completed, with when the server received it and how
+/// long it took to answer: what a timeline of a phase is made of.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    /// Who asked for what, as counted.
+    pub request: Request,
+    /// Whether it was a dry run (`dryRun=All`): nothing was stored.
+    pub dry_run: bool,
+    /// When the server received it.
+    pub received: DateTime<Utc>,
+    /// Received to answered, in milliseconds.
+    pub took_ms: f64,
+}
+
+/// The requests (watches left out) that completed between byte offsets
+/// `from` and `to` (both from [`end`]), each once, as the log has them.
+pub fn timed(path: &Path, from: u64, to: u64) -> std::io::Result<Vec<Timed>> {
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let reader = BufReader::new(file.take(to.saturating_sub(from)));
+    let time = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+    };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for line in std::io::BufRead::lines(reader) {
+        let Some(event) = parse_line(&line?) else {
+            continue;
+        };
+        if event.verb == "watch" || !event.counts() || !seen.insert(event.audit_id.clone()) {
+            continue;
+        }
+        let (Some(received), Some(answered)) = (time(&event.received), time(&event.stage_at))
+        else {
+            continue;
+        };
+        out.push(Timed {
+            dry_run: event.request_uri.contains("dryRun=All"),
+            request: event.request(),
+            received,
+            took_ms: (answered - received).num_microseconds().unwrap_or(0) as f64 / 1000.0,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

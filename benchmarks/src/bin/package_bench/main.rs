@@ -30,7 +30,12 @@
 //!
 //!     hack/bench-packages.sh [--providers N] [--crds M] [--properties P]
 //!         [--idle SECS] [--delete-wait SECS] [--only crossplane-rs|upstream]
-//!         [--out FILE]
+//!         [--install-only] [--out FILE]
+//!
+//! `--install-only` stops each side after its install (no idle, upgrade or
+//! delete phase): for looking into the install, whose `timeline` (from the
+//! audit log, per 10 s) says when CRDs were written and when the API
+//! server established them, as the null writers' does.
 //!
 //! `--delete-wait` bounds how long the delete phase waits for the CRDs to
 //! go (default: fifteen minutes and a quarter second per CRD); the JSON
@@ -62,7 +67,7 @@ use null::Ceiling;
 use phases::{Run, Servers};
 use side::Side;
 
-const USAGE: &str = "usage: package-bench [--providers N] [--crds M] [--properties P] [--idle SECS] [--delete-wait SECS] [--only crossplane-rs|upstream] [--out FILE]";
+const USAGE: &str = "usage: package-bench [--providers N] [--crds M] [--properties P] [--idle SECS] [--delete-wait SECS] [--only crossplane-rs|upstream] [--install-only] [--out FILE]";
 
 struct Args {
     providers: usize,
@@ -71,6 +76,7 @@ struct Args {
     idle: u64,
     delete_wait: Option<Duration>,
     only: Option<String>,
+    install_only: bool,
     out: PathBuf,
 }
 
@@ -82,6 +88,7 @@ fn args() -> Args {
         idle: 120,
         delete_wait: None,
         only: None,
+        install_only: false,
         out: testenv::repo_root().join("bench/packages.json"),
     };
     let mut it = std::env::args().skip(1);
@@ -96,6 +103,7 @@ fn args() -> Args {
                 a.delete_wait = Some(Duration::from_secs(number(it.next()) as u64));
             }
             "--only" => a.only = Some(it.next().expect(USAGE)),
+            "--install-only" => a.install_only = true,
             "--out" => a.out = it.next().expect(USAGE).into(),
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -116,6 +124,7 @@ async fn measure(
     gens: &[packages::Generated],
     idle: u64,
     delete_wait: Option<Duration>,
+    install_only: bool,
 ) -> Value {
     eprintln!("package-bench: {}: one Provider", run.side.name);
     let single = phases::one(run, "provider-kubernetes", &one.0, &one.1).await;
@@ -130,6 +139,9 @@ async fn measure(
         phases::install_many(run, gens, servers),
     )
     .await;
+    if install_only {
+        return json!({"side": run.side.json(), "one_provider": single, "install": many});
+    }
     eprintln!("package-bench: {}: idle {idle} s", run.side.name);
     let quiet = phases::idle(run, gens.len(), idle).await;
     eprintln!("package-bench: {}: upgrading all", run.side.name);
@@ -340,7 +352,16 @@ async fn main() {
         };
         sides.insert(
             "crossplane-rs".to_owned(),
-            measure(&run, &servers, &one, &gens, args.idle, args.delete_wait).await,
+            measure(
+                &run,
+                &servers,
+                &one,
+                &gens,
+                args.idle,
+                args.delete_wait,
+                args.install_only,
+            )
+            .await,
         );
         write(&sides, &upstream_json);
     }
@@ -361,7 +382,16 @@ async fn main() {
         };
         sides.insert(
             "upstream".to_owned(),
-            measure(&run, &servers, &one, &gens, args.idle, args.delete_wait).await,
+            measure(
+                &run,
+                &servers,
+                &one,
+                &gens,
+                args.idle,
+                args.delete_wait,
+                args.install_only,
+            )
+            .await,
         );
     }
     write(&sides, &upstream_json);

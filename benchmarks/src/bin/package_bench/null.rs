@@ -208,6 +208,7 @@ pub async fn run(
         deployments.expect(n, Box::new(|v| condition(v, "Available") == Some("True")));
     }
     let before = servers.usage();
+    let mark = benchmarks::AuditMark::now([control]);
     let t0 = Instant::now();
     futures::stream::iter(gens.iter().map(|g| write_provider(client, g, ceiling)))
         .buffer_unordered(16)
@@ -221,6 +222,7 @@ pub async fn run(
     );
     let all = t0.elapsed();
     let used = servers.usage_since(&before);
+    let timeline = mark.timeline(&benchmarks::AuditMark::now([control]), control.name, 10.0);
     // Gone again: the sides install the same CRDs.
     let delete = |args: &[&str]| {
         let out = control.kubectl(args);
@@ -299,6 +301,7 @@ pub async fn run(
         "written_s": written.as_secs_f64(),
         "all_ready_s": (c.all() && d.all()).then_some(all.as_secs_f64()),
         "servers": used,
+        "timeline": timeline,
         "crds_deleted_s": crds_deleted.map(|d| d.as_secs_f64()),
     })
 }

@@ -448,11 +448,8 @@ pub async fn install_many(run: &Run<'_>, gens: &[Generated], servers: &Servers) 
     let all = t0.elapsed();
     let at: HashMap<String, Instant> = names.iter().map(|n| (n.clone(), t0)).collect();
     let latencies = healthy.latencies(&at);
-    let requests = mark.delta(
-        &AuditMark::now([run.control]),
-        &run.side.audit_users(),
-        gens.len() as f64,
-    );
+    let done = AuditMark::now([run.control]);
+    let requests = mark.delta(&done, &run.side.audit_users(), gens.len() as f64);
     // What each binary's resident memory grew by per CRD installed.
     let installed = gens.iter().map(|g| g.crds.len()).sum::<usize>().max(1) as f64;
     let growth: serde_json::Map<String, Value> = run
@@ -477,6 +474,7 @@ pub async fn install_many(run: &Run<'_>, gens: &[Generated], servers: &Servers) 
         "requests_per_revision": requests,
         "usage": run.side.usage_since(&before),
         "servers": servers.usage_since(&servers_before),
+        "timeline": mark.timeline(&done, run.control.name, 10.0),
     })
 }
 
