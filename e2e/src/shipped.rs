@@ -550,15 +550,13 @@ pub fn metrics_at(ip: &str) -> Result<String, String> {
 }
 
 /// What a controller keeps once it is idle: its live heap
-/// (`crossplane_rs_heap_allocated_bytes`), the least of the scrapes two
-/// seconds apart through 100 s in which none sees a reconcile in flight or
-/// finished. A heap read while reconciles run counts what they hold for
-/// the moment (a package being read), and one read soon after counts what
-/// outlives a burst by a while: the status writer's notes, trusted for
-/// 30 s and swept within 45 (runtime::expiring), and the connections to
-/// the API server that the burst opened, each with its TLS and read
-/// buffers, which the kube client's pool closes after 90 s unused (in
-/// package_scale the heap fell by up to a MiB 80 s into the quiet).
+/// (`crossplane_rs_heap_allocated_bytes`), the least of the scrapes 2 s
+/// apart through 100 s in which none sees a reconcile in flight or done.
+/// Read sooner, it counts what a burst leaves for a while: the status
+/// writer's notes (swept within 45 s, runtime::expiring) and the burst's
+/// connections to the API server with their TLS and read buffers, which
+/// the kube client's pool closes after 90 s unused (in package_scale the
+/// heap fell by up to a MiB 80 s into the quiet).
 pub fn idle_heap_bytes(binary: &str) -> u64 {
     const EVERY: std::time::Duration = std::time::Duration::from_secs(2);
     const QUIET_SCRAPES: usize = 50;
