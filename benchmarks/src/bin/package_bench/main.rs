@@ -122,9 +122,7 @@ async fn measure(
     servers: &Servers,
     one: &(String, Vec<String>),
     gens: &[packages::Generated],
-    idle: u64,
-    delete_wait: Option<Duration>,
-    install_only: bool,
+    args: &Args,
 ) -> Value {
     eprintln!("package-bench: {}: one Provider", run.side.name);
     let single = phases::one(run, "provider-kubernetes", &one.0, &one.1).await;
@@ -139,15 +137,15 @@ async fn measure(
         phases::install_many(run, gens, servers),
     )
     .await;
-    if install_only {
+    if args.install_only {
         return json!({"side": run.side.json(), "one_provider": single, "install": many});
     }
-    eprintln!("package-bench: {}: idle {idle} s", run.side.name);
-    let quiet = phases::idle(run, gens.len(), idle).await;
+    eprintln!("package-bench: {}: idle {} s", run.side.name, args.idle);
+    let quiet = phases::idle(run, gens.len(), args.idle).await;
     eprintln!("package-bench: {}: upgrading all", run.side.name);
     let upgraded = phases::upgrade(run, gens).await;
     eprintln!("package-bench: {}: deleting all", run.side.name);
-    let deleted = phases::delete_all(run, gens, delete_wait).await;
+    let deleted = phases::delete_all(run, gens, args.delete_wait).await;
     json!({
         "side": run.side.json(),
         "one_provider": single,
@@ -352,16 +350,7 @@ async fn main() {
         };
         sides.insert(
             "crossplane-rs".to_owned(),
-            measure(
-                &run,
-                &servers,
-                &one,
-                &gens,
-                args.idle,
-                args.delete_wait,
-                args.install_only,
-            )
-            .await,
+            measure(&run, &servers, &one, &gens, &args).await,
         );
         write(&sides, &upstream_json);
     }
@@ -382,16 +371,7 @@ async fn main() {
         };
         sides.insert(
             "upstream".to_owned(),
-            measure(
-                &run,
-                &servers,
-                &one,
-                &gens,
-                args.idle,
-                args.delete_wait,
-                args.install_only,
-            )
-            .await,
+            measure(&run, &servers, &one, &gens, &args).await,
         );
     }
     write(&sides, &upstream_json);
