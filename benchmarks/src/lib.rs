@@ -407,11 +407,7 @@ impl AuditMark {
         let mut clusters = serde_json::Map::new();
         let mut grand = 0u64;
         for (name, path, from) in &self.0 {
-            let end =
-                to.0.iter()
-                    .find(|(n, _, _)| n == name)
-                    .map(|(_, _, e)| *e)
-                    .unwrap_or(*from);
+            let end = to.end_of(name, *from);
             let counts = match testenv::audit::count(path, *from, end) {
                 Ok(c) => c,
                 Err(e) => {
@@ -449,9 +445,15 @@ impl AuditMark {
         }
         json!({"per_unit_total": grand as f64 / per, "total": grand, "by_cluster": clusters})
     }
-}
 
-impl AuditMark {
+    /// Where this mark ends the log of `cluster`; `from` if it has none.
+    fn end_of(&self, cluster: &str, from: u64) -> u64 {
+        self.0
+            .iter()
+            .find(|(n, _, _)| n == cluster)
+            .map_or(from, |(_, _, e)| *e)
+    }
+
     /// How a phase went on `cluster`, from `self` to `to`, in buckets of
     /// `bucket_s` seconds from its first request: the CRDs written (not dry
     /// runs, not the API server's own status writes), their dry runs, the
@@ -464,10 +466,7 @@ impl AuditMark {
         let Some((_, path, from)) = self.0.iter().find(|(n, _, _)| n == cluster) else {
             return Value::Null;
         };
-        let end =
-            to.0.iter()
-                .find(|(n, _, _)| n == cluster)
-                .map_or(*from, |(_, _, e)| *e);
+        let end = to.end_of(cluster, *from);
         let events = match testenv::audit::timed(path, *from, end) {
             Ok(e) => e,
             Err(e) => return json!({"error": e.to_string()}),
@@ -510,10 +509,12 @@ impl AuditMark {
                 b.mrd_writes += 1;
             }
         }
+        for b in &mut buckets {
+            b.crd_status_ms.sort_by(f64::total_cmp);
+        }
         let column = |f: &dyn Fn(&Bucket) -> Value| buckets.iter().map(f).collect::<Vec<_>>();
+        // Of a sorted list.
         let quantile = |v: &[f64], q: f64| {
-            let mut v = v.to_vec();
-            v.sort_by(f64::total_cmp);
             v.get(((v.len() as f64 - 1.0) * q).round() as usize)
                 .map(|x| (x * 10.0).round() / 10.0)
         };

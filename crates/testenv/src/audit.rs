@@ -110,10 +110,20 @@ pub fn end(path: &Path) -> std::io::Result<u64> {
 /// The requests logged between byte offsets `from` and `to` (both from
 /// [`end`]).
 pub fn count(path: &Path, from: u64, to: u64) -> std::io::Result<Counts> {
+    tally(between_offsets(path, from, to)?, |_| true)
+}
+
+/// The log at `path` from byte offset `from` to `to`.
+fn between_offsets(path: &Path, from: u64, to: u64) -> std::io::Result<impl std::io::BufRead> {
     let mut file = File::open(path)?;
     file.seek(SeekFrom::Start(from))?;
-    let reader = BufReader::new(file.take(to.saturating_sub(from)));
-    tally(reader, |_| true)
+    Ok(BufReader::new(file.take(to.saturating_sub(from))))
+}
+
+/// An audit timestamp (RFC 3339), if it is one.
+fn time(t: Option<&str>) -> Option<DateTime<Utc>> {
+    t.and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
 }
 
 /// The requests the server received between `from` and `to`
@@ -125,29 +135,38 @@ pub fn count_between(
 ) -> std::io::Result<Counts> {
     let reader = BufReader::new(File::open(path)?);
     tally(reader, |e| {
-        e.received
-            .as_deref()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .is_some_and(|t| t >= from && t < to)
+        time(e.received.as_deref()).is_some_and(|t| t >= from && t < to)
     })
 }
 
 fn tally(
     reader: impl std::io::BufRead,
-    mut keep: impl FnMut(&Event) -> bool,
+    keep: impl FnMut(&Event) -> bool,
 ) -> std::io::Result<Counts> {
-    let mut seen = HashSet::new();
     let mut counts = Counts::default();
+    each_counted(reader, keep, |event| {
+        *counts.0.entry(event.request()).or_default() += 1;
+    })?;
+    Ok(counts)
+}
+
+/// Calls `f` with each event of `reader` that a request is counted at
+/// ([`Event::counts`]) and `keep` wants, once per request.
+fn each_counted(
+    reader: impl std::io::BufRead,
+    mut keep: impl FnMut(&Event) -> bool,
+    mut f: impl FnMut(Event),
+) -> std::io::Result<()> {
+    let mut seen = HashSet::new();
     for line in reader.lines() {
         let Some(event) = parse_line(&line?) else {
             continue;
         };
-        if !event.counts() || !keep(&event) || !seen.insert(event.audit_id.clone()) {
-            continue;
+        if event.counts() && keep(&event) && seen.insert(event.audit_id.clone()) {
+            f(event);
         }
-        *counts.0.entry(event.request()).or_default() += 1;
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// The fields of an audit event that counting reads.
@@ -249,34 +268,23 @@ pub struct Timed {
 /// The requests (watches left out) that completed between byte offsets
 /// `from` and `to` (both from [`end`]), each once, as the log has them.
 pub fn timed(path: &Path, from: u64, to: u64) -> std::io::Result<Vec<Timed>> {
-    let mut file = File::open(path)?;
-    file.seek(SeekFrom::Start(from))?;
-    let reader = BufReader::new(file.take(to.saturating_sub(from)));
-    let time = |t: &Option<String>| {
-        t.as_deref()
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc))
-    };
-    let mut seen = HashSet::new();
     let mut out = Vec::new();
-    for line in std::io::BufRead::lines(reader) {
-        let Some(event) = parse_line(&line?) else {
-            continue;
-        };
-        if event.verb == "watch" || !event.counts() || !seen.insert(event.audit_id.clone()) {
-            continue;
-        }
-        let (Some(received), Some(answered)) = (time(&event.received), time(&event.stage_at))
-        else {
-            continue;
-        };
-        out.push(Timed {
-            dry_run: event.request_uri.contains("dryRun=All"),
-            request: event.request(),
-            received,
-            took_ms: (answered - received).num_microseconds().unwrap_or(0) as f64 / 1000.0,
-        });
-    }
+    each_counted(
+        between_offsets(path, from, to)?,
+        |e| e.verb != "watch",
+        |event| {
+            let received = time(event.received.as_deref());
+            let answered = time(event.stage_at.as_deref());
+            if let (Some(received), Some(answered)) = (received, answered) {
+                out.push(Timed {
+                    dry_run: event.request_uri.contains("dryRun=All"),
+                    request: event.request(),
+                    received,
+                    took_ms: (answered - received).num_microseconds().unwrap_or(0) as f64 / 1000.0,
+                });
+            }
+        },
+    )?;
     Ok(out)
 }
 
