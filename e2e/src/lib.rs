@@ -256,7 +256,12 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.kill();
-        let _ = std::fs::remove_file(&self.log);
+        // A failing test leaves the binary's whole log behind.
+        if std::thread::panicking() {
+            eprintln!("{}'s log: {}", self.name, self.log.display());
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 

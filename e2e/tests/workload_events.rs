@@ -5,7 +5,8 @@
 //! budget of the design (create: finalizer patch, apply, status write, plus
 //! reading and applying each propagated Secret; template update: apply and
 //! status write; delete: a finalizer patch and one delete per remote object),
-//! and reconciles while nothing changed cost no request at all.
+//! and reconciles while nothing changed cost no request at all, a restart
+//! of the controller included.
 
 // Test helpers fail the test loudly, with what went wrong.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -306,6 +307,20 @@ async fn wait_observed(client: &Client, ns: &str, name: &str) {
     .await;
 }
 
+/// Creates the local Secret "creds" and a resource `name` of a ConfigMap
+/// that propagates it; waits until it is Submitted.
+async fn submitted_with_a_secret(client: &Client, ns: &str, rns: &str, name: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"password": "p"}}))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    resource(client, ns, name, configmap(rns, name, "1"), &["creds"]).await;
+    wait_res_state(client, ns, name, "Submitted").await;
+}
+
 #[tokio::test]
 async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing() {
     let OneTarget {
@@ -315,24 +330,9 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
         rns,
         controller,
     } = OneTarget::start("budget", &[]).await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "creds"}, "stringData": {"password": "p"}}))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
     // A first resource connects to the cluster and starts the shared
     // watches of ConfigMaps and of propagated Secrets there.
-    resource(
-        &client,
-        &ns,
-        "warm",
-        configmap(&rns, "warm", "1"),
-        &["creds"],
-    )
-    .await;
-    wait_res_state(&client, &ns, "warm", "Submitted").await;
+    submitted_with_a_secret(&client, &ns, &rns, "warm").await;
     watches_started(&controller).await;
     wake_all(&client, &ns, &controller, 1.0, 0)
         .await
@@ -434,4 +434,52 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
     ] {
         assert!(gone, "a remote object outlived its resource");
     }
+}
+
+/// Writes to the remote cluster, by any verb.
+fn remote_writes(r: &Running) -> f64 {
+    let m = r.metrics();
+    let count =
+        |labels: &[(&str, &str)]| metric_sum(&m, "crossplane_rs_kube_api_requests_total", labels);
+    ["create", "patch", "update", "delete"]
+        .iter()
+        .map(|verb| count(&[("verb", verb)]) - count(&[("cluster", "control"), ("verb", verb)]))
+        .sum()
+}
+
+#[tokio::test]
+async fn a_restarted_controller_finds_its_remote_objects_as_it_left_them_and_writes_nothing() {
+    let OneTarget {
+        client,
+        ns,
+        rns,
+        controller,
+        ..
+    } = OneTarget::start("restart", &[]).await;
+    submitted_with_a_secret(&client, &ns, &rns, "kept").await;
+
+    // Restarted, it finds the ConfigMap and the Secret's copy already there
+    // when its watches first list them: a list of a built-in kind leaves
+    // apiVersion and kind out of its items, and the objects must still be
+    // seen as what this controller wrote.
+    drop(controller);
+    let kubeconfig = impersonating_kubeconfig("resource-controller");
+    let mut controller = Running::start(
+        "resource-controller",
+        &kubeconfig,
+        &["--watch-namespace", &ns],
+    );
+    controller.wait_healthy(Duration::from_secs(30)).await;
+    // Its first reconcile read both from the server (nothing listed yet);
+    // the watches' lists then woke it again.
+    watches_started(&controller).await;
+    wake_all(&client, &ns, &controller, 1.0, 0)
+        .await
+        .assert_nothing(&controller, "after the restart");
+    assert_eq!(
+        remote_writes(&controller),
+        0.0,
+        "the restarted controller wrote what had not changed:\n{}",
+        request_lines(&controller)
+    );
 }

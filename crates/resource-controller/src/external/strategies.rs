@@ -56,6 +56,12 @@ impl Remote<'_> {
         target: &Target,
         cached: Option<&Value>,
     ) -> Option<Value> {
+        tracing::debug!(
+            kind = %target.resource.kind,
+            name = %target.name,
+            cached = ?cached.and_then(|c| c.pointer("/metadata/resourceVersion")),
+            "its watch shows a change by someone else: reading it to confirm"
+        );
         let found = match target.api().get(&target.name).await {
             Ok(live) => serde_json::to_value(&live).ok(),
             Err(e) => {

@@ -428,10 +428,17 @@ pub async fn read_cached(cached: Cached, target: &Target) -> Result<Found, kube:
             asked: false,
         }),
         Cached::Absent => Ok(Found::default()),
-        Cached::Unknown => Ok(Found {
-            object: target.api().get_opt(&target.name).await?.map(Arc::new),
-            asked: true,
-        }),
+        Cached::Unknown => {
+            tracing::debug!(
+                kind = %target.resource.kind,
+                name = %target.name,
+                "its shared watch has not listed, or is failing: asking the cluster"
+            );
+            Ok(Found {
+                object: target.api().get_opt(&target.name).await?.map(Arc::new),
+                asked: true,
+            })
+        }
     }
 }
 

@@ -78,3 +78,22 @@ async fn a_poisoned_lock_answers_unknown_and_never_panics() {
     watches.release(&dep);
     assert_eq!(watches.open(), 0);
 }
+
+#[tokio::test]
+async fn a_listed_object_is_cached_with_the_kind_its_list_left_out() {
+    let cluster = dead_cluster();
+    // As a ConfigMapList's item: no apiVersion, no kind.
+    let mut listed = DynamicObject::new("a", &ApiResource::erase::<ConfigMap>(&()));
+    listed.types = None;
+    let cached = task::typed(listed, &target(&cluster, "a"));
+    let types = cached.types.unwrap();
+    assert_eq!(
+        (types.api_version.as_str(), types.kind.as_str()),
+        ("v1", "ConfigMap")
+    );
+    // What an object says of itself is kept.
+    let mut other = DynamicObject::new("b", &ApiResource::erase::<ConfigMap>(&()));
+    other.types.as_mut().unwrap().api_version = "v2".into();
+    let kept = task::typed(other, &target(&cluster, "b"));
+    assert_eq!(kept.types.unwrap().api_version, "v2");
+}

@@ -9,6 +9,7 @@ use std::{
 use futures::StreamExt;
 use kube::{
     Resource,
+    api::{DynamicObject, TypeMeta},
     runtime::watcher::{self, DefaultBackoff},
 };
 
@@ -32,10 +33,10 @@ where
         while let Some(event) = events.next().await {
             let change = match event {
                 Ok(watcher::Event::Init) => Change::Init,
-                Ok(watcher::Event::InitApply(o)) => Change::InitApply(o),
+                Ok(watcher::Event::InitApply(o)) => Change::InitApply(typed(o, &target)),
                 Ok(watcher::Event::InitDone) => Change::InitDone,
-                Ok(watcher::Event::Apply(o)) => Change::Apply(o),
-                Ok(watcher::Event::Delete(o)) => Change::Delete(o),
+                Ok(watcher::Event::Apply(o)) => Change::Apply(typed(o, &target)),
+                Ok(watcher::Event::Delete(o)) => Change::Delete(typed(o, &target)),
                 // The resourceVersion the watch resumed from is too old:
                 // the watcher lists again by itself, and the cache stays
                 // trusted meanwhile (it is as good as it was a moment ago).
@@ -64,6 +65,21 @@ where
         let delay = backoff.next().unwrap_or(MAX_RETRY_DELAY);
         tokio::time::sleep(delay).await;
     }
+}
+
+/// `object` with its apiVersion and kind. A list of a built-in kind says
+/// them once for all its items, which come without: cached like that, an
+/// object would differ from the same object read alone or written, and be
+/// taken for changed by someone else (a read to confirm on every reconcile)
+/// or for not what the reconcile wants (a write).
+pub(super) fn typed(mut object: DynamicObject, target: &Target) -> DynamicObject {
+    if object.types.is_none() {
+        object.types = Some(TypeMeta {
+            api_version: target.resource.api_version.clone(),
+            kind: target.resource.kind.clone(),
+        });
+    }
+    object
 }
 
 /// Logs why a watch failed, by kind of failure and HTTP status only: the
