@@ -96,6 +96,14 @@ fn open_watches(r: &Running) -> f64 {
     )
 }
 
+/// Requests by `verb` to the remote cluster (every cluster but the
+/// control one), from the metrics text `m`.
+fn remote_requests(m: &str, verb: &str) -> f64 {
+    let count =
+        |labels: &[(&str, &str)]| metric_sum(m, "crossplane_rs_kube_api_requests_total", labels);
+    count(&[("verb", verb)]) - count(&[("cluster", "control"), ("verb", verb)])
+}
+
 fn request_lines(r: &Running) -> String {
     r.metrics()
         .lines()
@@ -206,15 +214,7 @@ async fn watches_started(r: &Running) {
                 "crossplane_rs_shared_watches",
                 &[("controller", "kubernetesapplicationresource")],
             );
-            let watches = metric_sum(
-                &m,
-                "crossplane_rs_kube_api_requests_total",
-                &[("verb", "watch")],
-            ) - metric_sum(
-                &m,
-                "crossplane_rs_kube_api_requests_total",
-                &[("cluster", "control"), ("verb", "watch")],
-            );
+            let watches = remote_requests(&m, "watch");
             let idle = r.in_flight("kubernetesapplicationresource") == 0.0;
             async move { (open > 0.0 && watches >= open && idle).then_some(()) }
         },
@@ -439,11 +439,9 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
 /// Writes to the remote cluster, by any verb.
 fn remote_writes(r: &Running) -> f64 {
     let m = r.metrics();
-    let count =
-        |labels: &[(&str, &str)]| metric_sum(&m, "crossplane_rs_kube_api_requests_total", labels);
     ["create", "patch", "update", "delete"]
         .iter()
-        .map(|verb| count(&[("verb", verb)]) - count(&[("cluster", "control"), ("verb", verb)]))
+        .map(|verb| remote_requests(&m, verb))
         .sum()
 }
 
