@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{Running, metric_sum, wait, wait::wait_every, workloads::*};
+use e2e::{Running, metric_sum, objects::WRITES, wait, wait::wait_every, workloads::*};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::{
     Api, Client,
@@ -439,10 +439,7 @@ async fn each_resource_costs_its_request_budget_and_idle_reconciles_cost_nothing
 /// Writes to the remote cluster, by any verb.
 fn remote_writes(r: &Running) -> f64 {
     let m = r.metrics();
-    ["create", "patch", "update", "delete"]
-        .iter()
-        .map(|verb| remote_requests(&m, verb))
-        .sum()
+    WRITES.iter().map(|verb| remote_requests(&m, verb)).sum()
 }
 
 #[tokio::test]
