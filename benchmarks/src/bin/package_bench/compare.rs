@@ -78,10 +78,17 @@ fn figures(side: &Value, null_ready_s: Option<f64>, with_mrds_ready_s: Option<f6
 
 /// Each side's figures, and upstream's divided by crossplane-rs's on each
 /// axis where less is better (above 1: crossplane-rs is ahead).
-pub fn verdicts(null: &Value, with_mrds: &Value, sides: &Map<String, Value>) -> Value {
-    let null_ready_s = num(null, "/all_ready_s");
+pub fn verdicts(nulls: &[&Value], with_mrds: &Value, sides: &Map<String, Value>) -> Value {
+    // The mean of the null writer's runs (before the sides, and again
+    // after crossplane-rs's when there is one).
+    let runs: Vec<f64> = nulls
+        .iter()
+        .filter_map(|n| num(n, "/all_ready_s"))
+        .collect();
+    let null_ready_s = (!runs.is_empty()).then(|| runs.iter().sum::<f64>() / runs.len() as f64);
     let with_mrds_ready_s = num(with_mrds, "/all_ready_s");
     let mut out = Map::new();
+    out.insert("null_writer_runs_s".to_owned(), json!(runs));
     for (name, side) in sides {
         out.insert(name.clone(), figures(side, null_ready_s, with_mrds_ready_s));
     }

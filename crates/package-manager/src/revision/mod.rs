@@ -511,6 +511,7 @@ pub fn controller(
         runtime_configs,
         seen: seen::Seen::default(),
         served,
+        turns: deliver::Turns::default(),
         certificates: crate::tls::Certificates::new(
             rt.client.clone(),
             &settings.namespace,
