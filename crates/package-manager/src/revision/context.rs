@@ -128,8 +128,6 @@ pub struct ProviderRevisions {
     /// What the MRD controller in this process knows of each MRD's CRD:
     /// told when a revision serves one itself ([`super::deliver`]).
     pub(super) served: crate::mrds::Served,
-    /// Turns at writing kinds ([`super::deliver::Turns`]).
-    pub(super) turns: super::deliver::Turns,
 }
 
 /// What is wrong with an unhealthy revision, as its conditions say.

@@ -24,56 +24,8 @@ use super::{
 use crate::labels;
 
 /// How many of its CRDs one revision checks (their dry run), or MRDs it
-/// makes, at once, in its turn ([`Turns`]).
-pub(super) const AT_ONCE: usize = 16;
-
-/// How many revisions write their kinds at once.
-///
-/// The API server publishes OpenAPI per API group: each CRD established
-/// changes its group's document, and every 5 s the API server's
-/// aggregator asks for them all, which encodes each group that changed
-/// since, every kind of it. Kinds written a few groups at a time are
-/// established a few groups at a time, and each group is encoded in one
-/// or two of those rounds rather than in every round while the
-/// revisions install together. (At 50 Providers of 100 CRDs, 8 revisions
-/// writing at once changed 8 groups a round, and encoding them took 8 %
-/// of the API server's CPU while CRDs were written; the null writer's 16
-/// at a time, 20 %.)
-const TURNS: usize = 2;
-
-/// How long a revision waits for its turn to write before it writes
-/// anyway: a turn is an order, never a reason to stall (nor to outlast
-/// the reconcile timeout).
-const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
-
-/// Turns at writing a revision's kinds, [`TURNS`] at a time, in the order
-/// revisions asked.
-#[derive(Clone)]
-pub struct Turns(std::sync::Arc<tokio::sync::Semaphore>);
-
-impl Default for Turns {
-    fn default() -> Self {
-        Self(std::sync::Arc::new(tokio::sync::Semaphore::new(TURNS)))
-    }
-}
-
-impl Turns {
-    /// Waits for a turn (at most [`TURN_WAIT`]); the turn ends when what
-    /// this returns is dropped. `None`: the revision writes without one.
-    pub(super) async fn take(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.take_within(TURN_WAIT).await
-    }
-
-    async fn take_within(
-        &self,
-        wait: std::time::Duration,
-    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        tokio::time::timeout(wait, self.0.clone().acquire_owned())
-            .await
-            .ok()
-            .and_then(Result::ok)
-    }
-}
+/// makes, at once.
+pub(super) const AT_ONCE: usize = 4;
 
 /// One MRD to make: its name, what to apply, and whether its CRD is known
 /// not to exist (the view of CRDs, listed, does not show it, or a read
@@ -201,35 +153,4 @@ pub(super) fn controlled_by(r: &ProviderRevision) -> Option<OwnerReference> {
         own.block_owner_deletion = Some(true);
         own
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use std::time::Duration;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn revisions_write_kinds_two_at_a_time_and_never_stall_on_a_turn() {
-        let turns = Turns::default();
-        let (first, second) = (turns.take().await, turns.take().await);
-        assert!(first.is_some() && second.is_some());
-        // A third waits for one of the two to end, and then has its turn.
-        let third = tokio::spawn({
-            let turns = turns.clone();
-            async move { turns.take().await.is_some() }
-        });
-        tokio::task::yield_now().await;
-        assert!(!third.is_finished(), "a third revision waits its turn");
-        drop(first);
-        assert!(third.await.unwrap(), "the turn that ended is the third's");
-        // With both turns held, one that waited long enough writes without.
-        let _third = turns.take().await;
-        assert!(
-            turns.take_within(Duration::from_millis(50)).await.is_none(),
-            "no turn, and no stall"
-        );
-    }
 }

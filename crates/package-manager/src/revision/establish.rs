@@ -326,13 +326,6 @@ impl ProviderRevisions {
         let to_write: Vec<usize> = (0..planned.len())
             .filter(|&i| planned[i].current.is_none())
             .collect();
-        // Its kinds are written in the revision's turn, which ends once
-        // they are all written.
-        let turn = if to_write.is_empty() {
-            None
-        } else {
-            self.turns.take().await
-        };
         futures::stream::iter(to_write)
             .map(|i: usize| {
                 let p = &planned[i];
@@ -434,7 +427,6 @@ impl ProviderRevisions {
             }
             refs.push(crd_ref(&p.name, uid));
         }
-        drop(turn);
         status.object_refs = refs;
         if status.found_dependencies.is_none() {
             status.found_dependencies = Some(0);

@@ -511,7 +511,6 @@ pub fn controller(
         runtime_configs,
         seen: seen::Seen::default(),
         served,
-        turns: deliver::Turns::default(),
         certificates: crate::tls::Certificates::new(
             rt.client.clone(),
             &settings.namespace,
