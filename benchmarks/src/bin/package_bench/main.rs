@@ -360,8 +360,8 @@ async fn main() {
         );
         write(&sides, &ceiling_after, &upstream_json);
         // The null writer again once ours has deleted all it installed:
-        // on this machine one run of it took from 116 s to 200 s, so a
-        // side is judged against the two that bracket it.
+        // on this machine one run of it took from 116 s to 200 s, so each
+        // side is judged against the mean of the two runs.
         if !args.install_only {
             tokio::task::block_in_place(|| scale_ours(control, 0));
             eprintln!("package-bench: the null writer again");
