@@ -365,9 +365,9 @@ async fn main() {
         if !args.install_only {
             tokio::task::block_in_place(|| scale_ours(control, 0));
             eprintln!("package-bench: the null writer again");
+            // Ours stays scaled to 0: all that follows is upstream's side,
+            // which takes ours out first (as with `--only upstream`).
             ceiling_after = null::run(control, &client, &gens, &servers, Ceiling::Listed).await;
-            // As it was: replacing it by upstream's scales it down.
-            tokio::task::block_in_place(|| scale_ours(control, 1));
             write(&sides, &ceiling_after, &upstream_json);
         }
     }
